@@ -1,0 +1,241 @@
+// Package blob holds the portable blob layer: content-addressed keys,
+// validation, hashing and size policy over an Engine's mechanics.
+package blob
+
+import (
+	"context"
+
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"sync"
+
+	"github.com/steadkit/stead/steaderr"
+)
+
+const (
+	// InlineLimit is the largest value stored inline, in its blob row. See
+	// docs/decisions/0003-inline-limit.md for how it was chosen.
+	InlineLimit = 256 << 10
+	// DefaultMaxSize is the default for Options.MaxSize: 4 GiB.
+	DefaultMaxSize = 4 << 30
+)
+
+// errLargeUnsupported is returned for values above InlineLimit until the
+// chunked tier exists.
+var errLargeUnsupported = fmt.Errorf("values over the inline limit (%d bytes) are not supported yet: %w", InlineLimit, errors.ErrUnsupported)
+
+// Options configures a Store.
+type Options struct {
+	// MaxSize is the largest value Put accepts, in bytes; a larger value
+	// fails with ErrTooLarge and stores nothing. Defaults to DefaultMaxSize.
+	MaxSize int64
+	// VerifyReads makes Get re-hash every value it returns and fail with
+	// ErrDigestMismatch when the stored bytes no longer match their key.
+	// Defaults to false.
+	VerifyReads bool
+}
+
+// Store is the blob capability of a stead store. It is safe for concurrent
+// use.
+type Store struct {
+	eng     Engine
+	maxSize int64
+	verify  bool
+}
+
+// NewStore returns a Store over eng. A non-positive MaxSize means the
+// default.
+func NewStore(eng Engine, opts Options) *Store {
+	if opts.MaxSize <= 0 {
+		opts.MaxSize = DefaultMaxSize
+	}
+	return &Store{eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads}
+}
+
+// Put stores the content of r and returns its key. Storing content that is
+// already stored succeeds and changes nothing. On error nothing is stored.
+func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
+	key, err := s.put(ctx, Key{}, r)
+	if err != nil {
+		return Key{}, fmt.Errorf("blob put: %w", err)
+	}
+	return key, nil
+}
+
+// PutExpect stores the content of r under key after checking that key is
+// its digest; on a mismatch it returns an error wrapping ErrDigestMismatch
+// and stores nothing.
+func (s *Store) PutExpect(ctx context.Context, key Key, r io.Reader) error {
+	if key.IsZero() {
+		return fmt.Errorf("blob put: %w: zero key", steaderr.ErrInvalidKey)
+	}
+	if _, err := s.put(ctx, key, r); err != nil {
+		return fmt.Errorf("blob put %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
+	if err := ctx.Err(); err != nil {
+		return Key{}, err
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	value, err := readAtMost(r, (*bp)[:0], min(s.maxSize, InlineLimit))
+	*bp = value[:0]
+	switch {
+	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
+		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
+	case errors.Is(err, errOverLimit):
+		return Key{}, errLargeUnsupported
+	case err != nil:
+		return Key{}, fmt.Errorf("read content: %w", err)
+	}
+	// Reading may take long; a context cancelled meanwhile stores nothing.
+	if err := ctx.Err(); err != nil {
+		return Key{}, err
+	}
+	key := KeyOf(value)
+	if !want.IsZero() && key != want {
+		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
+	}
+	if err := s.eng.Put(ctx, key, value); err != nil {
+		return Key{}, err
+	}
+	return key, nil
+}
+
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, 64<<10)
+	return &b
+}}
+
+var errOverLimit = errors.New("over limit")
+
+// readAtMost reads r to EOF into buf, growing it up to limit+1 bytes. It
+// stops with errOverLimit once more than limit bytes have been read.
+func readAtMost(r io.Reader, buf []byte, limit int64) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(max(2*int64(cap(buf)), 4096), limit+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return buf, errOverLimit
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// Get returns a reader over key's value, or an error wrapping ErrNotFound.
+// With Options.VerifyReads a value that no longer matches its key is an
+// error wrapping ErrDigestMismatch.
+func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
+	if err := checkKey(ctx, key); err != nil {
+		return nil, fmt.Errorf("blob get: %w", err)
+	}
+	value, err := s.eng.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("blob get %s: %w", key, err)
+	}
+	if s.verify {
+		if got := KeyOf(value); got != key {
+			return nil, fmt.Errorf("blob get %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
+		}
+	}
+	return newReader(key, value), nil
+}
+
+// Stat returns key's size without reading its value, or an error wrapping
+// ErrNotFound.
+func (s *Store) Stat(ctx context.Context, key Key) (Info, error) {
+	if err := checkKey(ctx, key); err != nil {
+		return Info{}, fmt.Errorf("blob stat: %w", err)
+	}
+	info, err := s.eng.Stat(ctx, key)
+	if err != nil {
+		return Info{}, fmt.Errorf("blob stat %s: %w", key, err)
+	}
+	return info, nil
+}
+
+// Has reports whether key is stored.
+func (s *Store) Has(ctx context.Context, key Key) (bool, error) {
+	_, err := s.Stat(ctx, key)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// List returns up to limit blobs with keys greater than after (the zero Key:
+// from the start), in key order. Pass the last key of one page as after to
+// get the next; an empty page is the end.
+func (s *Store) List(ctx context.Context, after Key, limit int) ([]Info, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("blob list: %w", err)
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("blob list: %w: limit %d, want > 0", steaderr.ErrInvalidArgument, limit)
+	}
+	var page []Info
+	err := s.eng.List(ctx, after, limit, func(info Info) bool {
+		page = append(page, info)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("blob list: %w", err)
+	}
+	return page, nil
+}
+
+// All yields every blob with a key greater than after, in key order, from
+// one consistent snapshot, streaming: memory does not grow with the number
+// of blobs. An error is yielded once, last.
+func (s *Store) All(ctx context.Context, after Key) iter.Seq2[Info, error] {
+	return func(yield func(Info, error) bool) {
+		if err := ctx.Err(); err != nil {
+			yield(Info{}, fmt.Errorf("blob list: %w", err))
+			return
+		}
+		stopped := false
+		err := s.eng.List(ctx, after, 0, func(info Info) bool {
+			if !yield(info, nil) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		if err != nil && !stopped {
+			yield(Info{}, fmt.Errorf("blob list: %w", err))
+		}
+	}
+}
+
+// Delete removes key, or returns an error wrapping ErrNotFound.
+func (s *Store) Delete(ctx context.Context, key Key) error {
+	if err := checkKey(ctx, key); err != nil {
+		return fmt.Errorf("blob delete: %w", err)
+	}
+	if err := s.eng.Delete(ctx, key); err != nil {
+		return fmt.Errorf("blob delete %s: %w", key, err)
+	}
+	return nil
+}
+
+func checkKey(ctx context.Context, key Key) error {
+	if key.IsZero() {
+		return fmt.Errorf("%w: zero key", steaderr.ErrInvalidKey)
+	}
+	return ctx.Err()
+}

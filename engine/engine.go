@@ -1,0 +1,33 @@
+// Package engine is the seam between stead's portable layer and its storage
+// engines. Each capability's mechanics are declared by the portable package
+// that uses them (blob.Engine, ...); Engine composes them with the parts
+// every engine shares: migrations, the cluster declaration and Close.
+//
+// An engine is correct when it passes engine/enginetest.
+package engine
+
+import (
+	"context"
+
+	"github.com/steadkit/stead/blob"
+)
+
+// Engine is one storage engine.
+type Engine interface {
+	// Blobs returns the engine's blob mechanics.
+	Blobs() blob.Engine
+	// Migrate brings the schema to the newest version this binary knows. It
+	// is a no-op when the schema is current, safe to run concurrently from
+	// many processes, and fails with an error wrapping steaderr.ErrSchema
+	// when the database is newer than this binary.
+	Migrate(ctx context.Context) error
+	// SchemaVersion returns the schema version the database is at (0: never
+	// migrated) and the newest version this binary knows.
+	SchemaVersion(ctx context.Context) (current, latest int, err error)
+	// Cluster reports whether processes on many machines may share the
+	// engine's data safely, and why.
+	Cluster() (shared bool, reason string)
+	// Close releases the engine's resources; afterwards every method
+	// returns an error wrapping steaderr.ErrClosed. Close is idempotent.
+	Close() error
+}

@@ -1,0 +1,100 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/steaderr"
+)
+
+type blobs struct {
+	e      *Engine
+	mu     sync.RWMutex
+	values map[blob.Key][]byte
+}
+
+func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.values[key]; !ok {
+		b.values[key] = bytes.Clone(value)
+	}
+	return nil
+}
+
+func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
+	value, err := b.lookup(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(value), nil
+}
+
+func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
+	value, err := b.lookup(ctx, key)
+	if err != nil {
+		return blob.Info{}, err
+	}
+	return blob.Info{Key: key, Size: int64(len(value))}, nil
+}
+
+func (b *blobs) lookup(ctx context.Context, key blob.Key) ([]byte, error) {
+	if err := b.e.check(ctx); err != nil {
+		return nil, err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	value, ok := b.values[key]
+	if !ok {
+		return nil, steaderr.ErrNotFound
+	}
+	return value, nil
+}
+
+func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	// The snapshot is taken under the lock; yield runs without it, so it
+	// may call back into the engine.
+	b.mu.RLock()
+	snapshot := make([]blob.Info, 0, len(b.values))
+	for key, value := range b.values {
+		if after.Compare(key) < 0 {
+			snapshot = append(snapshot, blob.Info{Key: key, Size: int64(len(value))})
+		}
+	}
+	b.mu.RUnlock()
+	slices.SortFunc(snapshot, func(x, y blob.Info) int { return x.Key.Compare(y.Key) })
+	if limit > 0 && len(snapshot) > limit {
+		snapshot = snapshot[:limit]
+	}
+	for _, info := range snapshot {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !yield(info) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.values[key]; !ok {
+		return steaderr.ErrNotFound
+	}
+	delete(b.values, key)
+	return nil
+}

@@ -1,0 +1,63 @@
+// Package memory is the in-memory engine: the reference every other engine
+// is compared against. Nothing is durable and nothing is shared between
+// processes. Values are copied in and out, so callers never alias stored
+// bytes.
+package memory
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Engine is the in-memory engine. The zero value is not usable; call New.
+type Engine struct {
+	closed atomic.Bool
+	blobs  blobs
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns an empty in-memory engine.
+func New() *Engine {
+	e := &Engine{}
+	e.blobs.e = e
+	e.blobs.values = make(map[blob.Key][]byte)
+	return e
+}
+
+// Blobs implements engine.Engine.
+func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// Migrate implements engine.Engine; there is no schema to migrate.
+func (e *Engine) Migrate(ctx context.Context) error { return e.check(ctx) }
+
+// SchemaVersion implements engine.Engine; the memory engine has no schema.
+func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	return 0, 0, e.check(ctx)
+}
+
+// Cluster implements engine.Engine.
+func (e *Engine) Cluster() (bool, string) { return false, "in-memory; not shared" }
+
+// Close implements engine.Engine. The data is dropped.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.blobs.mu.Lock()
+	e.blobs.values = nil
+	e.blobs.mu.Unlock()
+	return nil
+}
+
+// check returns the error an operation must fail with before it starts.
+func (e *Engine) check(ctx context.Context) error {
+	if e.closed.Load() {
+		return steaderr.ErrClosed
+	}
+	return ctx.Err()
+}

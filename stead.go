@@ -1,0 +1,189 @@
+// Package stead is durable state for Go services: content-addressed blobs,
+// lease-fenced versioned records and named locks with TTL leases, over one
+// of three engines: in-memory, SQLite (embedded, the default) and
+// PostgreSQL (shared by many processes on many machines).
+//
+//	st, err := stead.Open(ctx, "sqlite://./stead-data/stead.db")
+//	if err != nil { ... }
+//	defer st.Close()
+//	key, err := st.Blobs.Put(ctx, strings.NewReader("hello"))
+package stead
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// The sentinel errors of every stead operation; check them with errors.Is.
+var (
+	ErrNotFound        = steaderr.ErrNotFound
+	ErrConflict        = steaderr.ErrConflict
+	ErrInvalidKey      = steaderr.ErrInvalidKey
+	ErrInvalidName     = steaderr.ErrInvalidName
+	ErrInvalidArgument = steaderr.ErrInvalidArgument
+	ErrDigestMismatch  = steaderr.ErrDigestMismatch
+	ErrTooLarge        = steaderr.ErrTooLarge
+	ErrProtected       = steaderr.ErrProtected
+	ErrUnknownGroup    = steaderr.ErrUnknownGroup
+	ErrWrongGroup      = steaderr.ErrWrongGroup
+	ErrLeased          = steaderr.ErrLeased
+	ErrClosed          = steaderr.ErrClosed
+	ErrSchema          = steaderr.ErrSchema
+)
+
+// DefaultURL is the store the CLI and server open when given none: an
+// embedded SQLite file under the working directory.
+const DefaultURL = "sqlite://./stead-data/stead.db"
+
+// Store is one stead store: its capabilities over one engine. It is safe
+// for concurrent use.
+type Store struct {
+	// Blobs is the content-addressed blob store.
+	Blobs *blob.Store
+
+	eng        engine.Engine
+	instanceID string
+}
+
+// Option configures Open and New.
+type Option func(*config)
+
+type config struct {
+	instanceID string
+	migrate    bool
+	blobs      blob.Options
+}
+
+// WithInstanceID sets the store's instance id, which owns its pins and
+// names its solo record group. It must be a valid name (see
+// ValidateName). Defaults to a random id per Store.
+func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }
+
+// WithoutMigrate makes Open and New leave the schema alone: run
+// `stead migrate` (or Store.Migrate) instead. On a database never migrated,
+// reads then answer absent or empty and writes fail with ErrSchema.
+func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
+
+// WithMaxBlobSize sets the largest blob Put accepts, in bytes. Defaults to
+// blob.DefaultMaxSize (4 GiB).
+func WithMaxBlobSize(n int64) Option { return func(c *config) { c.blobs.MaxSize = n } }
+
+// WithVerifyReads makes every blob read re-hash the value and fail with
+// ErrDigestMismatch on corruption. Defaults to off.
+func WithVerifyReads() Option { return func(c *config) { c.blobs.VerifyReads = true } }
+
+// Open opens the store at url:
+//
+//	mem://                                   in-memory, gone on Close
+//	sqlite://PATH                            SQLite file; relative (sqlite://./data/s.db) or absolute (sqlite:///var/lib/s.db)
+//	postgres://user@host/db?schema=stead     PostgreSQL (also postgresql://)
+//
+// Each engine documents its query parameters; unknown ones are an error.
+// Unless WithoutMigrate is given, Open migrates the schema first.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	eng, err := openEngine(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("stead: open: %w", err)
+	}
+	st, err := New(ctx, eng, opts...)
+	if err != nil {
+		return nil, errors.Join(err, eng.Close())
+	}
+	return st, nil
+}
+
+func openEngine(ctx context.Context, url string) (engine.Engine, error) {
+	scheme, rest, _ := strings.Cut(url, "://")
+	switch scheme {
+	case "mem":
+		if rest != "" {
+			return nil, fmt.Errorf("%w: mem:// takes no path or parameters, got %q", steaderr.ErrInvalidArgument, url)
+		}
+		return memory.New(), nil
+	}
+	return nil, fmt.Errorf("%w: unknown URL scheme in %q: want mem://, sqlite:// or postgres://", steaderr.ErrInvalidArgument, url)
+}
+
+// New returns a store over an engine the caller built, such as a PostgreSQL
+// engine on the caller's own pool. Unless WithoutMigrate is given, it
+// migrates the schema first. The store owns eng: Store.Close closes it.
+func New(ctx context.Context, eng engine.Engine, opts ...Option) (*Store, error) {
+	cfg := config{migrate: true}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if cfg.instanceID == "" {
+		cfg.instanceID = randomID()
+	} else if err := validate.Name("instance id", cfg.instanceID); err != nil {
+		return nil, fmt.Errorf("stead: %w", err)
+	}
+	if cfg.blobs.MaxSize < 0 {
+		return nil, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
+	}
+	if cfg.migrate {
+		if err := eng.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("stead: migrate: %w", err)
+		}
+	} else if err := checkSchema(ctx, eng); err != nil {
+		return nil, err
+	}
+	return &Store{
+		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
+		eng:        eng,
+		instanceID: cfg.instanceID,
+	}, nil
+}
+
+// checkSchema refuses a database whose schema is newer than this binary.
+func checkSchema(ctx context.Context, eng engine.Engine) error {
+	current, latest, err := eng.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("stead: schema version: %w", err)
+	}
+	if current > latest {
+		return fmt.Errorf("stead: %w: database is at version %d, this binary knows up to %d: upgrade stead", steaderr.ErrSchema, current, latest)
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// InstanceID returns the store's instance id.
+func (s *Store) InstanceID() string { return s.instanceID }
+
+// Cluster reports whether processes on many machines may share this store's
+// data safely, and why.
+func (s *Store) Cluster() (shared bool, reason string) { return s.eng.Cluster() }
+
+// Migrate brings the schema to the newest version this binary knows; a
+// no-op when current.
+func (s *Store) Migrate(ctx context.Context) error { return s.eng.Migrate(ctx) }
+
+// SchemaVersion returns the database's schema version and the newest this
+// binary knows.
+func (s *Store) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	return s.eng.SchemaVersion(ctx)
+}
+
+// Close closes the store and its engine. It is idempotent; afterwards every
+// operation fails with ErrClosed.
+func (s *Store) Close() error { return s.eng.Close() }
+
+// ValidateName checks a lock name, owner, group, tenant, record id or
+// instance id: 1 to 255 bytes of valid UTF-8 holding no control
+// characters. Errors wrap ErrInvalidName.
+func ValidateName(s string) error { return validate.Name("name", s) }

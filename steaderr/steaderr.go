@@ -1,0 +1,42 @@
+// Package steaderr defines the sentinel errors that every stead layer and
+// engine returns. Check them with errors.Is; errors from a driver stay in
+// the chain, reachable with errors.As. The root package re-exports them.
+package steaderr
+
+import "errors"
+
+var (
+	// ErrNotFound: the blob, record or lock does not exist.
+	ErrNotFound = errors.New("stead: not found")
+	// ErrConflict: a compare-and-swap lost: the stored version is not the
+	// one the caller read, a create met an existing id, or an update met an
+	// absent one.
+	ErrConflict = errors.New("stead: conflict")
+	// ErrInvalidKey: a blob key is not "sha256:" followed by 64 lowercase
+	// hex digits.
+	ErrInvalidKey = errors.New("stead: invalid key")
+	// ErrInvalidName: a name (lock, owner, group, tenant, schema) is empty,
+	// too long or holds bytes outside its allowed set.
+	ErrInvalidName = errors.New("stead: invalid name")
+	// ErrInvalidArgument: an argument other than a key or a name is out of
+	// range, such as a non-positive TTL or a negative limit.
+	ErrInvalidArgument = errors.New("stead: invalid argument")
+	// ErrDigestMismatch: content does not hash to the key it was claimed or
+	// stored under.
+	ErrDigestMismatch = errors.New("stead: digest mismatch")
+	// ErrTooLarge: a value exceeds the configured maximum size.
+	ErrTooLarge = errors.New("stead: too large")
+	// ErrProtected: a delete was refused because a pin or a liveness
+	// reference protects the blob.
+	ErrProtected = errors.New("stead: protected")
+	// ErrUnknownGroup: a record names a group that was never registered.
+	ErrUnknownGroup = errors.New("stead: unknown group")
+	// ErrWrongGroup: an operation scoped to one group met a record of another.
+	ErrWrongGroup = errors.New("stead: wrong group")
+	// ErrLeased: another owner holds a live lease.
+	ErrLeased = errors.New("stead: leased by another owner")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("stead: closed")
+	// ErrSchema: the database schema is missing, or newer than this binary.
+	ErrSchema = errors.New("stead: schema")
+)
