@@ -20,6 +20,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -110,6 +111,12 @@ func openEngine(ctx context.Context, url string) (engine.Engine, error) {
 			return nil, fmt.Errorf("%w: mem:// takes no path or parameters, got %q", steaderr.ErrInvalidArgument, url)
 		}
 		return memory.New(), nil
+	case "postgres", "postgresql":
+		cfg, err := postgres.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		return postgres.Open(ctx, cfg)
 	}
 	return nil, fmt.Errorf("%w: unknown URL scheme in %q: want mem://, sqlite:// or postgres://", steaderr.ErrInvalidArgument, url)
 }

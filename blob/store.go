@@ -123,7 +123,7 @@ func readAtMost(r io.Reader, buf []byte, limit int64) ([]byte, error) {
 			copy(grown, buf)
 			buf = grown
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
 			return buf, errOverLimit

@@ -11,17 +11,20 @@ import (
 )
 
 type blobs struct {
-	e      *Engine
+	e *Engine
+	// mu guards values. Every method checks for Close while holding it:
+	// Close drops values under mu, so a check made before taking the lock
+	// could race it.
 	mu     sync.RWMutex
 	values map[blob.Key][]byte
 }
 
 func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if _, ok := b.values[key]; !ok {
 		b.values[key] = bytes.Clone(value)
 	}
@@ -45,11 +48,11 @@ func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 }
 
 func (b *blobs) lookup(ctx context.Context, key blob.Key) ([]byte, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	if err := b.e.check(ctx); err != nil {
 		return nil, err
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
 	value, ok := b.values[key]
 	if !ok {
 		return nil, steaderr.ErrNotFound
@@ -58,12 +61,13 @@ func (b *blobs) lookup(ctx context.Context, key blob.Key) ([]byte, error) {
 }
 
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
-	if err := b.e.check(ctx); err != nil {
-		return err
-	}
 	// The snapshot is taken under the lock; yield runs without it, so it
 	// may call back into the engine.
 	b.mu.RLock()
+	if err := b.e.check(ctx); err != nil {
+		b.mu.RUnlock()
+		return err
+	}
 	snapshot := make([]blob.Info, 0, len(b.values))
 	for key, value := range b.values {
 		if after.Compare(key) < 0 {
@@ -87,11 +91,11 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 }
 
 func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if _, ok := b.values[key]; !ok {
 		return steaderr.ErrNotFound
 	}

@@ -1,0 +1,3 @@
+package main
+
+func blobSQLite() []scenario { return nil }

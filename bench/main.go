@@ -1,0 +1,152 @@
+// Command bench measures stead side by side with raw drivers and peer
+// libraries in one run, and prints ops/s and ratios. It is not a test:
+// speed goals live here and in docs/BENCHMARKS.md.
+//
+//	cd bench && go run . -pg postgres://postgres@127.0.0.1:5432/postgres
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+var (
+	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
+	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
+	rounds   = flag.Int("rounds", 3, "rounds; each scenario reports its median round")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite); empty runs all")
+	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
+)
+
+// scenario is one measured workload. setup prepares it once per caller
+// count and returns the operation and a cleanup; op is called concurrently.
+type scenario struct {
+	group string // results are compared within a group
+	name  string
+	base  string // the scenario this one's ratio is against, or ""
+	setup func(ctx context.Context, callers int) (op func(ctx context.Context, worker, i int) error, cleanup func(), err error)
+}
+
+type result struct {
+	sc      scenario
+	callers int
+	opsPerS []float64
+}
+
+func main() {
+	flag.Parse()
+	ctx := context.Background()
+	var ns []int
+	for _, f := range strings.Split(*callers, ",") {
+		var n int
+		if _, err := fmt.Sscan(f, &n); err != nil || n < 1 {
+			fatalf("bad -callers %q", *callers)
+		}
+		ns = append(ns, n)
+	}
+	var scs []scenario
+	for _, sc := range allScenarios() {
+		if *only == "" || slices.Contains(strings.Split(*only, ","), sc.group) {
+			scs = append(scs, sc)
+		}
+	}
+	results := map[string]*result{}
+	var order []string
+	for round := 0; round < *rounds; round++ {
+		for _, n := range ns {
+			for _, sc := range scs {
+				id := fmt.Sprintf("%s/%s/%d", sc.group, sc.name, n)
+				r := results[id]
+				if r == nil {
+					r = &result{sc: sc, callers: n}
+					results[id] = r
+					order = append(order, id)
+				}
+				ops, err := run(ctx, sc, n)
+				if err != nil {
+					fatalf("%s: %v", id, err)
+				}
+				r.opsPerS = append(r.opsPerS, ops)
+				fmt.Fprintf(os.Stderr, "round %d %-40s %10.0f ops/s\n", round+1, id, ops)
+			}
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "group\tscenario\tcallers\tops/s (median)\tvs\tratio\t\n")
+	for _, id := range order {
+		r := results[id]
+		med := median(r.opsPerS)
+		ratio, vs := "", ""
+		if r.sc.base != "" {
+			if b := results[fmt.Sprintf("%s/%s/%d", r.sc.group, r.sc.base, r.callers)]; b != nil {
+				vs = r.sc.base
+				ratio = fmt.Sprintf("%.2fx", med/median(b.opsPerS))
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio)
+	}
+	w.Flush()
+}
+
+// run measures one scenario at n callers for -duration.
+func run(ctx context.Context, sc scenario, n int) (float64, error) {
+	op, cleanup, err := sc.setup(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	var total atomic.Int64
+	var firstErr atomic.Value
+	runCtx, cancel := context.WithTimeout(ctx, *duration)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; runCtx.Err() == nil; i++ {
+				if err := op(runCtx, w, i); err != nil {
+					if runCtx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+						cancel()
+					}
+					return
+				}
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, err
+	}
+	return float64(total.Load()) / time.Since(start).Seconds(), nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func allScenarios() []scenario {
+	var all []scenario
+	all = append(all, blobPostgres()...)
+	all = append(all, blobSQLite()...)
+	return all
+}

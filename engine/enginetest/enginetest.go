@@ -1,0 +1,297 @@
+// Package enginetest is the conformance suite every stead engine must pass.
+//
+// An engine's test calls Run with a Harness that makes engines:
+//
+//	func TestConformance(t *testing.T) {
+//		enginetest.Run(t, enginetest.Harness{
+//			New: func(t *testing.T) engine.Engine { ... },
+//		})
+//	}
+//
+// The suite drives each engine through the portable layer (blob.Store) and,
+// where a rule belongs to the engine, through the engine seam directly. It
+// never names an engine: a capability the engine lacks is a nil Harness
+// field, and the tests for it are skipped. Its metamorphic test replays a
+// seeded random operation sequence against the engine and the in-memory
+// reference engine and compares every result; set -enginetest.seed to
+// replay a failure.
+package enginetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+)
+
+// Harness makes engines for the suite. Optional parts are nil when the
+// engine lacks them; the suite then skips those tests (it never names an
+// engine).
+type Harness struct {
+	// New returns a fresh, migrated, empty engine, closed in t.Cleanup
+	// (Close is idempotent, tests may close it early). Required.
+	New func(t *testing.T) engine.Engine
+	// Virgin returns an engine on a database that was never migrated,
+	// closed in t.Cleanup. nil: the engine has no schema.
+	Virgin func(t *testing.T) engine.Engine
+	// Namespace returns a fresh, migrated, empty engine in the named
+	// namespace (PostgreSQL: the schema), closed in t.Cleanup, or an error
+	// wrapping steaderr.ErrInvalidName if the name is refused. Engines
+	// returned for different names within one test must share one database,
+	// so that the suite's isolation check means something; the suite opens
+	// each name at most once per test. nil: the engine has no namespaces.
+	Namespace func(t *testing.T, name string) (engine.Engine, error)
+}
+
+// Run runs the whole suite against h. Subtests call t.Parallel() where
+// safe; every test gets engines of its own.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("enginetest: Harness.New is nil")
+	}
+	runTests(t, h, areas)
+}
+
+// areas are the suite's parts, one file each.
+var areas = []suiteTest{
+	{"Blob", testBlob},
+	{"Lifecycle", testLifecycle},
+	{"Metamorphic", testMetamorphic},
+}
+
+// suiteTest is one named test of the suite.
+type suiteTest struct {
+	name string
+	run  func(t *testing.T, h Harness)
+}
+
+// runTests runs each test as a parallel subtest of t.
+func runTests(t *testing.T, h Harness, tests []suiteTest) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.run(t, h)
+		})
+	}
+}
+
+// bundle is what most tests start from: a fresh engine, its blob seam and
+// a portable store over it.
+type bundle struct {
+	eng   engine.Engine
+	blobs blob.Engine
+	store *blob.Store
+}
+
+// setup returns a bundle over a fresh engine from h.New with default store
+// options.
+func setup(t *testing.T, h Harness) *bundle {
+	t.Helper()
+	return setupWith(t, h, blob.Options{})
+}
+
+// setupWith returns a bundle over a fresh engine from h.New with opts.
+func setupWith(t *testing.T, h Harness, opts blob.Options) *bundle {
+	t.Helper()
+	return bundleOf(t, newEngine(t, h), opts)
+}
+
+// newEngine returns a fresh engine from h.New, closed when t ends.
+func newEngine(t *testing.T, h Harness) engine.Engine {
+	t.Helper()
+	eng := h.New(t)
+	if eng == nil {
+		t.Fatal("enginetest: Harness.New returned nil")
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	return eng
+}
+
+// bundleOf wraps eng, closing it when t ends.
+func bundleOf(t *testing.T, eng engine.Engine, opts blob.Options) *bundle {
+	t.Helper()
+	t.Cleanup(func() { _ = eng.Close() })
+	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts)}
+}
+
+// testValue returns n pseudo-random bytes determined by label.
+func testValue(label string, n int) []byte {
+	v := make([]byte, n)
+	_, _ = rand.NewChaCha8(sha256.Sum256([]byte("enginetest value: " + label))).Read(v)
+	return v
+}
+
+// absentKey returns a valid key no test ever stores.
+func absentKey(label string) blob.Key {
+	return blob.KeyOf([]byte("enginetest: never stored: " + label))
+}
+
+// keyOfDigest returns the key with digest d.
+func keyOfDigest(t testing.TB, d [sha256.Size]byte) blob.Key {
+	t.Helper()
+	key, err := blob.ParseKey("sha256:" + hex.EncodeToString(d[:]))
+	if err != nil {
+		t.Fatalf("ParseKey of a well-formed digest: %v", err)
+	}
+	return key
+}
+
+// cancelled returns a context that is already cancelled.
+func cancelled(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	return ctx
+}
+
+func mustPut(t *testing.T, s *blob.Store, value []byte) blob.Key {
+	t.Helper()
+	key, err := s.Put(t.Context(), bytes.NewReader(value))
+	if err != nil {
+		t.Fatalf("Put(%d bytes): %v", len(value), err)
+	}
+	if want := blob.KeyOf(value); key != want {
+		t.Fatalf("Put(%d bytes) = %s, want blob.KeyOf(value) = %s", len(value), key, want)
+	}
+	return key
+}
+
+// mustPutN puts n distinct values, the i-th testValue(label+i, i) (so i
+// bytes long, the first empty), and returns their keys in put order.
+func mustPutN(t *testing.T, s *blob.Store, label string, n int) []blob.Key {
+	t.Helper()
+	keys := make([]blob.Key, n)
+	for i := range keys {
+		keys[i] = mustPut(t, s, testValue(fmt.Sprint(label, i), i))
+	}
+	return keys
+}
+
+func mustGet(t *testing.T, s *blob.Store, key blob.Key) []byte {
+	t.Helper()
+	rd, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", key, err)
+	}
+	defer rd.Close()
+	value, err := io.ReadAll(rd)
+	if err != nil {
+		t.Fatalf("Get(%s): reading: %v", key, err)
+	}
+	if int64(len(value)) != rd.Size() {
+		t.Fatalf("Get(%s): read %d bytes, Size() = %d", key, len(value), rd.Size())
+	}
+	return value
+}
+
+// wantValue checks that key reads back as want through the store.
+func wantValue(t *testing.T, s *blob.Store, key blob.Key, want []byte) {
+	t.Helper()
+	if got := mustGet(t, s, key); !bytes.Equal(got, want) {
+		t.Fatalf("Get(%s) = %d bytes %s, want %d bytes %s", key, len(got), blob.KeyOf(got), len(want), blob.KeyOf(want))
+	}
+}
+
+// wantHas checks Has(key) == want.
+func wantHas(t *testing.T, s *blob.Store, key blob.Key, want bool) {
+	t.Helper()
+	got, err := s.Has(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Has(%s): %v", key, err)
+	}
+	if got != want {
+		t.Fatalf("Has(%s) = %v, want %v", key, got, want)
+	}
+}
+
+func mustList(t *testing.T, s *blob.Store, after blob.Key, limit int) []blob.Info {
+	t.Helper()
+	page, err := s.List(t.Context(), after, limit)
+	if err != nil {
+		t.Fatalf("List(after %q, limit %d): %v", after, limit, err)
+	}
+	return page
+}
+
+// mustAll collects All(after) to the end.
+func mustAll(t *testing.T, s *blob.Store, after blob.Key) []blob.Info {
+	t.Helper()
+	var out []blob.Info
+	for info, err := range s.All(t.Context(), after) {
+		if err != nil {
+			t.Fatalf("All(after %q): %v", after, err)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// wantNothingStored checks that the store holds no blob at all.
+func wantNothingStored(t *testing.T, s *blob.Store) {
+	t.Helper()
+	if page := mustList(t, s, blob.Key{}, 10); len(page) != 0 {
+		t.Fatalf("store holds %d blob(s), want none: %v", len(page), page)
+	}
+}
+
+// wantErr checks that err wraps target; what names the call.
+func wantErr(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: error %v, want one wrapping %v", what, err, target)
+	}
+}
+
+// keysOf returns the keys of infos.
+func keysOf(infos []blob.Info) []blob.Key {
+	keys := make([]blob.Key, len(infos))
+	for i, info := range infos {
+		keys[i] = info.Key
+	}
+	return keys
+}
+
+// sortedKeys returns a sorted copy of keys.
+func sortedKeys(keys []blob.Key) []blob.Key {
+	out := append([]blob.Key(nil), keys...)
+	slices.SortFunc(out, blob.Key.Compare)
+	return out
+}
+
+// wantKeys checks that got lists exactly want, in want's order.
+func wantKeys(t *testing.T, what string, got []blob.Info, want []blob.Key) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d blobs %v, want %d %v", what, len(got), keysOf(got), len(want), want)
+	}
+	for i := range want {
+		if got[i].Key != want[i] {
+			t.Fatalf("%s: blob %d is %s, want %s (got %v, want %v)", what, i, got[i].Key, want[i], keysOf(got), want)
+		}
+	}
+}
+
+// wantAscending checks that infos are in strictly ascending key order, by
+// Key.Compare and by the keys' text forms.
+func wantAscending(t *testing.T, what string, infos []blob.Info) {
+	t.Helper()
+	for i := 1; i < len(infos); i++ {
+		prev, cur := infos[i-1].Key, infos[i].Key
+		if prev.Compare(cur) >= 0 {
+			t.Fatalf("%s: blob %d (%s) does not sort after blob %d (%s) by Key.Compare", what, i, cur, i-1, prev)
+		}
+		if prev.String() >= cur.String() {
+			t.Fatalf("%s: blob %d (%s) does not sort after blob %d (%s) as text", what, i, cur, i-1, prev)
+		}
+	}
+}

@@ -1,0 +1,19 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/enginetest"
+	"github.com/steadkit/stead/engine/memory"
+)
+
+func TestConformance(t *testing.T) {
+	enginetest.Run(t, enginetest.Harness{
+		New: func(t *testing.T) engine.Engine {
+			e := memory.New()
+			t.Cleanup(func() { e.Close() })
+			return e
+		},
+	})
+}

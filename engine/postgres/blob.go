@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/steaderr"
+)
+
+const (
+	// maxBatchPuts and maxBatchBytes bound one group commit.
+	maxBatchPuts  = 64
+	maxBatchBytes = 4 << 20
+	// listFetch is how many rows a streaming list fetches per round trip.
+	listFetch = 1000
+)
+
+type blobs struct {
+	e      *Engine
+	commit *committer
+	sql    struct {
+		put, putMany, get, stat, page, declare, del string
+	}
+}
+
+func (b *blobs) init(e *Engine, flushers int) {
+	b.e = e
+	b.commit = newCommitter(flushers, maxBatchPuts, maxBatchBytes, b.flush)
+	t := e.ident + ".blobs"
+	b.sql.put = "INSERT INTO " + t + " (key, size, value) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
+	b.sql.putMany = "INSERT INTO " + t + " (key, size, value) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[]) ON CONFLICT (key) DO NOTHING"
+	b.sql.get = "SELECT value FROM " + t + " WHERE key = $1"
+	b.sql.stat = "SELECT size FROM " + t + " WHERE key = $1"
+	b.sql.page = "SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key LIMIT $2"
+	b.sql.declare = "DECLARE stead_list NO SCROLL CURSOR FOR SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key"
+	b.sql.del = "DELETE FROM " + t + " WHERE key = $1"
+}
+
+func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	return b.commit.put(ctx, key.String(), value)
+}
+
+// flush stores one batch in one statement: one round trip, one commit.
+func (b *blobs) flush(ctx context.Context, batch []*putReq) error {
+	if len(batch) == 1 {
+		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].key, len(batch[0].value), batch[0].value)
+		return interpretError(err)
+	}
+	keys := make([]string, len(batch))
+	sizes := make([]int64, len(batch))
+	values := make([][]byte, len(batch))
+	for i, r := range batch {
+		keys[i], sizes[i], values[i] = r.key, int64(len(r.value)), r.value
+	}
+	_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
+	return interpretError(err)
+}
+
+func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
+	if err := b.e.check(ctx); err != nil {
+		return nil, err
+	}
+	var value []byte
+	err := interpretError(b.e.pool.QueryRow(ctx, b.sql.get, key.String()).Scan(&value))
+	if errors.Is(err, errNoSchema) {
+		return nil, steaderr.ErrNotFound
+	}
+	return value, err
+}
+
+func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
+	if err := b.e.check(ctx); err != nil {
+		return blob.Info{}, err
+	}
+	info := blob.Info{Key: key}
+	err := interpretError(b.e.pool.QueryRow(ctx, b.sql.stat, key.String()).Scan(&info.Size))
+	switch {
+	case errors.Is(err, errNoSchema):
+		return blob.Info{}, steaderr.ErrNotFound
+	case err != nil:
+		return blob.Info{}, err
+	}
+	return info, nil
+}
+
+// List reads a bounded page with one statement. An unbounded listing uses a
+// cursor in a read-only transaction instead: one snapshot, fetched
+// listFetch rows at a time, so memory stays bounded and stopping early costs
+// a rollback rather than draining every remaining row.
+func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	var err error
+	if limit > 0 {
+		var rows pgx.Rows
+		rows, err = b.e.pool.Query(ctx, b.sql.page, after.String(), limit)
+		if err == nil {
+			_, err = yieldRows(rows, yield)
+		}
+	} else {
+		err = b.e.inTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET TRANSACTION READ ONLY"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, b.sql.declare, after.String()); err != nil {
+				return err
+			}
+			fetch := fmt.Sprintf("FETCH %d FROM stead_list", listFetch)
+			for {
+				rows, err := tx.Query(ctx, fetch)
+				if err != nil {
+					return err
+				}
+				n, err := yieldRows(rows, yield)
+				if err != nil || n < listFetch {
+					return err
+				}
+			}
+		})
+	}
+	if err = interpretError(err); errors.Is(err, errNoSchema) {
+		return nil
+	}
+	return err
+}
+
+// yieldRows hands (key, size) rows to yield and reports how many it read.
+// When yield stops, the rest of this result is discarded.
+func yieldRows(rows pgx.Rows, yield func(blob.Info) bool) (int, error) {
+	defer rows.Close()
+	n := 0
+	var text string
+	var info blob.Info
+	for rows.Next() {
+		n++
+		if err := rows.Scan(&text, &info.Size); err != nil {
+			return n, err
+		}
+		key, err := blob.ParseKey(text)
+		if err != nil {
+			return n, fmt.Errorf("stored key: %w", err)
+		}
+		info.Key = key
+		if !yield(info) {
+			return -1, nil
+		}
+	}
+	return n, rows.Err()
+}
+
+func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	tag, err := b.e.pool.Exec(ctx, b.sql.del, key.String())
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return steaderr.ErrNotFound
+	}
+	return nil
+}

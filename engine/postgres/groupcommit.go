@@ -1,0 +1,159 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// committer coalesces concurrent puts into shared statements and commits
+// (group commit). Callers take turns leading: a caller holding one of the
+// slots takes the queued requests, flushes them in one statement, and hands
+// each its outcome; the others wait. A put returns only after the commit
+// that holds it, so each put is as durable as an unbatched one.
+//
+// Cancellation: a request cancelled while queued is withdrawn and never
+// runs. A request cancelled while its batch runs cancels the batch; the
+// batch's other requests are queued again, and the cancelled one reports
+// success only if the commit won the race.
+type committer struct {
+	flush    func(ctx context.Context, batch []*putReq) error
+	slots    chan struct{} // one token per batch in flight
+	maxBatch int           // requests
+	maxBytes int           // values' bytes; a single larger request still runs
+
+	mu    sync.Mutex
+	queue []*putReq
+}
+
+type reqState uint8
+
+const (
+	stateQueued reqState = iota
+	stateTaken
+	stateDone
+)
+
+// putReq is one put waiting for a batch. Fields below mu are guarded by
+// committer.mu.
+type putReq struct {
+	key   string
+	value []byte
+	done  chan error // receives the outcome once; buffered
+
+	state     reqState
+	withdrawn bool               // its caller gave up while it was taken
+	cancel    context.CancelFunc // cancels the batch it was taken into
+}
+
+var reqPool = sync.Pool{New: func() any { return &putReq{done: make(chan error, 1)} }}
+
+func newCommitter(slots, maxBatch, maxBytes int, flush func(context.Context, []*putReq) error) *committer {
+	return &committer{flush: flush, slots: make(chan struct{}, slots), maxBatch: maxBatch, maxBytes: maxBytes}
+}
+
+// put stores value under key through a batch and returns the outcome of the
+// commit that held it.
+func (c *committer) put(ctx context.Context, key string, value []byte) error {
+	r := reqPool.Get().(*putReq)
+	r.key, r.value, r.state, r.withdrawn, r.cancel = key, value, stateQueued, false, nil
+	defer func() {
+		r.key, r.value, r.cancel = "", nil, nil
+		reqPool.Put(r)
+	}()
+
+	c.mu.Lock()
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		state := r.state
+		c.mu.Unlock()
+		var slots chan struct{} // nil, never ready, unless r may still be led
+		if state == stateQueued {
+			slots = c.slots
+		}
+		select {
+		case err := <-r.done:
+			return err
+		case slots <- struct{}{}:
+			c.lead(ctx, r)
+			<-c.slots
+		case <-ctx.Done():
+			return c.withdraw(ctx, r)
+		}
+	}
+}
+
+// withdraw gives up on r after its caller's context ended.
+func (c *committer) withdraw(ctx context.Context, r *putReq) error {
+	c.mu.Lock()
+	switch r.state {
+	case stateQueued:
+		c.queue = slices.DeleteFunc(c.queue, func(q *putReq) bool { return q == r })
+		c.mu.Unlock()
+		return ctx.Err()
+	case stateTaken:
+		r.withdrawn = true
+		if r.cancel != nil {
+			r.cancel()
+		}
+	}
+	c.mu.Unlock()
+	// The batch ends promptly once cancelled; r's buffer is in use until then.
+	if err := <-r.done; err != nil {
+		return ctx.Err()
+	}
+	return nil // the commit won the race with the cancellation
+}
+
+// lead flushes one batch of queued requests on behalf of their callers.
+func (c *committer) lead(ctx context.Context, own *putReq) {
+	c.mu.Lock()
+	n, size := 0, 0
+	for n < len(c.queue) && n < c.maxBatch && (n == 0 || size+len(c.queue[n].value) <= c.maxBytes) {
+		size += len(c.queue[n].value)
+		n++
+	}
+	if n == 0 {
+		c.mu.Unlock()
+		return
+	}
+	batch := slices.Clone(c.queue[:n])
+	c.queue = append(c.queue[:0], c.queue[n:]...)
+	flushCtx := ctx
+	if len(batch) > 1 || batch[0] != own {
+		var cancel context.CancelFunc
+		flushCtx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		for _, r := range batch {
+			r.cancel = cancel
+		}
+	}
+	for _, r := range batch {
+		r.state = stateTaken
+	}
+	c.mu.Unlock()
+
+	err := c.flush(flushCtx, batch)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctx.Err() != nil && own.state == stateTaken {
+		own.withdrawn = true
+	}
+	var retry []*putReq
+	for _, r := range batch {
+		r.cancel = nil
+		if err != nil && flushCtx.Err() != nil && !r.withdrawn {
+			// The batch died of another caller's cancellation, not of
+			// anything wrong with r: queue it again.
+			r.state = stateQueued
+			retry = append(retry, r)
+			continue
+		}
+		r.state = stateDone
+		r.done <- err
+	}
+	c.queue = append(retry, c.queue...)
+}

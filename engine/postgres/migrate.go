@@ -1,0 +1,112 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/steadkit/stead/internal/migrate"
+	"github.com/steadkit/stead/steaderr"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+var migrations, errMigrations = migrate.Load(migrationFiles, "migrations")
+
+// Migrate implements engine.Engine. Each migration runs in its own
+// transaction, together with its schema_version row, under a
+// transaction-level advisory lock that serializes concurrent migrators of
+// the same schema; each re-reads the version under the lock, so a file is
+// never applied twice.
+func (e *Engine) Migrate(ctx context.Context) error {
+	if errMigrations != nil {
+		return errMigrations
+	}
+	// Fast path, without locks or DDL: already current.
+	if current, latest, err := e.SchemaVersion(ctx); err != nil {
+		return err
+	} else if current == latest {
+		return nil
+	}
+	for {
+		done, err := e.migrateOne(ctx)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateOne applies the next pending migration, or reports that none is
+// pending.
+func (e *Engine) migrateOne(ctx context.Context) (done bool, err error) {
+	err = e.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", e.lockKey("migrate")); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+e.ident); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+e.ident+`.schema_version (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		current, err := e.currentVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if err := checkNotNewer(current); err != nil {
+			return err
+		}
+		if current == len(migrations) {
+			done = true
+			return nil
+		}
+		m := migrations[current]
+		// SET LOCAL ends with the transaction: the migration's unqualified
+		// names land in the engine's schema, and no session state leaks.
+		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+e.ident); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO "+e.ident+".schema_version (version, name) VALUES ($1, $2)", m.Version, m.Name)
+		return err
+	})
+	return done, err
+}
+
+// SchemaVersion implements engine.Engine.
+func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	if err := e.check(ctx); err != nil {
+		return 0, 0, err
+	}
+	current, err = e.currentVersion(ctx, e.pool)
+	if errors.Is(err, errNoSchema) {
+		return 0, len(migrations), nil
+	}
+	return current, len(migrations), err
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (e *Engine) currentVersion(ctx context.Context, q querier) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+e.ident+".schema_version").Scan(&v)
+	return v, interpretError(err)
+}
+
+func checkNotNewer(current int) error {
+	if current > len(migrations) {
+		return fmt.Errorf("%w: database schema version %d is newer than this binary (%d): upgrade stead", steaderr.ErrSchema, current, len(migrations))
+	}
+	return nil
+}

@@ -1,0 +1,9 @@
+-- Blobs up to the inline limit, one row each. The key is the text form
+-- ("sha256:" + 64 hex), collated "C" so comparison is bytewise and cheap.
+-- size is stored so Stat never reads the value. Rows are only inserted and
+-- deleted, so fillfactor 90 leaves just a little room per page.
+CREATE TABLE blobs (
+    key   text COLLATE "C" PRIMARY KEY,
+    size  bigint NOT NULL,
+    value bytea NOT NULL
+) WITH (fillfactor = 90);

@@ -1,0 +1,308 @@
+// Package postgres is the PostgreSQL engine: the fleet host, where many
+// processes on many machines share one database. All state lives in one
+// engine-owned schema (default "stead"), created by embedded migrations;
+// every statement is parameterized and names the schema quoted.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/steaderr"
+)
+
+const (
+	// DefaultSchema is the schema the engine owns when Config.Schema is
+	// empty.
+	DefaultSchema = "stead"
+	// DefaultMaxConns is the pool size when the engine builds the pool.
+	DefaultMaxConns = 8
+	// maxIdentLen is PostgreSQL's identifier limit (NAMEDATALEN-1); longer
+	// names would be truncated silently, so they are refused.
+	maxIdentLen = 63
+)
+
+// Config configures the engine. Exactly one of ConnString and Pool is set.
+type Config struct {
+	// ConnString is a postgres:// URL or keyword/value string the engine
+	// builds its own pool from, and closes on Close.
+	ConnString string
+	// Pool is a caller-owned pool; the engine never closes it, and
+	// MaxConns and SynchronousCommit do not apply to it.
+	Pool *pgxpool.Pool
+	// Schema is the schema the engine owns: at most 63 bytes, not starting
+	// with "pg_". Any other name works; it is quoted on every statement.
+	// Defaults to DefaultSchema.
+	Schema string
+	// MaxConns is the size of the engine's pool. Defaults to
+	// DefaultMaxConns.
+	MaxConns int32
+	// SynchronousCommit sets synchronous_commit on every pooled session
+	// ("on", "off", "local", "remote_write", "remote_apply"). Defaults to
+	// the server's setting, normally "on".
+	SynchronousCommit string
+	// PgBouncer makes the engine safe behind PgBouncer's transaction
+	// pooling: statements use the unprepared exec protocol and no session
+	// state is kept. Defaults to false.
+	PgBouncer bool
+}
+
+// The URL parameters stead reads itself; the rest must be ones pgx knows.
+const (
+	paramSchema            = "schema"
+	paramSynchronousCommit = "synchronous_commit"
+	paramPgBouncer         = "pgbouncer"
+)
+
+// pgxParams are the connection parameters passed through to pgx. Anything
+// else would reach the server as a run-time setting, so it is refused.
+var pgxParams = []string{
+	"application_name", "connect_timeout", "dbname", "database", "host", "password",
+	"passfile", "port", "service", "servicefile", "sslcert", "sslkey", "sslmode",
+	"sslnegotiation", "sslpassword", "sslrootcert", "sslsni", "target_session_attrs", "user",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_lifetime_jitter", "pool_max_conn_idle_time", "pool_health_check_period",
+	"statement_cache_capacity", "description_cache_capacity",
+}
+
+var synchronousCommitValues = []string{"on", "off", "local", "remote_write", "remote_apply"}
+
+// ParseURL parses a postgres:// or postgresql:// URL. Besides pgx's
+// connection parameters it reads schema (default "stead"),
+// synchronous_commit and pgbouncer (true/false). An unknown parameter or a
+// bad value is an error wrapping steaderr.ErrInvalidArgument.
+func ParseURL(rawURL string) (Config, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: postgres URL: %v", steaderr.ErrInvalidArgument, err)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return Config{}, fmt.Errorf("%w: postgres URL: scheme %q, want postgres or postgresql", steaderr.ErrInvalidArgument, u.Scheme)
+	}
+	query, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: postgres URL: %v", steaderr.ErrInvalidArgument, err)
+	}
+	var cfg Config
+	for name, values := range query {
+		if len(values) != 1 {
+			return Config{}, fmt.Errorf("%w: postgres URL: parameter %q given %d times", steaderr.ErrInvalidArgument, name, len(values))
+		}
+		v := values[0]
+		switch name {
+		case paramSchema:
+			cfg.Schema = v
+			if err := validateSchema(v); err != nil {
+				return Config{}, err
+			}
+		case paramSynchronousCommit:
+			if !slices.Contains(synchronousCommitValues, v) {
+				return Config{}, fmt.Errorf("%w: postgres URL: synchronous_commit=%q, want one of %v", steaderr.ErrInvalidArgument, v, synchronousCommitValues)
+			}
+			cfg.SynchronousCommit = v
+		case paramPgBouncer:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Config{}, fmt.Errorf("%w: postgres URL: pgbouncer=%q, want true or false", steaderr.ErrInvalidArgument, v)
+			}
+			cfg.PgBouncer = b
+		default:
+			if !slices.Contains(pgxParams, name) {
+				return Config{}, fmt.Errorf("%w: postgres URL: unknown parameter %q", steaderr.ErrInvalidArgument, name)
+			}
+			continue
+		}
+		query.Del(name)
+	}
+	u.RawQuery = query.Encode()
+	cfg.ConnString = u.String()
+	if _, err := pgxpool.ParseConfig(cfg.ConnString); err != nil {
+		return Config{}, fmt.Errorf("%w: postgres URL: %v", steaderr.ErrInvalidArgument, err)
+	}
+	return cfg, nil
+}
+
+// validateSchema refuses schema names PostgreSQL would truncate or reserve.
+func validateSchema(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty schema name", steaderr.ErrInvalidName)
+	case len(name) > maxIdentLen:
+		return fmt.Errorf("%w: schema name is %d bytes, PostgreSQL's limit is %d", steaderr.ErrInvalidName, len(name), maxIdentLen)
+	case !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: schema name %q: invalid UTF-8 or a NUL byte", steaderr.ErrInvalidName, name)
+	case strings.HasPrefix(name, "pg_"):
+		return fmt.Errorf("%w: schema name %q: the pg_ prefix is reserved", steaderr.ErrInvalidName, name)
+	}
+	return nil
+}
+
+// Engine is the PostgreSQL engine.
+type Engine struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	schema   string
+	ident    string // schema, quoted
+	closed   atomic.Bool
+	blobs    blobs
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Open connects (pinging once, so a bad address fails here) and returns the
+// engine. It does not migrate.
+func Open(ctx context.Context, cfg Config) (*Engine, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = DefaultSchema
+	}
+	if err := validateSchema(cfg.Schema); err != nil {
+		return nil, err
+	}
+	e := &Engine{schema: cfg.Schema, ident: pgx.Identifier{cfg.Schema}.Sanitize()}
+	switch {
+	case cfg.Pool != nil && cfg.ConnString != "":
+		return nil, fmt.Errorf("%w: postgres: set ConnString or Pool, not both", steaderr.ErrInvalidArgument)
+	case cfg.Pool != nil:
+		if cfg.MaxConns != 0 || cfg.SynchronousCommit != "" {
+			return nil, fmt.Errorf("%w: postgres: MaxConns and SynchronousCommit do not apply to a caller's pool", steaderr.ErrInvalidArgument)
+		}
+		e.pool = cfg.Pool
+	default:
+		pcfg, err := poolConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if e.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		e.ownsPool = true
+	}
+	if err := e.pool.Ping(ctx); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
+	}
+	e.blobs.init(e, max(1, int(e.pool.Config().MaxConns)/2))
+	return e, nil
+}
+
+func poolConfig(cfg Config) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: postgres: %v", steaderr.ErrInvalidArgument, err)
+	}
+	if !strings.Contains(cfg.ConnString, "pool_max_conns") {
+		pcfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxConns < 0 {
+		return nil, fmt.Errorf("%w: postgres: MaxConns %d", steaderr.ErrInvalidArgument, cfg.MaxConns)
+	} else if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	if cfg.SynchronousCommit != "" {
+		if !slices.Contains(synchronousCommitValues, cfg.SynchronousCommit) {
+			return nil, fmt.Errorf("%w: postgres: synchronous_commit %q", steaderr.ErrInvalidArgument, cfg.SynchronousCommit)
+		}
+		// A startup parameter: applied to every pooled session at no cost
+		// of a round trip.
+		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = cfg.SynchronousCommit
+	}
+	if cfg.PgBouncer {
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	return pcfg, nil
+}
+
+// Pool returns the engine's pool, for callers that need to share it.
+func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
+
+// Schema returns the schema the engine owns.
+func (e *Engine) Schema() string { return e.schema }
+
+// Blobs implements engine.Engine.
+func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// Cluster implements engine.Engine.
+func (e *Engine) Cluster() (bool, string) { return true, "shared PostgreSQL; CAS + lease fencing" }
+
+// Close implements engine.Engine. A caller-owned pool is left open.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	if e.ownsPool {
+		e.pool.Close()
+	}
+	return nil
+}
+
+func (e *Engine) check(ctx context.Context) error {
+	if e.closed.Load() {
+		return steaderr.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// lockKey derives a 64-bit advisory lock key for purpose in this schema, so
+// engines in different schemas of one database never contend.
+func (e *Engine) lockKey(purpose string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("stead:" + purpose + ":" + e.schema))
+	return int64(h.Sum64())
+}
+
+// inTx runs fn in a transaction on one connection held for the
+// transaction's whole life. Whatever happens, including cancellation of ctx,
+// the transaction is rolled back before the connection returns to the pool
+// unless fn succeeded and the commit did.
+func (e *Engine) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return interpretError(err)
+	}
+	return interpretError(tx.Commit(ctx))
+}
+
+// errNoSchema marks the error of a statement that met a database never
+// migrated. Reads answer absent or empty on it; writes return it.
+var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
+
+// interpretError maps driver errors to stead's sentinels, keeping the
+// driver's error in the chain.
+func interpretError(err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, steaderr.ErrNotFound), errors.Is(err, steaderr.ErrClosed), errors.Is(err, steaderr.ErrSchema):
+		return err // already interpreted
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, err)
+	case errors.Is(err, puddle.ErrClosedPool):
+		return fmt.Errorf("%w: %w", steaderr.ErrClosed, err)
+	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"): // undefined_table, invalid_schema_name
+		return fmt.Errorf("%w: %w", errNoSchema, err)
+	}
+	return err
+}

@@ -1,0 +1,131 @@
+// Package cli implements the stead command. Run is the whole program, with
+// its arguments and output streams passed in, so it is tested in process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/steadkit/stead"
+)
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+var commands = map[string]command{
+	"serve":   {"run the HTTP server", serve},
+	"migrate": {"bring the database schema up to date", migrate},
+}
+
+// env is what every command gets: the store URL and the output streams.
+type env struct {
+	db     string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// errUsage marks an error the user fixes by reading the usage.
+var errUsage = errors.New("usage")
+
+// Run runs the stead command line args and returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("stead", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&e.db, "db", envOr("STEAD_DB", stead.DefaultURL), "store URL (env STEAD_DB)")
+	fs.Usage = func() { usage(fs) }
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 || fs.Arg(0) == "help" {
+		usage(fs)
+		return 2
+	}
+	cmd, ok := commands[fs.Arg(0)]
+	if !ok {
+		fmt.Fprintf(stderr, "stead: unknown command %q\n", fs.Arg(0))
+		usage(fs)
+		return 2
+	}
+	if err := cmd.run(ctx, e, fs.Args()[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the flag set printed the usage
+		}
+		fmt.Fprintf(stderr, "stead %s: %v\n", fs.Arg(0), err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func usage(fs *flag.FlagSet) {
+	out := fs.Output()
+	fmt.Fprintln(out, "usage: stead [-db URL] COMMAND [flags]")
+	fmt.Fprintln(out, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(out, "  %-10s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintln(out, "\nglobal flags:")
+	fs.PrintDefaults()
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// newFlags returns a subcommand's flag set, printing errors to e.stderr.
+func (e *env) newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("stead "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	return fs
+}
+
+func (e *env) open(ctx context.Context, opts ...stead.Option) (*stead.Store, error) {
+	return stead.Open(ctx, e.db, opts...)
+}
+
+func migrate(ctx context.Context, e *env, args []string) error {
+	if err := e.newFlags("migrate").Parse(args); err != nil {
+		return err
+	}
+	st, err := e.open(ctx, stead.WithoutMigrate())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	before, _, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	after, _, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if before == after {
+		fmt.Fprintf(e.stdout, "schema is current at version %d\n", after)
+	} else {
+		fmt.Fprintf(e.stdout, "migrated schema from version %d to %d\n", before, after)
+	}
+	return nil
+}
