@@ -21,6 +21,7 @@ import (
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -111,6 +112,12 @@ func openEngine(ctx context.Context, url string) (engine.Engine, error) {
 			return nil, fmt.Errorf("%w: mem:// takes no path or parameters, got %q", steaderr.ErrInvalidArgument, url)
 		}
 		return memory.New(), nil
+	case "sqlite":
+		cfg, err := sqlite.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		return sqlite.Open(ctx, cfg)
 	case "postgres", "postgresql":
 		cfg, err := postgres.ParseURL(url)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/groupcommit"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -21,7 +22,7 @@ const (
 
 type blobs struct {
 	e      *Engine
-	commit *committer
+	commit *groupcommit.Committer
 	sql    struct {
 		put, putMany, get, stat, page, declare, del string
 	}
@@ -29,7 +30,7 @@ type blobs struct {
 
 func (b *blobs) init(e *Engine, flushers int) {
 	b.e = e
-	b.commit = newCommitter(flushers, maxBatchPuts, maxBatchBytes, b.flush)
+	b.commit = groupcommit.New(flushers, maxBatchPuts, maxBatchBytes, b.flush)
 	t := e.ident + ".blobs"
 	b.sql.put = "INSERT INTO " + t + " (key, size, value) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
 	b.sql.putMany = "INSERT INTO " + t + " (key, size, value) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[]) ON CONFLICT (key) DO NOTHING"
@@ -44,20 +45,20 @@ func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	return b.commit.put(ctx, key.String(), value)
+	return b.commit.Put(ctx, key.String(), value)
 }
 
 // flush stores one batch in one statement: one round trip, one commit.
-func (b *blobs) flush(ctx context.Context, batch []*putReq) error {
+func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request) error {
 	if len(batch) == 1 {
-		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].key, len(batch[0].value), batch[0].value)
+		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].Key, len(batch[0].Value), batch[0].Value)
 		return interpretError(err)
 	}
 	keys := make([]string, len(batch))
 	sizes := make([]int64, len(batch))
 	values := make([][]byte, len(batch))
 	for i, r := range batch {
-		keys[i], sizes[i], values[i] = r.key, int64(len(r.value)), r.value
+		keys[i], sizes[i], values[i] = r.Key, int64(len(r.Value)), r.Value
 	}
 	_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
 	return interpretError(err)

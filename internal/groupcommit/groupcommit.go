@@ -1,4 +1,7 @@
-package postgres
+// Package groupcommit coalesces concurrent puts into shared statements and
+// commits. Engines supply the flush; the queueing, leadership and
+// cancellation rules live here, once.
+package groupcommit
 
 import (
 	"context"
@@ -6,7 +9,7 @@ import (
 	"sync"
 )
 
-// committer coalesces concurrent puts into shared statements and commits
+// Committer coalesces concurrent puts into shared statements and commits
 // (group commit). Callers take turns leading: a caller holding one of the
 // slots takes the queued requests, flushes them in one statement, and hands
 // each its outcome; the others wait. A put returns only after the commit
@@ -16,14 +19,14 @@ import (
 // runs. A request cancelled while its batch runs cancels the batch; the
 // batch's other requests are queued again, and the cancelled one reports
 // success only if the commit won the race.
-type committer struct {
-	flush    func(ctx context.Context, batch []*putReq) error
+type Committer struct {
+	flush    func(ctx context.Context, batch []*Request) error
 	slots    chan struct{} // one token per batch in flight
 	maxBatch int           // requests
 	maxBytes int           // values' bytes; a single larger request still runs
 
 	mu    sync.Mutex
-	queue []*putReq
+	queue []*Request
 }
 
 type reqState uint8
@@ -34,31 +37,37 @@ const (
 	stateDone
 )
 
-// putReq is one put waiting for a batch. Fields below mu are guarded by
-// committer.mu.
-type putReq struct {
-	key   string
-	value []byte
-	done  chan error // receives the outcome once; buffered
+// Request is one put waiting for a batch. A flush reads Key and Value and
+// must not keep them after it returns.
+type Request struct {
+	Key   string
+	Value []byte
+
+	done chan error // receives the outcome once; buffered
+	// Guarded by Committer.mu:
 
 	state     reqState
 	withdrawn bool               // its caller gave up while it was taken
 	cancel    context.CancelFunc // cancels the batch it was taken into
 }
 
-var reqPool = sync.Pool{New: func() any { return &putReq{done: make(chan error, 1)} }}
+var reqPool = sync.Pool{New: func() any { return &Request{done: make(chan error, 1)} }}
 
-func newCommitter(slots, maxBatch, maxBytes int, flush func(context.Context, []*putReq) error) *committer {
-	return &committer{flush: flush, slots: make(chan struct{}, slots), maxBatch: maxBatch, maxBytes: maxBytes}
+// New returns a Committer that runs up to slots flushes at once, each of at
+// most maxBatch requests and, unless a single request is larger, maxBytes of
+// values. flush stores a batch in one commit; a batch of one should cost no
+// more than an unbatched put.
+func New(slots, maxBatch, maxBytes int, flush func(ctx context.Context, batch []*Request) error) *Committer {
+	return &Committer{flush: flush, slots: make(chan struct{}, slots), maxBatch: maxBatch, maxBytes: maxBytes}
 }
 
-// put stores value under key through a batch and returns the outcome of the
-// commit that held it.
-func (c *committer) put(ctx context.Context, key string, value []byte) error {
-	r := reqPool.Get().(*putReq)
-	r.key, r.value, r.state, r.withdrawn, r.cancel = key, value, stateQueued, false, nil
+// Put stores value under key through a batch and returns the outcome of
+// the commit that held it. value is not used after Put returns.
+func (c *Committer) Put(ctx context.Context, key string, value []byte) error {
+	r := reqPool.Get().(*Request)
+	r.Key, r.Value, r.state, r.withdrawn, r.cancel = key, value, stateQueued, false, nil
 	defer func() {
-		r.key, r.value, r.cancel = "", nil, nil
+		r.Key, r.Value, r.cancel = "", nil, nil
 		reqPool.Put(r)
 	}()
 
@@ -86,11 +95,11 @@ func (c *committer) put(ctx context.Context, key string, value []byte) error {
 }
 
 // withdraw gives up on r after its caller's context ended.
-func (c *committer) withdraw(ctx context.Context, r *putReq) error {
+func (c *Committer) withdraw(ctx context.Context, r *Request) error {
 	c.mu.Lock()
 	switch r.state {
 	case stateQueued:
-		c.queue = slices.DeleteFunc(c.queue, func(q *putReq) bool { return q == r })
+		c.queue = slices.DeleteFunc(c.queue, func(q *Request) bool { return q == r })
 		c.mu.Unlock()
 		return ctx.Err()
 	case stateTaken:
@@ -108,11 +117,11 @@ func (c *committer) withdraw(ctx context.Context, r *putReq) error {
 }
 
 // lead flushes one batch of queued requests on behalf of their callers.
-func (c *committer) lead(ctx context.Context, own *putReq) {
+func (c *Committer) lead(ctx context.Context, own *Request) {
 	c.mu.Lock()
 	n, size := 0, 0
-	for n < len(c.queue) && n < c.maxBatch && (n == 0 || size+len(c.queue[n].value) <= c.maxBytes) {
-		size += len(c.queue[n].value)
+	for n < len(c.queue) && n < c.maxBatch && (n == 0 || size+len(c.queue[n].Value) <= c.maxBytes) {
+		size += len(c.queue[n].Value)
 		n++
 	}
 	if n == 0 {
@@ -142,7 +151,7 @@ func (c *committer) lead(ctx context.Context, own *putReq) {
 	if ctx.Err() != nil && own.state == stateTaken {
 		own.withdrawn = true
 	}
-	var retry []*putReq
+	var retry []*Request
 	for _, r := range batch {
 		r.cancel = nil
 		if err != nil && flushCtx.Err() != nil && !r.withdrawn {

@@ -1,0 +1,96 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// setup returns a migrated engine and its file's path.
+func setup(t *testing.T) (*Engine, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.db")
+	e, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return e, path
+}
+
+// holdWriteLock takes path's write lock from another connection until the
+// returned function is called.
+func holdWriteLock(t *testing.T, path string) (release func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(t.Context()), "ROLLBACK"); err != nil {
+				t.Error(err)
+			}
+			conn.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func stored(t *testing.T, e *Engine, value string) bool {
+	t.Helper()
+	_, err := e.blobs.Stat(t.Context(), blob.KeyOf([]byte(value)))
+	if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// Puts racing Close either finish or fail with ErrClosed; none hangs.
+func TestPutRacingClose(t *testing.T) {
+	t.Parallel()
+	e, _ := setup(t)
+	var wg sync.WaitGroup
+	running := make(chan struct{})
+	for i := range 16 {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				if i == 0 && j == 10 {
+					close(running)
+				}
+				v := fmt.Appendf(nil, "%d-%d", i, j)
+				if err := e.blobs.Put(t.Context(), blob.KeyOf(v), v); err != nil {
+					if !errors.Is(err, steaderr.ErrClosed) {
+						t.Errorf("Put: %v", err)
+					}
+					return
+				}
+			}
+		})
+	}
+	<-running
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}

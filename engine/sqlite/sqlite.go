@@ -1,0 +1,213 @@
+// Package sqlite is the SQLite engine: the embedded default, one process per
+// database file. It uses modernc.org/sqlite (pure Go) through database/sql,
+// in WAL mode, with one writer connection, whose transactions begin
+// IMMEDIATE, beside a pool of query-only readers. Concurrent puts share
+// commits (group commit).
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Engine is the SQLite engine. It is safe for concurrent use. The zero
+// value is not usable; call Open.
+type Engine struct {
+	closed atomic.Bool
+	// writer has exactly one connection: every write in this process is
+	// serialized on it, and its transactions take the write lock up front.
+	writer *sql.DB
+	// reader is the query-only pool; each read statement sees one snapshot.
+	reader *sql.DB
+	blobs  blobs
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Open opens (creating if needed) the database at cfg.Path. It does not
+// migrate: the caller (stead.New) calls Migrate.
+func Open(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	// An absolute path pins the file: the pools open connections lazily,
+	// and a later change of working directory must not move the database.
+	path, err := filepath.Abs(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	e := &Engine{}
+	busy := "busy_timeout(" + strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10) + ")"
+	synchronous := "synchronous(" + cfg.Synchronous + ")"
+	e.writer, err = sql.Open("sqlite", dsn(path, url.Values{
+		"_pragma": {busy, "journal_mode(WAL)", synchronous, "foreign_keys(1)"},
+		"_txlock": {"immediate"},
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	e.writer.SetMaxOpenConns(1)
+	e.writer.SetMaxIdleConns(1)
+	e.reader, err = sql.Open("sqlite", dsn(path, url.Values{
+		"_pragma": {busy, synchronous, "foreign_keys(1)", "query_only(1)"},
+	}))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, err), e.writer.Close())
+	}
+	e.reader.SetMaxOpenConns(cfg.ReadConns)
+	e.reader.SetMaxIdleConns(cfg.ReadConns)
+	e.blobs.init(e)
+	// The writer connects first: it turns the file into a WAL database
+	// before any reader opens it, and fails fast on a file that is no
+	// database.
+	if err := e.writer.PingContext(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, interpretError(ctx, err)), e.close())
+	}
+	return e, nil
+}
+
+// dsn returns the modernc.org/sqlite data source name for path with the
+// driver parameters q. The path goes in a file: URI, where '%', '?' and '#'
+// must be escaped.
+func dsn(path string, q url.Values) string {
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a Windows drive letter: file:/C:/dir/s.db
+	}
+	p = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
+	return "file:" + p + "?" + q.Encode()
+}
+
+// Blobs implements engine.Engine.
+func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// Cluster implements engine.Engine.
+func (e *Engine) Cluster() (bool, string) { return false, "single-node file" }
+
+// Close implements engine.Engine. It waits for running statements, and
+// puts already queued for a commit, to finish.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	if err := e.close(); err != nil {
+		return fmt.Errorf("sqlite: close: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) close() error {
+	errs := []error{e.blobs.close()}
+	// The writer closes last: the last connection to close checkpoints the
+	// WAL into the database file.
+	if e.reader != nil {
+		errs = append(errs, e.reader.Close())
+	}
+	errs = append(errs, e.writer.Close())
+	return errors.Join(errs...)
+}
+
+// check returns the error an operation must fail with before it starts.
+func (e *Engine) check(ctx context.Context) error {
+	if e.closed.Load() {
+		return steaderr.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// errNoSchema marks a statement that met a missing table: the database was
+// never migrated. Reads turn it into absent or empty answers.
+var errNoSchema = errors.New("schema not initialized: run stead migrate")
+
+// interpretError maps a database/sql or driver error to stead's sentinels,
+// keeping the original in the chain (errors.As reaches *sqlite.Error):
+// sql.ErrNoRows is steaderr.ErrNotFound, a missing table is
+// steaderr.ErrSchema (and errNoSchema), a closed database is
+// steaderr.ErrClosed, and a statement interrupted because ctx ended is ctx's
+// error.
+func interpretError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var sqliteErr *sqlite.Error
+	isSQLite := errors.As(err, &sqliteErr)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case isSQLite && sqliteErr.Code()&0xff == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	case isSQLite && sqliteErr.Code()&0xff == sqlite3.SQLITE_ERROR && strings.Contains(sqliteErr.Error(), "no such table"):
+		return fmt.Errorf("%w: %w (%w)", steaderr.ErrSchema, errNoSchema, err)
+	case isClosed(err):
+		return fmt.Errorf("%w: %w", steaderr.ErrClosed, err)
+	}
+	return fmt.Errorf("sqlite: %w", err)
+}
+
+// isClosed reports whether err is database/sql's answer for a closed
+// database or statement; it has no exported sentinel.
+func isClosed(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "sql: database is closed") || strings.Contains(msg, "sql: statement is closed")
+}
+
+// stmt is a statement prepared on first use and kept for the engine's life.
+// It cannot be prepared at Open: on a database never migrated its table
+// does not exist yet.
+type stmt struct {
+	db    *sql.DB
+	query string
+	mu    sync.Mutex
+	p     atomic.Pointer[sql.Stmt]
+}
+
+func (s *stmt) get(ctx context.Context) (*sql.Stmt, error) {
+	if p := s.p.Load(); p != nil {
+		return p, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.p.Load(); p != nil {
+		return p, nil
+	}
+	p, err := s.db.PrepareContext(ctx, s.query)
+	if err != nil {
+		return nil, err
+	}
+	s.p.Store(p)
+	return p, nil
+}
+
+func (s *stmt) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.p.Swap(nil); p != nil {
+		return p.Close()
+	}
+	return nil
+}

@@ -1,0 +1,302 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeStore records the batches a Committer flushes. Its flush blocks while
+// gate is held, and fails batches holding a key in failKeys.
+type fakeStore struct {
+	mu      sync.Mutex
+	batches [][]string
+	stored  map[string]bool
+	gate    sync.RWMutex
+	entered chan string // the first key of each batch, as its flush starts
+	fail    error
+	// waitCancel makes a flush of a batch holding this key wait for its
+	// context to end.
+	waitCancel string
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{stored: map[string]bool{}, entered: make(chan string, 1024)}
+}
+
+func (f *fakeStore) flush(ctx context.Context, batch []*Request) error {
+	keys := make([]string, len(batch))
+	for i, r := range batch {
+		keys[i] = r.Key
+	}
+	f.entered <- keys[0]
+	f.gate.RLock()
+	defer f.gate.RUnlock()
+	if f.waitCancel != "" && slices.Contains(keys, f.waitCancel) {
+		<-ctx.Done()
+		return fmt.Errorf("flush: %w", ctx.Err())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.batches = append(f.batches, keys)
+	if f.fail != nil {
+		return f.fail
+	}
+	for _, k := range keys {
+		f.stored[k] = true
+	}
+	return nil
+}
+
+func (f *fakeStore) batchSizes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var sizes []int
+	for _, b := range f.batches {
+		sizes = append(sizes, len(b))
+	}
+	return sizes
+}
+
+// putAsync starts a put and returns its outcome channel.
+func putAsync(ctx context.Context, c *Committer, key string) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- c.Put(ctx, key, []byte(key)) }()
+	return done
+}
+
+// waitQueued waits until n requests are queued behind the running flush.
+func waitQueued(t *testing.T, c *Committer, n int) {
+	t.Helper()
+	for {
+		c.mu.Lock()
+		queued := len(c.queue)
+		c.mu.Unlock()
+		if queued >= n {
+			return
+		}
+		time.Sleep(time.Millisecond) // polling for a state, not for time to pass
+	}
+}
+
+func TestLonePut(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore()
+	c := New(2, 8, 1<<20, f.flush)
+	if err := c.Put(t.Context(), "a", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.batchSizes(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("batches = %v, want [1]", got)
+	}
+}
+
+// Puts queued while the only slot is busy share the next flush.
+func TestQueuedPutsShareABatch(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore()
+	c := New(1, 64, 1<<20, f.flush)
+	f.gate.Lock()
+	first := putAsync(t.Context(), c, "first")
+	<-f.entered
+	var rest []<-chan error
+	for i := range 10 {
+		rest = append(rest, putAsync(t.Context(), c, fmt.Sprint(i)))
+	}
+	waitQueued(t, c, 10)
+	f.gate.Unlock()
+	for _, done := range append(rest, first) {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.batchSizes(); !slices.Equal(got, []int{1, 10}) {
+		t.Fatalf("batches = %v, want [1 10]", got)
+	}
+}
+
+func TestBatchBounds(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name               string
+		maxBatch, maxBytes int
+		want               []int
+	}{
+		{"count", 4, 1 << 20, []int{1, 4, 4, 2}},
+		{"bytes", 64, 3, []int{1, 3, 3, 3, 1}}, // one-byte values
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeStore()
+			c := New(1, tt.maxBatch, tt.maxBytes, f.flush)
+			f.gate.Lock()
+			var all []<-chan error
+			all = append(all, putAsync(t.Context(), c, "x"))
+			<-f.entered
+			for i := range 10 {
+				all = append(all, putAsync(t.Context(), c, fmt.Sprint(i)))
+			}
+			waitQueued(t, c, 10)
+			f.gate.Unlock()
+			for _, done := range all {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := f.batchSizes(); !slices.Equal(got, tt.want) {
+				t.Fatalf("batches = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A put cancelled while queued returns its context's error and is never
+// flushed.
+func TestCancelWhileQueued(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore()
+	c := New(1, 64, 1<<20, f.flush)
+	f.gate.Lock()
+	first := putAsync(t.Context(), c, "first")
+	<-f.entered
+	ctx, cancel := context.WithCancel(t.Context())
+	victim := putAsync(ctx, c, "victim")
+	waitQueued(t, c, 1)
+	cancel()
+	if err := <-victim; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled put = %v, want context.Canceled", err)
+	}
+	f.gate.Unlock()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if f.stored["victim"] {
+		t.Fatal("a put cancelled while queued was flushed")
+	}
+}
+
+// A put cancelled while its batch runs cancels the batch; the batch's other
+// puts are queued again and succeed.
+func TestCancelInFlight(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore()
+	f.waitCancel = "victim"
+	c := New(1, 64, 1<<20, f.flush)
+	f.gate.Lock()
+	first := putAsync(t.Context(), c, "first")
+	<-f.entered
+	ctx, cancel := context.WithCancel(t.Context())
+	victim := putAsync(ctx, c, "victim")
+	waitQueued(t, c, 1)
+	others := []<-chan error{putAsync(t.Context(), c, "a"), putAsync(t.Context(), c, "b")}
+	waitQueued(t, c, 3)
+	f.gate.Unlock()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	<-f.entered // the batch holding the victim is flushing
+	cancel()
+	if err := <-victim; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled in-flight put = %v, want context.Canceled", err)
+	}
+	for _, done := range others {
+		if err := <-done; err != nil {
+			t.Fatalf("a put sharing a cancelled batch failed: %v", err)
+		}
+	}
+	if !f.stored["a"] || !f.stored["b"] || f.stored["victim"] {
+		t.Fatalf("stored = %v, want a and b only", f.stored)
+	}
+}
+
+// A commit that wins the race with its caller's cancellation is reported as
+// a success.
+func TestCommitWinsRace(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore()
+	c := New(1, 64, 1<<20, f.flush)
+	f.gate.Lock()
+	first := putAsync(t.Context(), c, "first")
+	<-f.entered
+	ctx, cancel := context.WithCancel(t.Context())
+	late := putAsync(ctx, c, "late")
+	waitQueued(t, c, 1)
+	f.gate.Unlock()
+	<-first
+	<-f.entered // "late" is being flushed; the fake ignores cancellation
+	cancel()
+	if err := <-late; err != nil || !f.stored["late"] {
+		t.Fatalf("late put = %v, stored %v: want a success, as the commit won", err, f.stored["late"])
+	}
+}
+
+func TestFlushErrorReachesEveryCaller(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore()
+	f.fail = errors.New("disk full")
+	c := New(1, 64, 1<<20, f.flush)
+	f.gate.Lock()
+	all := []<-chan error{putAsync(t.Context(), c, "first")}
+	<-f.entered
+	all = append(all, putAsync(t.Context(), c, "a"), putAsync(t.Context(), c, "b"))
+	waitQueued(t, c, 2)
+	f.gate.Unlock()
+	for _, done := range all {
+		if err := <-done; !errors.Is(err, f.fail) {
+			t.Fatalf("put = %v, want %v", err, f.fail)
+		}
+	}
+}
+
+// TestStress races puts with random cancellations against a model: a put
+// that returned nil was stored by a successful flush; one that failed was
+// cancelled.
+func TestStress(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore()
+	f.entered = make(chan string, 1<<16)
+	c := New(3, 8, 1<<20, func(ctx context.Context, batch []*Request) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(rand.IntN(200)) * time.Microsecond):
+		}
+		return f.flush(ctx, batch)
+	})
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range 100 {
+				key := fmt.Sprintf("%d-%d", w, i)
+				ctx, cancel := context.WithCancel(t.Context())
+				if rand.IntN(4) == 0 {
+					time.AfterFunc(time.Duration(rand.IntN(300))*time.Microsecond, cancel)
+				}
+				err := c.Put(ctx, key, []byte(key))
+				switch {
+				case err == nil:
+					f.mu.Lock()
+					ok := f.stored[key]
+					f.mu.Unlock()
+					if !ok {
+						t.Errorf("put %s returned nil but was not stored", key)
+					}
+				case ctx.Err() == nil:
+					t.Errorf("put %s failed without being cancelled: %v", key, err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queue) != 0 {
+		t.Fatalf("%d requests left queued", len(c.queue))
+	}
+}

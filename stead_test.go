@@ -1,0 +1,180 @@
+package stead_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestOpenURLs changes the working directory, so it does not run in
+// parallel.
+func TestOpenURLs(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	t.Chdir(dir) // relative sqlite paths land in the temp dir
+	pg := pgtest.New(t)
+	tests := []struct {
+		name, url string
+		err       error
+		shared    bool
+	}{
+		{"memory", "mem://", nil, false},
+		{"sqlite relative", "sqlite://./data/rel.db", nil, false},
+		{"sqlite relative bare", "sqlite://data/bare.db", nil, false},
+		{"sqlite absolute", "sqlite://" + filepath.Join(dir, "abs", "s.db"), nil, false},
+		{"postgres", pg.StoreURL(), nil, true},
+		{"postgresql scheme", strings.Replace(pg.StoreURL(), "postgres://", "postgresql://", 1), nil, true},
+		{"memory with path", "mem://x", stead.ErrInvalidArgument, false},
+		{"unknown scheme", "mysql://u@h/db", stead.ErrInvalidArgument, false},
+		{"no scheme", "./stead.db", stead.ErrInvalidArgument, false},
+		{"empty", "", stead.ErrInvalidArgument, false},
+		{"sqlite unknown param", "sqlite://./x.db?cache=shared", stead.ErrInvalidArgument, false},
+		{"postgres unknown param", pg.URL + "&search_path=x", stead.ErrInvalidArgument, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := stead.Open(ctx, tt.url)
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("Open(%q) = %v, want %v", tt.url, err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open(%q) = %v", tt.url, err)
+			}
+			defer st.Close()
+			if shared, reason := st.Cluster(); shared != tt.shared || reason == "" {
+				t.Fatalf("Cluster() = %v, %q; want shared=%v", shared, reason, tt.shared)
+			}
+			if _, err := st.Blobs.Put(ctx, strings.NewReader("x")); err != nil {
+				t.Fatalf("Put: %v", err)
+			}
+		})
+	}
+	for _, p := range []string{"data/rel.db", "data/bare.db", "abs/s.db"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("database file %s: %v", p, err)
+		}
+	}
+}
+
+func TestInstanceID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, err := stead.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := stead.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.InstanceID() == "" || a.InstanceID() == b.InstanceID() {
+		t.Fatalf("instance ids %q and %q: want distinct and non-empty", a.InstanceID(), b.InstanceID())
+	}
+	c, err := stead.Open(ctx, "mem://", stead.WithInstanceID("node-1"))
+	if err != nil || c.InstanceID() != "node-1" {
+		t.Fatalf("WithInstanceID: %v, %v", c, err)
+	}
+	c.Close()
+	for _, bad := range []string{"", "a\nb", strings.Repeat("x", 256)} {
+		if bad == "" {
+			continue // the empty option means "random"
+		}
+		if _, err := stead.Open(ctx, "mem://", stead.WithInstanceID(bad)); !errors.Is(err, stead.ErrInvalidName) {
+			t.Errorf("WithInstanceID(%q) = %v, want ErrInvalidName", bad, err)
+		}
+	}
+	if _, err := stead.Open(ctx, "mem://", stead.WithMaxBlobSize(-1)); !errors.Is(err, stead.ErrInvalidArgument) {
+		t.Errorf("WithMaxBlobSize(-1) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestWithoutMigrate opens a never-migrated SQLite file: reads answer
+// absent, writes name `stead migrate`, and Migrate fixes it.
+func TestWithoutMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	st, err := stead.Open(ctx, url, stead.WithoutMigrate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if current, latest, err := st.SchemaVersion(ctx); err != nil || current != 0 || latest < 1 {
+		t.Fatalf("SchemaVersion = %d, %d, %v; want 0, >=1", current, latest, err)
+	}
+	if has, err := st.Blobs.Has(ctx, blob.KeyOf(nil)); err != nil || has {
+		t.Fatalf("Has on a virgin store = %v, %v", has, err)
+	}
+	_, err = st.Blobs.Put(ctx, strings.NewReader("x"))
+	if !errors.Is(err, stead.ErrSchema) || !strings.Contains(err.Error(), "stead migrate") {
+		t.Fatalf("Put on a virgin store = %v, want ErrSchema naming stead migrate", err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Blobs.Put(ctx, strings.NewReader("x")); err != nil {
+		t.Fatalf("Put after Migrate: %v", err)
+	}
+}
+
+// TestNewerSchema refuses a database migrated by a newer binary, with or
+// without WithoutMigrate.
+func TestNewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	st, err := stead.Open(ctx, "sqlite://"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, latest, _ := st.SchemaVersion(ctx)
+	st.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO schema_version (version, name) VALUES (?, 'future')", latest+1); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	for _, opts := range [][]stead.Option{nil, {stead.WithoutMigrate()}} {
+		if _, err := stead.Open(ctx, "sqlite://"+path, opts...); !errors.Is(err, stead.ErrSchema) {
+			t.Errorf("Open(%d options) on a newer database = %v, want ErrSchema", len(opts), err)
+		}
+	}
+}
+
+func TestClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := stead.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	if _, err := st.Blobs.Put(ctx, strings.NewReader("x")); !errors.Is(err, stead.ErrClosed) {
+		t.Fatalf("Put after Close = %v, want ErrClosed", err)
+	}
+}
