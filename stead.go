@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
@@ -63,6 +64,7 @@ type Option func(*config)
 type config struct {
 	instanceID string
 	migrate    bool
+	now        func() time.Time
 	blobs      blob.Options
 }
 
@@ -75,6 +77,11 @@ func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = 
 // `stead migrate` (or Store.Migrate) instead. On a database never migrated,
 // reads then answer absent or empty and writes fail with ErrSchema.
 func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
+
+// WithClock replaces the clock that lock and record leases are measured
+// against; tests use it to move time without sleeping. Defaults to nil: the
+// database's clock (now()) on PostgreSQL, time.Now elsewhere.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // WithMaxBlobSize sets the largest blob Put accepts, in bytes. Defaults to
 // blob.DefaultMaxSize (4 GiB).
