@@ -7,6 +7,7 @@
 //	if err != nil { ... }
 //	defer st.Close()
 //	key, err := st.Blobs.Put(ctx, strings.NewReader("hello"))
+//	lk, ok, err := st.Locks.TryLock(ctx, "reindex", owner, 30*time.Second)
 package stead
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -40,6 +42,7 @@ var (
 	ErrUnknownGroup    = steaderr.ErrUnknownGroup
 	ErrWrongGroup      = steaderr.ErrWrongGroup
 	ErrLeased          = steaderr.ErrLeased
+	ErrLost            = steaderr.ErrLost
 	ErrClosed          = steaderr.ErrClosed
 	ErrSchema          = steaderr.ErrSchema
 )
@@ -53,6 +56,8 @@ const DefaultURL = "sqlite://./stead-data/stead.db"
 type Store struct {
 	// Blobs is the content-addressed blob store.
 	Blobs *blob.Store
+	// Locks is the named-lock store: TTL leases with fencing tokens.
+	Locks *lock.Store
 
 	eng        engine.Engine
 	instanceID string
@@ -160,6 +165,7 @@ func New(ctx context.Context, eng engine.Engine, opts ...Option) (*Store, error)
 	}
 	return &Store{
 		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
+		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
 		eng:        eng,
 		instanceID: cfg.instanceID,
 	}, nil

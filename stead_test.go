@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -176,5 +177,34 @@ func TestClosed(t *testing.T) {
 	}
 	if _, err := st.Blobs.Put(ctx, strings.NewReader("x")); !errors.Is(err, stead.ErrClosed) {
 		t.Fatalf("Put after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestWithClock checks that WithClock is the clock lock leases are
+// measured against, on every engine.
+func TestWithClock(t *testing.T) {
+	t.Parallel()
+	urls := map[string]string{
+		"memory":   "mem://",
+		"sqlite":   "sqlite://" + filepath.Join(t.TempDir(), "s.db"),
+		"postgres": pgtest.New(t).StoreURL(),
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			now := time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)
+			st, err := stead.Open(t.Context(), url, stead.WithClock(func() time.Time { return now }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			lk, ok, err := st.Locks.TryLock(t.Context(), "job", "alice", time.Minute)
+			if err != nil || !ok {
+				t.Fatalf("TryLock = %v, %v", ok, err)
+			}
+			if want := now.Add(time.Minute); !lk.Expiry().Equal(want) {
+				t.Fatalf("Expiry = %v, want the injected clock's %v", lk.Expiry(), want)
+			}
+		})
 	}
 }

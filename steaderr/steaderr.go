@@ -35,6 +35,9 @@ var (
 	ErrWrongGroup = errors.New("stead: wrong group")
 	// ErrLeased: another owner holds a live lease.
 	ErrLeased = errors.New("stead: leased by another owner")
+	// ErrLost: a held lease (a lock kept by Hold) lapsed, or was taken or
+	// released by someone else, before its holder released it.
+	ErrLost = errors.New("stead: lease lost")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("stead: closed")
 	// ErrSchema: the database schema is missing, or newer than this binary.

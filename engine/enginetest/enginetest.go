@@ -8,7 +8,8 @@
 //		})
 //	}
 //
-// The suite drives each engine through the portable layer (blob.Store) and,
+// The suite drives each engine through the portable layers (blob.Store,
+// lock.Store) and,
 // where a rule belongs to the engine, through the engine seam directly. It
 // never names an engine: a capability the engine lacks is a nil Harness
 // field, and the tests for it are skipped. Its metamorphic test replays a
@@ -31,6 +32,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/lock"
 )
 
 // Harness makes engines for the suite. Optional parts are nil when the
@@ -66,6 +68,7 @@ func Run(t *testing.T, h Harness) {
 var areas = []suiteTest{
 	{"Blob", testBlob},
 	{"Lifecycle", testLifecycle},
+	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
 }
 
@@ -87,11 +90,12 @@ func runTests(t *testing.T, h Harness, tests []suiteTest) {
 }
 
 // bundle is what most tests start from: a fresh engine, its blob seam and
-// a portable store over it.
+// portable stores over it (locks on the engine's clock).
 type bundle struct {
 	eng   engine.Engine
 	blobs blob.Engine
 	store *blob.Store
+	locks *lock.Store
 }
 
 // setup returns a bundle over a fresh engine from h.New with default store
@@ -122,7 +126,7 @@ func newEngine(t *testing.T, h Harness) engine.Engine {
 func bundleOf(t *testing.T, eng engine.Engine, opts blob.Options) *bundle {
 	t.Helper()
 	t.Cleanup(func() { _ = eng.Close() })
-	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts)}
+	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{})}
 }
 
 // testValue returns n pseudo-random bytes determined by label.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
@@ -119,6 +120,13 @@ func lifecycleCloseDuringOps(t *testing.T, h Harness) {
 		func(ctx context.Context, _, _ int) error { _, err := b.store.Get(ctx, key); return err },
 		func(ctx context.Context, _, _ int) error { _, err := b.store.Stat(ctx, key); return err },
 		func(ctx context.Context, _, _ int) error { _, err := b.store.List(ctx, blob.Key{}, 5); return err },
+		func(ctx context.Context, w, _ int) error {
+			lk, ok, err := b.locks.TryLock(ctx, fmt.Sprint("close during ops ", w), "owner", time.Minute)
+			if ok {
+				_, err = lk.Release(ctx)
+			}
+			return err
+		},
 	}
 
 	var closed atomic.Bool
@@ -409,6 +417,9 @@ func lifecycleNamespaces(t *testing.T, h Harness) {
 				t.Fatalf("Delete in namespace %q: %v", tc.name, err)
 			}
 			wantNothingStored(t, b.store)
+			lk := mustTryLock(t, b.locks, "namespace "+tc.label, tc.name, time.Minute)
+			wantGrant(t, lk, 1, lk.Expiry())
+			wantReleased(t, lk, true)
 		})
 	}
 	// Every accepted name, open at once in one test: a blob put in one is
@@ -430,6 +441,10 @@ func lifecycleNamespaces(t *testing.T, h Harness) {
 			}
 			key := mustPut(t, b.store, testValue("isolated "+tc.label, 50))
 			opened = append(opened, open{tc.name, b, key})
+			// The same lock name is a lock of its own in each namespace.
+			if lk := mustTryLock(t, b.locks, "isolated", tc.label, time.Minute); lk.Token() != 1 {
+				t.Fatalf("first grant in namespace %q has token %d, want 1", tc.name, lk.Token())
+			}
 		}
 		if len(opened) < 2 {
 			t.Fatalf("only %d namespaces accepted, want at least 2", len(opened))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -17,6 +18,7 @@ import (
 type Engine struct {
 	closed atomic.Bool
 	blobs  blobs
+	locks  locks
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -26,11 +28,16 @@ func New() *Engine {
 	e := &Engine{}
 	e.blobs.e = e
 	e.blobs.values = make(map[blob.Key][]byte)
+	e.locks.e = e
+	e.locks.rows = make(map[string]*lockRow)
 	return e
 }
 
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// Locks implements engine.Engine.
+func (e *Engine) Locks() lock.Engine { return &e.locks }
 
 // Migrate implements engine.Engine; there is no schema to migrate.
 func (e *Engine) Migrate(ctx context.Context) error { return e.check(ctx) }
@@ -51,6 +58,9 @@ func (e *Engine) Close() error {
 	e.blobs.mu.Lock()
 	e.blobs.values = nil
 	e.blobs.mu.Unlock()
+	e.locks.mu.Lock()
+	e.locks.rows = nil
+	e.locks.mu.Unlock()
 	return nil
 }
 

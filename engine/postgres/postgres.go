@@ -23,6 +23,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -160,6 +161,7 @@ type Engine struct {
 	ident    string // schema, quoted
 	closed   atomic.Bool
 	blobs    blobs
+	locks    locks
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -197,6 +199,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
 	e.blobs.init(e, max(1, int(e.pool.Config().MaxConns)/2))
+	e.locks.init(e, !cfg.PgBouncer)
 	return e, nil
 }
 
@@ -236,6 +239,9 @@ func (e *Engine) Schema() string { return e.schema }
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
 
+// Locks implements engine.Engine.
+func (e *Engine) Locks() lock.Engine { return &e.locks }
+
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return true, "shared PostgreSQL; CAS + lease fencing" }
 
@@ -244,6 +250,7 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	e.locks.close()
 	if e.ownsPool {
 		e.pool.Close()
 	}

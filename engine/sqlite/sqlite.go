@@ -23,6 +23,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -36,6 +37,7 @@ type Engine struct {
 	// reader is the query-only pool; each read statement sees one snapshot.
 	reader *sql.DB
 	blobs  blobs
+	locks  locks
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -80,6 +82,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.reader.SetMaxOpenConns(cfg.ReadConns)
 	e.reader.SetMaxIdleConns(cfg.ReadConns)
 	e.blobs.init(e)
+	e.locks.init(e)
 	// The writer connects first: it turns the file into a WAL database
 	// before any reader opens it, and fails fast on a file that is no
 	// database.
@@ -104,6 +107,9 @@ func dsn(path string, q url.Values) string {
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
 
+// Locks implements engine.Engine.
+func (e *Engine) Locks() lock.Engine { return &e.locks }
+
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return false, "single-node file" }
 
@@ -120,7 +126,7 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) close() error {
-	errs := []error{e.blobs.close()}
+	errs := []error{e.blobs.close(), e.locks.close()}
 	// The writer closes last: the last connection to close checkpoints the
 	// WAL into the database file.
 	if e.reader != nil {

@@ -1,0 +1,816 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// testLock covers the named-lock rules through the portable lock.Store and
+// the engine seam. Leases are measured against a fake clock the tests move,
+// so no test sleeps for a lease to lapse; Hold's renewal cadence is real
+// time, a third of holdTTL.
+func testLock(t *testing.T, h Harness) {
+	runTests(t, h, []suiteTest{
+		{"Exclusion", lockExclusion},
+		{"Expiry", lockExpiry},
+		{"Release", lockRelease},
+		{"ReleaseAfterLapse", lockReleaseAfterLapse},
+		{"SameOwner", lockSameOwner},
+		{"Renew", lockRenew},
+		{"StaleHandle", lockStaleHandle},
+		{"Tokens", lockTokens},
+		{"Names", lockNames},
+		{"Validation", lockValidation},
+		{"Closed", lockClosed},
+		{"Cancelled", lockCancelled},
+		{"Virgin", lockVirgin},
+		{"Seam", lockSeam},
+		{"Concurrent", lockConcurrent},
+		{"WaitForRelease", lockWaitForRelease},
+		{"WaitForExpiry", lockWaitForExpiry},
+		{"WaitCancelled", lockWaitCancelled},
+		{"Hold", lockHold},
+		{"HoldLostOnExpiry", lockHoldLostOnExpiry},
+		{"HoldLostOnSteal", lockHoldLostOnSteal},
+		{"HoldLateRenewal", lockHoldLateRenewal},
+		{"Metamorphic", lockMetamorphic},
+	})
+}
+
+const (
+	// ttl is the lease of most tests, on the fake clock.
+	ttl = time.Minute
+	// holdTTL is the lease of Hold tests: short, since Hold renews every
+	// third of it in real time.
+	holdTTL = 90 * time.Millisecond
+	// waitTimeout bounds every wait for something that must happen.
+	waitTimeout = 20 * time.Second
+)
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// spyLocks wraps a lock.Engine, counting acquire attempts and running
+// afterRenew (if set before use) after each successful renewal.
+type spyLocks struct {
+	lock.Engine
+	acquires   atomic.Int64
+	afterRenew func()
+}
+
+func (s *spyLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	s.acquires.Add(1)
+	return s.Engine.Acquire(ctx, p)
+}
+
+func (s *spyLocks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {
+	expiry, ok, err := s.Engine.Renew(ctx, p)
+	if ok && s.afterRenew != nil {
+		s.afterRenew()
+	}
+	return expiry, ok, err
+}
+
+// lockBundle is what lock tests start from: a fresh engine, its lock seam
+// behind a spy, a fake clock and a store measuring leases against it.
+type lockBundle struct {
+	eng   engine.Engine
+	spy   *spyLocks
+	clock *fakeClock
+	store *lock.Store
+}
+
+func setupLocks(t *testing.T, h Harness) *lockBundle {
+	t.Helper()
+	return lockBundleOf(newEngine(t, h))
+}
+
+func lockBundleOf(eng engine.Engine) *lockBundle {
+	b := &lockBundle{eng: eng, spy: &spyLocks{Engine: eng.Locks()}, clock: newFakeClock()}
+	b.store = lock.NewStore(b.spy, lock.Options{Now: b.clock.Now})
+	return b
+}
+
+func mustTryLock(t *testing.T, s *lock.Store, name, owner string, ttl time.Duration) *lock.Lock {
+	t.Helper()
+	lk, ok, err := s.TryLock(t.Context(), name, owner, ttl)
+	if err != nil || !ok || lk == nil {
+		t.Fatalf("TryLock(%q, %q) = %v, %v, %v; want a grant", name, owner, lk, ok, err)
+	}
+	if lk.Name() != name || lk.Owner() != owner {
+		t.Fatalf("TryLock(%q, %q) granted %q to %q", name, owner, lk.Name(), lk.Owner())
+	}
+	return lk
+}
+
+// wantBusy checks that TryLock refuses name to owner, as contention.
+func wantBusy(t *testing.T, s *lock.Store, name, owner string) {
+	t.Helper()
+	lk, ok, err := s.TryLock(t.Context(), name, owner, ttl)
+	if err != nil || ok || lk != nil {
+		t.Fatalf("TryLock(%q, %q) of a held lock = %v, %v, %v; want nil, false, nil", name, owner, lk, ok, err)
+	}
+}
+
+// wantGrant checks a handle's token and expiry.
+func wantGrant(t *testing.T, lk *lock.Lock, token int64, expiry time.Time) {
+	t.Helper()
+	if lk.Token() != token || !lk.Expiry().Equal(expiry) {
+		t.Fatalf("grant of %q to %q: token %d, expiry %v; want token %d, expiry %v", lk.Name(), lk.Owner(), lk.Token(), lk.Expiry(), token, expiry)
+	}
+	if g := lk.Grant(); g.Name != lk.Name() || g.Owner != lk.Owner() || g.Token != token || !g.Expiry.Equal(expiry) {
+		t.Fatalf("Grant() = %+v, want the handle's name, owner, token %d and expiry %v", g, token, expiry)
+	}
+}
+
+func wantReleased(t *testing.T, lk *lock.Lock, want bool) {
+	t.Helper()
+	got, err := lk.Release(t.Context())
+	if err != nil || got != want {
+		t.Fatalf("Release of %q token %d = %v, %v; want %v, nil", lk.Name(), lk.Token(), got, err, want)
+	}
+}
+
+func wantRenewed(t *testing.T, lk *lock.Lock, ttl time.Duration, want bool) {
+	t.Helper()
+	got, err := lk.Renew(t.Context(), ttl)
+	if err != nil || got != want {
+		t.Fatalf("Renew of %q token %d = %v, %v; want %v, nil", lk.Name(), lk.Token(), got, err, want)
+	}
+}
+
+// eventually polls cond until it holds, failing t after waitTimeout.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting, after %v, for %s", waitTimeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func lockExclusion(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	alice := mustTryLock(t, b.store, "job", "alice", ttl)
+	wantGrant(t, alice, 1, b.clock.Now().Add(ttl))
+	wantBusy(t, b.store, "job", "bob")
+	wantGrant(t, mustTryLock(t, b.store, "other job", "bob", ttl), 1, b.clock.Now().Add(ttl))
+	wantReleased(t, alice, true)
+	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 2, b.clock.Now().Add(ttl))
+	wantBusy(t, b.store, "job", "alice")
+}
+
+func lockExpiry(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	mustTryLock(t, b.store, "job", "alice", ttl)
+	b.clock.Advance(ttl - time.Microsecond)
+	wantBusy(t, b.store, "job", "bob")
+	b.clock.Advance(time.Microsecond) // expired at exactly its expiry
+	wantGrant(t, mustTryLock(t, b.store, "job", "bob", 2*ttl), 2, b.clock.Now().Add(2*ttl))
+}
+
+func lockRelease(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	alice := mustTryLock(t, b.store, "job", "alice", ttl)
+	wantReleased(t, alice, true)
+	wantReleased(t, alice, false)
+	wantRenewed(t, alice, ttl, false)
+	again := mustTryLock(t, b.store, "job", "alice", ttl)
+	wantGrant(t, again, 2, b.clock.Now().Add(ttl))
+	wantReleased(t, alice, false) // the old grant's handle
+	wantBusy(t, b.store, "job", "bob")
+}
+
+// lockReleaseAfterLapse covers both arms of a release after the lease
+// lapsed: still ours when nobody took the lock, not ours when somebody did.
+func lockReleaseAfterLapse(t *testing.T, h Harness) {
+	t.Run("NotTaken", func(t *testing.T) {
+		t.Parallel()
+		b := setupLocks(t, h)
+		alice := mustTryLock(t, b.store, "job", "alice", ttl)
+		b.clock.Advance(2 * ttl)
+		wantReleased(t, alice, true)
+		wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 2, b.clock.Now().Add(ttl))
+	})
+	t.Run("Taken", func(t *testing.T) {
+		t.Parallel()
+		b := setupLocks(t, h)
+		alice := mustTryLock(t, b.store, "job", "alice", ttl)
+		b.clock.Advance(ttl)
+		bob := mustTryLock(t, b.store, "job", "bob", ttl)
+		wantReleased(t, alice, false)
+		wantBusy(t, b.store, "job", "carol")
+		wantGrant(t, bob, 2, b.clock.Now().Add(ttl))
+		wantReleased(t, bob, true)
+	})
+}
+
+// lockSameOwner: a live holder re-acquiring gets its grant back unchanged;
+// after a lapse the same owner gets a new grant.
+func lockSameOwner(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	first := mustTryLock(t, b.store, "job", "alice", ttl)
+	expiry := b.clock.Now().Add(ttl)
+	b.clock.Advance(ttl / 2)
+	again := mustTryLock(t, b.store, "job", "alice", 10*ttl)
+	wantGrant(t, again, 1, expiry) // TTL not refreshed
+	wantGrant(t, first, 1, expiry)
+	wantBusy(t, b.store, "job", "bob")
+	b.clock.Advance(ttl / 2)
+	renewed := mustTryLock(t, b.store, "job", "alice", ttl)
+	wantGrant(t, renewed, 2, b.clock.Now().Add(ttl))
+	// Both earlier handles are the old grant.
+	wantRenewed(t, again, ttl, false)
+	wantReleased(t, first, false)
+	wantReleased(t, renewed, true)
+}
+
+func lockRenew(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	alice := mustTryLock(t, b.store, "job", "alice", ttl)
+	b.clock.Advance(ttl / 2)
+	wantRenewed(t, alice, 2*ttl, true) // a full new window from now
+	wantGrant(t, alice, 1, b.clock.Now().Add(2*ttl))
+	b.clock.Advance(2*ttl - time.Microsecond)
+	wantBusy(t, b.store, "job", "bob")
+	b.clock.Advance(time.Microsecond)
+	wantRenewed(t, alice, ttl, true) // lapsed, but nobody took it
+	wantGrant(t, alice, 1, b.clock.Now().Add(ttl))
+	wantBusy(t, b.store, "job", "bob")
+	b.clock.Advance(ttl)
+	mustTryLock(t, b.store, "job", "bob", ttl)
+	before := alice.Expiry()
+	wantRenewed(t, alice, ttl, false)
+	wantGrant(t, alice, 1, before)
+}
+
+// lockStaleHandle: a handle on an old grant can neither renew nor release a
+// newer grant to the same owner string.
+func lockStaleHandle(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	stale := mustTryLock(t, b.store, "job", "alice", ttl)
+	b.clock.Advance(ttl)
+	current := mustTryLock(t, b.store, "job", "alice", ttl)
+	wantGrant(t, current, 2, b.clock.Now().Add(ttl))
+	b.clock.Advance(ttl / 2)
+	wantRenewed(t, stale, ttl, false)
+	wantReleased(t, stale, false)
+	wantBusy(t, b.store, "job", "bob")
+	wantGrant(t, current, 2, b.clock.Now().Add(ttl/2))
+	wantRenewed(t, current, ttl, true)
+	wantReleased(t, current, true)
+}
+
+// lockTokens checks that tokens count a name's grants, across release,
+// expiry, re-grant and owners, and that names count separately.
+func lockTokens(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	var want int64
+	grant := func(name, owner string) *lock.Lock {
+		t.Helper()
+		lk := mustTryLock(t, b.store, name, owner, ttl)
+		if name == "job" {
+			want++
+		}
+		if name == "job" && lk.Token() != want {
+			t.Fatalf("grant %d of %q has token %d", want, name, lk.Token())
+		}
+		return lk
+	}
+	lk := grant("job", "alice")
+	wantReleased(t, lk, true)
+	lk = grant("job", "bob")
+	b.clock.Advance(ttl)
+	lk = grant("job", "alice")
+	wantGrant(t, mustTryLock(t, b.store, "job", "alice", ttl), want, lk.Expiry()) // same owner: no new token
+	if other := grant("unrelated", "alice"); other.Token() != 1 {
+		t.Fatalf("first grant of another name has token %d, want 1", other.Token())
+	}
+	b.clock.Advance(ttl)
+	lk = grant("job", "alice")
+	wantReleased(t, lk, true)
+	wantReleased(t, lk, false)
+	lk = grant("job", "carol")
+	if lk.Token() != 5 {
+		t.Fatalf("fifth grant has token %d", lk.Token())
+	}
+}
+
+// lockNames checks that names and owners are opaque bytes: hostile, long
+// and near-identical names are all distinct locks.
+func lockNames(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	names := []string{
+		"a", "A", "a ", " a", "ä", "a\u0301", `quo"te`, "'; DROP TABLE locks; --", "%_*?", "ünïcödé ✓",
+		strings.Repeat("n", 255), strings.Repeat("é", 127),
+	}
+	var held []*lock.Lock
+	for _, name := range names {
+		lk := mustTryLock(t, b.store, name, name, ttl)
+		wantGrant(t, lk, 1, b.clock.Now().Add(ttl))
+		held = append(held, lk)
+	}
+	for _, lk := range held {
+		wantBusy(t, b.store, lk.Name(), "someone else")
+		wantReleased(t, lk, true)
+	}
+}
+
+// lockValidation checks that bad arguments fail with the right sentinel
+// through every entry point and change nothing.
+func lockValidation(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	ctx := t.Context()
+	const name, owner = "valid", "owner"
+	long := strings.Repeat("x", 256)
+	cases := []struct {
+		label       string
+		name, owner string
+		ttl         time.Duration
+		want        error
+	}{
+		{"EmptyName", "", owner, ttl, steaderr.ErrInvalidName},
+		{"LongName", long, owner, ttl, steaderr.ErrInvalidName},
+		{"NULName", "a\x00b", owner, ttl, steaderr.ErrInvalidName},
+		{"NewlineName", "a\nb", owner, ttl, steaderr.ErrInvalidName},
+		{"DELName", "a\x7f", owner, ttl, steaderr.ErrInvalidName},
+		{"BadUTF8Name", "a\xffb", owner, ttl, steaderr.ErrInvalidName},
+		{"EmptyOwner", name, "", ttl, steaderr.ErrInvalidName},
+		{"LongOwner", name, long, ttl, steaderr.ErrInvalidName},
+		{"ControlOwner", name, "o\tw", ttl, steaderr.ErrInvalidName},
+		{"BadUTF8Owner", name, "\xc3", ttl, steaderr.ErrInvalidName},
+		{"ZeroTTL", name, owner, 0, steaderr.ErrInvalidArgument},
+		{"NegativeTTL", name, owner, -time.Second, steaderr.ErrInvalidArgument},
+		{"SubMicrosecondTTL", name, owner, 999 * time.Nanosecond, steaderr.ErrInvalidArgument},
+	}
+	for _, tc := range cases {
+		what := func(call string) string { return fmt.Sprintf("%s(%s)", call, tc.label) }
+		lk, ok, err := b.store.TryLock(ctx, tc.name, tc.owner, tc.ttl)
+		wantErr(t, err, tc.want, what("TryLock"))
+		if lk != nil || ok {
+			t.Fatalf("%s = %v, %v alongside its error", what("TryLock"), lk, ok)
+		}
+		lk, err = b.store.Lock(ctx, tc.name, tc.owner, tc.ttl)
+		wantErr(t, err, tc.want, what("Lock"))
+		hd, err := b.store.Hold(ctx, tc.name, tc.owner, tc.ttl)
+		wantErr(t, err, tc.want, what("Hold"))
+		hd2, ok, err := b.store.TryHold(ctx, tc.name, tc.owner, tc.ttl)
+		wantErr(t, err, tc.want, what("TryHold"))
+		if lk != nil || hd != nil || hd2 != nil || ok {
+			t.Fatalf("%s returned a handle alongside its error", tc.label)
+		}
+	}
+	if n := b.spy.acquires.Load(); n != 0 {
+		t.Fatalf("bad arguments reached the engine %d times", n)
+	}
+	lk := mustTryLock(t, b.store, name, owner, ttl)
+	wantGrant(t, lk, 1, b.clock.Now().Add(ttl)) // nothing was granted before
+	for _, bad := range []time.Duration{0, -ttl, time.Nanosecond} {
+		ok, err := lk.Renew(ctx, bad)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("Renew(%v)", bad))
+		if ok {
+			t.Fatalf("Renew(%v) = true alongside its error", bad)
+		}
+	}
+	b.clock.Advance(ttl / 2)
+	wantGrant(t, lk, 1, b.clock.Now().Add(ttl/2)) // not renewed
+	wantBusy(t, b.store, name, "someone else")
+}
+
+// lockClosed checks that every lock call on a closed engine fails with
+// ErrClosed, including a held lock's renewal.
+func lockClosed(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	ctx := t.Context()
+	lk := mustTryLock(t, b.store, "job", "alice", ttl)
+	hd, ok, err := b.store.TryHold(ctx, "held", "alice", holdTTL)
+	if err != nil || !ok {
+		t.Fatalf("TryHold = %v, %v", ok, err)
+	}
+	if err := b.eng.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	_, _, err = b.store.TryLock(ctx, "job", "bob", ttl)
+	wantErr(t, err, steaderr.ErrClosed, "TryLock after Close")
+	_, err = b.store.Lock(ctx, "job", "bob", ttl)
+	wantErr(t, err, steaderr.ErrClosed, "Lock after Close")
+	_, err = b.store.Hold(ctx, "new", "bob", ttl)
+	wantErr(t, err, steaderr.ErrClosed, "Hold after Close")
+	_, _, err = b.store.TryHold(ctx, "new", "bob", ttl)
+	wantErr(t, err, steaderr.ErrClosed, "TryHold after Close")
+	_, err = lk.Renew(ctx, ttl)
+	wantErr(t, err, steaderr.ErrClosed, "Renew after Close")
+	_, err = lk.Release(ctx)
+	wantErr(t, err, steaderr.ErrClosed, "Release after Close")
+	_, _, err = b.eng.Locks().WatchReleases(ctx, "job")
+	wantErr(t, err, steaderr.ErrClosed, "engine WatchReleases after Close")
+	select {
+	case <-hd.Lost():
+	case <-time.After(waitTimeout):
+		t.Fatalf("Held.Lost not closed %v after Close", waitTimeout)
+	}
+	wantErr(t, hd.Err(), steaderr.ErrLost, "Held.Err after Close")
+	wantErr(t, hd.Err(), steaderr.ErrClosed, "Held.Err after Close")
+	wantErr(t, hd.Release(ctx), steaderr.ErrLost, "Held.Release after Close")
+}
+
+// lockCancelled checks that a cancelled context fails every call and
+// changes nothing.
+func lockCancelled(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	ctx := cancelled(t)
+	lk := mustTryLock(t, b.store, "held", "alice", ttl)
+	_, _, err := b.store.TryLock(ctx, "job", "alice", ttl)
+	wantErr(t, err, context.Canceled, "TryLock with a cancelled context")
+	_, err = b.store.Lock(ctx, "job", "alice", ttl)
+	wantErr(t, err, context.Canceled, "Lock with a cancelled context")
+	_, err = b.store.Hold(ctx, "job", "alice", ttl)
+	wantErr(t, err, context.Canceled, "Hold with a cancelled context")
+	_, err = lk.Renew(ctx, 2*ttl)
+	wantErr(t, err, context.Canceled, "Renew with a cancelled context")
+	_, err = lk.Release(ctx)
+	wantErr(t, err, context.Canceled, "Release with a cancelled context")
+
+	seam := b.eng.Locks()
+	_, err = seam.Acquire(ctx, lock.AcquireParams{Name: "job", Owner: "alice", TTL: ttl, Now: b.clock.Now()})
+	wantErr(t, err, context.Canceled, "engine Acquire with a cancelled context")
+	_, _, err = seam.Renew(ctx, lock.RenewParams{Name: "held", Owner: "alice", Token: 1, TTL: 2 * ttl, Now: b.clock.Now()})
+	wantErr(t, err, context.Canceled, "engine Renew with a cancelled context")
+	_, err = seam.Release(ctx, lock.ReleaseParams{Name: "held", Owner: "alice", Token: 1})
+	wantErr(t, err, context.Canceled, "engine Release with a cancelled context")
+	_, stop, err := seam.WatchReleases(ctx, "job")
+	wantErr(t, err, context.Canceled, "engine WatchReleases with a cancelled context")
+	stop()
+
+	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 1, b.clock.Now().Add(ttl))
+	wantGrant(t, lk, 1, b.clock.Now().Add(ttl))
+	wantBusy(t, b.store, "held", "bob")
+	b.clock.Advance(ttl)
+	wantGrant(t, mustTryLock(t, b.store, "held", "bob", ttl), 2, b.clock.Now().Add(ttl)) // not renewed
+}
+
+// lockVirgin checks that lock calls on a database never migrated fail with
+// ErrSchema, and work once it is.
+func lockVirgin(t *testing.T, h Harness) {
+	if h.Virgin == nil {
+		t.Skip("the engine has no schema (Harness.Virgin is nil)")
+	}
+	eng := h.Virgin(t)
+	t.Cleanup(func() { _ = eng.Close() })
+	b := lockBundleOf(eng)
+	ctx := t.Context()
+	_, _, err := b.store.TryLock(ctx, "job", "alice", ttl)
+	wantSchemaErr(t, err, "TryLock on a virgin database")
+	_, _, err = eng.Locks().Renew(ctx, lock.RenewParams{Name: "job", Owner: "alice", Token: 1, TTL: ttl})
+	wantSchemaErr(t, err, "engine Renew on a virgin database")
+	_, err = eng.Locks().Release(ctx, lock.ReleaseParams{Name: "job", Owner: "alice", Token: 1})
+	wantSchemaErr(t, err, "engine Release on a virgin database")
+	mustMigrate(t, eng, "a virgin database")
+	wantGrant(t, mustTryLock(t, b.store, "job", "alice", ttl), 1, b.clock.Now().Add(ttl))
+}
+
+// lockSeam checks the engine seam directly: Now is honoured, the holder
+// hint, and the engine's own clock.
+func lockSeam(t *testing.T, h Harness) {
+	seam := newEngine(t, h).Locks()
+	ctx := t.Context()
+	now := newFakeClock().Now()
+	res, err := seam.Acquire(ctx, lock.AcquireParams{Name: "job", Owner: "alice", TTL: ttl, Now: now})
+	want := lock.Grant{Name: "job", Owner: "alice", Token: 1, Expiry: now.Add(ttl)}
+	if err != nil || !res.Granted || res.Grant != want || !res.Now.Equal(now) {
+		t.Fatalf("Acquire = %+v, %v; want granted %+v at %v", res, err, want, now)
+	}
+	res, err = seam.Acquire(ctx, lock.AcquireParams{Name: "job", Owner: "bob", TTL: ttl, Now: now.Add(time.Second)})
+	if err != nil || res.Granted || !res.Now.Equal(now.Add(time.Second)) {
+		t.Fatalf("contended Acquire = %+v, %v; want not granted at %v", res, err, now.Add(time.Second))
+	}
+	if res.Grant.Token != 0 && res.Grant != want {
+		t.Fatalf("contended Acquire's holder hint = %+v, want %+v or zero", res.Grant, want)
+	}
+	expiry, ok, err := seam.Renew(ctx, lock.RenewParams{Name: "job", Owner: "alice", Token: 1, TTL: 2 * time.Second, Now: now.Add(time.Second)})
+	if err != nil || !ok || !expiry.Equal(now.Add(3*time.Second)) {
+		t.Fatalf("Renew = %v, %v, %v; want %v", expiry, ok, err, now.Add(3*time.Second))
+	}
+	for _, p := range []lock.RenewParams{
+		{Name: "job", Owner: "alice", Token: 2, TTL: ttl, Now: now},
+		{Name: "job", Owner: "bob", Token: 1, TTL: ttl, Now: now},
+		{Name: "absent", Owner: "alice", Token: 1, TTL: ttl, Now: now},
+	} {
+		if _, ok, err := seam.Renew(ctx, p); ok || err != nil {
+			t.Fatalf("Renew(%+v) of no current grant = %v, %v; want false, nil", p, ok, err)
+		}
+		if ok, err := seam.Release(ctx, lock.ReleaseParams{Name: p.Name, Owner: p.Owner, Token: p.Token}); ok || err != nil {
+			t.Fatalf("Release(%+v) of no current grant = %v, %v; want false, nil", p, ok, err)
+		}
+	}
+	if ok, err := seam.Release(ctx, lock.ReleaseParams{Name: "job", Owner: "alice", Token: 1}); !ok || err != nil {
+		t.Fatalf("Release = %v, %v; want true", ok, err)
+	}
+	// The engine's own clock: a TTL from the engine's now.
+	res, err = seam.Acquire(ctx, lock.AcquireParams{Name: "clock", Owner: "alice", TTL: ttl})
+	if err != nil || !res.Granted || res.Now.IsZero() || res.Grant.Expiry.Sub(res.Now) != ttl {
+		t.Fatalf("Acquire on the engine's clock = %+v, %v; want granted with expiry = now + %v", res, err, ttl)
+	}
+	expiry, ok, err = seam.Renew(ctx, lock.RenewParams{Name: "clock", Owner: "alice", Token: 1, TTL: 2 * ttl})
+	if err != nil || !ok || expiry.Before(res.Grant.Expiry.Add(ttl)) {
+		t.Fatalf("Renew on the engine's clock = %v, %v, %v; want at least %v", expiry, ok, err, res.Grant.Expiry.Add(ttl))
+	}
+}
+
+// lockConcurrent races many owners for one name, round after round: each
+// round exactly one wins, with the round's token.
+func lockConcurrent(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	const owners, rounds = 12, 10
+	for round := int64(1); round <= rounds; round++ {
+		var winners []*lock.Lock
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for o := range owners {
+			wg.Go(func() {
+				lk, ok, err := b.store.TryLock(t.Context(), "contended", fmt.Sprint("owner ", o), ttl)
+				if err != nil {
+					t.Errorf("TryLock: %v", err)
+				}
+				if ok {
+					mu.Lock()
+					winners = append(winners, lk)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d owners got the lock, want exactly 1", round, len(winners))
+		}
+		wantGrant(t, winners[0], round, b.clock.Now().Add(ttl))
+		wantReleased(t, winners[0], true)
+	}
+}
+
+// lockResult is what a background Lock call returns.
+type lockResult struct {
+	lk  *lock.Lock
+	err error
+}
+
+// lockInBackground starts Lock(name, owner) and waits until it has been
+// refused at least twice, so it is really waiting.
+func lockInBackground(t *testing.T, ctx context.Context, b *lockBundle, name, owner string) <-chan lockResult {
+	t.Helper()
+	before := b.spy.acquires.Load()
+	done := make(chan lockResult, 1)
+	go func() {
+		lk, err := b.store.Lock(ctx, name, owner, ttl)
+		done <- lockResult{lk, err}
+	}()
+	eventually(t, "Lock to make two attempts", func() bool { return b.spy.acquires.Load() >= before+2 })
+	select {
+	case r := <-done:
+		t.Fatalf("Lock of a held lock returned %v, %v", r.lk, r.err)
+	default:
+	}
+	return done
+}
+
+func waitLock(t *testing.T, done <-chan lockResult) lockResult {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(waitTimeout):
+		t.Fatalf("Lock did not return within %v", waitTimeout)
+		return lockResult{}
+	}
+}
+
+func lockWaitForRelease(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	alice := mustTryLock(t, b.store, "job", "alice", ttl)
+	done := lockInBackground(t, t.Context(), b, "job", "bob")
+	wantReleased(t, alice, true)
+	r := waitLock(t, done)
+	if r.err != nil {
+		t.Fatalf("Lock: %v", r.err)
+	}
+	wantGrant(t, r.lk, 2, b.clock.Now().Add(ttl))
+}
+
+func lockWaitForExpiry(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	mustTryLock(t, b.store, "job", "alice", ttl)
+	done := lockInBackground(t, t.Context(), b, "job", "bob")
+	b.clock.Advance(ttl)
+	r := waitLock(t, done)
+	if r.err != nil {
+		t.Fatalf("Lock: %v", r.err)
+	}
+	if r.lk.Token() != 2 {
+		t.Fatalf("Lock after expiry got token %d, want 2", r.lk.Token())
+	}
+}
+
+func lockWaitCancelled(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	alice := mustTryLock(t, b.store, "job", "alice", ttl)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := lockInBackground(t, ctx, b, "job", "bob")
+	cancel()
+	r := waitLock(t, done)
+	wantErr(t, r.err, context.Canceled, "Lock cancelled while waiting")
+	if r.lk != nil {
+		t.Fatalf("cancelled Lock returned a handle, token %d", r.lk.Token())
+	}
+	wantReleased(t, alice, true)
+	wantGrant(t, mustTryLock(t, b.store, "job", "carol", ttl), 2, b.clock.Now().Add(ttl))
+}
+
+func mustHold(t *testing.T, b *lockBundle, name, owner string) *lock.Held {
+	t.Helper()
+	hd, err := b.store.Hold(t.Context(), name, owner, holdTTL)
+	if err != nil {
+		t.Fatalf("Hold(%q, %q): %v", name, owner, err)
+	}
+	t.Cleanup(func() { _ = hd.Release(context.WithoutCancel(t.Context())) })
+	return hd
+}
+
+func wantLost(t *testing.T, hd *lock.Held) {
+	t.Helper()
+	select {
+	case <-hd.Lost():
+	case <-time.After(waitTimeout):
+		t.Fatalf("Held.Lost not closed within %v", waitTimeout)
+	}
+	wantErr(t, hd.Err(), steaderr.ErrLost, "Held.Err")
+	wantErr(t, hd.Release(t.Context()), steaderr.ErrLost, "Held.Release of a lost lock")
+}
+
+func wantNotLost(t *testing.T, hd *lock.Held) {
+	t.Helper()
+	select {
+	case <-hd.Lost():
+		t.Fatalf("Held.Lost closed: %v", hd.Err())
+	default:
+	}
+	if err := hd.Err(); err != nil {
+		t.Fatalf("Held.Err of a held lock = %v", err)
+	}
+}
+
+// lockHold moves the clock in steps of a third of the TTL, well past the
+// first lease: the lock is alive only because Hold renews it.
+func lockHold(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	hd := mustHold(t, b, "job", "alice")
+	if _, ok, err := b.store.TryHold(t.Context(), "job", "bob", holdTTL); err != nil || ok {
+		t.Fatalf("TryHold of a held lock = %v, %v; want false, nil", ok, err)
+	}
+	for range 6 {
+		b.clock.Advance(holdTTL / 3)
+		want := b.clock.Now().Add(holdTTL)
+		eventually(t, "Hold to renew", func() bool { return hd.Grant().Expiry.Equal(want) })
+		wantNotLost(t, hd)
+	}
+	if g := hd.Grant(); g.Name != "job" || g.Owner != "alice" || g.Token != 1 {
+		t.Fatalf("Held.Grant() = %+v", g)
+	}
+	wantBusy(t, b.store, "job", "bob")
+	if err := hd.Release(t.Context()); err != nil {
+		t.Fatalf("Held.Release: %v", err)
+	}
+	if err := hd.Release(t.Context()); err != nil {
+		t.Fatalf("second Held.Release: %v, want the first's nil", err)
+	}
+	wantNotLost(t, hd)
+	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 2, b.clock.Now().Add(ttl))
+}
+
+func lockHoldLostOnExpiry(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	hd := mustHold(t, b, "job", "alice")
+	b.clock.Advance(holdTTL)
+	wantLost(t, hd)
+	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 2, b.clock.Now().Add(ttl))
+}
+
+// lockHoldLostOnSteal has another owner take the lock on a clock far ahead
+// of the holder's: the holder's next renewal is refused.
+func lockHoldLostOnSteal(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	hd := mustHold(t, b, "job", "alice")
+	later := b.clock.Now().Add(time.Hour)
+	res, err := b.eng.Locks().Acquire(t.Context(), lock.AcquireParams{Name: "job", Owner: "mallory", TTL: time.Hour, Now: later})
+	if err != nil || !res.Granted || res.Grant.Token != 2 {
+		t.Fatalf("Acquire an hour ahead = %+v, %v; want granted, token 2", res, err)
+	}
+	wantLost(t, hd)
+	res, err = b.eng.Locks().Acquire(t.Context(), lock.AcquireParams{Name: "job", Owner: "carol", TTL: ttl, Now: later})
+	if err != nil || res.Granted {
+		t.Fatalf("the lost holder's release freed the thief's grant: Acquire = %+v, %v", res, err)
+	}
+}
+
+// lockHoldLateRenewal lets the first renewal succeed only after the clock
+// passed the lease's expiry: a late renewal counts as lost.
+func lockHoldLateRenewal(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	var once sync.Once
+	b.spy.afterRenew = func() { once.Do(func() { b.clock.Advance(holdTTL) }) }
+	hd := mustHold(t, b, "job", "alice")
+	wantLost(t, hd)
+}
+
+// lockMetamorphic replays one seeded random sequence of seam calls, on
+// explicit clock readings, against the engine and the in-memory reference,
+// and compares every result.
+func lockMetamorphic(t *testing.T, h Harness) {
+	seed := metamorphicSeed()
+	t.Logf("seed %d; replay with -enginetest.seed=%d", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x10c))
+	ctx := t.Context()
+	subject := newEngine(t, h).Locks()
+	refEngine := memory.New()
+	t.Cleanup(func() { _ = refEngine.Close() })
+	ref := refEngine.Locks()
+
+	names := []string{"a", "b", "c"}
+	owners := []string{"x", "y", "z"}
+	now := newFakeClock().Now()
+	var grants []lock.Grant // every grant so far, stale ones included
+	pickGrant := func() lock.Grant {
+		if len(grants) == 0 || rng.IntN(10) == 0 {
+			return lock.Grant{Name: names[rng.IntN(len(names))], Owner: owners[rng.IntN(len(owners))], Token: rng.Int64N(4)}
+		}
+		return grants[len(grants)-1-rng.IntN(min(len(grants), 6))]
+	}
+	for i := range 400 {
+		now = now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		lease := time.Duration(1+rng.IntN(3000)) * time.Millisecond
+		var op string
+		var got, want any
+		switch rng.IntN(3) {
+		case 0:
+			p := lock.AcquireParams{Name: names[rng.IntN(len(names))], Owner: owners[rng.IntN(len(owners))], TTL: lease, Now: now}
+			op = fmt.Sprintf("Acquire(%+v)", p)
+			g, gErr := subject.Acquire(ctx, p)
+			w, wErr := ref.Acquire(ctx, p)
+			if g.Granted {
+				grants = append(grants, g.Grant)
+			}
+			if !g.Granted && g.Grant.Token == 0 {
+				w.Grant = lock.Grant{} // the holder hint is optional
+			}
+			got, want = fmt.Sprint(g, gErr), fmt.Sprint(w, wErr)
+		case 1:
+			gr := pickGrant()
+			p := lock.RenewParams{Name: gr.Name, Owner: gr.Owner, Token: gr.Token, TTL: lease, Now: now}
+			op = fmt.Sprintf("Renew(%+v)", p)
+			e1, ok1, err1 := subject.Renew(ctx, p)
+			e2, ok2, err2 := ref.Renew(ctx, p)
+			got, want = fmt.Sprint(e1, ok1, err1), fmt.Sprint(e2, ok2, err2)
+		default:
+			gr := pickGrant()
+			p := lock.ReleaseParams{Name: gr.Name, Owner: gr.Owner, Token: gr.Token}
+			op = fmt.Sprintf("Release(%+v)", p)
+			ok1, err1 := subject.Release(ctx, p)
+			ok2, err2 := ref.Release(ctx, p)
+			got, want = fmt.Sprint(ok1, err1), fmt.Sprint(ok2, err2)
+		}
+		if got != want {
+			t.Fatalf("op %d, %s: engine %v, reference %v (seed %d)", i, op, got, want, seed)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package postgres_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/lock"
+)
+
+// longTTL is a lease no test waits out: a waiter that gets the lock did
+// not get it by expiry.
+const longTTL = time.Hour
+
+// waitTimeout bounds every wait for something that must happen.
+const waitTimeout = 20 * time.Second
+
+func lockStore(e *postgres.Engine) *lock.Store { return lock.NewStore(e.Locks(), lock.Options{}) }
+
+// refusals wraps a lock.Engine, counting refused acquire attempts.
+type refusals struct {
+	lock.Engine
+	n atomic.Int64
+}
+
+func (r *refusals) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	res, err := r.Engine.Acquire(ctx, p)
+	if err == nil && !res.Granted {
+		r.n.Add(1)
+	}
+	return res, err
+}
+
+func mustTryLock(t *testing.T, s *lock.Store, name, owner string) *lock.Lock {
+	t.Helper()
+	lk, ok, err := s.TryLock(t.Context(), name, owner, longTTL)
+	if err != nil || !ok {
+		t.Fatalf("TryLock(%q, %q) = %v, %v", name, owner, ok, err)
+	}
+	return lk
+}
+
+func mustRelease(t *testing.T, lk *lock.Lock) {
+	t.Helper()
+	if ok, err := lk.Release(t.Context()); !ok || err != nil {
+		t.Fatalf("Release of %q by %q = %v, %v", lk.Name(), lk.Owner(), ok, err)
+	}
+}
+
+// listenerPID waits until e's listener is listening and returns its
+// backend's pid; not the pid except.
+func listenerPID(t *testing.T, db *pgtest.DB, e *postgres.Engine, except int32) int32 {
+	t.Helper()
+	listen := "LISTEN " + pgx.Identifier{postgres.LockChannel(e)}.Sanitize()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var pid int32
+		err := db.Admin.QueryRow(t.Context(),
+			"SELECT pid FROM pg_stat_activity WHERE query = $1 AND state = 'idle' AND pid <> $2", listen, except).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no backend listening on %s after %v: %v", postgres.LockChannel(e), waitTimeout, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waiter starts Lock(name, owner), with a deadline far below the holder's
+// lease, and returns once it was refused: it is subscribed to releases and
+// only a wake-up can make it try again before the lease ends.
+func waiter(t *testing.T, e *postgres.Engine, name, owner string) <-chan *lock.Lock {
+	t.Helper()
+	spy := &refusals{Engine: e.Locks()}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	done := make(chan *lock.Lock, 1)
+	go func() {
+		defer cancel()
+		lk, err := lock.NewStore(spy, lock.Options{}).Lock(ctx, name, owner, longTTL)
+		if err != nil {
+			t.Errorf("Lock(%q, %q): %v", name, owner, err)
+		}
+		done <- lk
+	}()
+	deadline := time.Now().Add(waitTimeout)
+	for spy.n.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Lock(%q, %q) not refused within %v", name, owner, waitTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return done
+}
+
+func mustGet(t *testing.T, done <-chan *lock.Lock) *lock.Lock {
+	t.Helper()
+	lk := <-done
+	if lk == nil {
+		t.FailNow()
+	}
+	return lk
+}
+
+func TestLockReleaseWakesWaiter(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	alice := mustTryLock(t, lockStore(e), "job", "alice")
+	bob := waiter(t, e, "job", "bob")
+	listenerPID(t, db, e, 0) // so the notification, not the listener's start, wakes bob
+	mustRelease(t, alice)
+	mustGet(t, bob)
+}
+
+// TestLockListenerReconnects kills the listener's backend and releases the
+// lock before the listener is back: the waiter still wakes, and once the
+// listener is back releases wake waiters again.
+func TestLockListenerReconnects(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	alice := mustTryLock(t, lockStore(e), "job", "alice")
+	bob := waiter(t, e, "job", "bob")
+	pid := listenerPID(t, db, e, 0)
+	if _, err := db.Admin.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, alice)
+	lk := mustGet(t, bob)
+	listenerPID(t, db, e, pid)
+	carol := waiter(t, e, "job", "carol")
+	mustRelease(t, lk)
+	mustGet(t, carol)
+}
+
+// TestLockSurvivesSessionLoss: unlike a session advisory lock, a lease is a
+// row: killing every session of the holder's pool keeps it held, and the
+// holder renews it once the pool has reconnected.
+func TestLockSurvivesSessionLoss(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const app = "stead_lock_session_loss"
+	e := open(t, db, "&application_name="+app)
+	s := lockStore(open(t, db, ""))
+	alice := mustTryLock(t, lockStore(e), "job", "alice")
+	if _, err := db.Admin.Exec(t.Context(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.TryLock(t.Context(), "job", "bob", longTTL); ok || err != nil {
+		t.Fatalf("TryLock after the holder's sessions died = %v, %v; want still held", ok, err)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		ok, err := alice.Renew(t.Context(), longTTL)
+		if err == nil {
+			if !ok {
+				t.Fatal("Renew after the sessions died = false")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Renew still failing after %v: %v", waitTimeout, err)
+		}
+	}
+}
+
+func TestLockPgBouncerPolls(t *testing.T) {
+	t.Parallel()
+	e := open(t, pgtest.New(t), "&pgbouncer=true")
+	ch, stop, err := e.Locks().WatchReleases(t.Context(), "job")
+	defer stop()
+	if ch != nil || err != nil {
+		t.Fatalf("WatchReleases in PgBouncer mode = %v, %v; want a nil channel: no LISTEN", ch, err)
+	}
+}
+
+// TestLockReleaseNotifies listens on the engine's channel itself: only a
+// release that frees a lock is announced, with the lock's name.
+func TestLockReleaseNotifies(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	conn, err := pgx.Connect(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	if _, err := conn.Exec(t.Context(), "LISTEN "+pgx.Identifier{postgres.LockChannel(e)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	s := lockStore(e)
+	a, b := mustTryLock(t, s, "a", "alice"), mustTryLock(t, s, "b", "alice")
+	if ok, err := e.Locks().Release(t.Context(), lock.ReleaseParams{Name: "a", Owner: "bob", Token: a.Token()}); ok || err != nil {
+		t.Fatalf("Release of another owner's grant = %v, %v", ok, err)
+	}
+	if ok, err := b.Release(t.Context()); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	n, err := conn.WaitForNotification(ctx)
+	if err != nil || n.Payload != "b" {
+		t.Fatalf("first notification = %+v, %v; want the release of b (the refused release of a sends none)", n, err)
+	}
+}

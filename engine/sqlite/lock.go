@@ -1,0 +1,119 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/steadkit/stead/lock"
+)
+
+// locks is the engine's lock.Engine. Every grant, renewal and release is
+// one autocommit statement on the writer connection; times are Unix
+// microseconds on the system clock unless the caller passes Now. Other
+// processes' releases cannot be seen, so WatchReleases leaves waiters to
+// poll.
+type locks struct {
+	e                       *Engine
+	acquire, renew, release stmt
+	holder                  stmt
+}
+
+func (l *locks) init(e *Engine) {
+	l.e = e
+	// ?1 name, ?2 owner, ?3 now, ?4 ttl. SET expressions all read the row
+	// as it was: a live grant to the same owner is kept as it is, anything
+	// else that passes the WHERE becomes a new grant with the next token.
+	l.acquire = stmt{db: e.writer, query: `INSERT INTO locks (name, owner, token, expiry) VALUES (?1, ?2, 1, ?3 + ?4)
+		ON CONFLICT (name) DO UPDATE SET
+			token  = CASE WHEN owner = excluded.owner AND expiry > ?3 THEN token ELSE token + 1 END,
+			expiry = CASE WHEN owner = excluded.owner AND expiry > ?3 THEN expiry ELSE excluded.expiry END,
+			owner  = excluded.owner
+		WHERE owner IS NULL OR expiry <= ?3 OR owner = excluded.owner
+		RETURNING token, expiry`}
+	l.renew = stmt{db: e.writer, query: "UPDATE locks SET expiry = ?4 WHERE name = ?1 AND owner = ?2 AND token = ?3"}
+	l.release = stmt{db: e.writer, query: "UPDATE locks SET owner = NULL, expiry = NULL WHERE name = ?1 AND owner = ?2 AND token = ?3"}
+	l.holder = stmt{db: e.reader, query: "SELECT owner, token, expiry FROM locks WHERE name = ?1 AND owner IS NOT NULL"}
+}
+
+func (l *locks) close() error {
+	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close())
+}
+
+// now returns p.Now, or the system clock, at microsecond resolution.
+func now(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now().UTC().Truncate(time.Microsecond)
+	}
+	return t.UTC()
+}
+
+func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	if err := l.e.check(ctx); err != nil {
+		return lock.AcquireResult{}, err
+	}
+	res := lock.AcquireResult{Now: now(p.Now), Grant: lock.Grant{Name: p.Name, Owner: p.Owner}}
+	s, err := l.acquire.get(ctx)
+	if err != nil {
+		return lock.AcquireResult{}, interpretError(ctx, err)
+	}
+	var expiry int64
+	err = s.QueryRowContext(ctx, p.Name, p.Owner, res.Now.UnixMicro(), p.TTL.Microseconds()).Scan(&res.Grant.Token, &expiry)
+	switch {
+	case err == nil:
+		res.Granted, res.Grant.Expiry = true, time.UnixMicro(expiry).UTC()
+		return res, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return lock.AcquireResult{}, interpretError(ctx, err)
+	}
+	// Held by another owner: read the holder, a hint for waiters.
+	res.Grant = lock.Grant{}
+	if s, err = l.holder.get(ctx); err == nil {
+		err = s.QueryRowContext(ctx, p.Name).Scan(&res.Grant.Owner, &res.Grant.Token, &expiry)
+	}
+	if err != nil {
+		return res, nil
+	}
+	res.Grant.Name, res.Grant.Expiry = p.Name, time.UnixMicro(expiry).UTC()
+	return res, nil
+}
+
+func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {
+	expiry := now(p.Now).Add(p.TTL)
+	ok, err := l.exec(ctx, &l.renew, p.Name, p.Owner, p.Token, expiry.UnixMicro())
+	if !ok {
+		return time.Time{}, false, err
+	}
+	return expiry, true, nil
+}
+
+func (l *locks) Release(ctx context.Context, p lock.ReleaseParams) (bool, error) {
+	return l.exec(ctx, &l.release, p.Name, p.Owner, p.Token)
+}
+
+// exec runs a statement that changes the grant it names, and reports
+// whether it did.
+func (l *locks) exec(ctx context.Context, st *stmt, args ...any) (bool, error) {
+	if err := l.e.check(ctx); err != nil {
+		return false, err
+	}
+	s, err := st.get(ctx)
+	if err != nil {
+		return false, interpretError(ctx, err)
+	}
+	r, err := s.ExecContext(ctx, args...)
+	if err != nil {
+		return false, interpretError(ctx, err)
+	}
+	n, err := r.RowsAffected()
+	return n == 1, interpretError(ctx, err)
+}
+
+// WatchReleases returns a nil channel: releases by other processes sharing
+// the file cannot be seen, so waiters poll.
+func (l *locks) WatchReleases(ctx context.Context, _ string) (<-chan struct{}, func(), error) {
+	return nil, func() {}, l.e.check(ctx)
+}
+
+var _ lock.Engine = (*locks)(nil)

@@ -1,0 +1,84 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// Engine is what a storage engine does for named locks: mechanics only.
+// The portable Store validates every argument before calling it: names and
+// owners follow the name rules, TTLs are positive whole microseconds, and
+// Now, when set, is a whole microsecond. Every method returns
+// steaderr.ErrClosed once the engine is closed.
+//
+// A lock is free when its name was never granted, was released, or its
+// grant has expired: a grant is expired at exactly its expiry instant
+// (expiry <= now). Each name has a token counter that survives release and
+// expiry; every new grant takes the next value, so tokens are strictly
+// increasing per name in grant order, and never repeat once a grant has
+// returned.
+type Engine interface {
+	// Acquire grants p.Name to p.Owner when it is free at p.Now, with the
+	// name's next token and expiry p.Now + p.TTL. When p.Owner already holds
+	// the live grant, that grant is returned unchanged (same token, same
+	// expiry) and granted. Otherwise nothing changes and the result is not
+	// granted. Deciding, minting the token and recording the grant happen
+	// in one atomic step, durable when Acquire returns.
+	Acquire(ctx context.Context, p AcquireParams) (AcquireResult, error)
+	// Renew sets the expiry of the grant (p.Name, p.Owner, p.Token) to
+	// p.Now + p.TTL and returns it, when that grant is still the name's
+	// current one, even past its expiry; otherwise it returns false and
+	// changes nothing.
+	Renew(ctx context.Context, p RenewParams) (expiry time.Time, ok bool, err error)
+	// Release frees p.Name when (p.Name, p.Owner, p.Token) is its current
+	// grant, even past its expiry, and reports whether it did. A release
+	// that frees a lock wakes its watchers (WatchReleases) once it commits.
+	Release(ctx context.Context, p ReleaseParams) (bool, error)
+	// WatchReleases returns a channel that receives a value after each
+	// release of name that commits after WatchReleases returns, by any
+	// process; it may also receive when nothing was released. stop ends the
+	// watch and is never nil. An engine that cannot see every release
+	// returns a nil channel, and the Store polls instead.
+	WatchReleases(ctx context.Context, name string) (released <-chan struct{}, stop func(), err error)
+}
+
+// AcquireParams are the arguments of Engine.Acquire.
+type AcquireParams struct {
+	Name  string
+	Owner string
+	TTL   time.Duration
+	// Now is the time expiry is judged at and the TTL runs from. Zero means
+	// the engine's clock: the database's now() on PostgreSQL, the system
+	// clock elsewhere.
+	Now time.Time
+}
+
+// AcquireResult is the outcome of Engine.Acquire.
+type AcquireResult struct {
+	// Granted reports whether p.Owner holds the lock.
+	Granted bool
+	// Grant is p.Owner's grant when Granted. Otherwise it is the live
+	// holder's grant as far as the engine could read it, or zero when it
+	// could not: a hint for how long to wait, never a basis for a decision.
+	Grant Grant
+	// Now is the time the attempt was judged at: p.Now, or the engine
+	// clock's reading (zero when not granted and no holder was read).
+	Now time.Time
+}
+
+// RenewParams are the arguments of Engine.Renew.
+type RenewParams struct {
+	Name  string
+	Owner string
+	Token int64
+	TTL   time.Duration
+	// Now is as in AcquireParams.
+	Now time.Time
+}
+
+// ReleaseParams are the arguments of Engine.Release.
+type ReleaseParams struct {
+	Name  string
+	Owner string
+	Token int64
+}

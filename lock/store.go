@@ -1,0 +1,182 @@
+// Package lock holds the portable named-lock layer: TTL leases with fencing
+// tokens over an Engine's mechanics, validation, and the waiting and
+// renewal policy of Lock and Hold.
+//
+// Names and owners are 1 to 255 bytes of valid UTF-8 holding no control
+// characters, compared bytewise; anything else is refused with an error
+// wrapping steaderr.ErrInvalidName. TTLs are truncated to whole
+// microseconds and must be at least one (steaderr.ErrInvalidArgument).
+//
+// A grant's token is strictly increasing per name in grant order, so a
+// resource that remembers the largest token it accepted can refuse the
+// writes of a holder whose lease lapsed.
+package lock
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Grant is one grant of a named lock.
+type Grant struct {
+	// Name is the lock's name.
+	Name string
+	// Owner is the holder the lock was granted to.
+	Owner string
+	// Token is the grant's fencing token: larger than every earlier grant's
+	// for Name.
+	Token int64
+	// Expiry is when the lease lapses unless renewed, on the engine's
+	// clock (the database's, on PostgreSQL).
+	Expiry time.Time
+}
+
+// Options configures a Store.
+type Options struct {
+	// Now is the clock leases are measured against, for tests that move
+	// time without sleeping. Defaults to nil: the engine's clock (the
+	// database's now() on PostgreSQL, the system clock elsewhere).
+	Now func() time.Time
+}
+
+// Store is the lock capability of a stead store. It is safe for concurrent
+// use.
+type Store struct {
+	eng Engine
+	now func() time.Time
+}
+
+// NewStore returns a Store over eng.
+func NewStore(eng Engine, opts Options) *Store {
+	return &Store{eng: eng, now: opts.Now}
+}
+
+// TryLock grants the lock name to owner for ttl if it is free. Contention
+// is not an error: it returns nil, false, nil. When owner already holds the
+// live grant, that grant is returned again with its token and expiry
+// unchanged (use Renew to extend it).
+func (s *Store) TryLock(ctx context.Context, name, owner string, ttl time.Duration) (*Lock, bool, error) {
+	ttl, err := check(ctx, name, owner, ttl)
+	if err != nil {
+		return nil, false, err
+	}
+	lk, _, err := s.acquire(ctx, name, owner, ttl)
+	return lk, lk != nil, err
+}
+
+// Lock waits until the lock name is granted to owner for ttl, or ctx ends.
+// On PostgreSQL a release wakes waiters at once; otherwise waiters retry
+// with capped exponential backoff. Either way a waiter also retries when the
+// holder's lease is due to lapse.
+func (s *Store) Lock(ctx context.Context, name, owner string, ttl time.Duration) (*Lock, error) {
+	ttl, err := check(ctx, name, owner, ttl)
+	if err != nil {
+		return nil, err
+	}
+	released, stop, err := s.eng.WatchReleases(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	defer stop()
+	var b backoff
+	for {
+		lk, res, err := s.acquire(ctx, name, owner, ttl)
+		if lk != nil || err != nil {
+			return lk, err
+		}
+		wait := b.next()
+		if res.Grant.Token != 0 {
+			left := max(res.Grant.Expiry.Sub(res.Now), 0)
+			// With a release signal and the engine's own clock, the only
+			// other reason to retry is the holder's expiry. An injected
+			// clock may jump at any moment, so it is polled.
+			if released != nil && s.now == nil {
+				wait = left
+			} else {
+				wait = min(wait, left)
+			}
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
+		case <-released:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// check validates the arguments of a grant and returns ttl truncated to
+// whole microseconds.
+func check(ctx context.Context, name, owner string, ttl time.Duration) (time.Duration, error) {
+	if err := validate.Name("lock name", name); err != nil {
+		return 0, fmt.Errorf("lock: %w", err)
+	}
+	if err := validate.Name("lock owner", owner); err != nil {
+		return 0, fmt.Errorf("lock %q: %w", name, err)
+	}
+	ttl, err := checkTTL(ttl)
+	if err != nil {
+		return 0, fmt.Errorf("lock %q: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("lock %q: %w", name, err)
+	}
+	return ttl, nil
+}
+
+func checkTTL(ttl time.Duration) (time.Duration, error) {
+	if t := ttl.Truncate(time.Microsecond); t > 0 {
+		return t, nil
+	}
+	return 0, fmt.Errorf("%w: ttl %v: want at least 1µs", steaderr.ErrInvalidArgument, ttl)
+}
+
+// acquire makes one attempt; it returns a handle only when granted.
+func (s *Store) acquire(ctx context.Context, name, owner string, ttl time.Duration) (*Lock, AcquireResult, error) {
+	sent, now := s.clock()
+	res, err := s.eng.Acquire(ctx, AcquireParams{Name: name, Owner: owner, TTL: ttl, Now: now})
+	if err != nil || !res.Granted {
+		if err != nil {
+			err = fmt.Errorf("lock %q: %w", name, err)
+		}
+		return nil, res, err
+	}
+	lk := &Lock{s: s, name: name, owner: owner, token: res.Grant.Token}
+	// A re-acquired grant may have less than ttl left.
+	lk.setExpiry(res.Grant.Expiry, sent.Add(res.Grant.Expiry.Sub(res.Now)))
+	return lk, res, nil
+}
+
+// clock returns the time a request is sent, in the frame deadlines are
+// kept in (the injected clock, else the system clock with its monotonic
+// reading), and the Now to pass to the engine (zero: the engine's clock).
+func (s *Store) clock() (sent, now time.Time) {
+	if s.now == nil {
+		return time.Now(), time.Time{}
+	}
+	now = s.now().Truncate(time.Microsecond)
+	return now, now
+}
+
+// Backoff bounds for Lock's retries when it cannot be told of releases.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = 500 * time.Millisecond
+)
+
+// backoff yields exponentially growing waits, capped at maxBackoff, each
+// drawn uniformly from its upper half so that waiters spread out.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, minBackoff), maxBackoff)
+	return b.d/2 + rand.N(b.d/2+1)
+}
