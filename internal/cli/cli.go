@@ -23,6 +23,7 @@ type command struct {
 var commands = map[string]command{
 	"serve":   {"run the HTTP server", serve},
 	"migrate": {"bring the database schema up to date", migrate},
+	"lock":    {"run a command while holding a named lock", lockCommand},
 }
 
 // env is what every command gets: the store URL and the output streams.
@@ -34,6 +35,15 @@ type env struct {
 
 // errUsage marks an error the user fixes by reading the usage.
 var errUsage = errors.New("usage")
+
+// exitError makes Run exit with code, printing err unless it is nil.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d: %v", e.code, e.err) }
+func (e *exitError) Unwrap() error { return e.err }
 
 // Run runs the stead command line args and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -58,6 +68,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cmd.run(ctx, e, fs.Args()[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the flag set printed the usage
+		}
+		if exit, ok := err.(*exitError); ok {
+			if exit.err != nil {
+				fmt.Fprintf(stderr, "stead %s: %v\n", fs.Arg(0), exit.err)
+			}
+			return exit.code
 		}
 		fmt.Fprintf(stderr, "stead %s: %v\n", fs.Arg(0), err)
 		if errors.Is(err, errUsage) {

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/lock"
+)
+
+// Exit codes of stead lock, besides the command's own.
+const (
+	// exitBusy: -try found the lock held (EX_TEMPFAIL).
+	exitBusy = 75
+	// exitLost: the lock was lost before it was released; the command, if
+	// still running, was killed.
+	exitLost = 76
+)
+
+const lockUsage = `usage: stead lock [-ttl 30s] [-owner OWNER] [-try] NAME -- CMD [ARG...]
+
+Runs CMD while holding the lock NAME, renewed every third of the TTL, and
+exits with CMD's status (128+N if signal N ended it). CMD runs in a process
+group of its own: if the lock is lost, the whole group is killed and stead
+lock exits 76; an interrupt of stead lock is passed on to the group as
+SIGTERM. Without -try it waits for the lock; with -try it exits 75 at once
+if the lock is held.
+
+flags:
+`
+
+func lockCommand(ctx context.Context, e *env, args []string) error {
+	fs := e.newFlags("lock")
+	ttl := fs.Duration("ttl", 30*time.Second, "lease length; the lock is lost if not renewed within it")
+	owner := fs.String("owner", defaultOwner(), "the owner recorded with the grant")
+	try := fs.Bool("try", false, "do not wait: exit 75 if the lock is held")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), lockUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: 2} // the flag set printed the error and the usage
+	}
+	rest := fs.Args()
+	if len(rest) < 3 || rest[1] != "--" {
+		fs.Usage()
+		return fmt.Errorf("%w: want NAME -- CMD [ARG...]", errUsage)
+	}
+	name, argv := rest[0], rest[2:]
+	st, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var held *lock.Held
+	if *try {
+		var ok bool
+		held, ok, err = st.Locks.TryHold(ctx, name, *owner, *ttl)
+		if err == nil && !ok {
+			return &exitError{exitBusy, fmt.Errorf("lock %q is held by another owner", name)}
+		}
+	} else {
+		held, err = st.Locks.Hold(ctx, name, *owner, *ttl)
+	}
+	if errors.Is(err, stead.ErrInvalidName) || errors.Is(err, stead.ErrInvalidArgument) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if err != nil {
+		return err
+	}
+	return runHeld(ctx, e, held, argv)
+}
+
+// defaultOwner names this process: host:pid.
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "stead"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// runHeld runs argv while held is held, then releases it.
+func runHeld(ctx context.Context, e *env, held *lock.Held, argv []string) error {
+	release := func() error { return held.Release(context.WithoutCancel(ctx)) }
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
+	ownProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return errors.Join(err, release())
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	interrupted := ctx.Done()
+	for {
+		select {
+		case <-exited:
+			if err := release(); err != nil {
+				if errors.Is(err, stead.ErrLost) {
+					return &exitError{exitLost, err}
+				}
+				return err
+			}
+			return &exitError{code: exitStatus(cmd.ProcessState)}
+		case <-held.Lost():
+			killProcessGroup(cmd)
+			<-exited
+			return &exitError{exitLost, fmt.Errorf("%w; killed %s", release(), argv[0])}
+		case <-interrupted:
+			interrupted = nil // pass it on once, then wait for the command
+			terminateProcessGroup(cmd)
+		}
+	}
+}
