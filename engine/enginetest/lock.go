@@ -12,6 +12,7 @@ import (
 
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -33,6 +34,7 @@ func testLock(t *testing.T, h Harness) {
 		{"Names", lockNames},
 		{"Validation", lockValidation},
 		{"Closed", lockClosed},
+		{"CloseWakesWaiters", lockCloseWakesWaiters},
 		{"Cancelled", lockCancelled},
 		{"Virgin", lockVirgin},
 		{"Seam", lockSeam},
@@ -54,8 +56,6 @@ const (
 	// holdTTL is the lease of Hold tests: short, since Hold renews every
 	// third of it in real time.
 	holdTTL = 90 * time.Millisecond
-	// waitTimeout bounds every wait for something that must happen.
-	waitTimeout = 20 * time.Second
 )
 
 // fakeClock is a clock that moves only when told to.
@@ -166,18 +166,6 @@ func wantRenewed(t *testing.T, lk *lock.Lock, ttl time.Duration, want bool) {
 	got, err := lk.Renew(t.Context(), ttl)
 	if err != nil || got != want {
 		t.Fatalf("Renew of %q token %d = %v, %v; want %v, nil", lk.Name(), lk.Token(), got, err, want)
-	}
-}
-
-// eventually polls cond until it holds, failing t after waitTimeout.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting, after %v, for %s", waitTimeout, what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -438,12 +426,39 @@ func lockClosed(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrClosed, "engine WatchReleases after Close")
 	select {
 	case <-hd.Lost():
-	case <-time.After(waitTimeout):
-		t.Fatalf("Held.Lost not closed %v after Close", waitTimeout)
+	case <-time.After(poll.Timeout):
+		t.Fatalf("Held.Lost not closed %v after Close", poll.Timeout)
 	}
 	wantErr(t, hd.Err(), steaderr.ErrLost, "Held.Err after Close")
 	wantErr(t, hd.Err(), steaderr.ErrClosed, "Held.Err after Close")
 	wantErr(t, hd.Release(ctx), steaderr.ErrLost, "Held.Release after Close")
+}
+
+// lockCloseWakesWaiters closes the engine under a waiter whose holder's
+// lease, on the engine's clock, runs for an hour: the waiter returns
+// ErrClosed at once rather than at the expiry.
+func lockCloseWakesWaiters(t *testing.T, h Harness) {
+	eng := newEngine(t, h)
+	spy := &spyLocks{Engine: eng.Locks()}
+	s := lock.NewStore(spy, lock.Options{})
+	if _, ok, err := s.TryLock(t.Context(), "job", "alice", time.Hour); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Lock(t.Context(), "job", "bob", time.Hour)
+		done <- err
+	}()
+	poll.Until(t, "Lock to be refused", func() bool { return spy.acquires.Load() >= 2 })
+	if err := eng.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		wantErr(t, err, steaderr.ErrClosed, "Lock waiting through Close")
+	case <-time.After(poll.Timeout):
+		t.Fatalf("Lock still waiting %v after Close", poll.Timeout)
+	}
 }
 
 // lockCancelled checks that a cancelled context fails every call and
@@ -596,7 +611,7 @@ func lockInBackground(t *testing.T, ctx context.Context, b *lockBundle, name, ow
 		lk, err := b.store.Lock(ctx, name, owner, ttl)
 		done <- lockResult{lk, err}
 	}()
-	eventually(t, "Lock to make two attempts", func() bool { return b.spy.acquires.Load() >= before+2 })
+	poll.Until(t, "Lock to make two attempts", func() bool { return b.spy.acquires.Load() >= before+2 })
 	select {
 	case r := <-done:
 		t.Fatalf("Lock of a held lock returned %v, %v", r.lk, r.err)
@@ -610,8 +625,8 @@ func waitLock(t *testing.T, done <-chan lockResult) lockResult {
 	select {
 	case r := <-done:
 		return r
-	case <-time.After(waitTimeout):
-		t.Fatalf("Lock did not return within %v", waitTimeout)
+	case <-time.After(poll.Timeout):
+		t.Fatalf("Lock did not return within %v", poll.Timeout)
 		return lockResult{}
 	}
 }
@@ -671,8 +686,8 @@ func wantLost(t *testing.T, hd *lock.Held) {
 	t.Helper()
 	select {
 	case <-hd.Lost():
-	case <-time.After(waitTimeout):
-		t.Fatalf("Held.Lost not closed within %v", waitTimeout)
+	case <-time.After(poll.Timeout):
+		t.Fatalf("Held.Lost not closed within %v", poll.Timeout)
 	}
 	wantErr(t, hd.Err(), steaderr.ErrLost, "Held.Err")
 	wantErr(t, hd.Release(t.Context()), steaderr.ErrLost, "Held.Release of a lost lock")
@@ -701,7 +716,7 @@ func lockHold(t *testing.T, h Harness) {
 	for range 6 {
 		b.clock.Advance(holdTTL / 3)
 		want := b.clock.Now().Add(holdTTL)
-		eventually(t, "Hold to renew", func() bool { return hd.Grant().Expiry.Equal(want) })
+		poll.Until(t, "Hold to renew", func() bool { return hd.Grant().Expiry.Equal(want) })
 		wantNotLost(t, hd)
 	}
 	if g := hd.Grant(); g.Name != "job" || g.Owner != "alice" || g.Token != 1 {

@@ -61,6 +61,7 @@ func (e *Engine) Close() error {
 	e.locks.mu.Lock()
 	e.locks.rows = nil
 	e.locks.mu.Unlock()
+	e.locks.released.WakeAll() // waiters retry, and learn of the Close
 	return nil
 }
 

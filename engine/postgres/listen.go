@@ -53,7 +53,8 @@ func (l *listener) watch(name string) (<-chan struct{}, func(), error) {
 	return ch, stop, nil
 }
 
-// stop ends the listener for good and waits for it.
+// stop ends the listener for good and waits for it. It wakes every
+// watcher, so that waiters retry and learn that the engine is closed.
 func (l *listener) stop() {
 	l.mu.Lock()
 	l.stopped = true
@@ -63,6 +64,7 @@ func (l *listener) stop() {
 		l.cancel()
 		<-l.done
 	}
+	l.hub.WakeAll()
 }
 
 func (l *listener) run(ctx context.Context) {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,15 +11,13 @@ import (
 
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/lock"
 )
 
 // longTTL is a lease no test waits out: a waiter that gets the lock did
 // not get it by expiry.
 const longTTL = time.Hour
-
-// waitTimeout bounds every wait for something that must happen.
-const waitTimeout = 20 * time.Second
 
 func lockStore(e *postgres.Engine) *lock.Store { return lock.NewStore(e.Locks(), lock.Options{}) }
 
@@ -57,19 +56,13 @@ func mustRelease(t *testing.T, lk *lock.Lock) {
 func listenerPID(t *testing.T, db *pgtest.DB, e *postgres.Engine, except int32) int32 {
 	t.Helper()
 	listen := "LISTEN " + pgx.Identifier{postgres.LockChannel(e)}.Sanitize()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		var pid int32
+	var pid int32
+	poll.Until(t, "a backend listening on "+postgres.LockChannel(e), func() bool {
 		err := db.Admin.QueryRow(t.Context(),
 			"SELECT pid FROM pg_stat_activity WHERE query = $1 AND state = 'idle' AND pid <> $2", listen, except).Scan(&pid)
-		if err == nil {
-			return pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no backend listening on %s after %v: %v", postgres.LockChannel(e), waitTimeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return pid
 }
 
 // waiter starts Lock(name, owner), with a deadline far below the holder's
@@ -78,7 +71,7 @@ func listenerPID(t *testing.T, db *pgtest.DB, e *postgres.Engine, except int32) 
 func waiter(t *testing.T, e *postgres.Engine, name, owner string) <-chan *lock.Lock {
 	t.Helper()
 	spy := &refusals{Engine: e.Locks()}
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), poll.Timeout)
 	done := make(chan *lock.Lock, 1)
 	go func() {
 		defer cancel()
@@ -88,13 +81,7 @@ func waiter(t *testing.T, e *postgres.Engine, name, owner string) <-chan *lock.L
 		}
 		done <- lk
 	}()
-	deadline := time.Now().Add(waitTimeout)
-	for spy.n.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Lock(%q, %q) not refused within %v", name, owner, waitTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, fmt.Sprintf("Lock(%q, %q) to be refused", name, owner), func() bool { return spy.n.Load() > 0 })
 	return done
 }
 
@@ -107,13 +94,21 @@ func mustGet(t *testing.T, done <-chan *lock.Lock) *lock.Lock {
 	return lk
 }
 
+// contended returns an engine where alice holds "job" and bob waits for
+// it, and the listener's backend pid.
+func contended(t *testing.T) (db *pgtest.DB, e *postgres.Engine, alice *lock.Lock, bob <-chan *lock.Lock, pid int32) {
+	t.Helper()
+	db = pgtest.New(t)
+	e = open(t, db, "")
+	alice = mustTryLock(t, lockStore(e), "job", "alice")
+	bob = waiter(t, e, "job", "bob")
+	return db, e, alice, bob, listenerPID(t, db, e, 0)
+}
+
 func TestLockReleaseWakesWaiter(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	e := open(t, db, "")
-	alice := mustTryLock(t, lockStore(e), "job", "alice")
-	bob := waiter(t, e, "job", "bob")
-	listenerPID(t, db, e, 0) // so the notification, not the listener's start, wakes bob
+	// Once the listener listens, the notification, not its start, wakes bob.
+	_, _, alice, bob, _ := contended(t)
 	mustRelease(t, alice)
 	mustGet(t, bob)
 }
@@ -123,11 +118,7 @@ func TestLockReleaseWakesWaiter(t *testing.T) {
 // listener is back releases wake waiters again.
 func TestLockListenerReconnects(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	e := open(t, db, "")
-	alice := mustTryLock(t, lockStore(e), "job", "alice")
-	bob := waiter(t, e, "job", "bob")
-	pid := listenerPID(t, db, e, 0)
+	db, e, alice, bob, pid := contended(t)
 	if _, err := db.Admin.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid); err != nil {
 		t.Fatal(err)
 	}
@@ -155,19 +146,13 @@ func TestLockSurvivesSessionLoss(t *testing.T) {
 	if _, ok, err := s.TryLock(t.Context(), "job", "bob", longTTL); ok || err != nil {
 		t.Fatalf("TryLock after the holder's sessions died = %v, %v; want still held", ok, err)
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	poll.Until(t, "Renew to work again", func() bool {
 		ok, err := alice.Renew(t.Context(), longTTL)
-		if err == nil {
-			if !ok {
-				t.Fatal("Renew after the sessions died = false")
-			}
-			break
+		if err == nil && !ok {
+			t.Fatal("Renew after the sessions died = false")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Renew still failing after %v: %v", waitTimeout, err)
-		}
-	}
+		return err == nil
+	})
 }
 
 func TestLockPgBouncerPolls(t *testing.T) {
@@ -202,7 +187,7 @@ func TestLockReleaseNotifies(t *testing.T) {
 	if ok, err := b.Release(t.Context()); !ok || err != nil {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), poll.Timeout)
 	defer cancel()
 	n, err := conn.WaitForNotification(ctx)
 	if err != nil || n.Payload != "b" {

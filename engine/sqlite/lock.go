@@ -41,8 +41,9 @@ func (l *locks) close() error {
 	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close())
 }
 
-// now returns p.Now, or the system clock, at microsecond resolution.
-func now(t time.Time) time.Time {
+// engineNow returns now, or when it is zero the system clock, at
+// microsecond resolution.
+func engineNow(t time.Time) time.Time {
 	if t.IsZero() {
 		return time.Now().UTC().Truncate(time.Microsecond)
 	}
@@ -53,7 +54,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 	if err := l.e.check(ctx); err != nil {
 		return lock.AcquireResult{}, err
 	}
-	res := lock.AcquireResult{Now: now(p.Now), Grant: lock.Grant{Name: p.Name, Owner: p.Owner}}
+	res := lock.AcquireResult{Now: engineNow(p.Now), Grant: lock.Grant{Name: p.Name, Owner: p.Owner}}
 	s, err := l.acquire.get(ctx)
 	if err != nil {
 		return lock.AcquireResult{}, interpretError(ctx, err)
@@ -80,7 +81,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 }
 
 func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {
-	expiry := now(p.Now).Add(p.TTL)
+	expiry := engineNow(p.Now).Add(p.TTL)
 	ok, err := l.exec(ctx, &l.renew, p.Name, p.Owner, p.Token, expiry.UnixMicro())
 	if !ok {
 		return time.Time{}, false, err

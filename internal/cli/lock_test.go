@@ -11,11 +11,9 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/engine/sqlite"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/lock"
 )
-
-// waitTimeout bounds every wait for something that must happen.
-const waitTimeout = 20 * time.Second
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes it.
 type syncBuffer struct {
@@ -75,20 +73,9 @@ func wait(t *testing.T, done <-chan int) int {
 	select {
 	case code := <-done:
 		return code
-	case <-time.After(waitTimeout):
-		t.Fatalf("stead did not finish within %v", waitTimeout)
+	case <-time.After(poll.Timeout):
+		t.Fatalf("stead did not finish within %v", poll.Timeout)
 		return 0
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting, after %v, for %s", waitTimeout, what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -157,7 +144,7 @@ func TestLockLost(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "stead.db")
 	done, stdout, stderr := start(t.Context(), "-db", "sqlite://"+path, "lock", "-ttl", "300ms", "job", "--",
 		"sh", "-c", "sleep 60 & echo started; wait")
-	eventually(t, "the command to start", func() bool { return stdout.String() == "started\n" })
+	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 
 	eng, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
 	if err != nil {
@@ -178,7 +165,7 @@ func TestLockInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done, stdout, _ := start(ctx, "-db", storeURL(t), "lock", "job", "--",
 		"sh", "-c", "trap 'echo terminated; exit 7' TERM; echo started; while :; do sleep 0.01; done")
-	eventually(t, "the command to start", func() bool { return stdout.String() == "started\n" })
+	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 	cancel()
 	if code := wait(t, done); code != 7 || stdout.String() != "started\nterminated\n" {
 		t.Fatalf("interrupted stead lock = exit %d, stdout %q; want the command's SIGTERM handler's exit 7", code, stdout)

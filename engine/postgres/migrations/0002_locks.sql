@@ -2,8 +2,8 @@
 -- the name's fencing-token counter: a release clears owner and expiry but
 -- keeps token, the last token granted, so a later grant takes token + 1
 -- and a token never repeats, whatever order transactions commit in (the
--- row lock serializes them). Rows of names no longer used stay (a few
--- dozen bytes each); deleting one would restart its counter.
+-- row lock serializes them). Rows of names no longer used stay (about
+-- 160 bytes each with short names); deleting one would restart its counter.
 --
 -- owner is NULL when the lock is free; a grant is expired when
 -- expiry <= now. Every grant, renewal and release updates the row in
