@@ -31,8 +31,9 @@ type Engine interface {
 	// changes nothing.
 	Renew(ctx context.Context, p RenewParams) (expiry time.Time, ok bool, err error)
 	// Release frees p.Name when (p.Name, p.Owner, p.Token) is its current
-	// grant, even past its expiry, and reports whether it did. A release
-	// that frees a lock wakes its watchers (WatchReleases) once it commits.
+	// grant, even past its expiry, and reports whether it did. Once it
+	// commits it wakes the name's watchers (WatchReleases) if a waiting
+	// Acquire (AcquireParams.Wait) was refused while the grant was live.
 	Release(ctx context.Context, p ReleaseParams) (bool, error)
 	// WatchReleases returns a channel that receives a value after each
 	// release of name that commits after WatchReleases returns, by any
@@ -51,6 +52,11 @@ type AcquireParams struct {
 	// the engine's clock: the database's now() on PostgreSQL, the system
 	// clock elsewhere.
 	Now time.Time
+	// Wait says the caller, if refused, will wait for a release: the next
+	// release of the name must then wake WatchReleases' channels. Without
+	// it an engine may leave releases unsignalled, which PostgreSQL does
+	// when nobody waits: a NOTIFY serializes commits.
+	Wait bool
 }
 
 // AcquireResult is the outcome of Engine.Acquire.

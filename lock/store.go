@@ -65,7 +65,7 @@ func (s *Store) TryLock(ctx context.Context, name, owner string, ttl time.Durati
 	if err != nil {
 		return nil, false, err
 	}
-	lk, _, err := s.acquire(ctx, name, owner, ttl)
+	lk, _, err := s.acquire(ctx, name, owner, ttl, false)
 	return lk, lk != nil, err
 }
 
@@ -85,7 +85,7 @@ func (s *Store) Lock(ctx context.Context, name, owner string, ttl time.Duration)
 	defer stop()
 	var b backoff
 	for {
-		lk, res, err := s.acquire(ctx, name, owner, ttl)
+		lk, res, err := s.acquire(ctx, name, owner, ttl, true)
 		if lk != nil || err != nil {
 			return lk, err
 		}
@@ -140,9 +140,9 @@ func checkTTL(ttl time.Duration) (time.Duration, error) {
 }
 
 // acquire makes one attempt; it returns a handle only when granted.
-func (s *Store) acquire(ctx context.Context, name, owner string, ttl time.Duration) (*Lock, AcquireResult, error) {
+func (s *Store) acquire(ctx context.Context, name, owner string, ttl time.Duration, wait bool) (*Lock, AcquireResult, error) {
 	sent, now := s.clock()
-	res, err := s.eng.Acquire(ctx, AcquireParams{Name: name, Owner: owner, TTL: ttl, Now: now})
+	res, err := s.eng.Acquire(ctx, AcquireParams{Name: name, Owner: owner, TTL: ttl, Now: now, Wait: wait})
 	if err != nil || !res.Granted {
 		if err != nil {
 			err = fmt.Errorf("lock %q: %w", name, err)

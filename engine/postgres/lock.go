@@ -31,26 +31,31 @@ func (l *locks) init(e *Engine, listen bool) {
 	}
 	t := e.ident + ".locks"
 	now := "coalesce($3::timestamptz, now())"
-	// $1 name, $2 owner, $3 now (NULL: the database's), $4 ttl in µs.
+	free := "(l.owner IS NULL OR l.expiry <= " + now + ")"
+	// $1 name, $2 owner, $3 now (NULL: the database's), $4 ttl in µs,
+	// $5 whether a refused caller will wait.
 	//
 	// Under READ COMMITTED, ON CONFLICT locks the row and judges the WHERE
-	// against its latest committed version, while a plain read in the same
-	// statement sees the statement's older snapshot. So only a row the
-	// upsert returned is a grant: a live grant to the same owner is
-	// "updated" to itself and returned; anything else passing the WHERE
-	// becomes a new grant with the next token. The second branch, a
-	// snapshot read of the holder, runs only when nothing was granted and
-	// is a hint for waiters.
+	// and SET against its latest committed version, while a plain read in
+	// the same statement sees the statement's older snapshot. So only the
+	// row the upsert returns decides: a free row becomes a new grant with
+	// the next token; a live grant to the same owner is "updated" to itself;
+	// a waiter's attempt on a live grant leaves the grant alone but marks
+	// the row wanted until the holder's expiry, so that a release before
+	// then notifies. A non-waiting attempt on a live grant writes nothing,
+	// and the second branch, a snapshot read, gives the holder as a hint.
 	l.sql.acquire = `WITH g AS (
 		INSERT INTO ` + t + ` AS l (name, owner, token, expiry)
 		VALUES ($1, $2, 1, ` + now + ` + $4::bigint * interval '1 microsecond')
 		ON CONFLICT (name) DO UPDATE SET
-			owner  = excluded.owner,
-			token  = CASE WHEN l.owner = excluded.owner AND l.expiry > ` + now + ` THEN l.token ELSE l.token + 1 END,
-			expiry = CASE WHEN l.owner = excluded.owner AND l.expiry > ` + now + ` THEN l.expiry ELSE excluded.expiry END
-		WHERE l.owner IS NULL OR l.expiry <= ` + now + ` OR l.owner = excluded.owner
-		RETURNING l.owner, l.token, l.expiry)
-	SELECT true, owner, token, expiry, ` + now + ` FROM g
+			owner        = CASE WHEN ` + free + ` THEN excluded.owner ELSE l.owner END,
+			token        = CASE WHEN ` + free + ` THEN l.token + 1 ELSE l.token END,
+			expiry       = CASE WHEN ` + free + ` THEN excluded.expiry ELSE l.expiry END,
+			wanted_until = CASE WHEN ` + free + ` OR l.owner = excluded.owner THEN l.wanted_until
+				ELSE greatest(l.wanted_until, l.expiry) END
+		WHERE ` + free + ` OR l.owner = excluded.owner OR $5::boolean
+		RETURNING l.owner = $2, l.owner, l.token, l.expiry)
+	SELECT *, ` + now + ` FROM g
 	UNION ALL
 	SELECT false, owner, token, expiry, ` + now + ` FROM ` + t + `
 	WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`
@@ -58,10 +63,11 @@ func (l *locks) init(e *Engine, listen bool) {
 	// it locks, so a renewal or release never touches a newer grant.
 	l.sql.renew = `UPDATE ` + t + ` SET expiry = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
 		WHERE name = $1 AND owner = $2 AND token = $3 RETURNING expiry`
-	// pg_notify runs only for the row released, and its notification is
-	// delivered only if the release commits.
+	// pg_notify runs only for a row released while a waiter may be waiting,
+	// and its notification is delivered only if the release commits.
 	l.sql.release = `UPDATE ` + t + ` SET owner = NULL, expiry = NULL
-		WHERE name = $1 AND owner = $2 AND token = $3 RETURNING pg_notify($4, name)`
+		WHERE name = $1 AND owner = $2 AND token = $3
+		RETURNING CASE WHEN wanted_until > now() THEN pg_notify($4, name) END`
 }
 
 func (l *locks) close() {
@@ -85,7 +91,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 	}
 	var res lock.AcquireResult
 	g := &res.Grant
-	err := l.e.pool.QueryRow(ctx, l.sql.acquire, p.Name, p.Owner, nowParam(p.Now), p.TTL.Microseconds()).
+	err := l.e.pool.QueryRow(ctx, l.sql.acquire, p.Name, p.Owner, nowParam(p.Now), p.TTL.Microseconds(), p.Wait).
 		Scan(&res.Granted, &g.Owner, &g.Token, &g.Expiry, &res.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // not granted; holder unknown

@@ -6,13 +6,18 @@
 -- 160 bytes each with short names); deleting one would restart its counter.
 --
 -- owner is NULL when the lock is free; a grant is expired when
--- expiry <= now. Every grant, renewal and release updates the row in
--- place without touching the key, so fillfactor 50 leaves room on each
--- page for heap-only (HOT) updates, which skip the index and are pruned
--- on the page without waiting for vacuum.
+-- expiry <= now. wanted_until is set by waiters refused while the lock was
+-- held, to the holder's expiry: a release before then sends a NOTIFY,
+-- others do not (a NOTIFY serializes commits across the whole server).
+--
+-- Every grant, renewal and release updates the row in place without
+-- touching the key, so fillfactor 50 leaves room on each page for
+-- heap-only (HOT) updates, which skip the index and are pruned on the page
+-- without waiting for vacuum.
 CREATE TABLE locks (
-    name   text COLLATE "C" PRIMARY KEY,
-    owner  text COLLATE "C",
-    token  bigint NOT NULL,
-    expiry timestamptz
+    name         text COLLATE "C" PRIMARY KEY,
+    owner        text COLLATE "C",
+    token        bigint NOT NULL,
+    expiry       timestamptz,
+    wanted_until timestamptz
 ) WITH (fillfactor = 50);
