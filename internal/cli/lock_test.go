@@ -54,21 +54,21 @@ type result struct {
 	stdout, stderr *syncBuffer
 }
 
-// start runs the stead command line args in the background.
-func start(ctx context.Context, args ...string) (<-chan int, *syncBuffer, *syncBuffer) {
+// startCLI runs the stead command line args in the background.
+func startCLI(ctx context.Context, args ...string) (<-chan int, *syncBuffer, *syncBuffer) {
 	stdout, stderr := &syncBuffer{}, &syncBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, args, stdout, stderr) }()
 	return done, stdout, stderr
 }
 
-func run(t *testing.T, args ...string) result {
+func runCLI(t *testing.T, args ...string) result {
 	t.Helper()
-	done, stdout, stderr := start(t.Context(), args...)
-	return result{wait(t, done), stdout, stderr}
+	done, stdout, stderr := startCLI(t.Context(), args...)
+	return result{waitCLI(t, done), stdout, stderr}
 }
 
-func wait(t *testing.T, done <-chan int) int {
+func waitCLI(t *testing.T, done <-chan int) int {
 	t.Helper()
 	select {
 	case code := <-done:
@@ -82,7 +82,7 @@ func wait(t *testing.T, done <-chan int) int {
 func TestLockRunsCommand(t *testing.T) {
 	t.Parallel()
 	url := storeURL(t)
-	r := run(t, "-db", url, "lock", "-ttl", "5s", "job", "--", "sh", "-c", "echo under the lock; exit 3")
+	r := runCLI(t, "-db", url, "lock", "-ttl", "5s", "job", "--", "sh", "-c", "echo under the lock; exit 3")
 	if r.code != 3 || r.stdout.String() != "under the lock\n" || r.stderr.String() != "" {
 		t.Fatalf("stead lock = exit %d, stdout %q, stderr %q; want exit 3 and the command's output", r.code, r.stdout, r.stderr)
 	}
@@ -99,7 +99,7 @@ func TestLockExitStatus(t *testing.T) {
 		script string
 		want   int
 	}{{"exit 0", 0}, {"exit 42", 42}, {"kill -TERM $$", 128 + 15}} {
-		if r := run(t, "-db", url, "lock", "job", "--", "sh", "-c", tc.script); r.code != tc.want {
+		if r := runCLI(t, "-db", url, "lock", "job", "--", "sh", "-c", tc.script); r.code != tc.want {
 			t.Errorf("stead lock -- sh -c %q = exit %d (stderr %q), want %d", tc.script, r.code, r.stderr, tc.want)
 		}
 	}
@@ -111,7 +111,7 @@ func TestLockTryBusy(t *testing.T) {
 	if _, ok, err := openStore(t, url).Locks.TryLock(t.Context(), "job", "holder", time.Hour); !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
-	r := run(t, "-db", url, "lock", "-try", "job", "--", "sh", "-c", "echo ran")
+	r := runCLI(t, "-db", url, "lock", "-try", "job", "--", "sh", "-c", "echo ran")
 	if r.code != exitBusy || r.stdout.String() != "" || !strings.Contains(r.stderr.String(), "held by another owner") {
 		t.Fatalf("stead lock -try of a held lock = exit %d, stdout %q, stderr %q; want exit %d, the command not run", r.code, r.stdout, r.stderr, exitBusy)
 	}
@@ -124,14 +124,14 @@ func TestLockWaits(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
-	done, stdout, _ := start(t.Context(), "-db", url, "lock", "job", "--", "sh", "-c", "echo ran")
+	done, stdout, _ := startCLI(t.Context(), "-db", url, "lock", "job", "--", "sh", "-c", "echo ran")
 	if stdout.String() != "" {
 		t.Fatal("the command ran while another owner held the lock")
 	}
 	if ok, err := lk.Release(t.Context()); !ok || err != nil {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
-	if code := wait(t, done); code != 0 || stdout.String() != "ran\n" {
+	if code := waitCLI(t, done); code != 0 || stdout.String() != "ran\n" {
 		t.Fatalf("stead lock after the release = exit %d, stdout %q", code, stdout)
 	}
 }
@@ -142,7 +142,7 @@ func TestLockWaits(t *testing.T) {
 func TestLockLost(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "stead.db")
-	done, stdout, stderr := start(t.Context(), "-db", "sqlite://"+path, "lock", "-ttl", "300ms", "job", "--",
+	done, stdout, stderr := startCLI(t.Context(), "-db", "sqlite://"+path, "lock", "-ttl", "300ms", "job", "--",
 		"sh", "-c", "sleep 60 & echo started; wait")
 	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 
@@ -155,7 +155,7 @@ func TestLockLost(t *testing.T) {
 	if err != nil || !res.Granted {
 		t.Fatalf("stealing the lock an hour ahead: %+v, %v", res, err)
 	}
-	if code := wait(t, done); code != exitLost || !strings.Contains(stderr.String(), "lease lost") {
+	if code := waitCLI(t, done); code != exitLost || !strings.Contains(stderr.String(), "lease lost") {
 		t.Fatalf("stead lock whose lock was stolen = exit %d, stderr %q; want exit %d", code, stderr, exitLost)
 	}
 }
@@ -163,11 +163,11 @@ func TestLockLost(t *testing.T) {
 func TestLockInterrupted(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
-	done, stdout, _ := start(ctx, "-db", storeURL(t), "lock", "job", "--",
+	done, stdout, _ := startCLI(ctx, "-db", storeURL(t), "lock", "job", "--",
 		"sh", "-c", "trap 'echo terminated; exit 7' TERM; echo started; while :; do sleep 0.01; done")
 	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 	cancel()
-	if code := wait(t, done); code != 7 || stdout.String() != "started\nterminated\n" {
+	if code := waitCLI(t, done); code != 7 || stdout.String() != "started\nterminated\n" {
 		t.Fatalf("interrupted stead lock = exit %d, stdout %q; want the command's SIGTERM handler's exit 7", code, stdout)
 	}
 }
@@ -184,7 +184,7 @@ func TestLockUsage(t *testing.T) {
 		{"-owner", "", "job", "--", "true"},
 		{"-ttl", "soon", "job", "--", "true"},
 	} {
-		if r := run(t, append([]string{"-db", url, "lock"}, args...)...); r.code != 2 || r.stdout.String() != "" {
+		if r := runCLI(t, append([]string{"-db", url, "lock"}, args...)...); r.code != 2 || r.stdout.String() != "" {
 			t.Errorf("stead lock %q = exit %d, stdout %q; want 2", args, r.code, r.stdout)
 		}
 	}
