@@ -110,7 +110,9 @@ func (h *Held) run() {
 		case <-timer.C:
 		}
 		if err := h.renew(); err != nil {
-			if h.ctx.Err() == nil { // not stopped by Release
+			// A renewal cut short by Release is no loss; a refused or late
+			// one is, even if Release came meanwhile.
+			if h.ctx.Err() == nil || !errors.Is(err, context.Canceled) {
 				h.err = err
 				close(h.lost)
 			}
