@@ -23,7 +23,7 @@ var (
 	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
 	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
 	rounds   = flag.Int("rounds", 3, "rounds; each scenario reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite); empty runs all")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, lock-pg, lock-sqlite); empty runs all")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 )
 
@@ -148,5 +148,7 @@ func allScenarios() []scenario {
 	var all []scenario
 	all = append(all, blobPostgres()...)
 	all = append(all, blobSQLite()...)
+	all = append(all, lockPostgres()...)
+	all = append(all, lockSQLite()...)
 	return all
 }
