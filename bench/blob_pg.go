@@ -27,9 +27,10 @@ const (
 
 // blobTableDDL is stead's blobs table, so raw loops do the same SQL work.
 const blobTableDDL = `CREATE TABLE %[1]s.blobs (
-    key   text COLLATE "C" PRIMARY KEY,
+    key   text COLLATE "C" NOT NULL,
     size  bigint NOT NULL,
-    value bytea NOT NULL
+    value bytea NOT NULL,
+    PRIMARY KEY (key) INCLUDE (size)
 ) WITH (fillfactor = 90);
 ALTER TABLE %[1]s.blobs ALTER COLUMN value SET STORAGE EXTERNAL`
 
