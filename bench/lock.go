@@ -11,8 +11,6 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
-
-	"github.com/steadkit/stead"
 )
 
 // Lock scenarios measure TryLock+Release pairs, each caller on a name of
@@ -83,7 +81,7 @@ const (
 
 var errNotGranted = errors.New("an uncontended lock was not granted")
 
-func rawPGLock(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+func rawPGLock(ctx context.Context, n int) (opFunc, func(), error) {
 	schema, drop, err := scratchSchema(ctx, "rawlock")
 	if err != nil {
 		return nil, nil, err
@@ -121,7 +119,7 @@ func rawPGLock(ctx context.Context, n int) (func(context.Context, int, int) erro
 
 // rawPGAdvisory takes and releases a session advisory lock on one held
 // connection: no row, no TTL, no token, nothing durable.
-func rawPGAdvisory(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+func rawPGAdvisory(ctx context.Context, n int) (opFunc, func(), error) {
 	pool, err := rawPool(ctx, "")
 	if err != nil {
 		return nil, nil, err
@@ -166,7 +164,7 @@ const (
 
 // rawSQLiteLock runs the engine's statements on one writer connection, as
 // the engine does, with the engine's pragmas.
-func rawSQLiteLock(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+func rawSQLiteLock(ctx context.Context, n int) (opFunc, func(), error) {
 	dir, err := os.MkdirTemp("", "bench-lock-")
 	if err != nil {
 		return nil, nil, err
@@ -203,21 +201,8 @@ func rawSQLiteLock(ctx context.Context, n int) (func(context.Context, int, int) 
 	}, cleanup, nil
 }
 
-func openSteadSQLite(ctx context.Context) (*stead.Store, func(), error) {
-	dir, err := os.MkdirTemp("", "bench-lock-")
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := stead.Open(ctx, "sqlite://"+filepath.Join(dir, "stead.db"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return st, func() { st.Close(); os.RemoveAll(dir) }, nil
-}
-
-func steadLock(open func(context.Context) (*stead.Store, func(), error)) func(context.Context, int) (func(context.Context, int, int) error, func(), error) {
-	return func(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+func steadLock(open opener) setupFunc {
+	return func(ctx context.Context, n int) (opFunc, func(), error) {
 		st, cleanup, err := open(ctx)
 		if err != nil {
 			return nil, nil, err

@@ -17,24 +17,35 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/steadkit/stead"
 )
 
 var (
 	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
 	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
 	rounds   = flag.Int("rounds", 3, "rounds; each scenario reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, lock-pg, lock-sqlite); empty runs all")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite); empty runs all but inline-pg")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 )
 
-// scenario is one measured workload. setup prepares it once per caller
-// count and returns the operation and a cleanup; op is called concurrently.
+// scenario is one measured workload.
 type scenario struct {
 	group string // results are compared within a group
 	name  string
 	base  string // the scenario this one's ratio is against, or ""
-	setup func(ctx context.Context, callers int) (op func(ctx context.Context, worker, i int) error, cleanup func(), err error)
+	setup setupFunc
 }
+
+// setupFunc prepares a workload for a number of callers and returns its
+// operation, called concurrently (worker is the caller's index, i counts its
+// operations), and a cleanup.
+type setupFunc = func(ctx context.Context, callers int) (op opFunc, cleanup func(), err error)
+
+type opFunc = func(ctx context.Context, worker, i int) error
+
+// opener opens a fresh, empty stead store and returns it with its cleanup.
+type opener = func(ctx context.Context) (*stead.Store, func(), error)
 
 type result struct {
 	sc      scenario
@@ -55,7 +66,7 @@ func main() {
 	}
 	var scs []scenario
 	for _, sc := range allScenarios() {
-		if *only == "" || slices.Contains(strings.Split(*only, ","), sc.group) {
+		if *only == "" && sc.group != "inline-pg" || slices.Contains(strings.Split(*only, ","), sc.group) {
 			scs = append(scs, sc)
 		}
 	}
@@ -148,6 +159,7 @@ func allScenarios() []scenario {
 	var all []scenario
 	all = append(all, blobPostgres()...)
 	all = append(all, blobSQLite()...)
+	all = append(all, inlinePostgres()...)
 	all = append(all, lockPostgres()...)
 	all = append(all, lockSQLite()...)
 	return all
