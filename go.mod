@@ -3,6 +3,7 @@ module github.com/steadkit/stead
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3
 	modernc.org/sqlite v1.62.0

@@ -1,6 +1,6 @@
 // Package engine is the seam between stead's portable layer and its storage
 // engines. Each capability's mechanics are declared by the portable package
-// that uses them (blob.Engine, ...); Engine composes them with the parts
+// that uses them (blob.Engine, record.Engine, ...); Engine composes them with the parts
 // every engine shares: migrations, the cluster declaration and Close.
 //
 // An engine is correct when it passes engine/enginetest.
@@ -10,12 +10,15 @@ import (
 	"context"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/record"
 )
 
 // Engine is one storage engine.
 type Engine interface {
 	// Blobs returns the engine's blob mechanics.
 	Blobs() blob.Engine
+	// Records returns the engine's record mechanics.
+	Records() record.Engine
 	// Migrate brings the schema to the newest version this binary knows. It
 	// is a no-op when the schema is current, safe to run concurrently from
 	// many processes, and fails with an error wrapping steaderr.ErrSchema

@@ -67,6 +67,7 @@ var areas = []suiteTest{
 	{"Blob", testBlob},
 	{"Lifecycle", testLifecycle},
 	{"Metamorphic", testMetamorphic},
+	{"Record", testRecord},
 }
 
 // suiteTest is one named test of the suite.

@@ -10,13 +10,15 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // Engine is the in-memory engine. The zero value is not usable; call New.
 type Engine struct {
-	closed atomic.Bool
-	blobs  blobs
+	closed  atomic.Bool
+	blobs   blobs
+	records records
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -26,11 +28,15 @@ func New() *Engine {
 	e := &Engine{}
 	e.blobs.e = e
 	e.blobs.values = make(map[blob.Key][]byte)
+	e.records.init(e)
 	return e
 }
 
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// Records implements engine.Engine.
+func (e *Engine) Records() record.Engine { return &e.records }
 
 // Migrate implements engine.Engine; there is no schema to migrate.
 func (e *Engine) Migrate(ctx context.Context) error { return e.check(ctx) }
@@ -51,6 +57,9 @@ func (e *Engine) Close() error {
 	e.blobs.mu.Lock()
 	e.blobs.values = nil
 	e.blobs.mu.Unlock()
+	e.records.mu.Lock()
+	e.records.groups, e.records.recs = nil, nil
+	e.records.mu.Unlock()
 	return nil
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -158,8 +159,11 @@ type Engine struct {
 	ownsPool bool
 	schema   string
 	ident    string // schema, quoted
-	closed   atomic.Bool
-	blobs    blobs
+	// pgbouncer: no session state may be kept (Config.PgBouncer).
+	pgbouncer bool
+	closed    atomic.Bool
+	blobs     blobs
+	records   records
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -173,7 +177,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := validateSchema(cfg.Schema); err != nil {
 		return nil, err
 	}
-	e := &Engine{schema: cfg.Schema, ident: pgx.Identifier{cfg.Schema}.Sanitize()}
+	e := &Engine{schema: cfg.Schema, ident: pgx.Identifier{cfg.Schema}.Sanitize(), pgbouncer: cfg.PgBouncer}
 	switch {
 	case cfg.Pool != nil && cfg.ConnString != "":
 		return nil, fmt.Errorf("%w: postgres: set ConnString or Pool, not both", steaderr.ErrInvalidArgument)
@@ -197,6 +201,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
 	e.blobs.init(e, max(1, int(e.pool.Config().MaxConns)/2))
+	e.records.init(e)
 	return e, nil
 }
 
@@ -236,6 +241,9 @@ func (e *Engine) Schema() string { return e.schema }
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
 
+// Records implements engine.Engine.
+func (e *Engine) Records() record.Engine { return &e.records }
+
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return true, "shared PostgreSQL; CAS + lease fencing" }
 
@@ -244,6 +252,7 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	e.records.listen.close()
 	if e.ownsPool {
 		e.pool.Close()
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -34,8 +35,9 @@ type Engine struct {
 	// serialized on it, and its transactions take the write lock up front.
 	writer *sql.DB
 	// reader is the query-only pool; each read statement sees one snapshot.
-	reader *sql.DB
-	blobs  blobs
+	reader  *sql.DB
+	blobs   blobs
+	records records
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -80,6 +82,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.reader.SetMaxOpenConns(cfg.ReadConns)
 	e.reader.SetMaxIdleConns(cfg.ReadConns)
 	e.blobs.init(e)
+	e.records.init(e)
 	// The writer connects first: it turns the file into a WAL database
 	// before any reader opens it, and fails fast on a file that is no
 	// database.
@@ -104,6 +107,9 @@ func dsn(path string, q url.Values) string {
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
 
+// Records implements engine.Engine.
+func (e *Engine) Records() record.Engine { return &e.records }
+
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return false, "single-node file" }
 
@@ -120,7 +126,7 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) close() error {
-	errs := []error{e.blobs.close()}
+	errs := []error{e.blobs.close(), e.records.close()}
 	// The writer closes last: the last connection to close checkpoints the
 	// WAL into the database file.
 	if e.reader != nil {
