@@ -72,8 +72,10 @@ func (r *records) init(e *Engine) {
 	claimSet := "UPDATE " + recs + " AS r SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1, " +
 		"lease_expiry = " + nowParam(3) + " + $2::interval, updated_at = " + nowParam(3) + " "
 	s.claim = claimSet + "WHERE r.id = $5 AND r.grp = $4 AND (r.lease_owner IN ('', $1) OR r.lease_expiry <= " + nowParam(3) + ") RETURNING " + returning
-	s.claimNext = claimSet + "WHERE r.id IN (SELECT id FROM " + recs + " WHERE grp = $4 AND NOT parked AND (lease_owner = '' OR lease_expiry <= " + nowParam(3) + ")" +
-		" ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING " + returning
+	// = ANY (ARRAY (...)), not IN (...): with IN, a generic plan that
+	// guesses many ids joins them to a sequential scan of every group.
+	s.claimNext = claimSet + "WHERE r.id = ANY (ARRAY (SELECT id FROM " + recs + " WHERE grp = $4 AND NOT parked AND (lease_owner = '' OR lease_expiry <= " + nowParam(3) + ")" +
+		" ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED)) RETURNING " + returning
 	s.renew = "UPDATE " + recs + " SET lease_expiry = " + nowParam(1) + ` + $2::interval
 		WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6 RETURNING lease_expiry`
 	s.probe = "SELECT coalesce(bool_or(lease_owner = '' OR lease_expiry <= " + nowParam(2) + "), false), " +

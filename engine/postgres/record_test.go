@@ -1,0 +1,353 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// clock is a test clock that moves only when told to.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// node is one stead process of a fleet: its own engine (pool) on the
+// shared schema, and a record store over it.
+func node(t *testing.T, db *pgtest.DB, c *clock) (*postgres.Engine, *record.Store) {
+	t.Helper()
+	e := open(t, db, "")
+	opts := record.Options{}
+	if c != nil {
+		opts.Now = c.Now
+	}
+	return e, record.NewStore(e.Records(), opts)
+}
+
+// TestRecordZombieFencing plays a paused node: A's lease lapses while it
+// keeps checkpointing, B claims the record, and from then on none of A's
+// saves lands; the record holds B's state.
+func TestRecordZombieFencing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	c := &clock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	_, a := node(t, db, c)
+	_, b := node(t, db, c)
+	if err := a.RegisterGroup(ctx, "fleet"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Save(ctx, record.Record{ID: "job", Group: "fleet", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.Claim(ctx, "fleet", "job", "node-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A checkpoints in a loop, from its own last version, until refused.
+	type saved struct{ version int64 }
+	var aSaves []saved
+	aDone := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		rec := held
+		for i := 0; ; i++ {
+			rec.Payload = fmt.Appendf(nil, "a step %d", i)
+			next, err := a.Save(ctx, rec)
+			if err != nil {
+				aDone <- err
+				return
+			}
+			rec = next
+			aSaves = append(aSaves, saved{rec.Version})
+			if i == 3 {
+				close(started)
+			}
+		}
+	}()
+	<-started
+	c.Advance(time.Minute) // A's lease lapses; A does not notice
+	var bRec record.Record
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		recs, err := b.ClaimNext(ctx, "fleet", "node-b", time.Minute, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 {
+			bRec = recs[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B could not claim the lapsed record")
+		}
+	}
+	if bRec.Lease.Incarnation != held.Lease.Incarnation+1 {
+		t.Fatalf("B's incarnation %d, want %d", bRec.Lease.Incarnation, held.Lease.Incarnation+1)
+	}
+	bRec.Payload = []byte("b's state")
+	bRec, err = b.Save(ctx, bRec)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := <-aDone; !errors.Is(err, steaderr.ErrConflict) {
+		t.Fatalf("A's save after B's claim = %v, want ErrConflict", err)
+	}
+	claimVersion := bRec.Version - 1
+	for _, s := range aSaves {
+		if s.version >= claimVersion {
+			t.Fatalf("A saved version %d, at or after B's claim made version %d", s.version, claimVersion)
+		}
+	}
+	stale := held
+	stale.Version = aSaves[len(aSaves)-1].version
+	stale.Status = record.Completed
+	if _, err := a.Save(ctx, stale); !errors.Is(err, steaderr.ErrConflict) {
+		t.Fatalf("A's completion from its stale version = %v, want ErrConflict", err)
+	}
+	got, err := b.Load(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Payload) != "b's state" || got.Version != bRec.Version || got.Lease != bRec.Lease {
+		t.Fatalf("stored record = %+v, want B's %+v", got, bRec)
+	}
+}
+
+// TestRecordClaimingScansOneGroup shows with EXPLAIN ANALYZE that the
+// claimable listing and ClaimNext read their own group's index entries
+// only, however many records other groups hold.
+func TestRecordClaimingScansOneGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	e, s := node(t, db, nil)
+	for _, g := range []string{"big", "small"} {
+		if err := s.RegisterGroup(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Save(ctx, record.Record{ID: "seed", Group: "big", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	const small = 5
+	schema := pgx.Identifier{db.Schema}.Sanitize()
+	// Many records in "big", sorting both before and after "small"'s.
+	_, err := db.Admin.Exec(ctx, "INSERT INTO "+schema+`.records
+		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+		SELECT prefix || i, 'big', t.id, 'active', false, 1, '', 0, now(), now(), ''
+		FROM `+schema+`.record_tenants t, generate_series(1, 5000) i, unnest(ARRAY['a', 'z']) prefix WHERE t.grp = 'big'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range small {
+		if _, err := s.Save(ctx, record.Record{ID: fmt.Sprintf("m%d", i), Group: "small", Status: record.Active}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".records"); err != nil {
+		t.Fatal(err)
+	}
+	list, claimNext := postgres.RecordSQL(e)
+	conn, err := db.Admin.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
+	for _, tc := range []struct {
+		name, sql, args string
+	}{
+		{"ListClaimable", list, "'small', NULL, 100"},
+		{"ClaimNext", claimNext, "'o', '1 minute', NULL, 'small', 100"},
+	} {
+		// A prepared statement, explained as it runs: with a generic plan,
+		// the one it settles on after its first runs. ClaimNext claims, so
+		// it runs in a transaction rolled back.
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []map[string]any
+		_, err = tx.Exec(ctx, "PREPARE explained AS "+tc.sql)
+		if err == nil {
+			err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained ("+tc.args+")").Scan(&out)
+		}
+		tx.Rollback(ctx)
+		conn.Exec(ctx, "DEALLOCATE ALL")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		plan := out[0]["Plan"].(map[string]any)
+		read := 0
+		walkPlan(plan, func(node map[string]any) {
+			if node["Relation Name"] != "records" || node["Node Type"] == "ModifyTable" {
+				return
+			}
+			if node["Node Type"] == "Seq Scan" {
+				t.Fatalf("%s scans records sequentially:\n%v", tc.name, out)
+			}
+			rows, _ := node["Actual Rows"].(float64)
+			loops, _ := node["Actual Loops"].(float64)
+			removed, _ := node["Rows Removed by Filter"].(float64)
+			read += int((rows + removed) * loops)
+			if node["Index Name"] == "records_claimable" && !strings.Contains(fmt.Sprint(node["Index Cond"]), "grp") {
+				t.Fatalf("%s: records_claimable scanned without a group condition: %v", tc.name, node)
+			}
+		})
+		t.Logf("%s read %d rows of records", tc.name, read)
+		if read == 0 || read > 2*small {
+			t.Fatalf("%s read %d rows of records, want at most %d (its group's):\n%v", tc.name, read, 2*small, out)
+		}
+	}
+}
+
+// walkPlan calls visit for every node of an EXPLAIN (FORMAT JSON) plan.
+func walkPlan(node map[string]any, visit func(map[string]any)) {
+	visit(node)
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		walkPlan(c.(map[string]any), visit)
+	}
+}
+
+// TestRecordDefaultTenantIsUnique checks the database guarantee: one
+// default tenant per group, however many nodes create it at once, and no
+// second one even written by hand; and a record can reference only a
+// tenant of its own group.
+func TestRecordDefaultTenantIsUnique(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, a := node(t, db, nil)
+	_, b := node(t, db, nil)
+	for _, g := range []string{"g", "h"} {
+		if err := a.RegisterGroup(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		s := []*record.Store{a, b}[i%2]
+		wg.Go(func() {
+			if _, err := s.Save(ctx, record.Record{ID: fmt.Sprint("r", i), Group: "g", Status: record.Active}); err != nil {
+				t.Errorf("save %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := a.Save(ctx, record.Record{ID: "in h", Group: "h", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	tenants := pgx.Identifier{db.Schema, "record_tenants"}.Sanitize()
+	var n int
+	if err := db.Admin.QueryRow(ctx, "SELECT count(*) FROM "+tenants+" WHERE grp = 'g' AND name IS NULL").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("default tenants of g: %d, %v; want 1", n, err)
+	}
+	_, err := db.Admin.Exec(ctx, "INSERT INTO "+tenants+" (grp, name) VALUES ('g', NULL)")
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "record_tenants_one_default" {
+		t.Fatalf("a second default tenant for g: %v, want a unique violation of record_tenants_one_default", err)
+	}
+	_, err = db.Admin.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "records"}.Sanitize()+
+		" SET tenant_id = (SELECT id FROM "+tenants+" WHERE grp = 'h' AND name IS NULL) WHERE id = 'r0'")
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23503" {
+		t.Fatalf("pointing a record of g at h's tenant: %v, want a foreign key violation", err)
+	}
+}
+
+// TestRecordWake checks the wake channel across nodes: a save on one node
+// wakes a subscriber on another, and after the listener's connection is
+// killed, subscribers are told, then listened for again.
+func TestRecordWake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	ea, a := node(t, db, nil)
+	_, b := node(t, db, nil)
+	if err := a.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	waitLive := func() (<-chan struct{}, func()) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			wake, live, stop := ea.Records().Subscribe("g")
+			if live {
+				return wake, stop
+			}
+			select { // woken when the listener is up
+			case <-wake:
+			case <-time.After(time.Second):
+			}
+			stop()
+		}
+		t.Fatal("the listener did not start listening within 30s")
+		return nil, nil
+	}
+	wantWake := func(wake <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-wake:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no wake within 30s %s", what)
+		}
+	}
+
+	wake, stop := waitLive()
+	if _, err := b.Save(ctx, record.Record{ID: "r1", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(wake, "after another node saved a new active record")
+
+	// Kill the listener's backend: subscribers are woken (and may poll
+	// while it is down), then it listens again.
+	var killed int
+	err := db.Admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
+		"LISTEN "+pgx.Identifier{postgres.ListenChannel(ea)}.Sanitize()).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminating the listener: %d backends, %v", killed, err)
+	}
+	wantWake(wake, "after the listener's connection was killed")
+	stop()
+	wake, stop = waitLive()
+	defer stop()
+	if _, err := b.Save(ctx, record.Record{ID: "r2", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(wake, "after the listener reconnected")
+
+	// In PgBouncer mode there is no listener: waiters poll.
+	pb := open(t, db, "&pgbouncer=true")
+	if wake, live, stop := pb.Records().Subscribe("g"); wake != nil || live {
+		t.Fatalf("Subscribe in PgBouncer mode = %v, %v; want no wake channel", wake, live)
+	} else {
+		stop()
+	}
+}

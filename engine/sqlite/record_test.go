@@ -1,0 +1,63 @@
+package sqlite
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/steadkit/stead/record"
+)
+
+// TestRecordClaimingUsesGroupIndex checks with EXPLAIN QUERY PLAN that the
+// claimable listing and ClaimNext search the claimable index by group:
+// other groups' records are never read.
+func TestRecordClaimingUsesGroupIndex(t *testing.T) {
+	t.Parallel()
+	e, _ := setup(t)
+	for _, q := range []string{e.records.list.query, e.records.claimNext.query} {
+		rows, err := e.writer.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, "g", 0, 10, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		joined := strings.Join(plan, "\n")
+		if !strings.Contains(joined, "USING INDEX records_claimable (grp=?)") && !strings.Contains(joined, "USING COVERING INDEX records_claimable (grp=?)") {
+			t.Fatalf("plan of %q does not search records_claimable by group:\n%s", q, joined)
+		}
+		if strings.Contains(joined, "SCAN records") || strings.Contains(joined, "SCAN r ") {
+			t.Fatalf("plan of %q scans records:\n%s", q, joined)
+		}
+	}
+}
+
+// TestRecordDefaultTenantIsUnique checks the database guarantee: a second
+// default tenant for a group is refused by the partial unique index.
+func TestRecordDefaultTenantIsUnique(t *testing.T) {
+	t.Parallel()
+	e, _ := setup(t)
+	ctx := t.Context()
+	s := record.NewStore(e.Records(), record.Options{})
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, record.Record{ID: "r", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.writer.ExecContext(ctx, "INSERT INTO record_tenants (grp, name) VALUES ('g', NULL)")
+	var sqliteErr *sqlite.Error
+	if !errors.As(err, &sqliteErr) || sqliteErr.Code() != sqlite3.SQLITE_CONSTRAINT_UNIQUE {
+		t.Fatalf("a second default tenant: %v, want a unique constraint violation", err)
+	}
+}
