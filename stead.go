@@ -7,6 +7,7 @@
 //	if err != nil { ... }
 //	defer st.Close()
 //	key, err := st.Blobs.Put(ctx, strings.NewReader("hello"))
+//	rec, err := st.Records.Save(ctx, record.Record{ID: "job-1", Group: "workers", Status: record.Active})
 package stead
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -53,6 +55,11 @@ const DefaultURL = "sqlite://./stead-data/stead.db"
 type Store struct {
 	// Blobs is the content-addressed blob store.
 	Blobs *blob.Store
+	// Records holds lease-fenced, versioned records. Every record names a
+	// group, registered first; a process working alone uses its instance
+	// id (InstanceID, stable across restarts with WithInstanceID), and
+	// processes that share work share a group name.
+	Records *record.Store
 
 	eng        engine.Engine
 	instanceID string
@@ -160,6 +167,7 @@ func New(ctx context.Context, eng engine.Engine, opts ...Option) (*Store, error)
 	}
 	return &Store{
 		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
+		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
 		eng:        eng,
 		instanceID: cfg.instanceID,
 	}, nil

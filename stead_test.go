@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/record"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -176,5 +178,35 @@ func TestClosed(t *testing.T) {
 	}
 	if _, err := st.Blobs.Put(ctx, strings.NewReader("x")); !errors.Is(err, stead.ErrClosed) {
 		t.Fatalf("Put after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestRecordsClock checks that WithClock reaches the record store on every
+// engine: writes are stamped, and leases measured, by it.
+func TestRecordsClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2031, 7, 8, 9, 10, 11, 123456789, time.UTC)
+	for _, url := range []string{"mem://", "sqlite://" + filepath.Join(t.TempDir(), "s.db"), pgtest.New(t).StoreURL()} {
+		st, err := stead.Open(ctx, url, stead.WithClock(func() time.Time { return now }), stead.WithInstanceID("solo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		group := st.InstanceID() // working alone
+		if err := st.Records.RegisterGroup(ctx, group); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Records.Save(ctx, record.Record{ID: "r", Group: group, Status: record.Active}); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := st.Records.ClaimNext(ctx, group, "me", time.Minute, 1)
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("%s: ClaimNext = %v, %v", url, recs, err)
+		}
+		want := record.Timestamp(now)
+		if got := recs[0]; !got.UpdatedAt.Equal(want) || !got.Lease.Expiry.Equal(want.Add(time.Minute)) {
+			t.Fatalf("%s: claimed at %v until %v, want %v until %v", url, got.UpdatedAt, got.Lease.Expiry, want, want.Add(time.Minute))
+		}
 	}
 }
