@@ -23,7 +23,7 @@ var (
 	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
 	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
 	rounds   = flag.Int("rounds", 3, "rounds; each scenario reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite); empty runs all")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, record-pg); empty runs all")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 )
 
@@ -34,6 +34,10 @@ type scenario struct {
 	name  string
 	base  string // the scenario this one's ratio is against, or ""
 	setup func(ctx context.Context, callers int) (op func(ctx context.Context, worker, i int) error, cleanup func(), err error)
+	// drain, set instead of setup, measures draining a queue filled by
+	// setup: op handles a batch and returns its size, 0 once the queue is
+	// empty. The rate is items/s until every caller found it empty.
+	drain func(ctx context.Context, callers int) (op func(ctx context.Context, worker, i int) (int, error), cleanup func(), err error)
 }
 
 type result struct {
@@ -99,6 +103,9 @@ func main() {
 
 // run measures one scenario at n callers for -duration.
 func run(ctx context.Context, sc scenario, n int) (float64, error) {
+	if sc.drain != nil {
+		return runDrain(ctx, sc, n)
+	}
 	op, cleanup, err := sc.setup(ctx, n)
 	if err != nil {
 		return 0, err
@@ -133,6 +140,45 @@ func run(ctx context.Context, sc scenario, n int) (float64, error) {
 	return float64(total.Load()) / time.Since(start).Seconds(), nil
 }
 
+// runDrain measures a drain scenario at n callers: items/s until every
+// caller found the queue empty, or -duration ran out.
+func runDrain(ctx context.Context, sc scenario, n int) (float64, error) {
+	op, cleanup, err := sc.drain(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	var total atomic.Int64
+	var firstErr atomic.Value
+	runCtx, cancel := context.WithTimeout(ctx, *duration)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Go(func() {
+			for i := 0; runCtx.Err() == nil; i++ {
+				items, err := op(runCtx, w, i)
+				if err != nil {
+					if runCtx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+						cancel()
+					}
+					return
+				}
+				if items == 0 {
+					return
+				}
+				total.Add(int64(items))
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, err
+	}
+	return float64(total.Load()) / time.Since(start).Seconds(), nil
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	sort.Float64s(s)
@@ -148,5 +194,6 @@ func allScenarios() []scenario {
 	var all []scenario
 	all = append(all, blobPostgres()...)
 	all = append(all, blobSQLite()...)
+	all = append(all, recordPostgres()...)
 	return all
 }

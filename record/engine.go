@@ -60,9 +60,11 @@ type Engine interface {
 	// holds: the new grant fences the old.
 	Claim(ctx context.Context, p ClaimParams) (Record, error)
 	// ClaimNext claims, as Claim does, up to p.N records that are
-	// claimable in p.Group at now, taking the first in id order that no
-	// concurrent claimer is taking: claimers never wait for each other and
-	// never claim the same record. It returns them in id order, as stored.
+	// claimable in p.Group at now: first those whose lease expired,
+	// earliest expiry (then id) first, then those without a lease, in id
+	// order, passing over any a concurrent claimer is taking: claimers
+	// never wait for each other and never claim the same record. It
+	// returns them in id order, as stored.
 	ClaimNext(ctx context.Context, p ClaimNextParams) ([]Record, error)
 	// Renew extends the lease p.Owner holds as grant p.Incarnation to
 	// now+p.TTL and returns it; Version and UpdatedAt are unchanged. It

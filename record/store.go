@@ -179,9 +179,11 @@ func (s *Store) Claim(ctx context.Context, group, id, owner string, ttl time.Dur
 }
 
 // ClaimNext claims, as Claim does, up to n records of group that are
-// claimable now, in one step, and returns them in id order. Concurrent
-// claimers never wait for one another and never claim the same record. A
-// group never registered has nothing to claim.
+// claimable now, in one step, and returns them in id order. Records whose
+// lease expired (recovery) go first, earliest expiry first, then records
+// without a lease, in id order. Concurrent claimers never wait for one
+// another and never claim the same record. A group never registered has
+// nothing to claim.
 func (s *Store) ClaimNext(ctx context.Context, group, owner string, ttl time.Duration, n int) ([]Record, error) {
 	err := validate.Name("group", group)
 	if err == nil {

@@ -666,6 +666,19 @@ func recordClaimNext(t *testing.T, h Harness) {
 			t.Fatalf("recovered %s: incarnation %d, version %d; want 2, 3", got.ID, got.Lease.Incarnation, got.Version)
 		}
 	}
+
+	// Claim order: expired leases first, earliest expiry first, then
+	// records without a lease, by id.
+	q := b.group(t, "order")
+	for _, id := range []string{"a1", "a2", "z0", "z1"} {
+		b.save(t, newRecord(id, q))
+	}
+	b.claim(t, q, "z0", "x", 2*time.Minute)
+	b.claim(t, q, "z1", "x", time.Minute)
+	b.clock.Advance(2 * time.Minute)
+	for _, want := range []string{"z1", "z0", "a1", "a2"} {
+		wantIDs(t, "ClaimNext(1) in claim order", b.claimNext(t, q, "y", time.Hour, 1), want)
+	}
 }
 
 // recordClaimNextConcurrent races claimers: together they claim every

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -130,7 +131,7 @@ func (r *records) claimable(group string, now time.Time, limit int) []record.Rec
 			out = append(out, rec)
 		}
 	}
-	slices.SortFunc(out, func(a, b record.Record) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, byID)
 	return out[:min(limit, len(out))]
 }
 
@@ -174,12 +175,31 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 	}
 	defer r.mu.Unlock()
 	now := nowOr(p.Now)
-	out := r.claimable(p.Group, now, p.N)
+	// Expired leases first, earliest expiry first; then no lease, by id.
+	var expired, free []record.Record
+	for _, rec := range r.recs {
+		switch {
+		case rec.Group != p.Group || !rec.Claimable(now):
+		case rec.Lease.Owner == "":
+			free = append(free, rec)
+		default:
+			expired = append(expired, rec)
+		}
+	}
+	slices.SortFunc(expired, func(a, b record.Record) int {
+		return cmp.Or(a.Lease.Expiry.Compare(b.Lease.Expiry), strings.Compare(a.ID, b.ID))
+	})
+	slices.SortFunc(free, byID)
+	out := append(expired, free...)
+	out = out[:min(p.N, len(out))]
 	for i, rec := range out {
 		out[i] = r.claim(rec, p.Owner, p.TTL, now)
 	}
+	slices.SortFunc(out, byID)
 	return out, nil
 }
+
+func byID(a, b record.Record) int { return strings.Compare(a.ID, b.ID) }
 
 func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease, error) {
 	if err := r.lock(ctx); err != nil {

@@ -41,7 +41,12 @@ func (r *records) init(e *Engine) {
 	r.e = e
 	r.listen.init(e, fmt.Sprintf("stead_records_%016x", uint64(e.lockKey("records"))))
 	recs, groups, tenants := e.ident+".records", e.ident+".record_groups", e.ident+".record_tenants"
-	cols := "r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload"
+	// colsOf lists a record's columns, in scanRecord's order, of records
+	// aliased a joined to its tenant t.
+	colsOf := func(a string) string {
+		return strings.ReplaceAll("a.id, a.grp, t.name, a.status, a.version, a.lease_owner, a.lease_incarnation, a.lease_expiry, a.updated_at, a.payload", "a.", a+".")
+	}
+	cols := colsOf("r")
 	returning := strings.Replace(cols, "t.name", "(SELECT name FROM "+tenants+" WHERE id = r.tenant_id)", 1)
 	from := " FROM " + recs + " r JOIN " + tenants + " t ON t.id = r.tenant_id "
 	// notify wakes the group's waiters when the row, as written, is
@@ -67,20 +72,40 @@ func (r *records) init(e *Engine) {
 	s.load = "SELECT " + cols + from + "WHERE r.id = $1"
 	s.lookup = "SELECT " + cols + ", " + nowParam(2) + from + "WHERE r.id = $1"
 	s.del = "DELETE FROM " + recs + " WHERE id = $1"
-	s.list = "SELECT " + cols + from + "WHERE r.grp = $1 AND NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= " + nowParam(2) + ") ORDER BY r.id LIMIT $3"
+	// unleased and expired select a group's claimable records, through
+	// records_unleased and records_leased: the group is $g, now is $n.
+	unleased := func(g int) string {
+		return fmt.Sprintf(" FROM %s WHERE grp = $%d AND NOT parked AND lease_owner = ''", recs, g)
+	}
+	expired := func(g, n int) string {
+		return fmt.Sprintf(" FROM %s WHERE grp = $%d AND NOT parked AND lease_owner <> '' AND lease_expiry <= %s", recs, g, nowParam(n))
+	}
+	// The listing sorts every expired lease of the group by id: ordering
+	// that branch by id would invite a plan walking the primary key
+	// through every group.
+	s.list = "SELECT " + colsOf("c") + " FROM ((SELECT *" + unleased(1) + " ORDER BY id LIMIT $3) UNION ALL (SELECT *" +
+		expired(1, 2) + ")) c JOIN " + tenants + " t ON t.id = c.tenant_id ORDER BY c.id LIMIT $3"
 	// $1 owner, $2 ttl, $3 now, $4 group, $5 id or n.
 	claimSet := "UPDATE " + recs + " AS r SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1, " +
 		"lease_expiry = " + nowParam(3) + " + $2::interval, updated_at = " + nowParam(3) + " "
 	s.claim = claimSet + "WHERE r.id = $5 AND r.grp = $4 AND (r.lease_owner IN ('', $1) OR r.lease_expiry <= " + nowParam(3) + ") RETURNING " + returning
-	// = ANY (ARRAY (...)), not IN (...): with IN, a generic plan that
-	// guesses many ids joins them to a sequential scan of every group.
-	s.claimNext = claimSet + "WHERE r.id = ANY (ARRAY (SELECT id FROM " + recs + " WHERE grp = $4 AND NOT parked AND (lease_owner = '' OR lease_expiry <= " + nowParam(3) + ")" +
-		" ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED)) RETURNING " + returning
+	// Expired leases first, then unleased records. A WITH query runs only
+	// as far as it is read, so the unleased one runs, and locks, only when
+	// there are fewer than $5 expired leases. = ANY (ARRAY (...)), not
+	// IN (...): with IN, a generic plan that guesses many ids joins them
+	// to a sequential scan of every group.
+	s.claimNext = claimSet + "WHERE r.id = ANY (ARRAY (WITH " +
+		"expired AS (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, id LIMIT $5 FOR UPDATE SKIP LOCKED), " +
+		"unleased AS (SELECT id" + unleased(4) + " ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED) " +
+		"SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT $5)) RETURNING " + returning
 	s.renew = "UPDATE " + recs + " SET lease_expiry = " + nowParam(1) + ` + $2::interval
 		WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6 RETURNING lease_expiry`
-	s.probe = "SELECT coalesce(bool_or(lease_owner = '' OR lease_expiry <= " + nowParam(2) + "), false), " +
-		"min(lease_expiry) FILTER (WHERE lease_owner <> '' AND lease_expiry > " + nowParam(2) + "), " + nowParam(2) +
-		" FROM " + recs + " WHERE grp = $1 AND NOT parked"
+	// The first unleased record, and the earliest lease: expired, the
+	// group has recovery work; else it is when the next lease lapses.
+	// Each is read in its index's order, one entry: as EXISTS or min(), a
+	// generic plan may scan the whole table for it.
+	s.probe = "SELECT (SELECT id" + unleased(1) + " ORDER BY id LIMIT 1) IS NOT NULL, (SELECT lease_expiry FROM " + recs +
+		" WHERE grp = $1 AND NOT parked AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1), " + nowParam(2)
 }
 
 // nowArg is the argument for a nowParam: NULL for the zero time.
@@ -334,16 +359,16 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	if err := r.e.check(ctx); err != nil {
 		return record.Probe{}, err
 	}
-	var claimable bool
+	var unleased bool
 	var earliest *time.Time
 	var now time.Time
-	err := interpretError(r.e.pool.QueryRow(ctx, r.sql.probe, p.Group, nowArg(p.Now)).Scan(&claimable, &earliest, &now))
+	err := interpretError(r.e.pool.QueryRow(ctx, r.sql.probe, p.Group, nowArg(p.Now)).Scan(&unleased, &earliest, &now))
 	switch {
 	case errors.Is(err, errNoSchema):
 		return record.Probe{}, nil
 	case err != nil:
 		return record.Probe{}, err
-	case claimable:
+	case unleased || earliest != nil && !earliest.After(now):
 		return record.Probe{Claimable: true}, nil
 	case earliest != nil:
 		return record.Probe{Until: earliest.Sub(now)}, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
@@ -140,8 +141,9 @@ func TestRecordZombieFencing(t *testing.T) {
 }
 
 // TestRecordClaimingScansOneGroup shows with EXPLAIN ANALYZE that the
-// claimable listing and ClaimNext read their own group's index entries
-// only, however many records other groups hold.
+// claimable listing, ClaimNext and Probe read the claimable records of
+// their own group only: neither other groups' records nor live leases,
+// however many there are.
 func TestRecordClaimingScansOneGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -151,82 +153,105 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 		if err := s.RegisterGroup(ctx, g); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := s.Save(ctx, record.Record{ID: "seed", Group: "big", Status: record.Active}); err != nil {
-		t.Fatal(err)
-	}
-	const small = 5
-	schema := pgx.Identifier{db.Schema}.Sanitize()
-	// Many records in "big", sorting both before and after "small"'s.
-	_, err := db.Admin.Exec(ctx, "INSERT INTO "+schema+`.records
-		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-		SELECT prefix || i, 'big', t.id, 'active', false, 1, '', 0, now(), now(), ''
-		FROM `+schema+`.record_tenants t, generate_series(1, 5000) i, unnest(ARRAY['a', 'z']) prefix WHERE t.grp = 'big'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range small {
-		if _, err := s.Save(ctx, record.Record{ID: fmt.Sprintf("m%d", i), Group: "small", Status: record.Active}); err != nil {
+		// The first save creates the group's default tenant.
+		if _, err := s.Save(ctx, record.Record{ID: "seed-" + g, Group: g, Status: record.Completed}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	schema := pgx.Identifier{db.Schema}.Sanitize()
+	// fill adds count records of group with ids prefix+i, leased to owner
+	// (none when "") until expiry.
+	fill := func(group, prefix string, count int, owner, expiry string) {
+		t.Helper()
+		_, err := db.Admin.Exec(ctx, "INSERT INTO "+schema+`.records
+			(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+			SELECT $2 || i, $1, t.id, 'active', false, 1, $4, 1, `+expiry+`, now(), ''
+			FROM `+schema+`.record_tenants t, generate_series(1, $3::int) i WHERE t.grp = $1`, group, prefix, count, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Other groups' records on both sides of the small group's ids, in
+	// every lease state; and many live leases in the small group.
+	for _, prefix := range []string{"a", "z"} {
+		fill("big", prefix+"-free-", 3000, "", "now()")
+		fill("big", prefix+"-expired-", 3000, "o", "now() - interval '1 hour'")
+		fill("big", prefix+"-live-", 3000, "o", "now() + interval '1 hour'")
+	}
+	fill("small", "m-live-", 3000, "o", "now() + interval '1 hour'")
+	fill("small", "m-free-", 3, "", "now()")
+	fill("small", "m-expired-", 2, "o", "now() - interval '1 hour'")
+	const claimable = 5
 	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".records"); err != nil {
 		t.Fatal(err)
 	}
-	list, claimNext := postgres.RecordSQL(e)
+	list, claimNext, probe := postgres.RecordSQL(e)
 	conn, err := db.Admin.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
 	defer conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
 	for _, tc := range []struct {
 		name, sql, args string
+		maxRead         int
 	}{
-		{"ListClaimable", list, "'small', NULL, 100"},
-		{"ClaimNext", claimNext, "'o', '1 minute', NULL, 'small', 100"},
+		{"ListClaimable", list, "'small', NULL, 100", claimable},
+		{"ClaimNext", claimNext, "'o', '1 minute', NULL, 'small', 100", 2 * claimable}, // and each by primary key
+		{"Probe", probe, "'small', NULL", 2},                                           // an entry of each index
 	} {
-		// A prepared statement, explained as it runs: with a generic plan,
-		// the one it settles on after its first runs. ClaimNext claims, so
-		// it runs in a transaction rolled back.
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			explainReads(t, conn, tc.name+" "+mode, mode, tc.sql, tc.args, tc.maxRead)
 		}
-		var out []map[string]any
-		_, err = tx.Exec(ctx, "PREPARE explained AS "+tc.sql)
-		if err == nil {
-			err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained ("+tc.args+")").Scan(&out)
+	}
+}
+
+// explainReads runs query as a prepared statement with args, under
+// plan_cache_mode mode, and fails t unless EXPLAIN ANALYZE shows it read
+// at most maxRead rows of records, each through an index and (but for the
+// primary key) by group.
+func explainReads(t *testing.T, conn *pgxpool.Conn, what, mode, query, args string, maxRead int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+		t.Fatal(err)
+	}
+	// The statement runs in a transaction rolled back: ClaimNext claims.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	_, err = tx.Exec(ctx, "PREPARE explained AS "+query)
+	if err == nil {
+		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained ("+args+")").Scan(&out)
+	}
+	tx.Rollback(ctx)
+	conn.Exec(ctx, "DEALLOCATE explained")
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	plan := out[0]["Plan"].(map[string]any)
+	read := 0
+	walkPlan(plan, func(node map[string]any) {
+		if node["Relation Name"] != "records" || node["Node Type"] == "ModifyTable" {
+			return
 		}
-		tx.Rollback(ctx)
-		conn.Exec(ctx, "DEALLOCATE ALL")
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
+		if node["Node Type"] == "Seq Scan" {
+			t.Fatalf("%s scans records sequentially:\n%v", what, out)
 		}
-		plan := out[0]["Plan"].(map[string]any)
-		read := 0
-		walkPlan(plan, func(node map[string]any) {
-			if node["Relation Name"] != "records" || node["Node Type"] == "ModifyTable" {
-				return
-			}
-			if node["Node Type"] == "Seq Scan" {
-				t.Fatalf("%s scans records sequentially:\n%v", tc.name, out)
-			}
-			rows, _ := node["Actual Rows"].(float64)
-			loops, _ := node["Actual Loops"].(float64)
-			removed, _ := node["Rows Removed by Filter"].(float64)
-			read += int((rows + removed) * loops)
-			if node["Index Name"] == "records_claimable" && !strings.Contains(fmt.Sprint(node["Index Cond"]), "grp") {
-				t.Fatalf("%s: records_claimable scanned without a group condition: %v", tc.name, node)
-			}
-		})
-		t.Logf("%s read %d rows of records", tc.name, read)
-		if read == 0 || read > 2*small {
-			t.Fatalf("%s read %d rows of records, want at most %d (its group's):\n%v", tc.name, read, 2*small, out)
+		rows, _ := node["Actual Rows"].(float64)
+		loops, _ := node["Actual Loops"].(float64)
+		removed, _ := node["Rows Removed by Filter"].(float64)
+		read += int((rows + removed) * loops)
+		cond := fmt.Sprint(node["Index Cond"], node["Recheck Cond"]) // index or bitmap heap scan
+		if node["Index Name"] != "records_pkey" && !strings.Contains(cond, "grp") {
+			t.Fatalf("%s: records scanned without a group condition: %v", what, node)
 		}
+	})
+	t.Logf("%s read %d rows of records", what, read)
+	if read > maxRead {
+		t.Fatalf("%s read %d rows of records, want at most %d:\n%v", what, read, maxRead, out)
 	}
 }
 

@@ -36,12 +36,19 @@ type records struct {
 const (
 	recordCols    = "r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload"
 	returningCols = "id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload"
-	fromRecords   = " FROM records r JOIN record_tenants t ON t.id = r.tenant_id "
 	// claimSet is a claim's SET clause: ?1 owner, ?2 expiry, ?3 now.
 	claimSet = "SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3 "
-	// claimableIn is the claimable filter: ?4 group, ?3 now.
-	claimableIn = "grp = ?4 AND parked = 0 AND (lease_owner = '' OR lease_expiry <= ?3)"
 )
+
+// unleased and expired select a group's claimable records, through
+// records_unleased and records_leased: the group is ?g, now is ?n.
+func unleased(g int) string {
+	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner = ''", g)
+}
+
+func expired(g, n int) string {
+	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?%d", g, n)
+}
 
 func (r *records) init(e *Engine) {
 	r.e = e
@@ -63,22 +70,24 @@ func (r *records) init(e *Engine) {
 	// ?5 id.
 	r.claim = stmt{db: w, query: "UPDATE records " + claimSet +
 		"WHERE id = ?5 AND grp = ?4 AND (lease_owner IN ('', ?1) OR lease_expiry <= ?3) RETURNING " + returningCols}
-	// ?5 n.
+	// ?4 group, ?5 n. Expired leases first, then unleased records.
 	r.claimNext = stmt{db: w, query: "UPDATE records " + claimSet +
-		"WHERE id IN (SELECT id FROM records WHERE " + claimableIn + " ORDER BY id LIMIT ?5) RETURNING " + returningCols}
+		"WHERE id IN (SELECT id FROM (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, id LIMIT ?5) " +
+		"UNION ALL SELECT id FROM (SELECT id" + unleased(4) + " ORDER BY id LIMIT ?5) LIMIT ?5) RETURNING " + returningCols}
 	// ?1 expiry, ?2 id, ?3 group, ?4 owner, ?5 incarnation.
 	r.renew = stmt{db: w, query: `UPDATE records SET lease_expiry = ?1
 		WHERE id = ?2 AND grp = ?3 AND lease_owner = ?4 AND lease_incarnation = ?5 RETURNING lease_expiry`}
 	r.del = stmt{db: w, query: "DELETE FROM records WHERE id = ?"}
 	r.groupExists = stmt{db: rd, query: "SELECT EXISTS (SELECT 1 FROM record_groups WHERE name = ?)"}
-	r.load = stmt{db: rd, query: "SELECT " + recordCols + fromRecords + "WHERE r.id = ?"}
+	r.load = stmt{db: rd, query: "SELECT " + recordCols + " FROM records r JOIN record_tenants t ON t.id = r.tenant_id WHERE r.id = ?"}
 	// ?1 group, ?2 now, ?3 limit.
-	r.list = stmt{db: rd, query: "SELECT " + recordCols + fromRecords +
-		"WHERE r.grp = ?1 AND r.parked = 0 AND (r.lease_owner = '' OR r.lease_expiry <= ?2) ORDER BY r.id LIMIT ?3"}
-	// ?1 group, ?2 now.
-	r.probe = stmt{db: rd, query: `SELECT coalesce(max(lease_owner = '' OR lease_expiry <= ?2), 0),
-		min(CASE WHEN lease_owner <> '' AND lease_expiry > ?2 THEN lease_expiry END)
-		FROM records WHERE grp = ?1 AND parked = 0`}
+	r.list = stmt{db: rd, query: "SELECT " + recordCols + " FROM (SELECT * FROM (SELECT *" + unleased(1) + " ORDER BY id LIMIT ?3) " +
+		"UNION ALL SELECT *" + expired(1, 2) + ") r JOIN record_tenants t ON t.id = r.tenant_id ORDER BY r.id LIMIT ?3"}
+	// ?1 group. The first unleased record, and the earliest lease:
+	// expired, the group has recovery work; else it is when the next
+	// lease lapses.
+	r.probe = stmt{db: rd, query: "SELECT EXISTS (SELECT 1" + unleased(1) + "), " +
+		"(SELECT lease_expiry FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1)"}
 }
 
 func (r *records) close() error {
@@ -379,18 +388,18 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 		return record.Probe{}, err
 	}
 	now := micros(nowOr(p.Now))
-	var claimable bool
+	var unleased bool
 	var earliest sql.NullInt64
-	row, err := r.queryRow(ctx, &r.probe, p.Group, now)
+	row, err := r.queryRow(ctx, &r.probe, p.Group)
 	if err == nil {
-		err = interpretError(ctx, row.Scan(&claimable, &earliest))
+		err = interpretError(ctx, row.Scan(&unleased, &earliest))
 	}
 	switch {
 	case errors.Is(err, errNoSchema):
 		return record.Probe{}, nil
 	case err != nil:
 		return record.Probe{}, err
-	case claimable:
+	case unleased || earliest.Valid && earliest.Int64 <= now:
 		return record.Probe{Claimable: true}, nil
 	case earliest.Valid:
 		return record.Probe{Until: time.Duration(earliest.Int64-now) * time.Microsecond}, nil

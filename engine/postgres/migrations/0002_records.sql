@@ -27,10 +27,11 @@ CREATE UNIQUE INDEX record_tenants_one_default ON record_tenants (grp) WHERE nam
 -- parked is record.Status.Parked() of status (terminal or suspended: never
 -- claimable), computed by stead on every write.
 --
--- Rows are updated in place on every checkpoint, claim and renewal, and
--- none of those touches an indexed column, so with room left on the page
--- (fillfactor 80) they are HOT updates: no index churn, and pruning
--- reclaims the old versions without waiting for vacuum. payload comes last.
+-- A checkpoint (a save that keeps the lease) touches no indexed column, so
+-- with room left on the page (fillfactor 80) it is a HOT update: no index
+-- churn, and pruning reclaims old versions without waiting for vacuum.
+-- Claims, renewals and releases move the row between the two claiming
+-- indexes below. payload comes last.
 CREATE TABLE records (
     id                text COLLATE "C" PRIMARY KEY,
     grp               text COLLATE "C" NOT NULL REFERENCES record_groups (name),
@@ -46,6 +47,9 @@ CREATE TABLE records (
     FOREIGN KEY (grp, tenant_id) REFERENCES record_tenants (grp, id)
 ) WITH (fillfactor = 80);
 
--- Serves the claimable listing and ClaimNext: one group's unparked records
--- in id order, nothing of other groups.
-CREATE INDEX records_claimable ON records (grp, id) WHERE NOT parked;
+-- Claiming reads one group's unparked records through one of two indexes,
+-- never another group's, and never a live lease: records without a lease
+-- in id order, and leased records by expiry, whose expired prefix is the
+-- recovery work and whose first entry is when the next lease lapses.
+CREATE INDEX records_unleased ON records (grp, id) WHERE NOT parked AND lease_owner = '';
+CREATE INDEX records_leased ON records (grp, lease_expiry, id) WHERE NOT parked AND lease_owner <> '';

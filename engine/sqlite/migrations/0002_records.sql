@@ -40,6 +40,9 @@ CREATE TABLE records (
     FOREIGN KEY (grp, tenant_id) REFERENCES record_tenants (grp, id)
 );
 
--- Serves the claimable listing and ClaimNext: one group's unparked records
--- in id order, nothing of other groups.
-CREATE INDEX records_claimable ON records (grp, id) WHERE parked = 0;
+-- Claiming reads one group's unparked records through one of two indexes,
+-- never another group's, and never a live lease: records without a lease
+-- in id order, and leased records by expiry, whose expired prefix is the
+-- recovery work and whose first entry is when the next lease lapses.
+CREATE INDEX records_unleased ON records (grp, id) WHERE parked = 0 AND lease_owner = '';
+CREATE INDEX records_leased ON records (grp, lease_expiry, id) WHERE parked = 0 AND lease_owner <> '';
