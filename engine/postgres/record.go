@@ -74,6 +74,8 @@ func (r *records) init(e *Engine) {
 	s.del = "DELETE FROM " + recs + " WHERE id = $1"
 	// unleased and expired select a group's claimable records, through
 	// records_unleased and records_leased: the group is $g, now is $n.
+	// byID orders them as those indexes do (see the migration).
+	const byID = `id COLLATE "POSIX"`
 	unleased := func(g int) string {
 		return fmt.Sprintf(" FROM %s WHERE grp = $%d AND NOT parked AND lease_owner = ''", recs, g)
 	}
@@ -83,7 +85,7 @@ func (r *records) init(e *Engine) {
 	// The listing sorts every expired lease of the group by id: ordering
 	// that branch by id would invite a plan walking the primary key
 	// through every group.
-	s.list = "SELECT " + colsOf("c") + " FROM ((SELECT *" + unleased(1) + " ORDER BY id LIMIT $3) UNION ALL (SELECT *" +
+	s.list = "SELECT " + colsOf("c") + " FROM ((SELECT *" + unleased(1) + " ORDER BY " + byID + " LIMIT $3) UNION ALL (SELECT *" +
 		expired(1, 2) + ")) c JOIN " + tenants + " t ON t.id = c.tenant_id ORDER BY c.id LIMIT $3"
 	// $1 owner, $2 ttl, $3 now, $4 group, $5 id or n.
 	claimSet := "UPDATE " + recs + " AS r SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1, " +
@@ -95,8 +97,8 @@ func (r *records) init(e *Engine) {
 	// IN (...): with IN, a generic plan that guesses many ids joins them
 	// to a sequential scan of every group.
 	s.claimNext = claimSet + "WHERE r.id = ANY (ARRAY (WITH " +
-		"expired AS (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, id LIMIT $5 FOR UPDATE SKIP LOCKED), " +
-		"unleased AS (SELECT id" + unleased(4) + " ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED) " +
+		"expired AS (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, " + byID + " LIMIT $5 FOR UPDATE SKIP LOCKED), " +
+		"unleased AS (SELECT id" + unleased(4) + " ORDER BY " + byID + " LIMIT $5 FOR UPDATE SKIP LOCKED) " +
 		"SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT $5)) RETURNING " + returning
 	s.renew = "UPDATE " + recs + " SET lease_expiry = " + nowParam(1) + ` + $2::interval
 		WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6 RETURNING lease_expiry`
@@ -104,7 +106,7 @@ func (r *records) init(e *Engine) {
 	// group has recovery work; else it is when the next lease lapses.
 	// Each is read in its index's order, one entry: as EXISTS or min(), a
 	// generic plan may scan the whole table for it.
-	s.probe = "SELECT (SELECT id" + unleased(1) + " ORDER BY id LIMIT 1) IS NOT NULL, (SELECT lease_expiry FROM " + recs +
+	s.probe = "SELECT (SELECT id" + unleased(1) + " ORDER BY " + byID + " LIMIT 1) IS NOT NULL, (SELECT lease_expiry FROM " + recs +
 		" WHERE grp = $1 AND NOT parked AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1), " + nowParam(2)
 }
 

@@ -51,5 +51,13 @@ CREATE TABLE records (
 -- never another group's, and never a live lease: records without a lease
 -- in id order, and leased records by expiry, whose expired prefix is the
 -- recovery work and whose first entry is when the next lease lapses.
-CREATE INDEX records_unleased ON records (grp, id) WHERE NOT parked AND lease_owner = '';
-CREATE INDEX records_leased ON records (grp, lease_expiry, id) WHERE NOT parked AND lease_owner <> '';
+--
+-- Their ids are collated "POSIX": byte order, as "C", but a collation no
+-- other index has, so that the claiming queries' ORDER BY id COLLATE
+-- "POSIX" can only be served by these indexes. Ordered by plain id, a plan
+-- may walk the primary key instead, filtering: the planner prefers that
+-- when its statistics say most records are unleased (after a burst of
+-- inserts, before the next ANALYZE), and each claim then reads past every
+-- record claimed since.
+CREATE INDEX records_unleased ON records (grp, id COLLATE "POSIX") WHERE NOT parked AND lease_owner = '';
+CREATE INDEX records_leased ON records (grp, lease_expiry, id COLLATE "POSIX") WHERE NOT parked AND lease_owner <> '';
