@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -282,6 +283,7 @@ func riverWork(ctx context.Context, n int) (func(context.Context, int, int) (int
 			FetchCooldown:     time.Millisecond,
 			FetchPollInterval: time.Millisecond,
 			PollOnly:          true,
+			Logger:            slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			cleanup()
@@ -301,7 +303,8 @@ func riverWork(ctx context.Context, n int) (func(context.Context, int, int) (int
 	}
 	return func(ctx context.Context, w, i int) (int, error) {
 		if i == 0 {
-			if err := clients[w].Start(ctx); err != nil {
+			// The clients run until cleanup stops them, not until ctx ends.
+			if err := clients[w].Start(context.WithoutCancel(ctx)); err != nil {
 				return 0, err
 			}
 		}
