@@ -101,49 +101,19 @@ func main() {
 	w.Flush()
 }
 
-// run measures one scenario at n callers for -duration.
+// run measures one scenario at n callers for -duration; a drain scenario
+// ends sooner, when every caller found its queue empty.
 func run(ctx context.Context, sc scenario, n int) (float64, error) {
+	var op func(ctx context.Context, worker, i int) (int, error)
+	var cleanup func()
+	var err error
 	if sc.drain != nil {
-		return runDrain(ctx, sc, n)
+		op, cleanup, err = sc.drain(ctx, n)
+	} else {
+		var each func(ctx context.Context, worker, i int) error
+		each, cleanup, err = sc.setup(ctx, n)
+		op = func(ctx context.Context, w, i int) (int, error) { return 1, each(ctx, w, i) }
 	}
-	op, cleanup, err := sc.setup(ctx, n)
-	if err != nil {
-		return 0, err
-	}
-	defer cleanup()
-	var total atomic.Int64
-	var firstErr atomic.Value
-	runCtx, cancel := context.WithTimeout(ctx, *duration)
-	defer cancel()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; runCtx.Err() == nil; i++ {
-				if err := op(runCtx, w, i); err != nil {
-					if runCtx.Err() == nil {
-						firstErr.CompareAndSwap(nil, err)
-						cancel()
-					}
-					return
-				}
-				total.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return 0, err
-	}
-	return float64(total.Load()) / time.Since(start).Seconds(), nil
-}
-
-// runDrain measures a drain scenario at n callers: items/s until every
-// caller found the queue empty, or -duration ran out.
-func runDrain(ctx context.Context, sc scenario, n int) (float64, error) {
-	op, cleanup, err := sc.drain(ctx, n)
 	if err != nil {
 		return 0, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -192,31 +193,26 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	rec := p.Record
-	for retried := false; ; {
-		tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
-		if err != nil {
-			return record.Record{}, err
-		}
+	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
+	if err != nil {
+		return record.Record{}, err
+	}
+	return cas.Do(ctx, func() (record.Record, bool, error) {
 		saved, err := r.write(ctx, rec, tid, p.Now)
 		switch {
-		case err == nil:
-			return saved, nil
-		case isForeignKey(err) && !retried: // the cached tenant is gone
+		case errors.Is(err, pgx.ErrNoRows):
+			return saved, false, nil
+		case isForeignKey(err): // the cached tenant is gone: look it up next time
 			r.tenants.Forget(rec.Group, rec.Tenant)
-			retried = true
-			continue
-		case !errors.Is(err, pgx.ErrNoRows):
-			return record.Record{}, interpretError(err)
 		}
+		return saved, err == nil, interpretError(err)
+	}, func() error {
 		stored, exists, _, err := r.lookupAt(ctx, rec.ID, p.Now)
 		if err != nil {
-			return record.Record{}, err
+			return err
 		}
-		if err := record.CheckSave(rec, stored, exists); err != nil {
-			return record.Record{}, err
-		}
-		// The record changed between the write and the lookup: again.
-	}
+		return record.CheckSave(rec, stored, exists)
+	})
 }
 
 // write runs Save's create or conditional update; pgx.ErrNoRows when it
@@ -306,22 +302,19 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
-	for {
+	return cas.Do(ctx, func() (record.Record, bool, error) {
 		recs, err := r.queryRecords(ctx, r.sql.claim, p.Owner, interval(p.TTL), nowArg(p.Now), p.Group, p.ID)
-		if err != nil || len(recs) == 1 {
-			if err != nil {
-				return record.Record{}, err
-			}
-			return recs[0], nil
+		if len(recs) != 1 {
+			return record.Record{}, false, err
 		}
+		return recs[0], true, err
+	}, func() error {
 		stored, exists, now, err := r.lookupAt(ctx, p.ID, p.Now)
 		if err != nil {
-			return record.Record{}, err
+			return err
 		}
-		if err := record.CheckClaim(p.Group, p.Owner, now, stored, exists); err != nil {
-			return record.Record{}, err
-		}
-	}
+		return record.CheckClaim(p.Group, p.Owner, now, stored, exists)
+	})
 }
 
 func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]record.Record, error) {
@@ -335,26 +328,23 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 	if err := r.e.check(ctx); err != nil {
 		return record.Lease{}, err
 	}
-	for {
+	return cas.Do(ctx, func() (record.Lease, bool, error) {
 		lease := record.Lease{Owner: p.Owner, Incarnation: p.Incarnation}
 		err := r.e.pool.QueryRow(ctx, r.sql.renew, nowArg(p.Now), interval(p.TTL), p.ID, p.Group, p.Owner, p.Incarnation).Scan(&lease.Expiry)
-		switch {
-		case err == nil:
-			lease.Expiry = lease.Expiry.UTC()
-			return lease, nil
-		case !errors.Is(err, pgx.ErrNoRows):
-			return record.Lease{}, interpretError(err)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return lease, false, nil
 		}
+		lease.Expiry = lease.Expiry.UTC()
+		return lease, err == nil, interpretError(err)
+	}, func() error {
 		stored, exists, now, err := r.lookupAt(ctx, p.ID, p.Now)
 		if err != nil {
-			return record.Lease{}, err
+			return err
 		}
 		at := p
 		at.Now = now
-		if err := record.CheckRenew(at, stored, exists); err != nil {
-			return record.Lease{}, err
-		}
-	}
+		return record.CheckRenew(at, stored, exists)
+	})
 }
 
 func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,23 +20,15 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// clock is a test clock that moves only when told to.
+// clock is a test clock: base, moved by Advance.
 type clock struct {
-	mu  sync.Mutex
-	now time.Time
+	base   time.Time
+	offset atomic.Int64
 }
 
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+func (c *clock) Now() time.Time { return c.base.Add(time.Duration(c.offset.Load())) }
 
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // node is one stead process of a fleet: its own engine (pool) on the
 // shared schema, and a record store over it.
@@ -56,7 +49,7 @@ func TestRecordZombieFencing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	c := &clock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	c := &clock{base: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
 	_, a := node(t, db, c)
 	_, b := node(t, db, c)
 	if err := a.RegisterGroup(ctx, "fleet"); err != nil {

@@ -12,6 +12,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -199,31 +200,23 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	rec, now := p.Record, nowOr(p.Now)
-	for retried := false; ; {
-		tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
-		if err != nil {
-			return record.Record{}, err
-		}
+	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
+	if err != nil {
+		return record.Record{}, err
+	}
+	return cas.Do(ctx, func() (record.Record, bool, error) {
 		saved, ok, err := r.write(ctx, rec, tid, now)
-		switch {
-		case isForeignKey(err) && !retried: // the cached tenant is gone
+		if isForeignKey(err) { // the cached tenant is gone: look it up next time
 			r.tenants.Forget(rec.Group, rec.Tenant)
-			retried = true
-			continue
-		case err != nil:
-			return record.Record{}, interpretError(ctx, err)
-		case ok:
-			return saved, nil
 		}
+		return saved, ok, interpretError(ctx, err)
+	}, func() error {
 		stored, exists, err := r.lookup(ctx, rec.ID)
 		if err != nil {
-			return record.Record{}, err
+			return err
 		}
-		if err := record.CheckSave(rec, stored, exists); err != nil {
-			return record.Record{}, err
-		}
-		// The record changed between the write and the lookup: again.
-	}
+		return record.CheckSave(rec, stored, exists)
+	})
 }
 
 // write runs Save's create or conditional update; ok is false when it
@@ -325,22 +318,19 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		return record.Record{}, err
 	}
 	now := nowOr(p.Now)
-	for {
+	return cas.Do(ctx, func() (record.Record, bool, error) {
 		recs, err := r.queryRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
-		if err != nil || len(recs) == 1 {
-			if err != nil {
-				return record.Record{}, interpretError(ctx, err)
-			}
-			return recs[0], nil
+		if err != nil || len(recs) != 1 {
+			return record.Record{}, false, interpretError(ctx, err)
 		}
+		return recs[0], true, nil
+	}, func() error {
 		stored, exists, err := r.lookup(ctx, p.ID)
 		if err != nil {
-			return record.Record{}, err
+			return err
 		}
-		if err := record.CheckClaim(p.Group, p.Owner, now, stored, exists); err != nil {
-			return record.Record{}, err
-		}
-	}
+		return record.CheckClaim(p.Group, p.Owner, now, stored, exists)
+	})
 }
 
 func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]record.Record, error) {
@@ -361,26 +351,23 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		return record.Lease{}, err
 	}
 	p.Now = nowOr(p.Now)
-	for {
+	return cas.Do(ctx, func() (record.Lease, bool, error) {
 		var expiry int64
 		row, err := r.queryRow(ctx, &r.renew, micros(p.Now.Add(p.TTL)), p.ID, p.Group, p.Owner, p.Incarnation)
 		if err == nil {
 			err = row.Scan(&expiry)
 		}
-		switch {
-		case err == nil:
-			return record.Lease{Owner: p.Owner, Incarnation: p.Incarnation, Expiry: fromMicros(expiry)}, nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return record.Lease{}, interpretError(ctx, err)
+		if errors.Is(err, sql.ErrNoRows) {
+			return record.Lease{}, false, nil
 		}
+		return record.Lease{Owner: p.Owner, Incarnation: p.Incarnation, Expiry: fromMicros(expiry)}, err == nil, interpretError(ctx, err)
+	}, func() error {
 		stored, exists, err := r.lookup(ctx, p.ID)
 		if err != nil {
-			return record.Lease{}, err
+			return err
 		}
-		if err := record.CheckRenew(p, stored, exists); err != nil {
-			return record.Lease{}, err
-		}
-	}
+		return record.CheckRenew(p, stored, exists)
+	})
 }
 
 func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe, error) {
