@@ -78,7 +78,8 @@ func (s *Store) GroupExists(ctx context.Context, group string) (bool, error) {
 // stored record's group (ErrWrongGroup). The lease is the claimers' to
 // move: an update either carries the stored lease, which is kept as stored
 // (Renew may have extended it), or releases it with an empty Owner; the
-// incarnation is never lowered. A create stores rec.Lease as given.
+// incarnation is never lowered. A create stores rec.Lease as given. A nil
+// payload is stored empty.
 func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 	if err := s.checkRecord(rec); err != nil {
 		return Record{}, fmt.Errorf("record save: %w", err)
