@@ -85,18 +85,26 @@ func main() {
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "group\tscenario\tcallers\tops/s (median)\tvs\tratio\t\n")
+	// ratio compares medians; paired is the median of each round's ratio
+	// to the base run just before it, which cancels slow drift in a shared
+	// machine's load.
+	fmt.Fprintf(w, "group\tscenario\tcallers\tops/s (median)\tvs\tratio\tpaired\t\n")
 	for _, id := range order {
 		r := results[id]
 		med := median(r.opsPerS)
-		ratio, vs := "", ""
+		ratio, paired, vs := "", "", ""
 		if r.sc.base != "" {
 			if b := results[fmt.Sprintf("%s/%s/%d", r.sc.group, r.sc.base, r.callers)]; b != nil {
 				vs = r.sc.base
 				ratio = fmt.Sprintf("%.2fx", med/median(b.opsPerS))
+				perRound := make([]float64, len(r.opsPerS))
+				for i := range perRound {
+					perRound[i] = r.opsPerS[i] / b.opsPerS[i]
+				}
+				paired = fmt.Sprintf("%.2fx", median(perRound))
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
 	}
 	w.Flush()
 }
