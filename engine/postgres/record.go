@@ -51,7 +51,8 @@ func (r *records) init(e *Engine) {
 	returning := strings.Replace(cols, "t.name", "(SELECT name FROM "+tenants+" WHERE id = r.tenant_id)", 1)
 	from := " FROM " + recs + " r JOIN " + tenants + " t ON t.id = r.tenant_id "
 	// notify wakes the group's waiters when the row, as written, is
-	// claimable at the instant it was written.
+	// claimable at the instant it was written. The channel is stead's own
+	// name (hex digits), not input.
 	notify := ", CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify('" + r.listen.channel + "', r.grp) END"
 	s := &r.sql
 	s.registerGroup = "INSERT INTO " + groups + " (name) VALUES ($1) ON CONFLICT DO NOTHING"
