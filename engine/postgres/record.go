@@ -29,7 +29,7 @@ type records struct {
 	listen  listener
 	sql     struct {
 		registerGroup, groupExists, ensureTenant, tenantID string
-		create, update, load, lookup, del                  string
+		create, keep, release, load, lookup, del           string
 		list, claim, claimNext, renew, probe               string
 	}
 }
@@ -63,14 +63,15 @@ func (r *records) init(e *Engine) {
 		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
 		VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, ` + nowParam(10) + `, $9)
 		ON CONFLICT (id) DO NOTHING RETURNING r.updated_at` + notify
-	// $1 id, $2 group, $3 version, $4 lease owner ("" releases), $5
-	// incarnation, $6 expiry (of a release), $7 tenant id, $8 status, $9
-	// parked, $10 now, $11 payload.
-	s.update = "UPDATE " + recs + ` AS r SET
-		tenant_id = $7, status = $8, parked = $9, payload = $11, version = r.version + 1, updated_at = ` + nowParam(10) + `,
-		lease_owner = $4, lease_expiry = CASE WHEN $4 = '' THEN $6 ELSE r.lease_expiry END
-		WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($4 = '' OR (r.lease_owner = $4 AND r.lease_incarnation = $5))
-		RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at` + notify
+	// An update either keeps the stored grant or releases the lease: $1
+	// id, $2 group, $3 version, $4 tenant id, $5 status, $6 parked, $7
+	// now, $8 payload; to keep, $9 owner and $10 incarnation; to release,
+	// $9 the expiry to store.
+	update := "UPDATE " + recs + " AS r SET tenant_id = $4, status = $5, parked = $6, payload = $8, version = r.version + 1, updated_at = " + nowParam(7)
+	where := " WHERE r.id = $1 AND r.grp = $2 AND r.version = $3"
+	returning3 := " RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at" + notify
+	s.keep = update + where + " AND r.lease_owner = $9 AND r.lease_incarnation = $10" + returning3
+	s.release = update + ", lease_owner = '', lease_expiry = $9" + where + returning3
 	s.load = "SELECT " + cols + from + "WHERE r.id = $1"
 	s.lookup = "SELECT " + cols + ", " + nowParam(2) + from + "WHERE r.id = $1"
 	s.del = "DELETE FROM " + recs + " WHERE id = $1"
@@ -225,9 +226,13 @@ func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, 
 			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now),
 		).Scan(&rec.UpdatedAt, nil)
 	} else {
-		err = r.e.pool.QueryRow(ctx, r.sql.update, rec.ID, rec.Group, rec.Version, rec.Lease.Owner, rec.Lease.Incarnation,
-			rec.Lease.Expiry, tenantID, rec.Status, rec.Status.Parked(), nowArg(now), rec.Payload,
-		).Scan(&rec.Lease.Incarnation, &rec.Lease.Expiry, &rec.UpdatedAt, nil)
+		query, args := r.sql.keep, []any{rec.ID, rec.Group, rec.Version, tenantID, rec.Status, rec.Status.Parked(), nowArg(now), rec.Payload}
+		if rec.Lease.Owner == "" {
+			query, args = r.sql.release, append(args, rec.Lease.Expiry)
+		} else {
+			args = append(args, rec.Lease.Owner, rec.Lease.Incarnation)
+		}
+		err = r.e.pool.QueryRow(ctx, query, args...).Scan(&rec.Lease.Incarnation, &rec.Lease.Expiry, &rec.UpdatedAt, nil)
 	}
 	rec.Version++
 	rec.Lease.Expiry, rec.UpdatedAt = rec.Lease.Expiry.UTC(), rec.UpdatedAt.UTC()
