@@ -26,19 +26,21 @@ const (
 )
 
 // blobTableDDL is stead's blobs table, so raw loops do the same SQL work.
-const blobTableDDL = `CREATE TABLE %s.blobs (
-    key   text COLLATE "C" PRIMARY KEY,
+const blobTableDDL = `CREATE TABLE %[1]s.blobs (
+    key   text COLLATE "C" NOT NULL,
     size  bigint NOT NULL,
-    value bytea NOT NULL
-) WITH (fillfactor = 90)`
+    value bytea NOT NULL,
+    PRIMARY KEY (key) INCLUDE (size)
+) WITH (fillfactor = 90);
+ALTER TABLE %[1]s.blobs ALTER COLUMN value SET STORAGE EXTERNAL`
 
 func blobPostgres() []scenario {
 	return []scenario{
 		{group: "blob-pg", name: "raw put", setup: rawPGPut("")},
 		{group: "blob-pg", name: "raw put sync=off", base: "raw put", setup: rawPGPut("off")},
-		{group: "blob-pg", name: "stead put", base: "raw put", setup: steadPGPut},
+		{group: "blob-pg", name: "stead put", base: "raw put", setup: steadPut(openSteadPG)},
 		{group: "blob-pg", name: "raw get", setup: rawPGGet},
-		{group: "blob-pg", name: "stead get", base: "raw get", setup: steadPGGet},
+		{group: "blob-pg", name: "stead get", base: "raw get", setup: steadGet(openSteadPG)},
 	}
 }
 
@@ -114,8 +116,8 @@ func rawBlobTable(ctx context.Context, syncCommit string) (*pgxpool.Pool, string
 	return pool, schema + ".blobs", func() { pool.Close(); drop() }, nil
 }
 
-func rawPGPut(syncCommit string) func(context.Context, int) (func(context.Context, int, int) error, func(), error) {
-	return func(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+func rawPGPut(syncCommit string) setupFunc {
+	return func(ctx context.Context, n int) (opFunc, func(), error) {
 		pool, table, cleanup, err := rawBlobTable(ctx, syncCommit)
 		if err != nil {
 			return nil, nil, err
@@ -150,21 +152,24 @@ func openSteadPG(ctx context.Context) (*stead.Store, func(), error) {
 	return st, func() { st.Close(); drop() }, nil
 }
 
-func steadPGPut(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
-	st, cleanup, err := openSteadPG(ctx)
-	if err != nil {
-		return nil, nil, err
+// steadPut puts distinct values into a fresh store from open.
+func steadPut(open opener) setupFunc {
+	return func(ctx context.Context, n int) (opFunc, func(), error) {
+		st, cleanup, err := open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		vals := newValues(n)
+		readers := make([]bytes.Reader, n)
+		return func(ctx context.Context, w, i int) error {
+			readers[w].Reset(vals.next(w, i))
+			_, err := st.Blobs.Put(ctx, &readers[w])
+			return err
+		}, cleanup, nil
 	}
-	vals := newValues(n)
-	readers := make([]bytes.Reader, n)
-	return func(ctx context.Context, w, i int) error {
-		readers[w].Reset(vals.next(w, i))
-		_, err := st.Blobs.Put(ctx, &readers[w])
-		return err
-	}, cleanup, nil
 }
 
-func rawPGGet(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+func rawPGGet(ctx context.Context, n int) (opFunc, func(), error) {
 	pool, table, cleanup, err := rawBlobTable(ctx, "")
 	if err != nil {
 		return nil, nil, err
@@ -194,17 +199,27 @@ func preloadRaw(ctx context.Context, pool *pgxpool.Pool, table string) ([]string
 	return keys, err
 }
 
-func steadPGGet(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
-	st, cleanup, err := openSteadPG(ctx)
-	if err != nil {
-		return nil, nil, err
+// steadGet gets random preloaded values from a fresh store from open.
+func steadGet(open opener) setupFunc {
+	return func(ctx context.Context, n int) (opFunc, func(), error) {
+		st, cleanup, err := open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys, err := preloadStead(ctx, st)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		return func(ctx context.Context, w, i int) error {
+			r, err := st.Blobs.Get(ctx, keys[mrand.IntN(len(keys))])
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(io.Discard, r)
+			return err
+		}, cleanup, nil
 	}
-	keys, err := preloadStead(ctx, st)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	return steadGet(st, keys), cleanup, nil
 }
 
 func preloadStead(ctx context.Context, st *stead.Store) ([]blob.Key, error) {
@@ -218,15 +233,4 @@ func preloadStead(ctx context.Context, st *stead.Store) ([]blob.Key, error) {
 		keys[i] = k
 	}
 	return keys, nil
-}
-
-func steadGet(st *stead.Store, keys []blob.Key) func(context.Context, int, int) error {
-	return func(ctx context.Context, w, i int) error {
-		r, err := st.Blobs.Get(ctx, keys[mrand.IntN(len(keys))])
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, r)
-		return err
-	}
 }

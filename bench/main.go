@@ -17,28 +17,39 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/steadkit/stead"
 )
 
 var (
 	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
 	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
 	rounds   = flag.Int("rounds", 3, "rounds; each scenario reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, record-pg); empty runs all")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, record-pg); empty runs all but inline-pg")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 )
 
-// scenario is one measured workload. setup prepares it once per caller
-// count and returns the operation and a cleanup; op is called concurrently.
+// scenario is one measured workload.
 type scenario struct {
 	group string // results are compared within a group
 	name  string
 	base  string // the scenario this one's ratio is against, or ""
-	setup func(ctx context.Context, callers int) (op func(ctx context.Context, worker, i int) error, cleanup func(), err error)
+	setup setupFunc
 	// drain, set instead of setup, measures draining a queue filled by
 	// setup: op handles a batch and returns its size, 0 once the queue is
 	// empty. The rate is items/s until every caller found it empty.
 	drain func(ctx context.Context, callers int) (op func(ctx context.Context, worker, i int) (int, error), cleanup func(), err error)
 }
+
+// setupFunc prepares a workload for a number of callers and returns its
+// operation, called concurrently (worker is the caller's index, i counts its
+// operations), and a cleanup.
+type setupFunc = func(ctx context.Context, callers int) (op opFunc, cleanup func(), err error)
+
+type opFunc = func(ctx context.Context, worker, i int) error
+
+// opener opens a fresh, empty stead store and returns it with its cleanup.
+type opener = func(ctx context.Context) (*stead.Store, func(), error)
 
 type result struct {
 	sc      scenario
@@ -59,7 +70,7 @@ func main() {
 	}
 	var scs []scenario
 	for _, sc := range allScenarios() {
-		if *only == "" || slices.Contains(strings.Split(*only, ","), sc.group) {
+		if *only == "" && sc.group != "inline-pg" || slices.Contains(strings.Split(*only, ","), sc.group) {
 			scs = append(scs, sc)
 		}
 	}
@@ -118,7 +129,7 @@ func run(ctx context.Context, sc scenario, n int) (float64, error) {
 	if sc.drain != nil {
 		op, cleanup, err = sc.drain(ctx, n)
 	} else {
-		var each func(ctx context.Context, worker, i int) error
+		var each opFunc
 		each, cleanup, err = sc.setup(ctx, n)
 		op = func(ctx context.Context, w, i int) (int, error) { return 1, each(ctx, w, i) }
 	}
@@ -172,6 +183,7 @@ func allScenarios() []scenario {
 	var all []scenario
 	all = append(all, blobPostgres()...)
 	all = append(all, blobSQLite()...)
+	all = append(all, inlinePostgres()...)
 	all = append(all, recordPostgres()...)
 	return all
 }

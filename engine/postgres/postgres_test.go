@@ -174,9 +174,9 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 	}
 }
 
-// TestStatDoesNotReadValue proves Stat never loads a value: the plan
-// outputs only the size, and reading it touches a handful of buffers while
-// the value spans dozens of TOAST pages.
+// TestStatDoesNotReadValue proves Stat never loads a value: the plan is an
+// index-only scan outputting the size, and it touches a handful of buffers
+// while the value spans dozens of TOAST pages.
 func TestStatDoesNotReadValue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -194,6 +194,9 @@ func TestStatDoesNotReadValue(t *testing.T) {
 	plan := explain(t, db, "EXPLAIN (ANALYZE, BUFFERS, VERBOSE, FORMAT JSON) SELECT size FROM "+table+" WHERE key = $1", key.String())
 	if strings.Contains(fmt.Sprint(plan["Output"]), "value") {
 		t.Fatalf("stat plan outputs the value: %v", plan["Output"])
+	}
+	if plan["Node Type"] != "Index Only Scan" {
+		t.Fatalf("stat plan is a %v, want an Index Only Scan of the key index, which includes size", plan["Node Type"])
 	}
 	statBuffers := buffers(plan)
 	full := explain(t, db, "EXPLAIN (ANALYZE, BUFFERS, VERBOSE, FORMAT JSON) SELECT sha256(value) FROM "+table+" WHERE key = $1", key.String())

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// run runs the CLI in process and returns its exit code and output.
+func run(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := Run(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{nil, 2, "usage: stead"},
+		{[]string{"help"}, 2, "commands:"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"-nope"}, 2, "flag provided but not defined"},
+		{[]string{"serve", "-h"}, 0, "-addr"},
+	}
+	for _, tt := range tests {
+		code, _, stderr := run(t, context.Background(), tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.stderr) {
+			t.Errorf("stead %v = %d, stderr %q; want %d containing %q", tt.args, code, stderr, tt.code, tt.stderr)
+		}
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	code, stdout, stderr := run(t, context.Background(), "-db", db, "migrate")
+	if code != 0 || !strings.Contains(stdout, "migrated schema from version 0 to") {
+		t.Fatalf("first migrate = %d %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = run(t, context.Background(), "-db", db, "migrate")
+	if code != 0 || !strings.Contains(stdout, "schema is current") {
+		t.Fatalf("second migrate = %d %q", code, stdout)
+	}
+	code, _, stderr = run(t, context.Background(), "-db", "nope://", "migrate")
+	if code != 1 || !strings.Contains(stderr, "unknown URL scheme") {
+		t.Fatalf("migrate with a bad URL = %d %q", code, stderr)
+	}
+}
+
+func TestServeRefusesOpenBindWithoutToken(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := run(t, context.Background(), "-db", "mem://", "serve", "-addr", "0.0.0.0:0")
+	if code != 2 || !strings.Contains(stderr, "STEAD_TOKEN") {
+		t.Fatalf("serve on 0.0.0.0 without a token = %d %q", code, stderr)
+	}
+}
+
+// TestServe starts the server on a free port, stores and reads a blob over
+// HTTP, and stops it by cancelling its context.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	var wg sync.WaitGroup
+	code := -1
+	wg.Go(func() {
+		code = Run(ctx, []string{"-db", "mem://", "serve", "-addr", "127.0.0.1:0"}, pw, &stderr)
+		pw.Close()
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed nothing: %v; stderr %q", err, stderr.String())
+	}
+	go io.Copy(io.Discard, pr)
+	base := line[strings.Index(line, "http://"):]
+	base = strings.TrimSpace(base)
+	resp, err := http.Post(base+"/v1/blobs", "application/octet-stream", strings.NewReader("hi"))
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("PUT: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	wg.Wait()
+	if code != 0 {
+		t.Fatalf("serve exited %d after cancel: %q", code, stderr.String())
+	}
+}
