@@ -8,6 +8,7 @@
 //	defer st.Close()
 //	key, err := st.Blobs.Put(ctx, strings.NewReader("hello"))
 //	lk, ok, err := st.Locks.TryLock(ctx, "reindex", owner, 30*time.Second)
+//	rec, err := st.Records.Save(ctx, record.Record{ID: "job-1", Group: "workers", Status: record.Active})
 package stead
 
 import (
@@ -26,6 +27,7 @@ import (
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -58,6 +60,11 @@ type Store struct {
 	Blobs *blob.Store
 	// Locks is the named-lock store: TTL leases with fencing tokens.
 	Locks *lock.Store
+	// Records holds lease-fenced, versioned records. Every record names a
+	// group, registered first; a process working alone uses its instance
+	// id (InstanceID, stable across restarts with WithInstanceID), and
+	// processes that share work share a group name.
+	Records *record.Store
 
 	eng        engine.Engine
 	instanceID string
@@ -166,6 +173,7 @@ func New(ctx context.Context, eng engine.Engine, opts ...Option) (*Store, error)
 	return &Store{
 		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
+		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
 		eng:        eng,
 		instanceID: cfg.instanceID,
 	}, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/record"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -180,8 +181,8 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-// TestWithClock checks that WithClock is the clock lock leases are
-// measured against, on every engine.
+// TestWithClock checks that WithClock is the clock lock leases and records
+// are measured and stamped by, on every engine.
 func TestWithClock(t *testing.T) {
 	t.Parallel()
 	urls := map[string]string{
@@ -192,18 +193,34 @@ func TestWithClock(t *testing.T) {
 	for name, url := range urls {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			now := time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)
-			st, err := stead.Open(t.Context(), url, stead.WithClock(func() time.Time { return now }))
+			ctx := t.Context()
+			now := time.Date(2040, 1, 1, 0, 0, 0, 123456789, time.UTC)
+			st, err := stead.Open(ctx, url, stead.WithClock(func() time.Time { return now }), stead.WithInstanceID("solo"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			lk, ok, err := st.Locks.TryLock(t.Context(), "job", "alice", time.Minute)
+			lk, ok, err := st.Locks.TryLock(ctx, "job", "alice", time.Minute)
 			if err != nil || !ok {
 				t.Fatalf("TryLock = %v, %v", ok, err)
 			}
-			if want := now.Add(time.Minute); !lk.Expiry().Equal(want) {
-				t.Fatalf("Expiry = %v, want the injected clock's %v", lk.Expiry(), want)
+			if want := record.Timestamp(now).Add(time.Minute); !lk.Expiry().Equal(want) {
+				t.Fatalf("lock Expiry = %v, want the injected clock's %v", lk.Expiry(), want)
+			}
+			group := st.InstanceID() // working alone
+			if err := st.Records.RegisterGroup(ctx, group); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Records.Save(ctx, record.Record{ID: "r", Group: group, Status: record.Active}); err != nil {
+				t.Fatal(err)
+			}
+			recs, err := st.Records.ClaimNext(ctx, group, "me", time.Minute, 1)
+			if err != nil || len(recs) != 1 {
+				t.Fatalf("ClaimNext = %v, %v", recs, err)
+			}
+			want := record.Timestamp(now)
+			if got := recs[0]; !got.UpdatedAt.Equal(want) || !got.Lease.Expiry.Equal(want.Add(time.Minute)) {
+				t.Fatalf("claimed at %v until %v, want %v until %v", got.UpdatedAt, got.Lease.Expiry, want, want.Add(time.Minute))
 			}
 		})
 	}

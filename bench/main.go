@@ -25,7 +25,7 @@ var (
 	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
 	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
 	rounds   = flag.Int("rounds", 3, "rounds; each scenario reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite); empty runs all but inline-pg")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite, record-pg); empty runs all but inline-pg")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 )
 
@@ -35,6 +35,10 @@ type scenario struct {
 	name  string
 	base  string // the scenario this one's ratio is against, or ""
 	setup setupFunc
+	// drain, set instead of setup, measures draining a queue filled by
+	// setup: op handles a batch and returns its size, 0 once the queue is
+	// empty. The rate is items/s until every caller found it empty.
+	drain func(ctx context.Context, callers int) (op func(ctx context.Context, worker, i int) (int, error), cleanup func(), err error)
 }
 
 // setupFunc prepares a workload for a number of callers and returns its
@@ -92,25 +96,43 @@ func main() {
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "group\tscenario\tcallers\tops/s (median)\tvs\tratio\t\n")
+	// ratio compares medians; paired is the median of each round's ratio
+	// to the base run just before it, which cancels slow drift in a shared
+	// machine's load.
+	fmt.Fprintf(w, "group\tscenario\tcallers\tops/s (median)\tvs\tratio\tpaired\t\n")
 	for _, id := range order {
 		r := results[id]
 		med := median(r.opsPerS)
-		ratio, vs := "", ""
+		ratio, paired, vs := "", "", ""
 		if r.sc.base != "" {
 			if b := results[fmt.Sprintf("%s/%s/%d", r.sc.group, r.sc.base, r.callers)]; b != nil {
 				vs = r.sc.base
 				ratio = fmt.Sprintf("%.2fx", med/median(b.opsPerS))
+				perRound := make([]float64, len(r.opsPerS))
+				for i := range perRound {
+					perRound[i] = r.opsPerS[i] / b.opsPerS[i]
+				}
+				paired = fmt.Sprintf("%.2fx", median(perRound))
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
 	}
 	w.Flush()
 }
 
-// run measures one scenario at n callers for -duration.
+// run measures one scenario at n callers for -duration; a drain scenario
+// ends sooner, when every caller found its queue empty.
 func run(ctx context.Context, sc scenario, n int) (float64, error) {
-	op, cleanup, err := sc.setup(ctx, n)
+	var op func(ctx context.Context, worker, i int) (int, error)
+	var cleanup func()
+	var err error
+	if sc.drain != nil {
+		op, cleanup, err = sc.drain(ctx, n)
+	} else {
+		var each opFunc
+		each, cleanup, err = sc.setup(ctx, n)
+		op = func(ctx context.Context, w, i int) (int, error) { return 1, each(ctx, w, i) }
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -122,20 +144,22 @@ func run(ctx context.Context, sc scenario, n int) (float64, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; runCtx.Err() == nil; i++ {
-				if err := op(runCtx, w, i); err != nil {
+				items, err := op(runCtx, w, i)
+				if err != nil {
 					if runCtx.Err() == nil {
 						firstErr.CompareAndSwap(nil, err)
 						cancel()
 					}
 					return
 				}
-				total.Add(1)
+				if items == 0 {
+					return
+				}
+				total.Add(int64(items))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err, _ := firstErr.Load().(error); err != nil {
@@ -162,5 +186,6 @@ func allScenarios() []scenario {
 	all = append(all, inlinePostgres()...)
 	all = append(all, lockPostgres()...)
 	all = append(all, lockSQLite()...)
+	all = append(all, recordPostgres()...)
 	return all
 }

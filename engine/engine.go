@@ -1,7 +1,7 @@
 // Package engine is the seam between stead's portable layer and its storage
 // engines. Each capability's mechanics are declared by the portable package
-// that uses them (blob.Engine, lock.Engine, ...); Engine composes them with the parts
-// every engine shares: migrations, the cluster declaration and Close.
+// that uses them (blob.Engine, lock.Engine, record.Engine); Engine composes
+// them with the parts every engine shares: migrations, the cluster declaration and Close.
 //
 // An engine is correct when it passes engine/enginetest.
 package engine
@@ -11,6 +11,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
 )
 
 // Engine is one storage engine.
@@ -19,6 +20,8 @@ type Engine interface {
 	Blobs() blob.Engine
 	// Locks returns the engine's named-lock mechanics.
 	Locks() lock.Engine
+	// Records returns the engine's record mechanics.
+	Records() record.Engine
 	// Migrate brings the schema to the newest version this binary knows. It
 	// is a no-op when the schema is current, safe to run concurrently from
 	// many processes, and fails with an error wrapping steaderr.ErrSchema

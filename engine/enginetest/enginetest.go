@@ -70,6 +70,7 @@ var areas = []suiteTest{
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
+	{"Record", testRecord},
 }
 
 // suiteTest is one named test of the suite.

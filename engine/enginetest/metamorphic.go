@@ -236,6 +236,11 @@ const (
 	classInvalidKey      = "ErrInvalidKey"
 	classInvalidArgument = "ErrInvalidArgument"
 	classTooLarge        = "ErrTooLarge"
+	classConflict        = "ErrConflict"
+	classWrongGroup      = "ErrWrongGroup"
+	classUnknownGroup    = "ErrUnknownGroup"
+	classLeased          = "ErrLeased"
+	classInvalidName     = "ErrInvalidName"
 	classOther           = "other error"
 )
 
@@ -253,6 +258,16 @@ func errClass(err error) string {
 		return classInvalidArgument
 	case errors.Is(err, steaderr.ErrTooLarge):
 		return classTooLarge
+	case errors.Is(err, steaderr.ErrConflict):
+		return classConflict
+	case errors.Is(err, steaderr.ErrWrongGroup):
+		return classWrongGroup
+	case errors.Is(err, steaderr.ErrUnknownGroup):
+		return classUnknownGroup
+	case errors.Is(err, steaderr.ErrLeased):
+		return classLeased
+	case errors.Is(err, steaderr.ErrInvalidName):
+		return classInvalidName
 	}
 	return classOther
 }

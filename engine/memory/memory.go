@@ -11,14 +11,16 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // Engine is the in-memory engine. The zero value is not usable; call New.
 type Engine struct {
-	closed atomic.Bool
-	blobs  blobs
-	locks  locks
+	closed  atomic.Bool
+	blobs   blobs
+	locks   locks
+	records records
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -30,6 +32,7 @@ func New() *Engine {
 	e.blobs.values = make(map[blob.Key][]byte)
 	e.locks.e = e
 	e.locks.rows = make(map[string]*lockRow)
+	e.records.init(e)
 	return e
 }
 
@@ -38,6 +41,9 @@ func (e *Engine) Blobs() blob.Engine { return &e.blobs }
 
 // Locks implements engine.Engine.
 func (e *Engine) Locks() lock.Engine { return &e.locks }
+
+// Records implements engine.Engine.
+func (e *Engine) Records() record.Engine { return &e.records }
 
 // Migrate implements engine.Engine; there is no schema to migrate.
 func (e *Engine) Migrate(ctx context.Context) error { return e.check(ctx) }
@@ -62,6 +68,9 @@ func (e *Engine) Close() error {
 	e.locks.rows = nil
 	e.locks.mu.Unlock()
 	e.locks.released.WakeAll() // waiters retry, and learn of the Close
+	e.records.mu.Lock()
+	e.records.groups, e.records.recs = nil, nil
+	e.records.mu.Unlock()
 	return nil
 }
 

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,31 +19,47 @@ const (
 )
 
 // listener is the engine's one LISTEN connection, shared by every lock
-// waiter: a dedicated connection, not a pooled one, which the pool could
-// recycle or hand to another caller while it listens. It starts with the
-// first watch and reconnects when its connection drops. Whenever it starts
-// listening it wakes every watcher, since releases may have gone unheard
-// while it was not.
+// waiter and record claimer: a dedicated connection, not a pooled one,
+// which the pool could recycle or hand to another caller while it listens.
+// It starts with the first watch, listens on every channel the engine
+// notifies, and reconnects with backoff when its connection drops. It wakes
+// every watcher whenever it starts or stops listening, since notifications
+// may have gone unheard meanwhile. In PgBouncer mode the engine has none: a
+// LISTEN on a pooled server session would be lost, so waiters poll.
 type listener struct {
 	connConfig *pgx.ConnConfig
-	channel    string
-	hub        wake.Hub
+	query      string   // LISTEN on every channel, one statement
+	hub        wake.Hub // keyed by channel and payload
 
 	mu      sync.Mutex
+	live    bool // listening now
 	started bool
 	stopped bool
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
-// watch subscribes to releases of name, starting the listener if needed.
-func (l *listener) watch(name string) (<-chan struct{}, func(), error) {
+func newListener(connConfig *pgx.ConnConfig, channels ...string) *listener {
+	stmts := make([]string, len(channels))
+	for i, ch := range channels {
+		stmts[i] = "LISTEN " + pgx.Identifier{ch}.Sanitize()
+	}
+	return &listener{connConfig: connConfig, query: strings.Join(stmts, "; ")}
+}
+
+func hubKey(channel, payload string) string { return channel + "\x00" + payload }
+
+// watch subscribes to notifications on channel carrying payload, starting
+// the listener if needed. live reports whether it is listening now; until
+// it is, notifications may be missed and the caller should poll. After
+// stop, watch fails with steaderr.ErrClosed.
+func (l *listener) watch(channel, payload string) (ch <-chan struct{}, live bool, stop func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
-		return nil, func() {}, steaderr.ErrClosed
+		return nil, false, func() {}, steaderr.ErrClosed
 	}
-	ch, stop := l.hub.Subscribe(name)
+	ch, stop = l.hub.Subscribe(hubKey(channel, payload))
 	if !l.started {
 		l.started = true
 		var ctx context.Context
@@ -50,11 +67,11 @@ func (l *listener) watch(name string) (<-chan struct{}, func(), error) {
 		l.done = make(chan struct{})
 		go l.run(ctx)
 	}
-	return ch, stop, nil
+	return ch, l.live, stop, nil
 }
 
 // stop ends the listener for good and waits for it. It wakes every
-// watcher, so that waiters retry and learn that the engine is closed.
+// watcher, so that waiters look again and learn that the engine is closed.
 func (l *listener) stop() {
 	l.mu.Lock()
 	l.stopped = true
@@ -71,7 +88,9 @@ func (l *listener) run(ctx context.Context) {
 	defer close(l.done)
 	delay := minRelisten
 	for {
-		if l.listen(ctx) {
+		listened := l.listen(ctx)
+		l.setLive(false)
+		if listened {
 			delay = minRelisten
 		}
 		timer := time.NewTimer(delay)
@@ -97,15 +116,24 @@ func (l *listener) listen(ctx context.Context) (listened bool) {
 		defer cancel()
 		conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, l.query); err != nil {
 		return false
 	}
-	l.hub.WakeAll()
+	l.setLive(true)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true
 		}
-		l.hub.Wake(n.Payload)
+		l.hub.Wake(hubKey(n.Channel, n.Payload))
 	}
+}
+
+// setLive records whether the listener is listening and wakes every
+// watcher, so each looks again.
+func (l *listener) setLive(live bool) {
+	l.mu.Lock()
+	l.live = live
+	l.mu.Unlock()
+	l.hub.WakeAll()
 }

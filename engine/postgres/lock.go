@@ -16,23 +16,18 @@ import (
 type locks struct {
 	e *Engine
 	// channel is the NOTIFY channel releases are announced on, one per
-	// schema.
+	// schema; its payload is the lock's name.
 	channel string
-	// listener is nil in PgBouncer mode, where LISTEN is not possible.
-	listener *listener
-	sql      struct{ acquire, renew, release string }
+	sql     struct{ acquire, renew, release string }
 }
 
-func (l *locks) init(e *Engine, listen bool) {
+func (l *locks) init(e *Engine) {
 	l.e = e
 	l.channel = fmt.Sprintf("stead_locks_%016x", uint64(e.lockKey("locks")))
-	if listen {
-		l.listener = &listener{connConfig: e.pool.Config().ConnConfig, channel: l.channel}
-	}
 	t := e.ident + ".locks"
-	now := "coalesce($3::timestamptz, now())"
+	now := nowSQL(3)
 	free := "(l.owner IS NULL OR l.expiry <= " + now + ")"
-	// $1 name, $2 owner, $3 now (NULL: the database's), $4 ttl in µs,
+	// $1 name, $2 owner, $3 now (NULL: the database's), $4 ttl,
 	// $5 whether a refused caller will wait.
 	//
 	// Under READ COMMITTED, ON CONFLICT locks the row and judges the WHERE
@@ -46,7 +41,7 @@ func (l *locks) init(e *Engine, listen bool) {
 	// and the second branch, a snapshot read, gives the holder as a hint.
 	l.sql.acquire = `WITH g AS (
 		INSERT INTO ` + t + ` AS l (name, owner, token, expiry)
-		VALUES ($1, $2, 1, ` + now + ` + $4::bigint * interval '1 microsecond')
+		VALUES ($1, $2, 1, ` + now + ` + $4::interval)
 		ON CONFLICT (name) DO UPDATE SET
 			owner        = CASE WHEN ` + free + ` THEN excluded.owner ELSE l.owner END,
 			token        = CASE WHEN ` + free + ` THEN l.token + 1 ELSE l.token END,
@@ -61,7 +56,7 @@ func (l *locks) init(e *Engine, listen bool) {
 	WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`
 	// An UPDATE re-checks its WHERE against the latest version of the row
 	// it locks, so a renewal or release never touches a newer grant.
-	l.sql.renew = `UPDATE ` + t + ` SET expiry = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+	l.sql.renew = `UPDATE ` + t + ` SET expiry = ` + nowSQL(4) + ` + $5::interval
 		WHERE name = $1 AND owner = $2 AND token = $3 RETURNING expiry`
 	// pg_notify runs only for a row released while a waiter may be waiting,
 	// and its notification is delivered only if the release commits.
@@ -70,28 +65,13 @@ func (l *locks) init(e *Engine, listen bool) {
 		RETURNING CASE WHEN wanted_until > now() THEN pg_notify($4, name) END`
 }
 
-func (l *locks) close() {
-	if l.listener != nil {
-		l.listener.stop()
-	}
-}
-
-// nowParam returns the query argument for a caller's Now: NULL for the
-// database's clock.
-func nowParam(now time.Time) any {
-	if now.IsZero() {
-		return nil
-	}
-	return now
-}
-
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
 	if err := l.e.check(ctx); err != nil {
 		return lock.AcquireResult{}, err
 	}
 	var res lock.AcquireResult
 	g := &res.Grant
-	err := l.e.pool.QueryRow(ctx, l.sql.acquire, p.Name, p.Owner, nowParam(p.Now), p.TTL.Microseconds(), p.Wait).
+	err := l.e.pool.QueryRow(ctx, l.sql.acquire, p.Name, p.Owner, nowArg(p.Now), interval(p.TTL), p.Wait).
 		Scan(&res.Granted, &g.Owner, &g.Token, &g.Expiry, &res.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // not granted; holder unknown
@@ -108,7 +88,7 @@ func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool,
 		return time.Time{}, false, err
 	}
 	var expiry time.Time
-	err := l.e.pool.QueryRow(ctx, l.sql.renew, p.Name, p.Owner, p.Token, nowParam(p.Now), p.TTL.Microseconds()).Scan(&expiry)
+	err := l.e.pool.QueryRow(ctx, l.sql.renew, p.Name, p.Owner, p.Token, nowArg(p.Now), interval(p.TTL)).Scan(&expiry)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return time.Time{}, false, nil
@@ -135,10 +115,11 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 	if err := l.e.check(ctx); err != nil {
 		return nil, func() {}, err
 	}
-	if l.listener == nil {
+	if l.e.listen == nil {
 		return nil, func() {}, nil
 	}
-	return l.listener.watch(name)
+	ch, _, stop, err := l.e.listen.watch(l.channel, name)
+	return ch, stop, err
 }
 
 var _ lock.Engine = (*locks)(nil)

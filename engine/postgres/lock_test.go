@@ -55,9 +55,9 @@ func mustRelease(t *testing.T, lk *lock.Lock) {
 // backend's pid; not the pid except.
 func listenerPID(t *testing.T, db *pgtest.DB, e *postgres.Engine, except int32) int32 {
 	t.Helper()
-	listen := "LISTEN " + pgx.Identifier{postgres.LockChannel(e)}.Sanitize()
+	listen := postgres.ListenQuery(e)
 	var pid int32
-	poll.Until(t, "a backend listening on "+postgres.LockChannel(e), func() bool {
+	poll.Until(t, "a backend running "+listen, func() bool {
 		err := db.Admin.QueryRow(t.Context(),
 			"SELECT pid FROM pg_stat_activity WHERE query = $1 AND state = 'idle' AND pid <> $2", listen, except).Scan(&pid)
 		return err == nil

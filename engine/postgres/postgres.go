@@ -14,16 +14,19 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -162,6 +165,10 @@ type Engine struct {
 	closed   atomic.Bool
 	blobs    blobs
 	locks    locks
+	records  records
+	// listen is the one LISTEN connection for lock and record waiters;
+	// nil in PgBouncer mode, which keeps no session state.
+	listen *listener
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -199,7 +206,11 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
 	e.blobs.init(e, max(1, int(e.pool.Config().MaxConns)/2))
-	e.locks.init(e, !cfg.PgBouncer)
+	e.locks.init(e)
+	e.records.init(e)
+	if !cfg.PgBouncer {
+		e.listen = newListener(e.pool.Config().ConnConfig, e.locks.channel, e.records.channel)
+	}
 	return e, nil
 }
 
@@ -242,6 +253,9 @@ func (e *Engine) Blobs() blob.Engine { return &e.blobs }
 // Locks implements engine.Engine.
 func (e *Engine) Locks() lock.Engine { return &e.locks }
 
+// Records implements engine.Engine.
+func (e *Engine) Records() record.Engine { return &e.records }
+
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return true, "shared PostgreSQL; CAS + lease fencing" }
 
@@ -250,7 +264,9 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	e.locks.close()
+	if e.listen != nil {
+		e.listen.stop()
+	}
 	if e.ownsPool {
 		e.pool.Close()
 	}
@@ -289,6 +305,25 @@ func (e *Engine) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return interpretError(err)
 	}
 	return interpretError(tx.Commit(ctx))
+}
+
+// nowSQL is the SQL for "the instant $n, or the database's now() when $n
+// is NULL": time-dependent statements take the caller's clock as a
+// parameter.
+func nowSQL(n int) string { return fmt.Sprintf("coalesce($%d::timestamptz, now())", n) }
+
+// nowArg is the argument for a nowSQL: NULL (the database's clock) for the
+// zero time.
+func nowArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// interval is the argument for a duration, to the microsecond.
+func interval(d time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
 }
 
 // errNoSchema marks the error of a statement that met a database never

@@ -24,6 +24,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -35,9 +36,10 @@ type Engine struct {
 	// serialized on it, and its transactions take the write lock up front.
 	writer *sql.DB
 	// reader is the query-only pool; each read statement sees one snapshot.
-	reader *sql.DB
-	blobs  blobs
-	locks  locks
+	reader  *sql.DB
+	blobs   blobs
+	locks   locks
+	records records
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -83,6 +85,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.reader.SetMaxIdleConns(cfg.ReadConns)
 	e.blobs.init(e)
 	e.locks.init(e)
+	e.records.init(e)
 	// The writer connects first: it turns the file into a WAL database
 	// before any reader opens it, and fails fast on a file that is no
 	// database.
@@ -110,6 +113,9 @@ func (e *Engine) Blobs() blob.Engine { return &e.blobs }
 // Locks implements engine.Engine.
 func (e *Engine) Locks() lock.Engine { return &e.locks }
 
+// Records implements engine.Engine.
+func (e *Engine) Records() record.Engine { return &e.records }
+
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return false, "single-node file" }
 
@@ -126,7 +132,7 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) close() error {
-	errs := []error{e.blobs.close(), e.locks.close()}
+	errs := []error{e.blobs.close(), e.locks.close(), e.records.close()}
 	// The writer closes last: the last connection to close checkpoints the
 	// WAL into the database file.
 	if e.reader != nil {

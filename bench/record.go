@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/record"
+)
+
+const (
+	// recordPayload is the size of a checkpoint in the save scenarios.
+	recordPayload = 256
+	// drainItems is how many records or jobs a drain scenario starts with.
+	drainItems = 20_000
+	// claimBatch is how many items one ClaimNext or River fetch takes, and
+	// each River client's worker count.
+	claimBatch = 10
+	benchGroup = "bench"
+)
+
+// recordPostgres compares, on one database in one run:
+//
+//   - CAS saves: stead's Save of a record the caller holds (a checkpoint)
+//     against a raw pgx conditional UPDATE ... WHERE id = $1 AND version =
+//     $2 of the same table (stead's, with its indexes and fillfactor),
+//     setting the payload, version and updated_at. Each caller owns one
+//     record: no contention, every save succeeds.
+//   - Claiming: ClaimNext(claimBatch) against River's fetch query
+//     (riverdriver JobGetAvailable, MaxToLock claimBatch), each draining
+//     drainItems pre-inserted records or jobs, items/s.
+//   - Working: ClaimNext(claimBatch) then a Save marking each record
+//     Completed, against River clients (one per caller, claimBatch no-op
+//     workers each, poll-only, 1ms fetch cooldown and poll interval)
+//     draining drainItems jobs, counted as River reports them completed.
+func recordPostgres() []scenario {
+	return []scenario{
+		{group: "record-pg", name: "raw cas save", setup: rawCASSave},
+		{group: "record-pg", name: "stead save", base: "raw cas save", setup: steadSave},
+		{group: "record-pg", name: "river fetch (items/s)", drain: riverFetch},
+		{group: "record-pg", name: "stead claimnext (items/s)", base: "river fetch (items/s)", drain: steadClaimNext},
+		{group: "record-pg", name: "river work (items/s)", drain: riverWork},
+		{group: "record-pg", name: "stead claim+complete (items/s)", base: "river work (items/s)", drain: steadClaimComplete},
+	}
+}
+
+// openRecordStore opens stead in a scratch schema with benchGroup
+// registered.
+func openRecordStore(ctx context.Context) (*stead.Store, string, func(), error) {
+	schema, drop, err := scratchSchema(ctx, "stead")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	u, err := url.Parse(*pgURL)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	q := u.Query()
+	q.Set("schema", schema)
+	u.RawQuery = q.Encode()
+	st, err := stead.Open(ctx, u.String())
+	if err == nil {
+		err = st.Records.RegisterGroup(ctx, benchGroup)
+	}
+	if err != nil {
+		drop()
+		return nil, "", nil, err
+	}
+	return st, schema, func() { st.Close(); drop() }, nil
+}
+
+// heldRecords creates one record per caller, each claimed by its caller.
+func heldRecords(ctx context.Context, st *stead.Store, n int) ([]record.Record, error) {
+	recs := make([]record.Record, n)
+	for w := range recs {
+		id := fmt.Sprintf("rec-%d", w)
+		if _, err := st.Records.Save(ctx, record.Record{ID: id, Group: benchGroup, Status: record.Active}); err != nil {
+			return nil, err
+		}
+		rec, err := st.Records.Claim(ctx, benchGroup, id, fmt.Sprintf("worker-%d", w), time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		rec.Payload = make([]byte, recordPayload)
+		recs[w] = rec
+	}
+	return recs, nil
+}
+
+func rawCASSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+	st, schema, cleanup, err := openRecordStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := heldRecords(ctx, st, n)
+	pool, perr := rawPool(ctx, "")
+	if err = errors.Join(err, perr); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	update := "UPDATE " + pgx.Identifier{schema, "records"}.Sanitize() +
+		" SET payload = $3, version = version + 1, updated_at = now() WHERE id = $1 AND version = $2 RETURNING version"
+	return func(ctx context.Context, w, i int) error {
+		rec := &recs[w]
+		rec.Payload[0] = byte(i)
+		return pool.QueryRow(ctx, update, rec.ID, rec.Version, rec.Payload).Scan(&rec.Version)
+	}, func() { pool.Close(); cleanup() }, nil
+}
+
+func steadSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+	st, _, cleanup, err := openRecordStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := heldRecords(ctx, st, n)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return func(ctx context.Context, w, i int) error {
+		recs[w].Payload[0] = byte(i)
+		saved, err := st.Records.Save(ctx, recs[w])
+		recs[w] = saved
+		return err
+	}, cleanup, nil
+}
+
+// fillRecords inserts drainItems active records into benchGroup with one
+// statement.
+func fillRecords(ctx context.Context, st *stead.Store, schema string) error {
+	// The first save creates the group's default tenant.
+	if _, err := st.Records.Save(ctx, record.Record{ID: "seed", Group: benchGroup, Status: record.Completed}); err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, *pgURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	recs, tenants := pgx.Identifier{schema, "records"}.Sanitize(), pgx.Identifier{schema, "record_tenants"}.Sanitize()
+	_, err = conn.Exec(ctx, "INSERT INTO "+recs+` (id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+		SELECT 'item-' || lpad(i::text, 8, '0'), $1, t.id, 'active', false, 1, '', 0, now(), now(), '\x00'
+		FROM `+tenants+" t, generate_series(1, $2) i WHERE t.grp = $1 AND t.name IS NULL", benchGroup, drainItems)
+	if err == nil {
+		_, err = conn.Exec(ctx, "ANALYZE "+recs)
+	}
+	return err
+}
+
+func steadDrain(ctx context.Context, complete bool) (func(context.Context, int, int) (int, error), func(), error) {
+	st, schema, cleanup, err := openRecordStore(ctx)
+	if err == nil {
+		if err = fillRecords(ctx, st, schema); err != nil {
+			cleanup()
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context, w, i int) (int, error) {
+		recs, err := st.Records.ClaimNext(ctx, benchGroup, fmt.Sprintf("worker-%d", w), time.Hour, claimBatch)
+		for _, rec := range recs {
+			if !complete || err != nil {
+				break
+			}
+			rec.Status = record.Completed
+			_, err = st.Records.Save(ctx, rec)
+		}
+		return len(recs), err
+	}, cleanup, nil
+}
+
+func steadClaimNext(ctx context.Context, _ int) (func(context.Context, int, int) (int, error), func(), error) {
+	return steadDrain(ctx, false)
+}
+
+func steadClaimComplete(ctx context.Context, _ int) (func(context.Context, int, int) (int, error), func(), error) {
+	return steadDrain(ctx, true)
+}
+
+// benchArgs is the River job of the drain scenarios.
+type benchArgs struct{}
+
+func (benchArgs) Kind() string { return "bench" }
+
+type noopWorker struct {
+	river.WorkerDefaults[benchArgs]
+}
+
+func (noopWorker) Work(context.Context, *river.Job[benchArgs]) error { return nil }
+
+// riverQueue migrates River into a scratch schema and inserts drainItems
+// jobs there.
+func riverQueue(ctx context.Context) (*pgxpool.Pool, string, func(), error) {
+	schema, drop, err := scratchSchema(ctx, "river")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	pool, err := rawPool(ctx, "")
+	if err != nil {
+		drop()
+		return nil, "", nil, err
+	}
+	cleanup := func() { pool.Close(); drop() }
+	driver := riverpgxv5.New(pool)
+	err = func() error {
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			return err
+		}
+		migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
+		if err != nil {
+			return err
+		}
+		if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			return err
+		}
+		inserter, err := river.NewClient(driver, &river.Config{Schema: schema})
+		if err != nil {
+			return err
+		}
+		jobs := make([]river.InsertManyParams, drainItems)
+		for i := range jobs {
+			jobs[i].Args = benchArgs{}
+		}
+		if _, err := inserter.InsertManyFast(ctx, jobs); err != nil {
+			return err
+		}
+		_, err = pool.Exec(ctx, "ANALYZE "+schema+".river_job")
+		return err
+	}()
+	if err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	return pool, schema, cleanup, nil
+}
+
+func riverFetch(ctx context.Context, _ int) (func(context.Context, int, int) (int, error), func(), error) {
+	pool, schema, cleanup, err := riverQueue(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	exec := riverpgxv5.New(pool).GetExecutor()
+	return func(ctx context.Context, w, i int) (int, error) {
+		res, err := exec.JobGetAvailable(ctx, &riverdriver.JobGetAvailableParams{
+			ClientID: fmt.Sprintf("worker-%d", w), MaxAttemptedBy: 100, MaxToLock: claimBatch,
+			Queue: river.QueueDefault, Schema: schema,
+		})
+		if err != nil {
+			return 0, err
+		}
+		return len(res.Jobs), nil
+	}, cleanup, nil
+}
+
+func riverWork(ctx context.Context, n int) (func(context.Context, int, int) (int, error), func(), error) {
+	pool, schema, cleanup, err := riverQueue(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, noopWorker{})
+	clients := make([]*river.Client[pgx.Tx], n)
+	events := make([]<-chan *river.Event, n)
+	for w := range clients {
+		c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+			Schema:            schema,
+			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: claimBatch}},
+			Workers:           workers,
+			FetchCooldown:     time.Millisecond,
+			FetchPollInterval: time.Millisecond,
+			PollOnly:          true,
+			Logger:            slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		clients[w] = c
+		events[w], _ = c.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: drainItems})
+	}
+	var completed atomic.Int64
+	allDone := make(chan struct{})
+	var once sync.Once
+	stop := func() {
+		for _, c := range clients {
+			c.Stop(context.Background())
+		}
+		cleanup()
+	}
+	return func(ctx context.Context, w, i int) (int, error) {
+		if i == 0 {
+			// The clients run until cleanup stops them, not until ctx ends.
+			if err := clients[w].Start(context.WithoutCancel(ctx)); err != nil {
+				return 0, err
+			}
+		}
+		select {
+		case <-events[w]:
+			if completed.Add(1) == drainItems {
+				once.Do(func() { close(allDone) })
+			}
+			return 1, nil
+		case <-allDone:
+			return 0, nil
+		case <-ctx.Done():
+			return 0, nil
+		}
+	}, stop, nil
+}

@@ -1,0 +1,387 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// clock is a test clock: base, moved by Advance.
+type clock struct {
+	base   time.Time
+	offset atomic.Int64
+}
+
+func (c *clock) Now() time.Time { return c.base.Add(time.Duration(c.offset.Load())) }
+
+func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// node is one stead process of a fleet: its own engine (pool) on the
+// shared schema, and a record store over it.
+func node(t *testing.T, db *pgtest.DB, c *clock) (*postgres.Engine, *record.Store) {
+	t.Helper()
+	e := open(t, db, "")
+	opts := record.Options{}
+	if c != nil {
+		opts.Now = c.Now
+	}
+	return e, record.NewStore(e.Records(), opts)
+}
+
+// TestRecordZombieFencing plays a paused node: A's lease lapses while it
+// keeps checkpointing, B claims the record, and from then on none of A's
+// saves lands; the record holds B's state.
+func TestRecordZombieFencing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	c := &clock{base: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	_, a := node(t, db, c)
+	_, b := node(t, db, c)
+	if err := a.RegisterGroup(ctx, "fleet"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Save(ctx, record.Record{ID: "job", Group: "fleet", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.Claim(ctx, "fleet", "job", "node-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A checkpoints in a loop, from its own last version, until refused.
+	type saved struct{ version int64 }
+	var aSaves []saved
+	aDone := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		rec := held
+		for i := 0; ; i++ {
+			rec.Payload = fmt.Appendf(nil, "a step %d", i)
+			next, err := a.Save(ctx, rec)
+			if err != nil {
+				aDone <- err
+				return
+			}
+			rec = next
+			aSaves = append(aSaves, saved{rec.Version})
+			if i == 3 {
+				close(started)
+			}
+		}
+	}()
+	<-started
+	c.Advance(time.Minute) // A's lease lapses; A does not notice
+	var bRec record.Record
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		recs, err := b.ClaimNext(ctx, "fleet", "node-b", time.Minute, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 {
+			bRec = recs[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B could not claim the lapsed record")
+		}
+	}
+	if bRec.Lease.Incarnation != held.Lease.Incarnation+1 {
+		t.Fatalf("B's incarnation %d, want %d", bRec.Lease.Incarnation, held.Lease.Incarnation+1)
+	}
+	bRec.Payload = []byte("b's state")
+	bRec, err = b.Save(ctx, bRec)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := <-aDone; !errors.Is(err, steaderr.ErrConflict) {
+		t.Fatalf("A's save after B's claim = %v, want ErrConflict", err)
+	}
+	claimVersion := bRec.Version - 1
+	for _, s := range aSaves {
+		if s.version >= claimVersion {
+			t.Fatalf("A saved version %d, at or after B's claim made version %d", s.version, claimVersion)
+		}
+	}
+	stale := held
+	stale.Version = aSaves[len(aSaves)-1].version
+	stale.Status = record.Completed
+	if _, err := a.Save(ctx, stale); !errors.Is(err, steaderr.ErrConflict) {
+		t.Fatalf("A's completion from its stale version = %v, want ErrConflict", err)
+	}
+	got, err := b.Load(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Payload) != "b's state" || got.Version != bRec.Version || got.Lease != bRec.Lease {
+		t.Fatalf("stored record = %+v, want B's %+v", got, bRec)
+	}
+}
+
+// TestRecordClaimingScansOneGroup shows with EXPLAIN ANALYZE that the
+// claimable listing, ClaimNext and Probe read the claimable records of
+// their own group only: neither other groups' records nor live leases,
+// however many there are.
+func TestRecordClaimingScansOneGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	e, s := node(t, db, nil)
+	for _, g := range []string{"big", "small"} {
+		if err := s.RegisterGroup(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		// The first save creates the group's default tenant.
+		if _, err := s.Save(ctx, record.Record{ID: "seed-" + g, Group: g, Status: record.Completed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	schema := pgx.Identifier{db.Schema}.Sanitize()
+	// fill adds count records of group with ids prefix+i, leased to owner
+	// (none when "") until expiry.
+	fill := func(group, prefix string, count int, owner, expiry string) {
+		t.Helper()
+		_, err := db.Admin.Exec(ctx, "INSERT INTO "+schema+`.records
+			(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+			SELECT $2 || i, $1, t.id, 'active', false, 1, $4, 1, `+expiry+`, now(), ''
+			FROM `+schema+`.record_tenants t, generate_series(1, $3::int) i WHERE t.grp = $1`, group, prefix, count, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Other groups' records on both sides of the small group's ids, in
+	// every lease state; and many live leases in the small group.
+	for _, prefix := range []string{"a", "z"} {
+		fill("big", prefix+"-free-", 3000, "", "now()")
+		fill("big", prefix+"-expired-", 3000, "o", "now() - interval '1 hour'")
+		fill("big", prefix+"-live-", 3000, "o", "now() + interval '1 hour'")
+	}
+	fill("small", "m-live-", 3000, "o", "now() + interval '1 hour'")
+	fill("small", "m-free-", 3, "", "now()")
+	fill("small", "m-expired-", 2, "o", "now() - interval '1 hour'")
+	const claimable = 5
+	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".records"); err != nil {
+		t.Fatal(err)
+	}
+	list, claimNext, probe := postgres.RecordSQL(e)
+	conn, err := db.Admin.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
+	cases := []struct {
+		name, sql, args string
+		maxRead         int
+	}{
+		{"ListClaimable", list, "'small', NULL, 100", claimable},
+		{"ClaimNext", claimNext, "'o', '1 minute', NULL, 'small', 100", 2 * claimable}, // and each by primary key
+		{"Probe", probe, "'small', NULL", 2},                                           // an entry of each index
+	}
+	for _, tc := range cases {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			explainReads(t, conn, tc.name+" "+mode, mode, tc.sql, tc.args, tc.maxRead)
+		}
+	}
+
+	// Stale statistics: ANALYZE saw "small" all unleased, then nearly all
+	// of it was claimed. Claiming still reads only what it claims.
+	fill("small", "n-free-", 20000, "", "now()")
+	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".records"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Admin.Exec(ctx, "UPDATE "+schema+".records SET lease_owner = 'o', lease_expiry = now() + interval '1 hour' "+
+		"WHERE grp = 'small' AND id < 'n-free-9'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		explainReads(t, conn, "ClaimNext on stale statistics "+mode, mode, claimNext, "'o', '1 minute', NULL, 'small', 10", 2*10)
+	}
+}
+
+// explainReads runs query as a prepared statement with args, under
+// plan_cache_mode mode, and fails t unless EXPLAIN ANALYZE shows it read
+// at most maxRead rows of records, each through an index and (but for the
+// primary key) by group.
+func explainReads(t *testing.T, conn *pgxpool.Conn, what, mode, query, args string, maxRead int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+		t.Fatal(err)
+	}
+	// The statement runs in a transaction rolled back: ClaimNext claims.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	_, err = tx.Exec(ctx, "PREPARE explained AS "+query)
+	if err == nil {
+		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained ("+args+")").Scan(&out)
+	}
+	tx.Rollback(ctx)
+	conn.Exec(ctx, "DEALLOCATE explained")
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	plan := out[0]["Plan"].(map[string]any)
+	read := 0
+	walkPlan(plan, func(node map[string]any) {
+		if node["Relation Name"] != "records" || node["Node Type"] == "ModifyTable" {
+			return
+		}
+		if node["Node Type"] == "Seq Scan" {
+			t.Fatalf("%s scans records sequentially:\n%v", what, out)
+		}
+		rows, _ := node["Actual Rows"].(float64)
+		loops, _ := node["Actual Loops"].(float64)
+		removed, _ := node["Rows Removed by Filter"].(float64)
+		read += int((rows + removed) * loops)
+		cond := fmt.Sprint(node["Index Cond"], node["Recheck Cond"]) // index or bitmap heap scan
+		if node["Index Name"] != "records_pkey" && !strings.Contains(cond, "grp") {
+			t.Fatalf("%s: records scanned without a group condition: %v", what, node)
+		}
+	})
+	t.Logf("%s read %d rows of records", what, read)
+	if read > maxRead {
+		t.Fatalf("%s read %d rows of records, want at most %d:\n%v", what, read, maxRead, out)
+	}
+}
+
+// walkPlan calls visit for every node of an EXPLAIN (FORMAT JSON) plan.
+func walkPlan(node map[string]any, visit func(map[string]any)) {
+	visit(node)
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		walkPlan(c.(map[string]any), visit)
+	}
+}
+
+// TestRecordDefaultTenantIsUnique checks the database guarantee: one
+// default tenant per group, however many nodes create it at once, and no
+// second one even written by hand; and a record can reference only a
+// tenant of its own group.
+func TestRecordDefaultTenantIsUnique(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, a := node(t, db, nil)
+	_, b := node(t, db, nil)
+	for _, g := range []string{"g", "h"} {
+		if err := a.RegisterGroup(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		s := []*record.Store{a, b}[i%2]
+		wg.Go(func() {
+			if _, err := s.Save(ctx, record.Record{ID: fmt.Sprint("r", i), Group: "g", Status: record.Active}); err != nil {
+				t.Errorf("save %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := a.Save(ctx, record.Record{ID: "in h", Group: "h", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	tenants := pgx.Identifier{db.Schema, "record_tenants"}.Sanitize()
+	var n int
+	if err := db.Admin.QueryRow(ctx, "SELECT count(*) FROM "+tenants+" WHERE grp = 'g' AND name IS NULL").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("default tenants of g: %d, %v; want 1", n, err)
+	}
+	_, err := db.Admin.Exec(ctx, "INSERT INTO "+tenants+" (grp, name) VALUES ('g', NULL)")
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "record_tenants_one_default" {
+		t.Fatalf("a second default tenant for g: %v, want a unique violation of record_tenants_one_default", err)
+	}
+	_, err = db.Admin.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "records"}.Sanitize()+
+		" SET tenant_id = (SELECT id FROM "+tenants+" WHERE grp = 'h' AND name IS NULL) WHERE id = 'r0'")
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23503" {
+		t.Fatalf("pointing a record of g at h's tenant: %v, want a foreign key violation", err)
+	}
+}
+
+// TestRecordWake checks the wake channel across nodes: a save on one node
+// wakes a subscriber on another, and after the listener's connection is
+// killed, subscribers are told, then listened for again.
+func TestRecordWake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	ea, a := node(t, db, nil)
+	_, b := node(t, db, nil)
+	if err := a.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	waitLive := func() (<-chan struct{}, func()) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			wake, live, stop := ea.Records().Subscribe("g")
+			if live {
+				return wake, stop
+			}
+			select { // woken when the listener is up
+			case <-wake:
+			case <-time.After(time.Second):
+			}
+			stop()
+		}
+		t.Fatal("the listener did not start listening within 30s")
+		return nil, nil
+	}
+	wantWake := func(wake <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-wake:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no wake within 30s %s", what)
+		}
+	}
+
+	wake, stop := waitLive()
+	if _, err := b.Save(ctx, record.Record{ID: "r1", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(wake, "after another node saved a new active record")
+
+	// Kill the listener's backend: subscribers are woken (and may poll
+	// while it is down), then it listens again.
+	var killed int
+	err := db.Admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
+		postgres.ListenQuery(ea)).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminating the listener: %d backends, %v", killed, err)
+	}
+	wantWake(wake, "after the listener's connection was killed")
+	stop()
+	wake, stop = waitLive()
+	defer stop()
+	if _, err := b.Save(ctx, record.Record{ID: "r2", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(wake, "after the listener reconnected")
+
+	// In PgBouncer mode there is no listener: waiters poll.
+	pb := open(t, db, "&pgbouncer=true")
+	if wake, live, stop := pb.Records().Subscribe("g"); wake != nil || live {
+		t.Fatalf("Subscribe in PgBouncer mode = %v, %v; want no wake channel", wake, live)
+	} else {
+		stop()
+	}
+}

@@ -1,0 +1,401 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/steadkit/stead/internal/cas"
+	"github.com/steadkit/stead/internal/tenantid"
+	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// records is the engine's record.Engine. Each write is one conditional
+// statement on the writer; when it matches no row, the stored record is
+// read back to say why (record.Check*). Reads are one statement each on
+// the reader pool. Times are stored as microseconds since the Unix epoch.
+type records struct {
+	e       *Engine
+	tenants tenantid.Cache
+	// On the writer.
+	registerGroup, ensureTenant, tenantID, create, update, claim, claimNext, renew, del stmt
+	// On the reader pool.
+	groupExists, load, list, probe stmt
+}
+
+// recordCols are a record's columns, in scanRecord's order, for a query
+// over records r joined to its tenant t; returningCols the same for a
+// RETURNING clause.
+const (
+	recordCols    = "r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload"
+	returningCols = "id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload"
+	// claimSet is a claim's SET clause: ?1 owner, ?2 expiry, ?3 now.
+	claimSet = "SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3 "
+)
+
+// unleased and expired select a group's claimable records, through
+// records_unleased and records_leased: the group is ?g, now is ?n.
+func unleased(g int) string {
+	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner = ''", g)
+}
+
+func expired(g, n int) string {
+	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?%d", g, n)
+}
+
+func (r *records) init(e *Engine) {
+	r.e = e
+	w, rd := e.writer, e.reader
+	r.registerGroup = stmt{db: w, query: "INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING"}
+	r.ensureTenant = stmt{db: w, query: "INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING"}
+	r.tenantID = stmt{db: w, query: "SELECT id FROM record_tenants WHERE grp = ? AND name IS ?"}
+	r.create = stmt{db: w, query: `INSERT INTO records
+		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+		VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`}
+	// ?1 id, ?2 group, ?3 version, ?4 lease owner ("" releases), ?5
+	// incarnation, ?6 expiry (of a release), ?7 tenant id, ?8 status, ?9
+	// parked, ?10 now, ?11 payload.
+	r.update = stmt{db: w, query: `UPDATE records SET
+		tenant_id = ?7, status = ?8, parked = ?9, payload = ?11, version = version + 1, updated_at = ?10,
+		lease_owner = ?4, lease_expiry = CASE WHEN ?4 = '' THEN ?6 ELSE lease_expiry END
+		WHERE id = ?1 AND grp = ?2 AND version = ?3 AND (?4 = '' OR (lease_owner = ?4 AND lease_incarnation = ?5))
+		RETURNING lease_incarnation, lease_expiry`}
+	// ?5 id.
+	r.claim = stmt{db: w, query: "UPDATE records " + claimSet +
+		"WHERE id = ?5 AND grp = ?4 AND (lease_owner IN ('', ?1) OR lease_expiry <= ?3) RETURNING " + returningCols}
+	// ?4 group, ?5 n. Expired leases first, then unleased records.
+	r.claimNext = stmt{db: w, query: "UPDATE records " + claimSet +
+		"WHERE id IN (SELECT id FROM (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, id LIMIT ?5) " +
+		"UNION ALL SELECT id FROM (SELECT id" + unleased(4) + " ORDER BY id LIMIT ?5) LIMIT ?5) RETURNING " + returningCols}
+	// ?1 expiry, ?2 id, ?3 group, ?4 owner, ?5 incarnation.
+	r.renew = stmt{db: w, query: `UPDATE records SET lease_expiry = ?1
+		WHERE id = ?2 AND grp = ?3 AND lease_owner = ?4 AND lease_incarnation = ?5 RETURNING lease_expiry`}
+	r.del = stmt{db: w, query: "DELETE FROM records WHERE id = ?"}
+	r.groupExists = stmt{db: rd, query: "SELECT EXISTS (SELECT 1 FROM record_groups WHERE name = ?)"}
+	r.load = stmt{db: rd, query: "SELECT " + recordCols + " FROM records r JOIN record_tenants t ON t.id = r.tenant_id WHERE r.id = ?"}
+	// ?1 group, ?2 now, ?3 limit.
+	r.list = stmt{db: rd, query: "SELECT " + recordCols + " FROM (SELECT * FROM (SELECT *" + unleased(1) + " ORDER BY id LIMIT ?3) " +
+		"UNION ALL SELECT *" + expired(1, 2) + ") r JOIN record_tenants t ON t.id = r.tenant_id ORDER BY r.id LIMIT ?3"}
+	// ?1 group. The first unleased record, and the earliest lease:
+	// expired, the group has recovery work; else it is when the next
+	// lease lapses.
+	r.probe = stmt{db: rd, query: "SELECT EXISTS (SELECT 1" + unleased(1) + "), " +
+		"(SELECT lease_expiry FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1)"}
+}
+
+func (r *records) close() error {
+	var errs []error
+	for _, s := range []*stmt{&r.registerGroup, &r.ensureTenant, &r.tenantID, &r.create, &r.update, &r.claim,
+		&r.claimNext, &r.renew, &r.del, &r.groupExists, &r.load, &r.list, &r.probe} {
+		errs = append(errs, s.close())
+	}
+	return errors.Join(errs...)
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// nowOr returns t, or the clock's time when t is zero.
+func nowOr(t time.Time) time.Time {
+	if t.IsZero() {
+		return record.Timestamp(time.Now())
+	}
+	return t
+}
+
+// scanRecord reads the columns recordCols names.
+func scanRecord(row interface{ Scan(...any) error }) (record.Record, error) {
+	var rec record.Record
+	var tenant sql.NullString
+	var expiry, updated int64
+	err := row.Scan(&rec.ID, &rec.Group, &tenant, &rec.Status, &rec.Version,
+		&rec.Lease.Owner, &rec.Lease.Incarnation, &expiry, &updated, &rec.Payload)
+	rec.Tenant = tenant.String
+	rec.Lease.Expiry, rec.UpdatedAt = fromMicros(expiry), fromMicros(updated)
+	if rec.Payload == nil {
+		rec.Payload = []byte{} // the driver reads an empty blob as nil
+	}
+	return rec, err
+}
+
+// isForeignKey reports whether err is a foreign key violation.
+func isForeignKey(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// tenantName is how a tenant's name is stored: NULL for the default.
+func tenantName(tenant string) sql.NullString {
+	return sql.NullString{String: tenant, Valid: tenant != ""}
+}
+
+func (r *records) RegisterGroup(ctx context.Context, group string) error {
+	if err := r.e.check(ctx); err != nil {
+		return err
+	}
+	return r.exec(ctx, &r.registerGroup, group)
+}
+
+// exec runs s with args.
+func (r *records) exec(ctx context.Context, s *stmt, args ...any) error {
+	p, err := s.get(ctx)
+	if err == nil {
+		_, err = p.ExecContext(ctx, args...)
+	}
+	return interpretError(ctx, err)
+}
+
+// queryRow runs s with args; a database never migrated is errNoSchema.
+func (r *records) queryRow(ctx context.Context, s *stmt, args ...any) (*sql.Row, error) {
+	p, err := s.get(ctx)
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return p.QueryRowContext(ctx, args...), nil
+}
+
+func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
+	if err := r.e.check(ctx); err != nil {
+		return false, err
+	}
+	var ok bool
+	row, err := r.queryRow(ctx, &r.groupExists, group)
+	if err == nil {
+		err = interpretError(ctx, row.Scan(&ok))
+	}
+	if errors.Is(err, errNoSchema) {
+		return false, nil
+	}
+	return ok, err
+}
+
+// resolveTenant finds or creates tenant in group and returns its id.
+func (r *records) resolveTenant(ctx context.Context, group, tenant string) (int64, error) {
+	err := r.exec(ctx, &r.ensureTenant, group, tenantName(tenant))
+	if isForeignKey(err) {
+		return 0, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, group)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	row, err := r.queryRow(ctx, &r.tenantID, group, tenantName(tenant))
+	if err == nil {
+		err = interpretError(ctx, row.Scan(&id))
+	}
+	return id, err
+}
+
+func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record, error) {
+	if err := r.e.check(ctx); err != nil {
+		return record.Record{}, err
+	}
+	rec, now := p.Record, nowOr(p.Now)
+	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
+	if err != nil {
+		return record.Record{}, err
+	}
+	return cas.Do(ctx, func() (record.Record, bool, error) {
+		saved, ok, err := r.write(ctx, rec, tid, now)
+		if isForeignKey(err) { // the cached tenant is gone: look it up next time
+			r.tenants.Forget(rec.Group, rec.Tenant)
+		}
+		return saved, ok, interpretError(ctx, err)
+	}, func() error {
+		stored, exists, err := r.lookup(ctx, rec.ID)
+		if err != nil {
+			return err
+		}
+		return record.CheckSave(rec, stored, exists)
+	})
+}
+
+// write runs Save's create or conditional update; ok is false when it
+// matched no row.
+func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, now time.Time) (_ record.Record, ok bool, err error) {
+	if rec.Version == 0 {
+		s, err := r.create.get(ctx)
+		if err != nil {
+			return rec, false, err
+		}
+		res, err := s.ExecContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
+			rec.Lease.Owner, rec.Lease.Incarnation, micros(rec.Lease.Expiry), micros(now), rec.Payload)
+		if err != nil {
+			return rec, false, err
+		}
+		n, err := res.RowsAffected()
+		rec.Version, rec.UpdatedAt = 1, now
+		return rec, n == 1, err
+	}
+	s, err := r.update.get(ctx)
+	if err != nil {
+		return rec, false, err
+	}
+	var expiry int64
+	err = s.QueryRowContext(ctx, rec.ID, rec.Group, rec.Version, rec.Lease.Owner, rec.Lease.Incarnation,
+		micros(rec.Lease.Expiry), tenantID, rec.Status, rec.Status.Parked(), micros(now), rec.Payload,
+	).Scan(&rec.Lease.Incarnation, &expiry)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, false, nil
+	}
+	rec.Version++
+	rec.Lease.Expiry, rec.UpdatedAt = fromMicros(expiry), now
+	return rec, err == nil, err
+}
+
+// lookup returns the record stored under id, if any.
+func (r *records) lookup(ctx context.Context, id string) (record.Record, bool, error) {
+	rec, err := r.Load(ctx, id)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		return record.Record{}, false, nil
+	}
+	return rec, err == nil, err
+}
+
+func (r *records) Load(ctx context.Context, id string) (record.Record, error) {
+	if err := r.e.check(ctx); err != nil {
+		return record.Record{}, err
+	}
+	row, err := r.queryRow(ctx, &r.load, id)
+	if err != nil {
+		return record.Record{}, readError(ctx, err)
+	}
+	rec, err := scanRecord(row)
+	if err != nil {
+		return record.Record{}, readError(ctx, err)
+	}
+	return rec, nil
+}
+
+func (r *records) Delete(ctx context.Context, id string) error {
+	if err := r.e.check(ctx); err != nil {
+		return err
+	}
+	return r.exec(ctx, &r.del, id)
+}
+
+func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]record.Record, error) {
+	if err := r.e.check(ctx); err != nil {
+		return nil, err
+	}
+	recs, err := r.queryRecords(ctx, &r.list, p.Group, micros(nowOr(p.Now)), p.Limit)
+	return recs, listError(ctx, err)
+}
+
+// queryRecords runs s with args and reads the records it returns.
+func (r *records) queryRecords(ctx context.Context, s *stmt, args ...any) (_ []record.Record, err error) {
+	p, err := s.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := p.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, rows.Close()) }()
+	var out []record.Record
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
+}
+
+func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Record, error) {
+	if err := r.e.check(ctx); err != nil {
+		return record.Record{}, err
+	}
+	now := nowOr(p.Now)
+	return cas.Do(ctx, func() (record.Record, bool, error) {
+		recs, err := r.queryRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
+		if err != nil || len(recs) != 1 {
+			return record.Record{}, false, interpretError(ctx, err)
+		}
+		return recs[0], true, nil
+	}, func() error {
+		stored, exists, err := r.lookup(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		return record.CheckClaim(p.Group, p.Owner, now, stored, exists)
+	})
+}
+
+func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]record.Record, error) {
+	if err := r.e.check(ctx); err != nil {
+		return nil, err
+	}
+	now := nowOr(p.Now)
+	recs, err := r.queryRecords(ctx, &r.claimNext, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.N)
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	slices.SortFunc(recs, func(a, b record.Record) int { return strings.Compare(a.ID, b.ID) })
+	return recs, nil
+}
+
+func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease, error) {
+	if err := r.e.check(ctx); err != nil {
+		return record.Lease{}, err
+	}
+	p.Now = nowOr(p.Now)
+	return cas.Do(ctx, func() (record.Lease, bool, error) {
+		var expiry int64
+		row, err := r.queryRow(ctx, &r.renew, micros(p.Now.Add(p.TTL)), p.ID, p.Group, p.Owner, p.Incarnation)
+		if err == nil {
+			err = row.Scan(&expiry)
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			return record.Lease{}, false, nil
+		}
+		return record.Lease{Owner: p.Owner, Incarnation: p.Incarnation, Expiry: fromMicros(expiry)}, err == nil, interpretError(ctx, err)
+	}, func() error {
+		stored, exists, err := r.lookup(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		return record.CheckRenew(p, stored, exists)
+	})
+}
+
+func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe, error) {
+	if err := r.e.check(ctx); err != nil {
+		return record.Probe{}, err
+	}
+	now := micros(nowOr(p.Now))
+	var unleased bool
+	var earliest sql.NullInt64
+	row, err := r.queryRow(ctx, &r.probe, p.Group)
+	if err == nil {
+		err = interpretError(ctx, row.Scan(&unleased, &earliest))
+	}
+	switch {
+	case errors.Is(err, errNoSchema):
+		return record.Probe{}, nil
+	case err != nil:
+		return record.Probe{}, err
+	case unleased || earliest.Valid && earliest.Int64 <= now:
+		return record.Probe{Claimable: true}, nil
+	case earliest.Valid:
+		return record.Probe{Until: time.Duration(earliest.Int64-now) * time.Microsecond}, nil
+	}
+	return record.Probe{}, nil
+}
+
+// Subscribe implements record.Engine: SQLite has no wake channel, so
+// waiters poll.
+func (r *records) Subscribe(string) (<-chan struct{}, bool, func()) {
+	return nil, false, func() {}
+}
