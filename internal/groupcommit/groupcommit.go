@@ -43,7 +43,8 @@ type Request struct {
 	Key   string
 	Value []byte
 
-	done chan error // receives the outcome once; buffered
+	done     chan error    // receives the outcome once; buffered
+	requeued chan struct{} // nudges the caller to lead again; buffered
 	// Guarded by Committer.mu:
 
 	state     reqState
@@ -51,7 +52,9 @@ type Request struct {
 	cancel    context.CancelFunc // cancels the batch it was taken into
 }
 
-var reqPool = sync.Pool{New: func() any { return &Request{done: make(chan error, 1)} }}
+var reqPool = sync.Pool{New: func() any {
+	return &Request{done: make(chan error, 1), requeued: make(chan struct{}, 1)}
+}}
 
 // New returns a Committer that runs up to slots flushes at once, each of at
 // most maxBatch requests and, unless a single request is larger, maxBytes of
@@ -88,6 +91,9 @@ func (c *Committer) Put(ctx context.Context, key string, value []byte) error {
 		case slots <- struct{}{}:
 			c.lead(ctx, r)
 			<-c.slots
+		case <-r.requeued:
+			// Queued again after a cancelled batch: lead it, or wait for
+			// someone who does. (A stale nudge only costs a loop.)
 		case <-ctx.Done():
 			return c.withdraw(ctx, r)
 		}
@@ -159,6 +165,10 @@ func (c *Committer) lead(ctx context.Context, own *Request) {
 			// anything wrong with r: queue it again.
 			r.state = stateQueued
 			retry = append(retry, r)
+			select {
+			case r.requeued <- struct{}{}: // its caller may be waiting only for done
+			default:
+			}
 			continue
 		}
 		r.state = stateDone

@@ -300,3 +300,38 @@ func TestStress(t *testing.T) {
 		t.Fatalf("%d requests left queued", len(c.queue))
 	}
 }
+
+// TestStressFewCallers races a few callers with many cancellations, so that
+// a cancelled batch's other requests are often queued again while their
+// callers wait only for an outcome and no other put comes to lead them:
+// they must be nudged to lead, or they wait forever.
+func TestStressFewCallers(t *testing.T) {
+	t.Parallel()
+	for round := range 100 {
+		c := New(2, 8, 1<<20, func(ctx context.Context, batch []*Request) error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(rand.IntN(500)) * time.Microsecond):
+				return nil
+			}
+		})
+		var wg sync.WaitGroup
+		for w := range 6 {
+			wg.Go(func() {
+				for i := range 10 {
+					ctx, cancel := context.WithCancel(t.Context())
+					if rand.IntN(3) == 0 {
+						time.AfterFunc(time.Duration(rand.IntN(1000))*time.Microsecond, cancel)
+					}
+					err := c.Put(ctx, fmt.Sprintf("%d-%d-%d", round, w, i), nil)
+					if err != nil && ctx.Err() == nil {
+						t.Errorf("put failed without being cancelled: %v", err)
+					}
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
