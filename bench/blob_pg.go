@@ -12,6 +12,8 @@ import (
 	mrand "math/rand/v2"
 	"net/url"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -37,10 +39,10 @@ ALTER TABLE %[1]s.blobs ALTER COLUMN value SET STORAGE EXTERNAL`
 func blobPostgres() []scenario {
 	return []scenario{
 		{group: "blob-pg", name: "raw put", setup: rawPGPut("")},
-		{group: "blob-pg", name: "raw put sync=off", base: "raw put", setup: rawPGPut("off")},
 		{group: "blob-pg", name: "stead put", base: "raw put", setup: steadPut(openSteadPG)},
+		{group: "blob-pg", name: "raw put sync=off", base: "raw put", setup: rawPGPut("off")},
 		{group: "blob-pg", name: "raw get", setup: rawPGGet},
-		{group: "blob-pg", name: "stead get", base: "raw get", setup: steadGet(openSteadPG)},
+		{group: "blob-pg", name: "stead get", base: "raw get", setup: steadPGGet},
 	}
 }
 
@@ -133,13 +135,20 @@ func rawPGPut(syncCommit string) setupFunc {
 }
 
 func openSteadPG(ctx context.Context) (*stead.Store, func(), error) {
+	st, _, cleanup, err := openSteadPGSchema(ctx)
+	return st, cleanup, err
+}
+
+// openSteadPGSchema opens a stead store in a fresh schema and returns the
+// schema too.
+func openSteadPGSchema(ctx context.Context) (*stead.Store, string, func(), error) {
 	schema, drop, err := scratchSchema(ctx, "stead")
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	u, err := url.Parse(*pgURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	q := u.Query()
 	q.Set("schema", schema)
@@ -147,9 +156,9 @@ func openSteadPG(ctx context.Context) (*stead.Store, func(), error) {
 	st, err := stead.Open(ctx, u.String())
 	if err != nil {
 		drop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return st, func() { st.Close(); drop() }, nil
+	return st, schema, func() { st.Close(); drop() }, nil
 }
 
 // steadPut puts distinct values into a fresh store from open.
@@ -196,10 +205,42 @@ func preloadRaw(ctx context.Context, pool *pgxpool.Pool, table string) ([]string
 		keys[i], sizes[i], data[i] = keyText(v), int64(len(v)), v
 	}
 	_, err := pool.Exec(ctx, "INSERT INTO "+table+" (key, size, value) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])", keys, sizes, data)
+	if err == nil {
+		_, err = pool.Exec(ctx, "VACUUM ANALYZE "+table)
+	}
 	return keys, err
 }
 
-// steadGet gets random preloaded values from a fresh store from open.
+// steadPGGet reads through stead a table preloaded exactly as raw get's
+// is, so that the two differ only in the read path.
+func steadPGGet(ctx context.Context, n int) (opFunc, func(), error) {
+	st, schema, cleanup, err := openSteadPGSchema(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := rawPool(ctx, "")
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	texts, err := preloadRaw(ctx, pool, schema+".blobs")
+	pool.Close()
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	keys := make([]blob.Key, len(texts))
+	for i, text := range texts {
+		if keys[i], err = blob.ParseKey(text); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+	}
+	return steadGetOp(st, keys), cleanup, nil
+}
+
+// steadGet gets random values from a fresh store from open, preloaded
+// through stead.
 func steadGet(open opener) setupFunc {
 	return func(ctx context.Context, n int) (opFunc, func(), error) {
 		st, cleanup, err := open(ctx)
@@ -211,26 +252,40 @@ func steadGet(open opener) setupFunc {
 			cleanup()
 			return nil, nil, err
 		}
-		return func(ctx context.Context, w, i int) error {
-			r, err := st.Blobs.Get(ctx, keys[mrand.IntN(len(keys))])
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(io.Discard, r)
-			return err
-		}, cleanup, nil
+		return steadGetOp(st, keys), cleanup, nil
 	}
 }
 
-func preloadStead(ctx context.Context, st *stead.Store) ([]blob.Key, error) {
-	vals := newValues(1)
-	keys := make([]blob.Key, preload)
-	for i := range keys {
-		k, err := st.Blobs.Put(ctx, bytes.NewReader(vals.next(0, i)))
+// steadGetOp gets and reads a random one of keys.
+func steadGetOp(st *stead.Store, keys []blob.Key) opFunc {
+	return func(ctx context.Context, w, i int) error {
+		r, err := st.Blobs.Get(ctx, keys[mrand.IntN(len(keys))])
 		if err != nil {
-			return nil, err
+			return err
 		}
-		keys[i] = k
+		_, err = io.Copy(io.Discard, r)
+		return err
 	}
-	return keys, nil
+}
+
+// preloadStead puts preload values from 16 goroutines, so that concurrent
+// puts share commits.
+func preloadStead(ctx context.Context, st *stead.Store) ([]blob.Key, error) {
+	const workers = 16
+	vals := newValues(workers)
+	keys := make([]blob.Key, preload)
+	var g errgroup.Group
+	for w := range workers {
+		g.Go(func() error {
+			for i := w; i < preload; i += workers {
+				k, err := st.Blobs.Put(ctx, bytes.NewReader(vals.next(w, i)))
+				if err != nil {
+					return err
+				}
+				keys[i] = k
+			}
+			return nil
+		})
+	}
+	return keys, g.Wait()
 }

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -18,15 +19,18 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/steadkit/stead"
 )
 
 var (
 	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
 	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
-	rounds   = flag.Int("rounds", 3, "rounds; each scenario reports its median round")
+	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
 	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite, record-pg); empty runs all but inline-pg")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
+	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
 // scenario is one measured workload.
@@ -60,6 +64,14 @@ type result struct {
 func main() {
 	flag.Parse()
 	ctx := context.Background()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	var ns []int
 	for _, f := range strings.Split(*callers, ",") {
 		var n int
@@ -76,29 +88,26 @@ func main() {
 	}
 	results := map[string]*result{}
 	var order []string
-	for round := 0; round < *rounds; round++ {
+	for _, group := range groupsOf(scs) {
 		for _, n := range ns {
-			for _, sc := range scs {
+			for _, sc := range group {
 				id := fmt.Sprintf("%s/%s/%d", sc.group, sc.name, n)
-				r := results[id]
-				if r == nil {
-					r = &result{sc: sc, callers: n}
-					results[id] = r
-					order = append(order, id)
-				}
-				ops, err := run(ctx, sc, n)
-				if err != nil {
-					fatalf("%s: %v", id, err)
-				}
-				r.opsPerS = append(r.opsPerS, ops)
+				results[id] = &result{sc: sc, callers: n}
+				order = append(order, id)
+			}
+			if err := runGroup(ctx, group, n, func(sc scenario, round int, ops float64) {
+				id := fmt.Sprintf("%s/%s/%d", sc.group, sc.name, n)
+				results[id].opsPerS = append(results[id].opsPerS, ops)
 				fmt.Fprintf(os.Stderr, "round %d %-40s %10.0f ops/s\n", round+1, id, ops)
+			}); err != nil {
+				fatalf("%s at %d callers: %v", group[0].group, n, err)
 			}
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// ratio compares medians; paired is the median of each round's ratio
-	// to the base run just before it, which cancels slow drift in a shared
-	// machine's load.
+	// to its base, measured in the same round, which cancels slow drift in
+	// a shared machine's load.
 	fmt.Fprintf(w, "group\tscenario\tcallers\tops/s (median)\tvs\tratio\tpaired\t\n")
 	for _, id := range order {
 		r := results[id]
@@ -120,23 +129,68 @@ func main() {
 	w.Flush()
 }
 
-// run measures one scenario at n callers for -duration; a drain scenario
-// ends sooner, when every caller found its queue empty.
-func run(ctx context.Context, sc scenario, n int) (float64, error) {
-	var op func(ctx context.Context, worker, i int) (int, error)
-	var cleanup func()
-	var err error
-	if sc.drain != nil {
-		op, cleanup, err = sc.drain(ctx, n)
-	} else {
-		var each opFunc
-		each, cleanup, err = sc.setup(ctx, n)
-		op = func(ctx context.Context, w, i int) (int, error) { return 1, each(ctx, w, i) }
+// groupsOf splits scenarios into their groups, in order.
+func groupsOf(scs []scenario) [][]scenario {
+	var groups [][]scenario
+	for _, sc := range scs {
+		if len(groups) == 0 || groups[len(groups)-1][0].group != sc.group {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], sc)
 	}
-	if err != nil {
+	return groups
+}
+
+// runGroup measures a group's scenarios at n callers for -rounds rounds.
+// Steady scenarios are set up once, so their rounds interleave on the same
+// tables and pools and differ only in time; a drain scenario is set up
+// again each round, since a round empties its queue.
+func runGroup(ctx context.Context, group []scenario, n int, report func(sc scenario, round int, ops float64)) error {
+	steady := make([]opFunc, len(group))
+	for i, sc := range group {
+		if sc.setup == nil {
+			continue
+		}
+		op, cleanup, err := sc.setup(ctx, n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		defer cleanup()
+		steady[i] = op
+	}
+	for round := 0; round < *rounds; round++ {
+		for i, sc := range group {
+			ops, err := runRound(ctx, sc, steady[i], n, round)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			report(sc, round, ops)
+		}
+	}
+	return nil
+}
+
+// runRound measures one round of one scenario for -duration; a drain
+// scenario ends sooner, when every caller found its queue empty. A steady
+// scenario's operation numbers go on rising across rounds, so its values
+// stay distinct; a drain scenario's start at 0 with its fresh setup.
+func runRound(ctx context.Context, sc scenario, steady opFunc, n, round int) (float64, error) {
+	var op func(ctx context.Context, worker, i int) (int, error)
+	first := round << 32
+	if sc.drain != nil {
+		first = 0
+		drain, cleanup, err := sc.drain(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		defer cleanup()
+		op = drain
+	} else {
+		op = func(ctx context.Context, w, i int) (int, error) { return 1, steady(ctx, w, i) }
+	}
+	if err := checkpoint(ctx); err != nil {
 		return 0, err
 	}
-	defer cleanup()
 	var total atomic.Int64
 	var firstErr atomic.Value
 	runCtx, cancel := context.WithTimeout(ctx, *duration)
@@ -145,7 +199,7 @@ func run(ctx context.Context, sc scenario, n int) (float64, error) {
 	var wg sync.WaitGroup
 	for w := 0; w < n; w++ {
 		wg.Go(func() {
-			for i := 0; runCtx.Err() == nil; i++ {
+			for i := first; runCtx.Err() == nil; i++ {
 				items, err := op(runCtx, w, i)
 				if err != nil {
 					if runCtx.Err() == nil {
@@ -166,6 +220,19 @@ func run(ctx context.Context, sc scenario, n int) (float64, error) {
 		return 0, err
 	}
 	return float64(total.Load()) / time.Since(start).Seconds(), nil
+}
+
+// checkpoint flushes PostgreSQL's dirty buffers before a scenario is timed,
+// so that no scenario pays for the writes of the one before it or of its
+// own preload.
+func checkpoint(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, *pgURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CHECKPOINT")
+	return err
 }
 
 func median(xs []float64) float64 {

@@ -13,6 +13,10 @@ import (
 )
 
 const (
+	// putFlushers is how many group commits run at once: one commits while
+	// the next forms. More flushers make smaller batches and more commits
+	// (docs/decisions/0002-group-commit.md).
+	putFlushers = 2
 	// maxBatchPuts and maxBatchBytes bound one group commit.
 	maxBatchPuts  = 64
 	maxBatchBytes = 4 << 20
@@ -28,9 +32,9 @@ type blobs struct {
 	}
 }
 
-func (b *blobs) init(e *Engine, flushers int) {
+func (b *blobs) init(e *Engine) {
 	b.e = e
-	b.commit = groupcommit.New(flushers, maxBatchPuts, maxBatchBytes, b.flush)
+	b.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
 	t := e.ident + ".blobs"
 	b.sql.put = "INSERT INTO " + t + " (key, size, value) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
 	b.sql.putMany = "INSERT INTO " + t + " (key, size, value) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[]) ON CONFLICT (key) DO NOTHING"

@@ -205,7 +205,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
-	e.blobs.init(e, max(1, int(e.pool.Config().MaxConns)/2))
+	e.blobs.init(e)
 	e.locks.init(e)
 	e.records.init(e)
 	if !cfg.PgBouncer {
