@@ -13,8 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/steadkit/stead"
@@ -142,12 +142,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // IsLoopback reports whether addr (host:port) binds only the loopback
-// interface.
+// interface: its host is "localhost" or a loopback IP address. A host name
+// other than localhost is not loopback, whatever it resolves to.
 func IsLoopback(addr string) bool {
-	host := addr
-	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
-		host = addr[:i]
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
 	}
-	host = strings.Trim(host, "[]")
-	return host == "localhost" || host == "127.0.0.1" || host == "::1" || strings.HasPrefix(host, "127.")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

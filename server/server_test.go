@@ -129,6 +129,7 @@ func TestIsLoopback(t *testing.T) {
 	for addr, want := range map[string]bool{
 		"127.0.0.1:7070": true, "localhost:80": true, "[::1]:7070": true, "127.1.2.3:1": true,
 		":7070": false, "0.0.0.0:7070": false, "[::]:7070": false, "10.0.0.1:7070": false, "example.com:80": false,
+		"127.example.com:7070": false, "localhost.evil.com:80": false, "127.0.0.1": false, "": false,
 	} {
 		if got := server.IsLoopback(addr); got != want {
 			t.Errorf("IsLoopback(%q) = %v, want %v", addr, got, want)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"sort"
 
@@ -50,10 +51,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("stead", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&e.db, "db", envOr("STEAD_DB", stead.DefaultURL), "store URL (env STEAD_DB)")
+	// Defaults from the environment are applied after parsing, so that
+	// usage never prints a secret.
+	fs.StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if e.db == "" {
+		e.db = envOr("STEAD_DB", stead.DefaultURL)
 	}
 	if fs.NArg() == 0 || fs.Arg(0) == "help" {
 		usage(fs)
@@ -98,6 +104,15 @@ func usage(fs *flag.FlagSet) {
 	}
 	fmt.Fprintln(out, "\nglobal flags:")
 	fs.PrintDefaults()
+}
+
+// redacted returns db with any password masked, for printing.
+func redacted(db string) string {
+	u, err := url.Parse(db)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func envOr(name, def string) string {

@@ -98,3 +98,24 @@ func TestServe(t *testing.T) {
 		t.Fatalf("serve exited %d after cancel: %q", code, stderr.String())
 	}
 }
+
+// TestUsageHidesSecrets checks that the store URL and token taken from the
+// environment are used but never printed, not even as flag defaults.
+func TestUsageHidesSecrets(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "secret-pw.db")
+	t.Setenv("STEAD_DB", db)
+	t.Setenv("STEAD_TOKEN", "secret-token")
+	for _, args := range [][]string{nil, {"help"}, {"serve", "-h"}, {"serve", "-nope"}} {
+		_, stdout, stderr := run(t, context.Background(), args...)
+		if out := stdout + stderr; strings.Contains(out, "secret") {
+			t.Errorf("stead %v printed a secret from the environment: %q", args, out)
+		}
+	}
+	code, stdout, stderr := run(t, context.Background(), "migrate")
+	if code != 0 || !strings.Contains(stdout, "migrated schema") {
+		t.Fatalf("migrate with STEAD_DB = %d %q %q; want the store STEAD_DB names", code, stdout, stderr)
+	}
+	if got := redacted("postgres://alice:secret-pw@db.internal/app"); strings.Contains(got, "secret") || !strings.Contains(got, "alice") {
+		t.Errorf("redacted = %q, want the password masked", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/steadkit/stead/server"
@@ -18,9 +19,12 @@ const shutdownGrace = 10 * time.Second
 func serve(ctx context.Context, e *env, args []string) error {
 	fs := e.newFlags("serve")
 	addr := fs.String("addr", "127.0.0.1:7070", "listen address")
-	token := fs.String("token", envOr("STEAD_TOKEN", ""), "bearer token required on /v1 (env STEAD_TOKEN); required when -addr is not loopback")
+	token := fs.String("token", "", "bearer token required on /v1 (env STEAD_TOKEN); required when -addr is not loopback")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *token == "" {
+		*token = os.Getenv("STEAD_TOKEN")
 	}
 	if *token == "" && !server.IsLoopback(*addr) {
 		return fmt.Errorf("%w: -addr %s is not loopback: set -token or STEAD_TOKEN", errUsage, *addr)
@@ -38,7 +42,7 @@ func serve(ctx context.Context, e *env, args []string) error {
 		Handler:           server.New(st, server.Options{Token: *token}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", e.db, ln.Addr())
+	fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
