@@ -12,10 +12,9 @@ import (
 	mrand "math/rand/v2"
 	"net/url"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"

@@ -193,6 +193,8 @@ func runRound(ctx context.Context, sc scenario, steady opFunc, n, round int) (fl
 	}
 	var total atomic.Int64
 	var firstErr atomic.Value
+	// An operation runs to its end with ctx: cut off by the round's end, a
+	// lock pair or a put would leave state behind for the next round.
 	runCtx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
 	start := time.Now()
@@ -200,12 +202,10 @@ func runRound(ctx context.Context, sc scenario, steady opFunc, n, round int) (fl
 	for w := 0; w < n; w++ {
 		wg.Go(func() {
 			for i := first; runCtx.Err() == nil; i++ {
-				items, err := op(runCtx, w, i)
+				items, err := op(ctx, w, i)
 				if err != nil {
-					if runCtx.Err() == nil {
-						firstErr.CompareAndSwap(nil, err)
-						cancel()
-					}
+					firstErr.CompareAndSwap(nil, err)
+					cancel()
 					return
 				}
 				if items == 0 {

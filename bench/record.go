@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,26 +59,15 @@ func recordPostgres() []scenario {
 // openRecordStore opens stead in a scratch schema with benchGroup
 // registered.
 func openRecordStore(ctx context.Context) (*stead.Store, string, func(), error) {
-	schema, drop, err := scratchSchema(ctx, "stead")
+	st, schema, cleanup, err := openSteadPGSchema(ctx)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	u, err := url.Parse(*pgURL)
-	if err != nil {
+	if err := st.Records.RegisterGroup(ctx, benchGroup); err != nil {
+		cleanup()
 		return nil, "", nil, err
 	}
-	q := u.Query()
-	q.Set("schema", schema)
-	u.RawQuery = q.Encode()
-	st, err := stead.Open(ctx, u.String())
-	if err == nil {
-		err = st.Records.RegisterGroup(ctx, benchGroup)
-	}
-	if err != nil {
-		drop()
-		return nil, "", nil, err
-	}
-	return st, schema, func() { st.Close(); drop() }, nil
+	return st, schema, cleanup, nil
 }
 
 // heldRecords creates one record per caller, each claimed by its caller.
