@@ -112,11 +112,15 @@ func WithVerifyReads() Option { return func(c *config) { c.blobs.VerifyReads = t
 // Each engine documents its query parameters; unknown ones are an error.
 // Unless WithoutMigrate is given, Open migrates the schema first.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	eng, err := openEngine(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("stead: open: %w", err)
 	}
-	st, err := New(ctx, eng, opts...)
+	st, err := newStore(ctx, eng, cfg)
 	if err != nil {
 		return nil, errors.Join(err, eng.Close())
 	}
@@ -144,13 +148,22 @@ func openEngine(ctx context.Context, url string) (engine.Engine, error) {
 		}
 		return postgres.Open(ctx, cfg)
 	}
-	return nil, fmt.Errorf("%w: unknown URL scheme in %q: want mem://, sqlite:// or postgres://", steaderr.ErrInvalidArgument, url)
+	return nil, fmt.Errorf("%w: unknown URL scheme %q: want mem://, sqlite:// or postgres://", steaderr.ErrInvalidArgument, scheme)
 }
 
 // New returns a store over an engine the caller built, such as a PostgreSQL
 // engine on the caller's own pool. Unless WithoutMigrate is given, it
 // migrates the schema first. The store owns eng: Store.Close closes it.
 func New(ctx context.Context, eng engine.Engine, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(ctx, eng, cfg)
+}
+
+// newConfig applies and checks opts.
+func newConfig(opts []Option) (config, error) {
 	cfg := config{migrate: true}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -158,11 +171,15 @@ func New(ctx context.Context, eng engine.Engine, opts ...Option) (*Store, error)
 	if cfg.instanceID == "" {
 		cfg.instanceID = randomID()
 	} else if err := validate.Name("instance id", cfg.instanceID); err != nil {
-		return nil, fmt.Errorf("stead: %w", err)
+		return config{}, fmt.Errorf("stead: %w", err)
 	}
 	if cfg.blobs.MaxSize < 0 {
-		return nil, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
+		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
 	}
+	return cfg, nil
+}
+
+func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error) {
 	if cfg.migrate {
 		if err := eng.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("stead: migrate: %w", err)

@@ -35,12 +35,13 @@ type Engine interface {
 	// commits it wakes the name's watchers (WatchReleases) if a waiting
 	// Acquire (AcquireParams.Wait) was refused while the grant was live.
 	Release(ctx context.Context, p ReleaseParams) (bool, error)
-	// WatchReleases returns a channel that receives a value after each
-	// release of name that commits after WatchReleases returns, by any
-	// process; it may also receive when nothing was released. stop ends the
-	// watch and is never nil. An engine that cannot see every release
-	// returns a nil channel, and the Store polls instead.
-	WatchReleases(ctx context.Context, name string) (released <-chan struct{}, stop func(), err error)
+	// WatchReleases returns a channel that may receive a value after a
+	// release of name, or when nothing was released. live reports that
+	// every release committing after WatchReleases returns, by any
+	// process, will send on it; otherwise (an engine that cannot see every
+	// release, or one not listening yet) the Store polls, and the channel,
+	// possibly nil, only hurries it. stop ends the watch and is never nil.
+	WatchReleases(ctx context.Context, name string) (released <-chan struct{}, live bool, stop func(), err error)
 }
 
 // AcquireParams are the arguments of Engine.Acquire.

@@ -24,7 +24,10 @@ type Held struct {
 	lost   chan struct{}
 	err    error // why the lock was lost; written before lost is closed
 
-	release    sync.Once
+	stop sync.Once // stops the renewer, on the first Release
+
+	mu         sync.Mutex
+	released   bool // the release reached the engine; releaseErr is final
 	releaseErr error
 }
 
@@ -77,22 +80,31 @@ func (h *Held) Err() error {
 
 // Release stops renewing and releases the lock. It returns an error
 // wrapping steaderr.ErrLost when the lock was lost at any point, even if
-// the release itself found the grant still current. Release acts once;
-// later calls return the first call's result.
+// the release itself found the grant still current. A call that could not
+// reach the engine (ctx ended, the database unreachable) releases nothing
+// and may be retried; once a release ran, later calls return its result.
+// Renewal stops with the first call either way, so in a defer pass a
+// context that outlives the work, such as context.WithoutCancel(ctx).
 func (h *Held) Release(ctx context.Context) error {
-	h.release.Do(func() {
+	h.stop.Do(func() {
 		h.cancel()
 		<-h.done
-		ok, err := h.lk.Release(ctx)
-		switch lost := h.Err(); {
-		case lost != nil:
-			h.releaseErr = errors.Join(fmt.Errorf("lock %q: %w", h.lk.name, lost), err)
-		case err != nil:
-			h.releaseErr = err
-		case !ok:
-			h.releaseErr = fmt.Errorf("lock %q: %w: released or taken by another grant", h.lk.name, steaderr.ErrLost)
-		}
 	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return h.releaseErr
+	}
+	ok, err := h.lk.Release(ctx)
+	switch lost := h.Err(); {
+	case lost != nil:
+		h.releaseErr = errors.Join(fmt.Errorf("lock %q: %w", h.lk.name, lost), err)
+	case err != nil:
+		return err
+	case !ok:
+		h.releaseErr = fmt.Errorf("lock %q: %w: released or taken by another grant", h.lk.name, steaderr.ErrLost)
+	}
+	h.released = true
 	return h.releaseErr
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/internal/wake"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -78,38 +79,36 @@ func (s *Store) Lock(ctx context.Context, name, owner string, ttl time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	released, stop, err := s.eng.WatchReleases(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("lock %q: %w", name, err)
-	}
-	defer stop()
 	var b backoff
 	for {
-		lk, res, err := s.acquire(ctx, name, owner, ttl, true)
+		// Watch before trying: a release after the attempt wakes us.
+		released, live, stop, err := s.eng.WatchReleases(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, err)
+		}
+		lk, res, err := s.acquire(ctx, name, owner, ttl, live)
 		if lk != nil || err != nil {
+			stop()
 			return lk, err
 		}
 		wait := b.next()
 		if res.Grant.Token != 0 {
 			left := max(res.Grant.Expiry.Sub(res.Now), 0)
-			// With a release signal and the engine's own clock, the only
-			// other reason to retry is the holder's expiry. An injected
-			// clock may jump at any moment, so it is polled.
-			if released != nil && s.now == nil {
+			// When every release is signalled and leases run on the
+			// engine's clock, the only other reason to retry is the
+			// holder's expiry. An injected clock may jump at any moment,
+			// so it is polled.
+			if live && s.now == nil {
 				wait = left
 			} else {
 				wait = min(wait, left)
 			}
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
-		case <-released:
-		case <-timer.C:
+		err = wake.Sleep(ctx, released, wait)
+		stop()
+		if err != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, err)
 		}
-		timer.Stop()
 	}
 }
 

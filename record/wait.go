@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/internal/wake"
 )
 
 // The polling cadence of WaitClaimable where the engine cannot wake it:
@@ -33,7 +34,7 @@ func (s *Store) WaitClaimable(ctx context.Context, group string) error {
 	poll := pollMin
 	for {
 		// Subscribe before probing: a commit after the probe wakes us.
-		wake, live, stop := s.eng.Subscribe(group)
+		wakeup, live, stop := s.eng.Subscribe(group)
 		wait, err := s.probe(ctx, group)
 		if err == nil && wait != 0 {
 			if !live {
@@ -42,7 +43,7 @@ func (s *Store) WaitClaimable(ctx context.Context, group string) error {
 				}
 				poll = min(2*poll, pollMax)
 			}
-			err = sleep(ctx, wake, wait)
+			err = wake.Sleep(ctx, wakeup, wait)
 		}
 		stop()
 		if err != nil || wait == 0 {
@@ -69,21 +70,4 @@ func (s *Store) probe(ctx context.Context, group string) (time.Duration, error) 
 		return p.Until, nil
 	}
 	return -1, nil
-}
-
-// sleep waits for wake, for d (a negative d: no limit) or for ctx to end.
-func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
-	var timeout <-chan time.Time
-	if d >= 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-wake:
-	case <-timeout:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
 }

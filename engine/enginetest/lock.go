@@ -46,6 +46,7 @@ func testLock(t *testing.T, h Harness) {
 		{"HoldLostOnExpiry", lockHoldLostOnExpiry},
 		{"HoldLostOnSteal", lockHoldLostOnSteal},
 		{"HoldLateRenewal", lockHoldLateRenewal},
+		{"HoldReleaseRetry", lockHoldReleaseRetry},
 		{"Metamorphic", lockMetamorphic},
 	})
 }
@@ -422,7 +423,7 @@ func lockClosed(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrClosed, "Renew after Close")
 	_, err = lk.Release(ctx)
 	wantErr(t, err, steaderr.ErrClosed, "Release after Close")
-	_, _, err = b.eng.Locks().WatchReleases(ctx, "job")
+	_, _, _, err = b.eng.Locks().WatchReleases(ctx, "job")
 	wantErr(t, err, steaderr.ErrClosed, "engine WatchReleases after Close")
 	select {
 	case <-hd.Lost():
@@ -485,7 +486,7 @@ func lockCancelled(t *testing.T, h Harness) {
 	wantErr(t, err, context.Canceled, "engine Renew with a cancelled context")
 	_, err = seam.Release(ctx, lock.ReleaseParams{Name: "held", Owner: "alice", Token: 1})
 	wantErr(t, err, context.Canceled, "engine Release with a cancelled context")
-	_, stop, err := seam.WatchReleases(ctx, "job")
+	_, _, stop, err := seam.WatchReleases(ctx, "job")
 	wantErr(t, err, context.Canceled, "engine WatchReleases with a cancelled context")
 	stop()
 
@@ -766,6 +767,28 @@ func lockHoldLateRenewal(t *testing.T, h Harness) {
 	b.spy.afterRenew = func() { once.Do(func() { b.clock.Advance(holdTTL) }) }
 	hd := mustHold(t, b, "job", "alice")
 	wantLost(t, hd)
+}
+
+// lockHoldReleaseRetry releases a held lock with an ended context: nothing
+// is released and renewal stops, and a retry with a live context releases.
+func lockHoldReleaseRetry(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	hd := mustHold(t, b, "job", "alice")
+	wantErr(t, hd.Release(cancelled(t)), context.Canceled, "Held.Release with a cancelled context")
+	wantBusy(t, b.store, "job", "bob")
+	wantNotLost(t, hd)
+	b.clock.Advance(holdTTL / 3)
+	time.Sleep(holdTTL / 3) // a renewer still running would renew now
+	if g, want := hd.Grant().Expiry, b.clock.Now().Add(holdTTL-holdTTL/3); !g.Equal(want) {
+		t.Fatalf("Held renewed after Release: expiry %v, want %v", g, want)
+	}
+	if err := hd.Release(t.Context()); err != nil {
+		t.Fatalf("Held.Release retried: %v", err)
+	}
+	if err := hd.Release(cancelled(t)); err != nil {
+		t.Fatalf("Held.Release after a release ran = %v, want its nil", err)
+	}
+	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 2, b.clock.Now().Add(ttl))
 }
 
 // lockMetamorphic replays one seeded random sequence of seam calls, on

@@ -12,11 +12,12 @@ import (
 
 type blobs struct {
 	e *Engine
-	// mu guards values. Every method checks for Close while holding it:
-	// Close drops values under mu, so a check made before taking the lock
-	// could race it.
+	// mu guards values and keys. Every method checks for Close while
+	// holding it: Close drops values under mu, so a check made before
+	// taking the lock could race it.
 	mu     sync.RWMutex
 	values map[blob.Key][]byte
+	keys   []blob.Key // the keys of values, sorted, so a page costs its size
 }
 
 func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
@@ -27,6 +28,8 @@ func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
 	}
 	if _, ok := b.values[key]; !ok {
 		b.values[key] = bytes.Clone(value)
+		i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
+		b.keys = slices.Insert(b.keys, i, key)
 	}
 	return nil
 }
@@ -68,17 +71,19 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 		b.mu.RUnlock()
 		return err
 	}
-	snapshot := make([]blob.Info, 0, len(b.values))
-	for key, value := range b.values {
-		if after.Compare(key) < 0 {
-			snapshot = append(snapshot, blob.Info{Key: key, Size: int64(len(value))})
-		}
+	start, found := slices.BinarySearchFunc(b.keys, after, blob.Key.Compare)
+	if found {
+		start++
+	}
+	keys := b.keys[start:]
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
+	}
+	snapshot := make([]blob.Info, len(keys))
+	for i, key := range keys {
+		snapshot[i] = blob.Info{Key: key, Size: int64(len(b.values[key]))}
 	}
 	b.mu.RUnlock()
-	slices.SortFunc(snapshot, func(x, y blob.Info) int { return x.Key.Compare(y.Key) })
-	if limit > 0 && len(snapshot) > limit {
-		snapshot = snapshot[:limit]
-	}
 	for _, info := range snapshot {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -100,5 +105,7 @@ func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
 		return steaderr.ErrNotFound
 	}
 	delete(b.values, key)
+	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
+	b.keys = slices.Delete(b.keys, i, i+1)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/wake"
 	"github.com/steadkit/stead/lock"
 )
@@ -26,21 +27,13 @@ type lockRow struct {
 	expiry time.Time
 }
 
-// engineNow returns p.Now, or the system clock at microsecond resolution.
-func engineNow(now time.Time) time.Time {
-	if now.IsZero() {
-		return time.Now().UTC().Truncate(time.Microsecond)
-	}
-	return now.UTC()
-}
-
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.e.check(ctx); err != nil {
 		return lock.AcquireResult{}, err
 	}
-	now := engineNow(p.Now)
+	now := clock.OrNow(p.Now)
 	row := l.rows[p.Name]
 	if row == nil {
 		row = &lockRow{}
@@ -81,7 +74,7 @@ func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool,
 	if row == nil {
 		return time.Time{}, false, nil
 	}
-	row.expiry = engineNow(p.Now).Add(p.TTL)
+	row.expiry = clock.OrNow(p.Now).Add(p.TTL)
 	return row.expiry, true, nil
 }
 
@@ -101,12 +94,12 @@ func (l *locks) Release(ctx context.Context, p lock.ReleaseParams) (bool, error)
 }
 
 // WatchReleases sees every release: all of them happen in this process.
-func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}, bool, func(), error) {
 	if err := l.e.check(ctx); err != nil {
-		return nil, func() {}, err
+		return nil, false, func() {}, err
 	}
 	ch, stop := l.released.Subscribe(name)
-	return ch, stop, nil
+	return ch, true, stop, nil
 }
 
 var _ lock.Engine = (*locks)(nil)

@@ -62,7 +62,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.blobs.mu.Lock()
-	e.blobs.values = nil
+	e.blobs.values, e.blobs.keys = nil, nil
 	e.blobs.mu.Unlock()
 	e.locks.mu.Lock()
 	e.locks.rows = nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -38,14 +39,6 @@ func (r *records) lock(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// nowOr returns t, or the clock's time when t is zero.
-func nowOr(t time.Time) time.Time {
-	if t.IsZero() {
-		return record.Timestamp(time.Now())
-	}
-	return t
 }
 
 // stored returns a copy of rec whose payload the caller may keep.
@@ -96,7 +89,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	}
 	tenants[rec.Tenant] = true
 	rec.Version++
-	rec.UpdatedAt = nowOr(p.Now)
+	rec.UpdatedAt = clock.OrNow(p.Now)
 	r.recs[rec.ID] = stored(rec)
 	return rec, nil
 }
@@ -140,7 +133,7 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 		return nil, err
 	}
 	defer r.mu.Unlock()
-	out := r.claimable(p.Group, nowOr(p.Now), p.Limit)
+	out := r.claimable(p.Group, clock.OrNow(p.Now), p.Limit)
 	for i := range out {
 		out[i] = stored(out[i])
 	}
@@ -161,7 +154,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		return record.Record{}, err
 	}
 	defer r.mu.Unlock()
-	now := nowOr(p.Now)
+	now := clock.OrNow(p.Now)
 	rec, exists := r.recs[p.ID]
 	if err := record.CheckClaim(p.Group, p.Owner, now, rec, exists); err != nil {
 		return record.Record{}, err
@@ -174,7 +167,7 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 		return nil, err
 	}
 	defer r.mu.Unlock()
-	now := nowOr(p.Now)
+	now := clock.OrNow(p.Now)
 	// Expired leases first, earliest expiry first; then no lease, by id.
 	var expired, free []record.Record
 	for _, rec := range r.recs {
@@ -206,7 +199,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		return record.Lease{}, err
 	}
 	defer r.mu.Unlock()
-	p.Now = nowOr(p.Now)
+	p.Now = clock.OrNow(p.Now)
 	rec, exists := r.recs[p.ID]
 	if err := record.CheckRenew(p, rec, exists); err != nil {
 		return record.Lease{}, err
@@ -221,7 +214,7 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 		return record.Probe{}, err
 	}
 	defer r.mu.Unlock()
-	now := nowOr(p.Now)
+	now := clock.OrNow(p.Now)
 	var probe record.Probe
 	for _, rec := range r.recs {
 		switch {

@@ -97,8 +97,8 @@ func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 
 // List reads a bounded page with one statement. An unbounded listing uses a
 // cursor in a read-only transaction instead: one snapshot, fetched
-// listFetch rows at a time, so memory stays bounded and stopping early costs
-// a rollback rather than draining every remaining row.
+// listFetch rows at a time, so memory stays bounded and stopping early ends
+// the transaction rather than draining every remaining row.
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
 	if err := b.e.check(ctx); err != nil {
 		return err

@@ -109,17 +109,17 @@ func (l *locks) Release(ctx context.Context, p lock.ReleaseParams) (bool, error)
 	return tag.RowsAffected() == 1, nil
 }
 
-// WatchReleases subscribes to the engine's listener; in PgBouncer mode
-// there is none and the channel is nil, so waiters poll.
-func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+// WatchReleases subscribes to the engine's listener, live while it
+// listens; in PgBouncer mode there is none and the channel is nil, so
+// waiters poll.
+func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}, bool, func(), error) {
 	if err := l.e.check(ctx); err != nil {
-		return nil, func() {}, err
+		return nil, false, func() {}, err
 	}
 	if l.e.listen == nil {
-		return nil, func() {}, nil
+		return nil, false, func() {}, nil
 	}
-	ch, _, stop, err := l.e.listen.watch(l.channel, name)
-	return ch, stop, err
+	return l.e.listen.watch(l.channel, name)
 }
 
 var _ lock.Engine = (*locks)(nil)

@@ -61,8 +61,11 @@ type Config struct {
 	// the server's setting, normally "on".
 	SynchronousCommit string
 	// PgBouncer makes the engine safe behind PgBouncer's transaction
-	// pooling: statements use the unprepared exec protocol and no session
-	// state is kept. Defaults to false.
+	// pooling: no session state is kept (no LISTEN, so waiters poll) and
+	// the engine's own pool uses the unprepared exec protocol. A caller's
+	// pool must not cache prepared statements (QueryExecModeCacheStatement),
+	// and SynchronousCommit is refused: PgBouncer rejects it as a startup
+	// parameter (set it on the role instead). Defaults to false.
 	PgBouncer bool
 }
 
@@ -190,6 +193,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		if cfg.MaxConns != 0 || cfg.SynchronousCommit != "" {
 			return nil, fmt.Errorf("%w: postgres: MaxConns and SynchronousCommit do not apply to a caller's pool", steaderr.ErrInvalidArgument)
 		}
+		if cfg.PgBouncer && cfg.Pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+			return nil, fmt.Errorf("%w: postgres: behind PgBouncer the pool must not cache prepared statements: set its DefaultQueryExecMode to QueryExecModeExec", steaderr.ErrInvalidArgument)
+		}
 		e.pool = cfg.Pool
 	default:
 		pcfg, err := poolConfig(cfg)
@@ -219,7 +225,9 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: postgres: %v", steaderr.ErrInvalidArgument, err)
 	}
-	if !strings.Contains(cfg.ConnString, "pool_max_conns") {
+	// pgxpool consumes pool_max_conns; pgconn keeps it as a run-time
+	// parameter, which tells whether the caller set it.
+	if cc, err := pgconn.ParseConfig(cfg.ConnString); err != nil || cc.RuntimeParams["pool_max_conns"] == "" {
 		pcfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.MaxConns < 0 {
@@ -228,6 +236,9 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 		pcfg.MaxConns = cfg.MaxConns
 	}
 	if cfg.SynchronousCommit != "" {
+		if cfg.PgBouncer {
+			return nil, fmt.Errorf("%w: postgres: synchronous_commit cannot be set behind PgBouncer, which refuses it as a startup parameter: set it on the role (ALTER ROLE … SET synchronous_commit)", steaderr.ErrInvalidArgument)
+		}
 		if !slices.Contains(synchronousCommitValues, cfg.SynchronousCommit) {
 			return nil, fmt.Errorf("%w: postgres: synchronous_commit %q", steaderr.ErrInvalidArgument, cfg.SynchronousCommit)
 		}

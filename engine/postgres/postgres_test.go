@@ -251,6 +251,35 @@ func TestCallerPoolIsNotClosed(t *testing.T) {
 	if _, err := postgres.Open(ctx, postgres.Config{Pool: db.Admin, ConnString: db.URL}); !errors.Is(err, steaderr.ErrInvalidArgument) {
 		t.Fatalf("Open with a pool and a ConnString = %v, want ErrInvalidArgument", err)
 	}
+	// db.Admin caches prepared statements, which PgBouncer's transaction
+	// pooling breaks.
+	if _, err := postgres.Open(ctx, postgres.Config{Pool: db.Admin, PgBouncer: true}); !errors.Is(err, steaderr.ErrInvalidArgument) {
+		t.Fatalf("Open with PgBouncer and a pool caching statements = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestPoolConfig(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	for _, tt := range []struct {
+		params string
+		want   int32
+	}{
+		{"", postgres.DefaultMaxConns},
+		{"&pool_max_conns=3", 3},
+		{"&application_name=pool_max_conns", postgres.DefaultMaxConns},
+	} {
+		if got := openVirgin(t, db, tt.params).Pool().Config().MaxConns; got != tt.want {
+			t.Errorf("pool size with %q = %d, want %d", tt.params, got, tt.want)
+		}
+	}
+	cfg, err := postgres.ParseURL(db.StoreURL() + "&pgbouncer=true&synchronous_commit=off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Open(t.Context(), cfg); !errors.Is(err, steaderr.ErrInvalidArgument) {
+		t.Fatalf("Open with PgBouncer and synchronous_commit = %v, want ErrInvalidArgument: PgBouncer refuses the startup parameter", err)
+	}
 }
 
 func TestSynchronousCommitPerSession(t *testing.T) {

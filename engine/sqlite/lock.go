@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/lock"
 )
 
@@ -41,20 +42,11 @@ func (l *locks) close() error {
 	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close())
 }
 
-// engineNow returns now, or when it is zero the system clock, at
-// microsecond resolution.
-func engineNow(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Now().UTC().Truncate(time.Microsecond)
-	}
-	return t.UTC()
-}
-
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
 	if err := l.e.check(ctx); err != nil {
 		return lock.AcquireResult{}, err
 	}
-	res := lock.AcquireResult{Now: engineNow(p.Now), Grant: lock.Grant{Name: p.Name, Owner: p.Owner}}
+	res := lock.AcquireResult{Now: clock.OrNow(p.Now), Grant: lock.Grant{Name: p.Name, Owner: p.Owner}}
 	s, err := l.acquire.get(ctx)
 	if err != nil {
 		return lock.AcquireResult{}, interpretError(ctx, err)
@@ -81,7 +73,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 }
 
 func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {
-	expiry := engineNow(p.Now).Add(p.TTL)
+	expiry := clock.OrNow(p.Now).Add(p.TTL)
 	ok, err := l.exec(ctx, &l.renew, p.Name, p.Owner, p.Token, expiry.UnixMicro())
 	if !ok {
 		return time.Time{}, false, err
@@ -113,8 +105,8 @@ func (l *locks) exec(ctx context.Context, st *stmt, args ...any) (bool, error) {
 
 // WatchReleases returns a nil channel: releases by other processes sharing
 // the file cannot be seen, so waiters poll.
-func (l *locks) WatchReleases(ctx context.Context, _ string) (<-chan struct{}, func(), error) {
-	return nil, func() {}, l.e.check(ctx)
+func (l *locks) WatchReleases(ctx context.Context, _ string) (<-chan struct{}, bool, func(), error) {
+	return nil, false, func() {}, l.e.check(ctx)
 }
 
 var _ lock.Engine = (*locks)(nil)

@@ -13,6 +13,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/steadkit/stead/internal/cas"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -104,14 +105,6 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-// nowOr returns t, or the clock's time when t is zero.
-func nowOr(t time.Time) time.Time {
-	if t.IsZero() {
-		return record.Timestamp(time.Now())
-	}
-	return t
-}
-
 // scanRecord reads the columns recordCols names.
 func scanRecord(row interface{ Scan(...any) error }) (record.Record, error) {
 	var rec record.Record
@@ -199,7 +192,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
-	rec, now := p.Record, nowOr(p.Now)
+	rec, now := p.Record, clock.OrNow(p.Now)
 	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
 	if err != nil {
 		return record.Record{}, err
@@ -287,7 +280,7 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	recs, err := r.queryRecords(ctx, &r.list, p.Group, micros(nowOr(p.Now)), p.Limit)
+	recs, err := r.queryRecords(ctx, &r.list, p.Group, micros(clock.OrNow(p.Now)), p.Limit)
 	return recs, listError(ctx, err)
 }
 
@@ -317,7 +310,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
-	now := nowOr(p.Now)
+	now := clock.OrNow(p.Now)
 	return cas.Do(ctx, func() (record.Record, bool, error) {
 		recs, err := r.queryRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
 		if err != nil || len(recs) != 1 {
@@ -337,7 +330,7 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	now := nowOr(p.Now)
+	now := clock.OrNow(p.Now)
 	recs, err := r.queryRecords(ctx, &r.claimNext, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.N)
 	if err != nil {
 		return nil, interpretError(ctx, err)
@@ -350,7 +343,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 	if err := r.e.check(ctx); err != nil {
 		return record.Lease{}, err
 	}
-	p.Now = nowOr(p.Now)
+	p.Now = clock.OrNow(p.Now)
 	return cas.Do(ctx, func() (record.Lease, bool, error) {
 		var expiry int64
 		row, err := r.queryRow(ctx, &r.renew, micros(p.Now.Add(p.TTL)), p.ID, p.Group, p.Owner, p.Incarnation)
@@ -374,7 +367,7 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	if err := r.e.check(ctx); err != nil {
 		return record.Probe{}, err
 	}
-	now := micros(nowOr(p.Now))
+	now := micros(clock.OrNow(p.Now))
 	var unleased bool
 	var earliest sql.NullInt64
 	row, err := r.queryRow(ctx, &r.probe, p.Group)

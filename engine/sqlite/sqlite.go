@@ -119,8 +119,8 @@ func (e *Engine) Records() record.Engine { return &e.records }
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return false, "single-node file" }
 
-// Close implements engine.Engine. It waits for running statements, and
-// puts already queued for a commit, to finish.
+// Close implements engine.Engine. It waits for running statements to
+// finish; puts still queued for a commit fail with steaderr.ErrClosed.
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
@@ -192,10 +192,11 @@ func isClosed(err error) bool {
 // It cannot be prepared at Open: on a database never migrated its table
 // does not exist yet.
 type stmt struct {
-	db    *sql.DB
-	query string
-	mu    sync.Mutex
-	p     atomic.Pointer[sql.Stmt]
+	db     *sql.DB
+	query  string
+	mu     sync.Mutex
+	p      atomic.Pointer[sql.Stmt]
+	closed bool // under mu: get fails rather than prepare again
 }
 
 func (s *stmt) get(ctx context.Context) (*sql.Stmt, error) {
@@ -206,6 +207,9 @@ func (s *stmt) get(ctx context.Context) (*sql.Stmt, error) {
 	defer s.mu.Unlock()
 	if p := s.p.Load(); p != nil {
 		return p, nil
+	}
+	if s.closed {
+		return nil, steaderr.ErrClosed
 	}
 	p, err := s.db.PrepareContext(ctx, s.query)
 	if err != nil {
@@ -218,6 +222,7 @@ func (s *stmt) get(ctx context.Context) (*sql.Stmt, error) {
 func (s *stmt) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	if p := s.p.Swap(nil); p != nil {
 		return p.Close()
 	}

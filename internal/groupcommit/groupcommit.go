@@ -124,6 +124,9 @@ func (c *Committer) withdraw(ctx context.Context, r *Request) error {
 
 // lead flushes one batch of queued requests on behalf of their callers.
 func (c *Committer) lead(ctx context.Context, own *Request) {
+	if ctx.Err() != nil {
+		return // a batch under this ctx would only fail; Put withdraws own
+	}
 	c.mu.Lock()
 	n, size := 0, 0
 	for n < len(c.queue) && n < c.maxBatch && (n == 0 || size+len(c.queue[n].Value) <= c.maxBytes) {
@@ -174,5 +177,7 @@ func (c *Committer) lead(ctx context.Context, own *Request) {
 		r.state = stateDone
 		r.done <- err
 	}
-	c.queue = append(retry, c.queue...)
+	if len(retry) > 0 {
+		c.queue = append(retry, c.queue...)
+	}
 }

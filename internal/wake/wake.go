@@ -1,7 +1,11 @@
 // Package wake fans wake-ups out to subscribers by name.
 package wake
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // Hub delivers Wake(name) to the subscribers of name and WakeAll to every
 // subscriber. A subscriber that has not yet taken an earlier wake-up gets
@@ -60,4 +64,22 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default: // a wake-up is already pending
 	}
+}
+
+// Sleep waits for a value on ch, for d (a negative d: no limit) or for ctx
+// to end, whose error it returns.
+func Sleep(ctx context.Context, ch <-chan struct{}, d time.Duration) error {
+	var timeout <-chan time.Time
+	if d >= 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-ch:
+	case <-timeout:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
