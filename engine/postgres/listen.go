@@ -24,8 +24,9 @@ const (
 // It starts with the first watch, listens on every channel the engine
 // notifies, and reconnects with backoff when its connection drops. It wakes
 // every watcher whenever it starts or stops listening, since notifications
-// may have gone unheard meanwhile. In PgBouncer mode the engine has none: a
-// LISTEN on a pooled server session would be lost, so waiters poll.
+// may have gone unheard meanwhile. In PgBouncer mode it connects only to a
+// direct listen URL, if given: a LISTEN on a pooled server session would be
+// lost, so without one the engine has no listener and waiters poll.
 type listener struct {
 	connConfig *pgx.ConnConfig
 	query      string   // LISTEN on every channel, one statement

@@ -110,8 +110,8 @@ func (l *locks) Release(ctx context.Context, p lock.ReleaseParams) (bool, error)
 }
 
 // WatchReleases subscribes to the engine's listener, live while it
-// listens; in PgBouncer mode there is none and the channel is nil, so
-// waiters poll.
+// listens; without one (PgBouncer mode without a listen URL) the channel
+// is nil, so waiters poll.
 func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}, bool, func(), error) {
 	if err := l.e.check(ctx); err != nil {
 		return nil, false, func() {}, err

@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // longTTL is a lease no test waits out: a waiter that gets the lock did
@@ -163,6 +166,27 @@ func TestLockPgBouncerPolls(t *testing.T) {
 	defer stop()
 	if ch != nil || live || err != nil {
 		t.Fatalf("WatchReleases in PgBouncer mode = %v, %v, %v; want a nil channel, not live: no LISTEN", ch, live, err)
+	}
+}
+
+// TestLockPgBouncerListenURL: with a direct listen URL, PgBouncer mode has
+// a listener, and a release wakes the waiter (which the helper only lets
+// through once it waits on a live watch).
+func TestLockPgBouncerListenURL(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "&pgbouncer=true&listen_url="+url.QueryEscape(db.URL))
+	alice := mustTryLock(t, lockStore(e), "job", "alice")
+	bob := waiter(t, e, "job", "bob")
+	mustRelease(t, alice)
+	mustGet(t, bob)
+
+	cfg, err := postgres.ParseURL(db.StoreURL() + "&listen_url=" + url.QueryEscape(db.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Open(t.Context(), cfg); !errors.Is(err, steaderr.ErrInvalidArgument) {
+		t.Fatalf("Open with a listen URL but not in PgBouncer mode = %v, want ErrInvalidArgument", err)
 	}
 }
 

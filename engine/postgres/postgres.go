@@ -61,12 +61,17 @@ type Config struct {
 	// the server's setting, normally "on".
 	SynchronousCommit string
 	// PgBouncer makes the engine safe behind PgBouncer's transaction
-	// pooling: no session state is kept (no LISTEN, so waiters poll) and
-	// the engine's own pool uses the unprepared exec protocol. A caller's
-	// pool must not cache prepared statements (QueryExecModeCacheStatement),
-	// and SynchronousCommit is refused: PgBouncer rejects it as a startup
-	// parameter (set it on the role instead). Defaults to false.
+	// pooling: no session state is kept (no LISTEN on the pool, so waiters
+	// poll unless ListenConnString is set) and the engine's own pool uses
+	// the unprepared exec protocol. A caller's pool must not cache prepared
+	// statements (QueryExecModeCacheStatement), and SynchronousCommit is
+	// refused: PgBouncer rejects it as a startup parameter (set it on the
+	// role instead). Defaults to false.
 	PgBouncer bool
+	// ListenConnString, with PgBouncer, connects the engine's one LISTEN
+	// connection directly to PostgreSQL, bypassing PgBouncer, so that lock
+	// and record waiters are woken instead of polling.
+	ListenConnString string
 }
 
 // The URL parameters stead reads itself; the rest must be ones pgx knows.
@@ -74,6 +79,7 @@ const (
 	paramSchema            = "schema"
 	paramSynchronousCommit = "synchronous_commit"
 	paramPgBouncer         = "pgbouncer"
+	paramListenURL         = "listen_url"
 )
 
 // pgxParams are the connection parameters passed through to pgx. Anything
@@ -91,8 +97,10 @@ var synchronousCommitValues = []string{"on", "off", "local", "remote_write", "re
 
 // ParseURL parses a postgres:// or postgresql:// URL. Besides pgx's
 // connection parameters it reads schema (default "stead"),
-// synchronous_commit and pgbouncer (true/false). An unknown parameter or a
-// bad value is an error wrapping steaderr.ErrInvalidArgument.
+// synchronous_commit, pgbouncer (true/false) and listen_url (with
+// pgbouncer=true, a percent-encoded postgres:// URL for the LISTEN
+// connection). An unknown parameter or a bad value is an error wrapping
+// steaderr.ErrInvalidArgument.
 func ParseURL(rawURL string) (Config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -128,6 +136,11 @@ func ParseURL(rawURL string) (Config, error) {
 				return Config{}, fmt.Errorf("%w: postgres URL: pgbouncer=%q, want true or false", steaderr.ErrInvalidArgument, v)
 			}
 			cfg.PgBouncer = b
+		case paramListenURL:
+			if _, err := pgx.ParseConfig(v); err != nil {
+				return Config{}, fmt.Errorf("%w: postgres URL: listen_url: %v", steaderr.ErrInvalidArgument, err)
+			}
+			cfg.ListenConnString = v
 		default:
 			if !slices.Contains(pgxParams, name) {
 				return Config{}, fmt.Errorf("%w: postgres URL: unknown parameter %q", steaderr.ErrInvalidArgument, name)
@@ -170,7 +183,8 @@ type Engine struct {
 	locks    locks
 	records  records
 	// listen is the one LISTEN connection for lock and record waiters;
-	// nil in PgBouncer mode, which keeps no session state.
+	// nil in PgBouncer mode without a listen URL, which keeps no session
+	// state.
 	listen *listener
 }
 
@@ -183,6 +197,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg.Schema = DefaultSchema
 	}
 	if err := validateSchema(cfg.Schema); err != nil {
+		return nil, err
+	}
+	listenConfig, err := listenConnConfig(cfg)
+	if err != nil {
 		return nil, err
 	}
 	e := &Engine{schema: cfg.Schema, ident: pgx.Identifier{cfg.Schema}.Sanitize()}
@@ -214,10 +232,29 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.blobs.init(e)
 	e.locks.init(e)
 	e.records.init(e)
-	if !cfg.PgBouncer {
-		e.listen = newListener(e.pool.Config().ConnConfig, e.locks.channel, e.records.channel)
+	if listenConfig == nil && !cfg.PgBouncer {
+		listenConfig = e.pool.Config().ConnConfig
+	}
+	if listenConfig != nil {
+		e.listen = newListener(listenConfig, e.locks.channel, e.records.channel)
 	}
 	return e, nil
+}
+
+// listenConnConfig parses cfg.ListenConnString, allowed in PgBouncer mode
+// only; nil when unset.
+func listenConnConfig(cfg Config) (*pgx.ConnConfig, error) {
+	switch {
+	case cfg.ListenConnString == "":
+		return nil, nil
+	case !cfg.PgBouncer:
+		return nil, fmt.Errorf("%w: postgres: a listen URL applies in PgBouncer mode only: without it the pool's own connection string is used", steaderr.ErrInvalidArgument)
+	}
+	cc, err := pgx.ParseConfig(cfg.ListenConnString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: postgres: listen URL: %v", steaderr.ErrInvalidArgument, err)
+	}
+	return cc, nil
 }
 
 func poolConfig(cfg Config) (*pgxpool.Config, error) {

@@ -61,6 +61,8 @@ func TestParseURL(t *testing.T) {
 		{"quoted schema", "postgres://u@h/db?schema=a%22b%20c", postgres.Config{Schema: `a"b c`}, nil},
 		{"sync commit", "postgres://u@h/db?synchronous_commit=off", postgres.Config{SynchronousCommit: "off"}, nil},
 		{"pgbouncer", "postgres://u@h/db?pgbouncer=true&sslmode=disable", postgres.Config{PgBouncer: true}, nil},
+		{"listen url", "postgres://u@h:6432/db?pgbouncer=true&listen_url=postgres%3A%2F%2Fu%40h%3A5432%2Fdb", postgres.Config{PgBouncer: true, ListenConnString: "postgres://u@h:5432/db"}, nil},
+		{"bad listen url", "postgres://u@h/db?pgbouncer=true&listen_url=postgres%3A%2F%2Fu%40h%3Anope%2Fdb", postgres.Config{}, steaderr.ErrInvalidArgument},
 		{"pgx params pass", "postgres://u@h/db?pool_max_conns=3&application_name=x&connect_timeout=2", postgres.Config{}, nil},
 		{"unknown param", "postgres://u@h/db?statement_timeout=5", postgres.Config{}, steaderr.ErrInvalidArgument},
 		{"repeated param", "postgres://u@h/db?schema=a&schema=b", postgres.Config{}, steaderr.ErrInvalidArgument},
@@ -87,10 +89,10 @@ func TestParseURL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseURL(%q) = %v", tt.url, err)
 			}
-			if got.Schema != tt.want.Schema || got.SynchronousCommit != tt.want.SynchronousCommit || got.PgBouncer != tt.want.PgBouncer {
+			if got.Schema != tt.want.Schema || got.SynchronousCommit != tt.want.SynchronousCommit || got.PgBouncer != tt.want.PgBouncer || got.ListenConnString != tt.want.ListenConnString {
 				t.Fatalf("ParseURL(%q) = %+v, want %+v", tt.url, got, tt.want)
 			}
-			for _, p := range []string{"schema=", "synchronous_commit=", "pgbouncer="} {
+			for _, p := range []string{"schema=", "synchronous_commit=", "pgbouncer=", "listen_url="} {
 				if strings.Contains(got.ConnString, p) {
 					t.Fatalf("ConnString %q still holds %s", got.ConnString, p)
 				}

@@ -359,8 +359,8 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return record.Probe{}, nil
 }
 
-// Subscribe implements record.Engine with the engine's listener; in
-// PgBouncer mode there is none and waiters poll.
+// Subscribe implements record.Engine with the engine's listener; without
+// one (PgBouncer mode without a listen URL) waiters poll.
 func (r *records) Subscribe(group string) (<-chan struct{}, bool, func()) {
 	if r.e.listen == nil {
 		return nil, false, func() {}
