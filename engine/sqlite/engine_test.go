@@ -421,24 +421,14 @@ func TestCancelWhileWaitingForLock(t *testing.T) {
 	path := tempPath(t)
 	e := openEngine(t, path)
 	mustMigrate(t, e)
-	// Another connection holds the write lock.
-	conn, err := rawDB(t, path).Conn(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	release := sqlite.HoldWriteLock(t, path)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	value := []byte("blocked")
 	if err := e.Blobs().Put(ctx, blob.KeyOf(value), value); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Put while another holds the write lock = %v, want context.DeadlineExceeded", err)
 	}
-	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if _, err := e.Blobs().Stat(t.Context(), blob.KeyOf(value)); !errors.Is(err, steaderr.ErrNotFound) {
 		t.Fatalf("Stat of the cancelled put = %v, want ErrNotFound", err)
 	}
@@ -451,17 +441,9 @@ func TestBusyTimeout(t *testing.T) {
 	path := tempPath(t)
 	e := openConfig(t, sqlite.Config{Path: path, BusyTimeout: 50 * time.Millisecond})
 	mustMigrate(t, e)
-	conn, err := rawDB(t, path).Conn(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.ExecContext(context.WithoutCancel(t.Context()), "ROLLBACK")
+	sqlite.HoldWriteLock(t, path)
 	value := []byte("busy")
-	err = e.Blobs().Put(t.Context(), blob.KeyOf(value), value)
+	err := e.Blobs().Put(t.Context(), blob.KeyOf(value), value)
 	var driverErr *msqlite.Error
 	if !errors.As(err, &driverErr) || driverErr.Code()&0xff != 5 { // SQLITE_BUSY
 		t.Fatalf("Put while another holds the write lock past the busy timeout = %v, want SQLITE_BUSY", err)

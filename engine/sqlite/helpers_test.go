@@ -28,9 +28,10 @@ func setup(t *testing.T) (*Engine, string) {
 	return e, path
 }
 
-// holdWriteLock takes path's write lock from another connection until the
-// returned function is called.
-func holdWriteLock(t *testing.T, path string) (release func()) {
+// HoldWriteLock takes path's write lock from another connection until the
+// returned function is called, or the end of t. Exported for the external
+// tests.
+func HoldWriteLock(t *testing.T, path string) (release func()) {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {

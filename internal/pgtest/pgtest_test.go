@@ -373,10 +373,7 @@ func TestResolveThrowawayForced(t *testing.T) {
 
 func TestResolveURLDropsSchema(t *testing.T) {
 	t.Parallel()
-	u, err := Available()
-	if err != nil {
-		t.Skip(err)
-	}
+	u := need(t)
 	r := resolve(context.Background(), env(map[string]string{envURL: setQueryParam(u, schemaParam, "x")}), noCluster)
 	if r.err != nil || r.url != u {
 		t.Errorf("resolve = %+v, want url %s", r, u)
