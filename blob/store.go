@@ -4,9 +4,10 @@ package blob
 
 import (
 	"context"
-
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"iter"
 	"sync"
@@ -81,10 +82,11 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	if err := ctx.Err(); err != nil {
 		return Key{}, err
 	}
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	value, err := readAtMost(r, (*bp)[:0], min(s.maxSize, InlineLimit))
-	*bp = value[:0]
+	pb := putBufs.Get().(*putBuf)
+	defer putBufs.Put(pb)
+	pb.hash.Reset()
+	value, err := readAtMost(r, pb.buf[:0], min(s.maxSize, InlineLimit), pb.hash)
+	pb.buf = value[:0]
 	switch {
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
 		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
@@ -97,7 +99,8 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	if err := ctx.Err(); err != nil {
 		return Key{}, err
 	}
-	key := KeyOf(value)
+	key := Key{valid: true}
+	pb.hash.Sum(key.digest[:0])
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
@@ -107,16 +110,23 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	return key, nil
 }
 
-var bufPool = sync.Pool{New: func() any {
-	b := make([]byte, 0, 64<<10)
-	return &b
+// putBuf is what a put reads into: a buffer for the value and the hash
+// it is fed through as it arrives.
+type putBuf struct {
+	buf  []byte
+	hash hash.Hash
+}
+
+var putBufs = sync.Pool{New: func() any {
+	return &putBuf{buf: make([]byte, 0, 64<<10), hash: sha256.New()}
 }}
 
 var errOverLimit = errors.New("over limit")
 
-// readAtMost reads r to EOF into buf, growing it up to limit+1 bytes. It
-// stops with errOverLimit once more than limit bytes have been read.
-func readAtMost(r io.Reader, buf []byte, limit int64) ([]byte, error) {
+// readAtMost reads r to EOF into buf, growing it up to limit+1 bytes, and
+// writes what it reads to h. It stops with errOverLimit once more than
+// limit bytes have been read.
+func readAtMost(r io.Reader, buf []byte, limit int64, h hash.Hash) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			grown := make([]byte, len(buf), min(max(2*int64(cap(buf)), 4096), limit+1))
@@ -124,6 +134,7 @@ func readAtMost(r io.Reader, buf []byte, limit int64) ([]byte, error) {
 			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
+		h.Write(buf[len(buf) : len(buf)+n])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
 			return buf, errOverLimit

@@ -1,0 +1,60 @@
+package blob_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"testing"
+	"testing/iotest"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// TestPutHashesAsItReads puts values through readers that return them in
+// pieces, one after another through the same pooled hash: each key is the
+// digest of the whole value.
+func TestPutHashesAsItReads(t *testing.T) {
+	t.Parallel()
+	eng := memory.New()
+	t.Cleanup(func() { eng.Close() })
+	s := blob.NewStore(eng.Blobs(), blob.Options{})
+	readers := map[string]func(io.Reader) io.Reader{
+		"whole":    func(r io.Reader) io.Reader { return r },
+		"one byte": iotest.OneByteReader,
+		"half":     iotest.HalfReader,
+		"data+EOF": iotest.DataErrReader,
+	}
+	for _, size := range []int{0, 1, 4095, 64<<10 + 1, blob.InlineLimit} {
+		value := make([]byte, size)
+		rand.Read(value)
+		for name, wrap := range readers {
+			key, err := s.Put(t.Context(), wrap(bytes.NewReader(value)))
+			if err != nil || key != blob.KeyOf(value) {
+				t.Fatalf("Put of %d bytes read %s = %v, %v; want %v", size, name, key, err, blob.KeyOf(value))
+			}
+		}
+	}
+}
+
+// TestPutReadError: a reader failing midway stores nothing.
+func TestPutReadError(t *testing.T) {
+	t.Parallel()
+	eng := memory.New()
+	t.Cleanup(func() { eng.Close() })
+	s := blob.NewStore(eng.Blobs(), blob.Options{})
+	value := bytes.Repeat([]byte("x"), 10000)
+	if _, err := s.Put(t.Context(), iotest.TimeoutReader(iotest.HalfReader(bytes.NewReader(value)))); !errors.Is(err, iotest.ErrTimeout) {
+		t.Fatalf("Put through a failing reader = %v, want its error", err)
+	}
+	if ok, err := s.Has(t.Context(), blob.KeyOf(value)); ok || err != nil {
+		t.Fatalf("Has after a failed put = %v, %v; want false", ok, err)
+	}
+	for _, k := range []blob.Key{blob.KeyOf(value[:5000]), blob.KeyOf(nil)} {
+		if _, err := s.Stat(t.Context(), k); !errors.Is(err, steaderr.ErrNotFound) {
+			t.Fatalf("Stat of a prefix after a failed put = %v, want ErrNotFound", err)
+		}
+	}
+}
