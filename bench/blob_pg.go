@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -228,31 +227,23 @@ func steadPGGet(ctx context.Context, n int) (opFunc, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	keys := make([]blob.Key, len(texts))
-	for i, text := range texts {
-		if keys[i], err = blob.ParseKey(text); err != nil {
-			cleanup()
-			return nil, nil, err
-		}
+	keys, err := parseKeys(texts)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
 	}
 	return steadGetOp(st, keys), cleanup, nil
 }
 
-// steadGet gets random values from a fresh store from open, preloaded
-// through stead.
-func steadGet(open opener) setupFunc {
-	return func(ctx context.Context, n int) (opFunc, func(), error) {
-		st, cleanup, err := open(ctx)
-		if err != nil {
-			return nil, nil, err
+func parseKeys(texts []string) ([]blob.Key, error) {
+	keys := make([]blob.Key, len(texts))
+	for i, text := range texts {
+		var err error
+		if keys[i], err = blob.ParseKey(text); err != nil {
+			return nil, err
 		}
-		keys, err := preloadStead(ctx, st)
-		if err != nil {
-			cleanup()
-			return nil, nil, err
-		}
-		return steadGetOp(st, keys), cleanup, nil
 	}
+	return keys, nil
 }
 
 // steadGetOp gets and reads a random one of keys.
@@ -265,26 +256,4 @@ func steadGetOp(st *stead.Store, keys []blob.Key) opFunc {
 		_, err = io.Copy(io.Discard, r)
 		return err
 	}
-}
-
-// preloadStead puts preload values from 16 goroutines, so that concurrent
-// puts share commits.
-func preloadStead(ctx context.Context, st *stead.Store) ([]blob.Key, error) {
-	const workers = 16
-	vals := newValues(workers)
-	keys := make([]blob.Key, preload)
-	var g errgroup.Group
-	for w := range workers {
-		g.Go(func() error {
-			for i := w; i < preload; i += workers {
-				k, err := st.Blobs.Put(ctx, bytes.NewReader(vals.next(w, i)))
-				if err != nil {
-					return err
-				}
-				keys[i] = k
-			}
-			return nil
-		})
-	}
-	return keys, g.Wait()
 }

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	_ "modernc.org/sqlite"
 )
 
@@ -61,7 +61,7 @@ const (
 ) WITH (fillfactor = 50)`
 	pgAcquire = `WITH g AS (
 		INSERT INTO %[1]s AS l (name, owner, token, expiry)
-		VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond')
+		VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval)
 		ON CONFLICT (name) DO UPDATE SET
 			owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) THEN excluded.owner ELSE l.owner END,
 			token        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) THEN l.token + 1 ELSE l.token END,
@@ -79,7 +79,18 @@ const (
 		RETURNING CASE WHEN wanted_until > now() THEN pg_notify($4, name) END`
 )
 
-var errNotGranted = errors.New("an uncontended lock was not granted")
+var (
+	errNotGranted  = errors.New("an uncontended lock was not granted")
+	errNotReleased = errors.New("a granted lock was not released")
+)
+
+// released turns a release's outcome into an error unless it released.
+func released(ok bool, err error) error {
+	if err == nil && !ok {
+		return errNotReleased
+	}
+	return err
+}
 
 func rawPGLock(ctx context.Context, n int) (opFunc, func(), error) {
 	schema, drop, err := scratchSchema(ctx, "rawlock")
@@ -105,15 +116,15 @@ func rawPGLock(ctx context.Context, n int) (opFunc, func(), error) {
 		var owner string
 		var token int64
 		var expiry, now time.Time
-		err := pool.QueryRow(ctx, acquire, names[w], "bench", nil, lockTTL.Microseconds(), false).Scan(&granted, &owner, &token, &expiry, &now)
+		err := pool.QueryRow(ctx, acquire, names[w], "bench", nil, pgtype.Interval{Microseconds: lockTTL.Microseconds(), Valid: true}, false).Scan(&granted, &owner, &token, &expiry, &now)
 		if err != nil {
 			return err
 		}
 		if !granted {
 			return errNotGranted
 		}
-		_, err = pool.Exec(ctx, release, names[w], "bench", token, "bench_locks")
-		return err
+		tag, err := pool.Exec(ctx, release, names[w], "bench", token, "bench_locks")
+		return released(tag.RowsAffected() == 1, err)
 	}, func() { pool.Close(); drop() }, nil
 }
 
@@ -140,7 +151,8 @@ func rawPGAdvisory(ctx context.Context, n int) (opFunc, func(), error) {
 		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", keys[w]).Scan(&ok); err != nil || !ok {
 			return errors.Join(err, errNotGranted)
 		}
-		return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", keys[w]).Scan(&ok)
+		err = conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", keys[w]).Scan(&ok)
+		return released(ok, err)
 	}, pool.Close, nil
 }
 
@@ -165,23 +177,12 @@ const (
 // rawSQLiteLock runs the engine's statements on one writer connection, as
 // the engine does, with the engine's pragmas.
 func rawSQLiteLock(ctx context.Context, n int) (opFunc, func(), error) {
-	dir, err := os.MkdirTemp("", "bench-lock-")
+	db, _, cleanup, err := rawSQLite(sqliteLockTableDDL)
 	if err != nil {
 		return nil, nil, err
 	}
-	dsn := "file:" + filepath.Join(dir, "raw.db") + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	cleanup := func() { db.Close(); os.RemoveAll(dir) }
-	db.SetMaxOpenConns(1)
 	var acquire, release *sql.Stmt
-	_, err = db.ExecContext(ctx, sqliteLockTableDDL)
-	if err == nil {
-		acquire, err = db.PrepareContext(ctx, sqliteAcquire)
-	}
+	acquire, err = db.PrepareContext(ctx, sqliteAcquire)
 	if err == nil {
 		release, err = db.PrepareContext(ctx, sqliteRelease)
 	}
@@ -196,8 +197,12 @@ func rawSQLiteLock(ctx context.Context, n int) (opFunc, func(), error) {
 		if err := acquire.QueryRowContext(ctx, names[w], "bench", now, lockTTL.Microseconds()).Scan(&token, &expiry); err != nil {
 			return err
 		}
-		_, err := release.ExecContext(ctx, names[w], "bench", token)
-		return err
+		res, err := release.ExecContext(ctx, names[w], "bench", token)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		return released(n == 1, err)
 	}, cleanup, nil
 }
 
@@ -213,8 +218,7 @@ func steadLock(open opener) setupFunc {
 			if err != nil || !ok {
 				return errors.Join(err, errNotGranted)
 			}
-			_, err = lk.Release(ctx)
-			return err
+			return released(lk.Release(ctx))
 		}, cleanup, nil
 	}
 }

@@ -26,7 +26,8 @@ import (
 
 var (
 	pgURL    = flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server (a scratch schema per scenario is created and dropped)")
-	duration = flag.Duration("duration", 3*time.Second, "how long each scenario runs per round")
+	duration = flag.Duration("duration", 3*time.Second, "how long each steady scenario runs per round")
+	drainCap = flag.Duration("draincap", 2*time.Minute, "the longest a drain scenario may take to empty its queue")
 	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
 	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite, record-pg); empty runs all but inline-pg")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
@@ -80,10 +81,21 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
+	if *rounds < 1 {
+		fatalf("bad -rounds %d", *rounds)
+	}
+	all := allScenarios()
 	var scs []scenario
-	for _, sc := range allScenarios() {
+	for _, sc := range all {
 		if *only == "" && sc.group != "inline-pg" || slices.Contains(strings.Split(*only, ","), sc.group) {
 			scs = append(scs, sc)
+		}
+	}
+	if *only != "" {
+		for _, g := range strings.Split(*only, ",") {
+			if !slices.ContainsFunc(all, func(sc scenario) bool { return sc.group == g }) {
+				fatalf("unknown group %q in -only", g)
+			}
 		}
 	}
 	results := map[string]*result{}
@@ -159,7 +171,11 @@ func runGroup(ctx context.Context, group []scenario, n int, report func(sc scena
 		steady[i] = op
 	}
 	for round := 0; round < *rounds; round++ {
-		for i, sc := range group {
+		// Each round starts one scenario later, so that no scenario always
+		// follows the same one and inherits what it left behind.
+		for k := range group {
+			i := (round + k) % len(group)
+			sc := group[i]
 			ops, err := runRound(ctx, sc, steady[i], n, round)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
@@ -170,10 +186,14 @@ func runGroup(ctx context.Context, group []scenario, n int, report func(sc scena
 	return nil
 }
 
-// runRound measures one round of one scenario for -duration; a drain
-// scenario ends sooner, when every caller found its queue empty. A steady
-// scenario's operation numbers go on rising across rounds, so its values
-// stay distinct; a drain scenario's start at 0 with its fresh setup.
+// runRound measures one round of one scenario: a steady one for -duration,
+// a drain one until every caller found its queue empty (at most -draincap).
+// A steady scenario's operations run to their end even past the deadline,
+// since one cut off would leave state behind for the next round (a lock
+// held, a version moved on); a drain's are cut off, its setup being
+// discarded after the round. A steady scenario's operation numbers go on
+// rising across rounds, so its values stay distinct; a drain scenario's
+// start at 0 with its fresh setup.
 func runRound(ctx context.Context, sc scenario, steady opFunc, n, round int) (float64, error) {
 	var op func(ctx context.Context, worker, i int) (int, error)
 	first := round << 32
@@ -188,24 +208,32 @@ func runRound(ctx context.Context, sc scenario, steady opFunc, n, round int) (fl
 	} else {
 		op = func(ctx context.Context, w, i int) (int, error) { return 1, steady(ctx, w, i) }
 	}
-	if err := checkpoint(ctx); err != nil {
-		return 0, err
+	if strings.HasSuffix(sc.group, "-pg") {
+		if err := checkpoint(ctx); err != nil {
+			return 0, err
+		}
 	}
 	var total atomic.Int64
 	var firstErr atomic.Value
-	// An operation runs to its end with ctx: cut off by the round's end, a
-	// lock pair or a put would leave state behind for the next round.
-	runCtx, cancel := context.WithTimeout(ctx, *duration)
+	limit, opCtx := *duration, ctx
+	runCtx, cancel := context.WithCancel(ctx)
+	if sc.drain != nil {
+		limit, opCtx = *drainCap, runCtx
+	}
+	timer := time.AfterFunc(limit, cancel)
+	defer timer.Stop()
 	defer cancel()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < n; w++ {
 		wg.Go(func() {
 			for i := first; runCtx.Err() == nil; i++ {
-				items, err := op(ctx, w, i)
+				items, err := op(opCtx, w, i)
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					cancel()
+					if opCtx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+						cancel()
+					}
 					return
 				}
 				if items == 0 {
@@ -218,6 +246,9 @@ func runRound(ctx context.Context, sc scenario, steady opFunc, n, round int) (fl
 	wg.Wait()
 	if err, _ := firstErr.Load().(error); err != nil {
 		return 0, err
+	}
+	if sc.drain != nil && runCtx.Err() != nil {
+		fmt.Fprintf(os.Stderr, "%s/%s/%d: the queue was not empty after -draincap %v\n", sc.group, sc.name, n, *drainCap)
 	}
 	return float64(total.Load()) / time.Since(start).Seconds(), nil
 }
