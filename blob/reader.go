@@ -5,8 +5,8 @@ import (
 	"io"
 )
 
-// Reader reads one blob's value. It is an io.ReadSeekCloser and an
-// io.ReaderAt; Size reports the whole value's length whatever has been
+// Reader reads one blob's value. It is an io.ReadSeekCloser, an
+// io.ReaderAt and an io.WriterTo (so io.Copy needs no buffer); Size reports the whole value's length whatever has been
 // read. A Reader is not safe for concurrent Read and Seek; ReadAt is.
 type Reader struct {
 	key Key
@@ -16,6 +16,7 @@ type Reader struct {
 var (
 	_ io.ReadSeekCloser = (*Reader)(nil)
 	_ io.ReaderAt       = (*Reader)(nil)
+	_ io.WriterTo       = (*Reader)(nil)
 )
 
 func newReader(key Key, value []byte) *Reader {
@@ -30,6 +31,9 @@ func (r *Reader) Size() int64 { return r.r.Size() }
 
 // Read implements io.Reader.
 func (r *Reader) Read(p []byte) (int, error) { return r.r.Read(p) }
+
+// WriteTo implements io.WriterTo: it writes the rest of the value to w.
+func (r *Reader) WriteTo(w io.Writer) (int64, error) { return r.r.WriteTo(w) }
 
 // ReadAt implements io.ReaderAt.
 func (r *Reader) ReadAt(p []byte, off int64) (int, error) { return r.r.ReadAt(p, off) }

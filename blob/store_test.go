@@ -15,7 +15,8 @@ import (
 
 // TestPutHashesAsItReads puts values through readers that return them in
 // pieces, one after another through the same pooled hash: each key is the
-// digest of the whole value.
+// digest of the whole value, and io.Copy (WriteTo) reads back what is left
+// after a first Read.
 func TestPutHashesAsItReads(t *testing.T) {
 	t.Parallel()
 	eng := memory.New()
@@ -35,6 +36,17 @@ func TestPutHashesAsItReads(t *testing.T) {
 			if err != nil || key != blob.KeyOf(value) {
 				t.Fatalf("Put of %d bytes read %s = %v, %v; want %v", size, name, key, err, blob.KeyOf(value))
 			}
+		}
+		r, err := s.Get(t.Context(), blob.KeyOf(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if _, err := r.Read(make([]byte, min(size, 1))); err != nil && size > 0 {
+			t.Fatal(err)
+		}
+		if n, err := io.Copy(&got, r); err != nil || n != int64(max(size-1, 0)) || !bytes.Equal(got.Bytes(), value[min(size, 1):]) {
+			t.Fatalf("io.Copy of the rest of a %d-byte blob = %d, %v; want the value after its first byte", size, n, err)
 		}
 	}
 }
