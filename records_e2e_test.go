@@ -182,8 +182,10 @@ func startWorker(t *testing.T, cfg e2eWorker) (cmd *exec.Cmd, wait func() (e2eRe
 // mid-run, and checks that a second process in the same group recovers
 // and finishes every unfinished record once the killed one's leases
 // expire, that a process in another group recovers nothing, that every
-// record is completed exactly once, and that nothing the killed process
-// did lands after its lease was taken.
+// record is completed exactly once, and that every record's saves form one
+// version chain in which the killed process's come before the recovering
+// one's. A zombie still running after its lease was taken is
+// TestRecordZombieFencing's case (engine/postgres).
 func TestRecordKillAndResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

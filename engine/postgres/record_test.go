@@ -16,6 +16,7 @@ import (
 
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -84,22 +85,23 @@ func TestRecordZombieFencing(t *testing.T) {
 			}
 		}
 	}()
-	<-started
+	select {
+	case <-started:
+	case err := <-aDone:
+		t.Fatalf("A's checkpoints failed before its lease lapsed: %v", err)
+	}
 	c.Advance(time.Minute) // A's lease lapses; A does not notice
 	var bRec record.Record
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	poll.Until(t, "B to claim the lapsed record", func() bool {
 		recs, err := b.ClaimNext(ctx, "fleet", "node-b", time.Minute, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(recs) == 1 {
 			bRec = recs[0]
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("B could not claim the lapsed record")
-		}
-	}
+		return len(recs) == 1
+	})
 	if bRec.Lease.Incarnation != held.Lease.Incarnation+1 {
 		t.Fatalf("B's incarnation %d, want %d", bRec.Lease.Incarnation, held.Lease.Incarnation+1)
 	}

@@ -73,11 +73,13 @@ func TestPutRacingClose(t *testing.T) {
 	e, _ := setup(t)
 	var wg sync.WaitGroup
 	running := make(chan struct{})
+	var once sync.Once
 	for i := range 16 {
 		wg.Go(func() {
+			defer once.Do(func() { close(running) }) // also if it failed early
 			for j := 0; ; j++ {
 				if i == 0 && j == 10 {
-					close(running)
+					once.Do(func() { close(running) })
 				}
 				v := fmt.Appendf(nil, "%d-%d", i, j)
 				if err := e.blobs.Put(t.Context(), blob.KeyOf(v), v); err != nil {

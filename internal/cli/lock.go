@@ -61,14 +61,12 @@ func lockCommand(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	var held *lock.Held
-	if *try {
-		var ok bool
-		held, ok, err = st.Locks.TryHold(ctx, name, *owner, *ttl)
-		if err == nil && !ok {
+	held, ok, err := st.Locks.TryHold(ctx, name, *owner, *ttl)
+	if err == nil && !ok {
+		if *try {
 			return &exitError{exitBusy, fmt.Errorf("lock %q is held by another owner", name)}
 		}
-	} else {
+		fmt.Fprintf(e.stderr, "stead lock: waiting for %q, held by another owner\n", name)
 		held, err = st.Locks.Hold(ctx, name, *owner, *ttl)
 	}
 	if errors.Is(err, stead.ErrInvalidName) || errors.Is(err, stead.ErrInvalidArgument) {

@@ -124,7 +124,8 @@ func TestLockWaits(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
-	done, stdout, _ := startCLI(t.Context(), "-db", url, "lock", "job", "--", "sh", "-c", "echo ran")
+	done, stdout, stderr := startCLI(t.Context(), "-db", url, "lock", "job", "--", "sh", "-c", "echo ran")
+	poll.Until(t, "stead lock to wait", func() bool { return strings.Contains(stderr.String(), `waiting for "job"`) })
 	if stdout.String() != "" {
 		t.Fatal("the command ran while another owner held the lock")
 	}

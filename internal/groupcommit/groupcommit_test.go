@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/steadkit/stead/internal/poll"
 )
 
 // fakeStore records the batches a Committer flushes. Its flush blocks while
@@ -73,15 +75,13 @@ func putAsync(ctx context.Context, c *Committer, key string) <-chan error {
 // waitQueued waits until n requests are queued behind the running flush.
 func waitQueued(t *testing.T, c *Committer, n int) {
 	t.Helper()
-	for {
-		c.mu.Lock()
-		queued := len(c.queue)
-		c.mu.Unlock()
-		if queued >= n {
-			return
-		}
-		time.Sleep(time.Millisecond) // polling for a state, not for time to pass
-	}
+	poll.Until(t, fmt.Sprintf("%d requests queued", n), func() bool { return queued(c) >= n })
+}
+
+func queued(c *Committer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
 }
 
 func TestLonePut(t *testing.T) {
@@ -171,12 +171,15 @@ func TestCancelWhileQueued(t *testing.T) {
 	if err := <-victim; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled put = %v, want context.Canceled", err)
 	}
+	if n := queued(c); n != 0 {
+		t.Fatalf("%d requests queued after the only queued put withdrew, want 0", n)
+	}
 	f.gate.Unlock()
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if f.stored["victim"] {
-		t.Fatal("a put cancelled while queued was flushed")
+	if got := f.batchSizes(); f.stored["victim"] || !slices.Equal(got, []int{1}) {
+		t.Fatalf("batches %v, victim stored %v: want one batch of the first put alone", got, f.stored["victim"])
 	}
 }
 
