@@ -47,6 +47,7 @@ var (
 	ErrLost            = steaderr.ErrLost
 	ErrClosed          = steaderr.ErrClosed
 	ErrSchema          = steaderr.ErrSchema
+	ErrUnavailable     = steaderr.ErrUnavailable
 )
 
 // DefaultURL is the store the CLI and server open when given none: an

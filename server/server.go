@@ -120,6 +120,7 @@ func writeStoreError(w http.ResponseWriter, err error) {
 		{stead.ErrProtected, http.StatusConflict, "protected"},
 		{stead.ErrClosed, http.StatusServiceUnavailable, "closed"},
 		{stead.ErrSchema, http.StatusServiceUnavailable, "schema"},
+		{stead.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	} {
 		if errors.Is(err, m.err) {
 			status, code = m.status, m.code

@@ -26,8 +26,9 @@ var (
 	ErrDigestMismatch = errors.New("stead: digest mismatch")
 	// ErrTooLarge: a value exceeds the configured maximum size.
 	ErrTooLarge = errors.New("stead: too large")
-	// ErrProtected: a delete was refused because a pin or a liveness
-	// reference protects the blob.
+	// ErrProtected: a delete was refused because something protects the
+	// blob. No engine refuses a delete yet; the sentinel is reserved so that
+	// callers can check for it before one does.
 	ErrProtected = errors.New("stead: protected")
 	// ErrUnknownGroup: a record names a group that was never registered.
 	ErrUnknownGroup = errors.New("stead: unknown group")
@@ -42,4 +43,11 @@ var (
 	ErrClosed = errors.New("stead: closed")
 	// ErrSchema: the database schema is missing, or newer than this binary.
 	ErrSchema = errors.New("stead: schema")
+	// ErrUnavailable: the database cannot serve now — the connection was
+	// refused, reset or dropped, the server is shutting down or starting
+	// up, or (SQLite) another process held the database past the busy
+	// timeout. Retrying later may succeed. A write that failed with it
+	// after its statement reached the server may or may not have taken
+	// effect: read back before assuming either.
+	ErrUnavailable = errors.New("stead: unavailable")
 )

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -73,11 +72,10 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
 		return nil, err
 	}
 	var value []byte
-	err := interpretError(b.e.pool.QueryRow(ctx, b.sql.get, key.String()).Scan(&value))
-	if errors.Is(err, errNoSchema) {
-		return nil, steaderr.ErrNotFound
+	if err := readError(b.e.pool.QueryRow(ctx, b.sql.get, key.String()).Scan(&value)); err != nil {
+		return nil, err
 	}
-	return value, err
+	return value, nil
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
@@ -85,11 +83,7 @@ func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 		return blob.Info{}, err
 	}
 	info := blob.Info{Key: key}
-	err := interpretError(b.e.pool.QueryRow(ctx, b.sql.stat, key.String()).Scan(&info.Size))
-	switch {
-	case errors.Is(err, errNoSchema):
-		return blob.Info{}, steaderr.ErrNotFound
-	case err != nil:
+	if err := readError(b.e.pool.QueryRow(ctx, b.sql.stat, key.String()).Scan(&info.Size)); err != nil {
 		return blob.Info{}, err
 	}
 	return info, nil
@@ -131,10 +125,7 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 			}
 		})
 	}
-	if err = interpretError(err); errors.Is(err, errNoSchema) {
-		return nil
-	}
-	return err
+	return listError(err)
 }
 
 // yieldRows hands (key, size) rows to yield and reports how many it read.

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -88,10 +87,7 @@ func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err er
 		return 0, 0, err
 	}
 	current, err = e.currentVersion(ctx, e.pool)
-	if errors.Is(err, errNoSchema) {
-		return 0, len(migrations), nil
-	}
-	return current, len(migrations), err
+	return current, len(migrations), listError(err)
 }
 
 type querier interface {

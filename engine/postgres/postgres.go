@@ -6,7 +6,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/url"
@@ -21,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/puddle/v2"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
@@ -372,27 +370,4 @@ func nowArg(t time.Time) any {
 // interval is the argument for a duration, to the microsecond.
 func interval(d time.Duration) pgtype.Interval {
 	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
-}
-
-// errNoSchema marks the error of a statement that met a database never
-// migrated. Reads answer absent or empty on it; writes return it.
-var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
-
-// interpretError maps driver errors to stead's sentinels, keeping the
-// driver's error in the chain.
-func interpretError(err error) error {
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, steaderr.ErrNotFound), errors.Is(err, steaderr.ErrClosed), errors.Is(err, steaderr.ErrSchema):
-		return err // already interpreted
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, err)
-	case errors.Is(err, puddle.ErrClosedPool):
-		return fmt.Errorf("%w: %w", steaderr.ErrClosed, err)
-	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"): // undefined_table, invalid_schema_name
-		return fmt.Errorf("%w: %w", errNoSchema, err)
-	}
-	return err
 }

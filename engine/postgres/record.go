@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/tenantid"
@@ -134,11 +133,6 @@ func scanRecord(row pgx.Row, extra ...any) (record.Record, error) {
 	return rec, err
 }
 
-func isForeignKey(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23503" // foreign_key_violation
-}
-
 func (r *records) RegisterGroup(ctx context.Context, group string) error {
 	if err := r.e.check(ctx); err != nil {
 		return err
@@ -152,10 +146,7 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 		return false, err
 	}
 	var ok bool
-	err := interpretError(r.e.pool.QueryRow(ctx, r.sql.groupExists, group).Scan(&ok))
-	if errors.Is(err, errNoSchema) {
-		return false, nil
-	}
+	err := listError(r.e.pool.QueryRow(ctx, r.sql.groupExists, group).Scan(&ok))
 	return ok, err
 }
 
@@ -242,10 +233,10 @@ func (r *records) Load(ctx context.Context, id string) (record.Record, error) {
 		return record.Record{}, err
 	}
 	rec, err := scanRecord(r.e.pool.QueryRow(ctx, r.sql.load, id))
-	if err = interpretError(err); errors.Is(err, errNoSchema) {
-		return record.Record{}, steaderr.ErrNotFound
+	if err = readError(err); err != nil {
+		return record.Record{}, err
 	}
-	return rec, err
+	return rec, nil
 }
 
 func (r *records) Delete(ctx context.Context, id string) error {
@@ -283,10 +274,7 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 		return nil, err
 	}
 	recs, err := r.queryRecords(ctx, r.sql.list, p.Group, nowArg(p.Now), p.Limit)
-	if errors.Is(err, errNoSchema) {
-		return nil, nil
-	}
-	return recs, err
+	return recs, listError(err)
 }
 
 func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Record, error) {
@@ -345,10 +333,8 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	var unleased bool
 	var earliest *time.Time
 	var now time.Time
-	err := interpretError(r.e.pool.QueryRow(ctx, r.sql.probe, p.Group, nowArg(p.Now)).Scan(&unleased, &earliest, &now))
+	err := listError(r.e.pool.QueryRow(ctx, r.sql.probe, p.Group, nowArg(p.Now)).Scan(&unleased, &earliest, &now))
 	switch {
-	case errors.Is(err, errNoSchema):
-		return record.Probe{}, nil
 	case err != nil:
 		return record.Probe{}, err
 	case unleased || earliest != nil && !earliest.After(now):

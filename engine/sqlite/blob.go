@@ -38,26 +38,6 @@ func (b *blobs) close() error {
 	return errors.Join(b.put.close(), b.del.close(), b.get.close(), b.stat.close(), b.listAfter.close())
 }
 
-// readError interprets err from a read; on a database never migrated the
-// blob is absent.
-func readError(ctx context.Context, err error) error {
-	interpreted := interpretError(ctx, err)
-	if errors.Is(interpreted, errNoSchema) {
-		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, err)
-	}
-	return interpreted
-}
-
-// listError interprets err from List; on a database never migrated the
-// list is empty.
-func listError(ctx context.Context, err error) error {
-	err = interpretError(ctx, err)
-	if errors.Is(err, errNoSchema) {
-		return nil
-	}
-	return err
-}
-
 func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
 	if err := b.e.check(ctx); err != nil {
 		return err

@@ -448,4 +448,7 @@ func TestBusyTimeout(t *testing.T) {
 	if !errors.As(err, &driverErr) || driverErr.Code()&0xff != 5 { // SQLITE_BUSY
 		t.Fatalf("Put while another holds the write lock past the busy timeout = %v, want SQLITE_BUSY", err)
 	}
+	if !errors.Is(err, steaderr.ErrUnavailable) {
+		t.Fatalf("Put while another holds the write lock past the busy timeout = %v, want ErrUnavailable", err)
+	}
 }

@@ -102,10 +102,7 @@ func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err er
 		return 0, 0, err
 	}
 	current, err = currentVersion(ctx, e.reader)
-	if errors.Is(err, errNoSchema) {
-		return 0, len(migrations), nil
-	}
-	if err != nil {
+	if err = listError(ctx, err); err != nil {
 		return 0, 0, err
 	}
 	return current, len(migrations), nil

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/clock"
@@ -120,12 +118,6 @@ func scanRecord(row interface{ Scan(...any) error }) (record.Record, error) {
 	return rec, err
 }
 
-// isForeignKey reports whether err is a foreign key violation.
-func isForeignKey(err error) bool {
-	var e *sqlite.Error
-	return errors.As(err, &e) && e.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
-}
-
 // tenantName is how a tenant's name is stored: NULL for the default.
 func tenantName(tenant string) sql.NullString {
 	return sql.NullString{String: tenant, Valid: tenant != ""}
@@ -163,12 +155,9 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 	var ok bool
 	row, err := r.queryRow(ctx, &r.groupExists, group)
 	if err == nil {
-		err = interpretError(ctx, row.Scan(&ok))
+		err = row.Scan(&ok)
 	}
-	if errors.Is(err, errNoSchema) {
-		return false, nil
-	}
-	return ok, err
+	return ok, listError(ctx, err)
 }
 
 // resolveTenant finds or creates tenant in group and returns its id.
@@ -372,11 +361,9 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	var earliest sql.NullInt64
 	row, err := r.queryRow(ctx, &r.probe, p.Group)
 	if err == nil {
-		err = interpretError(ctx, row.Scan(&unleased, &earliest))
+		err = row.Scan(&unleased, &earliest)
 	}
-	switch {
-	case errors.Is(err, errNoSchema):
-		return record.Probe{}, nil
+	switch err = listError(ctx, err); {
 	case err != nil:
 		return record.Probe{}, err
 	case unleased || earliest.Valid && earliest.Int64 <= now:

@@ -18,8 +18,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
@@ -148,44 +146,6 @@ func (e *Engine) check(ctx context.Context) error {
 		return steaderr.ErrClosed
 	}
 	return ctx.Err()
-}
-
-// errNoSchema marks a statement that met a missing table: the database was
-// never migrated. Reads turn it into absent or empty answers.
-var errNoSchema = errors.New("schema not initialized: run stead migrate")
-
-// interpretError maps a database/sql or driver error to stead's sentinels,
-// keeping the original in the chain (errors.As reaches *sqlite.Error):
-// sql.ErrNoRows is steaderr.ErrNotFound, a missing table is
-// steaderr.ErrSchema (and errNoSchema), a closed database is
-// steaderr.ErrClosed, and a statement interrupted because ctx ended is ctx's
-// error.
-func interpretError(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	var sqliteErr *sqlite.Error
-	isSQLite := errors.As(err, &sqliteErr)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case isSQLite && sqliteErr.Code()&0xff == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
-		return fmt.Errorf("%w: %w", ctx.Err(), err)
-	case isSQLite && sqliteErr.Code()&0xff == sqlite3.SQLITE_ERROR && strings.Contains(sqliteErr.Error(), "no such table"):
-		return fmt.Errorf("%w: %w (%w)", steaderr.ErrSchema, errNoSchema, err)
-	case isClosed(err):
-		return fmt.Errorf("%w: %w", steaderr.ErrClosed, err)
-	}
-	return fmt.Errorf("sqlite: %w", err)
-}
-
-// isClosed reports whether err is database/sql's answer for a closed
-// database or statement; it has no exported sentinel.
-func isClosed(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "sql: database is closed") || strings.Contains(msg, "sql: statement is closed")
 }
 
 // stmt is a statement prepared on first use and kept for the engine's life.

@@ -274,6 +274,26 @@ func (c *cluster) stop() error {
 	return nil
 }
 
+// halt shuts the server down immediately (as a crash would), keeping its
+// data directory so that resume can start it again.
+func (c *cluster) halt() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.run(ctx, c.bins.pgCtl, "stop", "-D", c.dataDir, "-m", "immediate", "-w", "-s")
+}
+
+// resume starts a halted server again and waits until it accepts
+// connections.
+func (c *cluster) resume() error {
+	ctx, cancel := context.WithTimeout(context.Background(), clusterStartTimeout)
+	defer cancel()
+	if err := c.run(ctx, c.bins.pgCtl, "start", "-w", "-t", "60", "-s",
+		"-D", c.dataDir, "-l", filepath.Join(c.dir, "postgres.log")); err != nil {
+		return fmt.Errorf("%w; server log: %s", err, c.logTail())
+	}
+	return nil
+}
+
 // run runs a PostgreSQL program as the cluster's user, returning its output
 // in the error when it fails.
 func (c *cluster) run(ctx context.Context, name string, args ...string) error {

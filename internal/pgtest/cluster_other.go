@@ -17,3 +17,6 @@ func startCluster(context.Context) (*cluster, error) {
 }
 
 func (c *cluster) stop() error { return nil }
+
+func (c *cluster) halt() error   { return nil }
+func (c *cluster) resume() error { return nil }

@@ -1,0 +1,150 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/steadkit/stead/steaderr"
+)
+
+// This file is the engine's whole error policy: which driver errors become
+// which stead sentinels, and what a statement that met a database never
+// migrated means. The same policy, in the same shape, is in
+// engine/sqlite/errors.go.
+
+// The SQLSTATE codes the engine acts on, by their PostgreSQL names
+// (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+const (
+	sqlstateUndefinedTable      = "42P01"
+	sqlstateInvalidSchemaName   = "3F000"
+	sqlstateForeignKeyViolation = "23503"
+	sqlstateAdminShutdown       = "57P01" // pg_terminate_backend, or a fast or smart shutdown
+	sqlstateCrashShutdown       = "57P02"
+	sqlstateCannotConnectNow    = "57P03" // starting up, shutting down, recovering
+	sqlstateClassConnection     = "08"    // connection_exception and its subclasses
+)
+
+// errNoSchema marks the error of a statement that met a database never
+// migrated. Writes return it (it wraps steaderr.ErrSchema); reads turn it
+// into absent or empty answers with readError and listError.
+var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
+
+// driverError prefixes a driver error with the engine's name, once: every
+// error that reaches the driver leaves the engine as "postgres: …", after
+// the sentinel it maps to, with the driver's error still in the chain.
+type driverError struct{ err error }
+
+func (e *driverError) Error() string { return "postgres: " + e.err.Error() }
+func (e *driverError) Unwrap() error { return e.err }
+
+// decided are the sentinels the engine's own code returns; an error that
+// already wraps one is passed through unchanged.
+var decided = []error{
+	steaderr.ErrNotFound, steaderr.ErrConflict, steaderr.ErrClosed, steaderr.ErrSchema,
+	steaderr.ErrUnavailable, steaderr.ErrLeased, steaderr.ErrUnknownGroup,
+	steaderr.ErrWrongGroup, steaderr.ErrInvalidArgument, steaderr.ErrLost,
+}
+
+// interpretError maps a driver error to stead's sentinels, keeping the
+// driver's error in the chain:
+//
+//   - no row is steaderr.ErrNotFound;
+//   - a closed pool is steaderr.ErrClosed;
+//   - a missing table or schema is errNoSchema (steaderr.ErrSchema);
+//   - a refused, reset or dropped connection, a terminated backend or a
+//     server shutting down or starting up is steaderr.ErrUnavailable;
+//   - the caller's cancelled or expired context stays that context's error
+//     (never ErrUnavailable, though pgx interrupts the statement by
+//     breaking its connection).
+//
+// It is idempotent: an error already interpreted is returned unchanged.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *driverError
+	if errors.As(err, &de) {
+		return err
+	}
+	for _, s := range decided {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	de = &driverError{err}
+	var pgErr *pgconn.PgError
+	isPg := errors.As(err, &pgErr)
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return de
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, de)
+	case errors.Is(err, puddle.ErrClosedPool):
+		return fmt.Errorf("%w: %w", steaderr.ErrClosed, de)
+	case isPg && (pgErr.Code == sqlstateUndefinedTable || pgErr.Code == sqlstateInvalidSchemaName):
+		return fmt.Errorf("%w: %w", errNoSchema, de)
+	case isPg && isUnavailableCode(pgErr.Code), !isPg && isConnectionFailure(err):
+		return fmt.Errorf("%w: %w", steaderr.ErrUnavailable, de)
+	}
+	return de
+}
+
+// isUnavailableCode reports whether a server error says the server cannot
+// serve this connection now, rather than that the statement is wrong.
+func isUnavailableCode(code string) bool {
+	switch code {
+	case sqlstateAdminShutdown, sqlstateCrashShutdown, sqlstateCannotConnectNow:
+		return true
+	}
+	return strings.HasPrefix(code, sqlstateClassConnection)
+}
+
+// isConnectionFailure reports whether err, which carries no server error,
+// is a failure to reach the server or a connection lost mid-conversation.
+// A failed connect that the server answered (bad password, unknown
+// database) carries a server error and is not one.
+func isConnectionFailure(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE)
+}
+
+// isForeignKey reports whether err is a foreign-key violation.
+func isForeignKey(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateForeignKeyViolation
+}
+
+// readError interprets err from a point read: on a database never migrated
+// nothing is stored, so the answer is steaderr.ErrNotFound.
+func readError(err error) error {
+	err = interpretError(err)
+	if errors.Is(err, errNoSchema) {
+		return errAbsent
+	}
+	return err
+}
+
+// errAbsent is a point read's answer on a database never migrated.
+var errAbsent = fmt.Errorf("%w: schema not initialized", steaderr.ErrNotFound)
+
+// listError interprets err from a listing, count or probe: on a database
+// never migrated nothing is stored, so the answer is empty (nil error).
+func listError(err error) error {
+	err = interpretError(err)
+	if errors.Is(err, errNoSchema) {
+		return nil
+	}
+	return err
+}

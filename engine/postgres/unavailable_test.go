@@ -1,0 +1,189 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// wantUnavailable fails t unless err wraps steaderr.ErrUnavailable and
+// still carries a driver error (a server error or a network one).
+func wantUnavailable(t *testing.T, what string, err error) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	switch {
+	case !errors.Is(err, steaderr.ErrUnavailable):
+		t.Fatalf("%s = %v, want ErrUnavailable", what, err)
+	case !errors.As(err, &pgErr) && !errors.As(err, &netErr) && !errors.As(err, &connectErr) && err.Error() == steaderr.ErrUnavailable.Error():
+		t.Fatalf("%s = %v: the driver's error is not in the chain", what, err)
+	}
+}
+
+// A server nobody listens for refuses the connection: Open says so with
+// ErrUnavailable.
+func TestUnavailableConnectionRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg, err := postgres.ParseURL("postgres://postgres@" + addr + "/postgres?connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = postgres.Open(t.Context(), cfg)
+	wantUnavailable(t, "Open on a closed port", err)
+	var netErr net.Error
+	if !errors.As(err, &netErr) {
+		t.Errorf("Open on a closed port = %v: no net.Error in the chain", err)
+	}
+}
+
+// A wrong password or database is the caller's mistake, not
+// unavailability, though it too fails the connect.
+func TestConnectRefusedByServerIsNotUnavailable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	cfg, err := postgres.ParseURL(db.StoreURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Database = "no_such_database_" + db.Schema
+	pool, err := pgxpool.NewWithConfig(t.Context(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	_, err = postgres.Open(t.Context(), postgres.Config{Pool: pool, Schema: db.Schema})
+	if err == nil || errors.Is(err, steaderr.ErrUnavailable) {
+		t.Fatalf("Open on a missing database = %v, want an error that is not ErrUnavailable", err)
+	}
+}
+
+// A terminated backend (57P01) is unavailability; the pool recovers with
+// a fresh session.
+func TestUnavailableTerminatedBackend(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	app := "term_" + db.Schema
+	cfg, err := postgres.ParseURL(db.StoreURL() + "&application_name=" + app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 1
+	// No ping before reuse: the next statement meets the dead session.
+	pcfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e, err := postgres.Open(ctx, postgres.Config{Pool: pool, Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := blob.KeyOf([]byte("x"))
+	if err := e.Blobs().Put(ctx, key, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var killed int
+	// The second argument waits for the backend to be gone.
+	if err := db.Admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminated %d backends: %v", killed, err)
+	}
+	_, err = e.Blobs().Get(ctx, key)
+	wantUnavailable(t, "Get on a terminated backend", err)
+	if _, err := e.Blobs().Get(ctx, key); err != nil {
+		t.Fatalf("Get after the pool replaced the session: %v", err)
+	}
+}
+
+// With the server down every operation fails with ErrUnavailable, fast
+// and never hanging; once it is up again the same engine works without
+// reopening.
+func TestUnavailableStoppedServer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := pgtest.NewCluster(t)
+	cfg, err := postgres.ParseURL(c.URL + "&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	value := []byte("kept")
+	key := blob.KeyOf(value)
+	if err := e.Blobs().Put(ctx, key, value); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(t)
+
+	opCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	other := []byte("refused")
+	ops := []struct {
+		name string
+		op   func() error
+	}{
+		{"Get", func() error { _, err := e.Blobs().Get(opCtx, key); return err }},
+		{"Stat", func() error { _, err := e.Blobs().Stat(opCtx, key); return err }},
+		{"Put", func() error { return e.Blobs().Put(opCtx, blob.KeyOf(other), other) }},
+		{"List", func() error { return e.Blobs().List(opCtx, blob.Key{}, 0, func(blob.Info) bool { return true }) }},
+		{"Acquire", func() error {
+			_, err := e.Locks().Acquire(opCtx, lock.AcquireParams{Name: "l", Owner: "o", TTL: time.Second})
+			return err
+		}},
+		{"SchemaVersion", func() error { _, _, err := e.SchemaVersion(opCtx); return err }},
+	}
+	for _, o := range ops {
+		wantUnavailable(t, o.name+" with the server stopped", o.op())
+	}
+	_, err = postgres.Open(opCtx, cfg)
+	wantUnavailable(t, "Open with the server stopped", err)
+
+	c.Start(t)
+	poll.Until(t, "Get to work again", func() bool {
+		got, err := e.Blobs().Get(ctx, key)
+		return err == nil && string(got) == string(value)
+	})
+	for _, o := range ops {
+		if err := o.op(); err != nil {
+			t.Errorf("%s after restart: %v", o.name, err)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/steadkit/stead/steaderr"
+)
+
+// This file is the engine's whole error policy: which driver errors become
+// which stead sentinels, and what a statement that met a database never
+// migrated means. The same policy, in the same shape, is in
+// engine/postgres/errors.go.
+
+// errNoSchema marks the error of a statement that met a database never
+// migrated. Writes return it (it wraps steaderr.ErrSchema); reads turn it
+// into absent or empty answers with readError and listError.
+var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
+
+// errAbsent is a point read's answer on a database never migrated.
+var errAbsent = fmt.Errorf("%w: schema not initialized", steaderr.ErrNotFound)
+
+// driverError prefixes a driver error with the engine's name, once: every
+// error that reaches the driver leaves the engine as "sqlite: …", after
+// the sentinel it maps to, with the driver's error (*sqlite.Error) still in
+// the chain.
+type driverError struct{ err error }
+
+func (e *driverError) Error() string { return "sqlite: " + e.err.Error() }
+func (e *driverError) Unwrap() error { return e.err }
+
+// decided are the sentinels the engine's own code returns; an error that
+// already wraps one is passed through unchanged.
+var decided = []error{
+	steaderr.ErrNotFound, steaderr.ErrConflict, steaderr.ErrClosed, steaderr.ErrSchema,
+	steaderr.ErrUnavailable, steaderr.ErrLeased, steaderr.ErrUnknownGroup,
+	steaderr.ErrWrongGroup, steaderr.ErrInvalidArgument, steaderr.ErrLost,
+}
+
+// interpretError maps a database/sql or driver error to stead's sentinels,
+// keeping the driver's error in the chain:
+//
+//   - no row is steaderr.ErrNotFound;
+//   - a closed database or statement is steaderr.ErrClosed;
+//   - a missing table is errNoSchema (steaderr.ErrSchema);
+//   - the database still locked by another connection when the busy
+//     timeout ran out (SQLITE_BUSY) is steaderr.ErrUnavailable: retrying
+//     later may succeed;
+//   - a statement interrupted because ctx ended is ctx's error.
+//
+// Disk errors (SQLITE_IOERR, SQLITE_FULL, SQLITE_CORRUPT, SQLITE_CANTOPEN)
+// are deliberately not ErrUnavailable: they need an operator, not a retry
+// (docs/decisions/0015-unavailable.md). interpretError is idempotent.
+func interpretError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *driverError
+	if errors.As(err, &de) {
+		return err
+	}
+	for _, s := range decided {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	de = &driverError{err}
+	var sqliteErr *sqlite.Error
+	isSQLite := errors.As(err, &sqliteErr)
+	var primary int
+	if isSQLite {
+		primary = sqliteErr.Code() & 0xff
+	}
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return de
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, de)
+	case primary == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", ctx.Err(), de)
+	case primary == sqlite3.SQLITE_ERROR && strings.Contains(sqliteErr.Error(), "no such table"):
+		return fmt.Errorf("%w: %w", errNoSchema, de)
+	case primary == sqlite3.SQLITE_BUSY:
+		return fmt.Errorf("%w: %w", steaderr.ErrUnavailable, de)
+	case isClosed(err):
+		return fmt.Errorf("%w: %w", steaderr.ErrClosed, de)
+	}
+	return de
+}
+
+// isClosed reports whether err is database/sql's answer for a closed
+// database or statement; it has no exported sentinel.
+func isClosed(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "sql: database is closed") || strings.Contains(msg, "sql: statement is closed")
+}
+
+// isForeignKey reports whether err is a foreign-key violation.
+func isForeignKey(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// readError interprets err from a point read: on a database never migrated
+// nothing is stored, so the answer is steaderr.ErrNotFound.
+func readError(ctx context.Context, err error) error {
+	err = interpretError(ctx, err)
+	if errors.Is(err, errNoSchema) {
+		return errAbsent
+	}
+	return err
+}
+
+// listError interprets err from a listing, count or probe: on a database
+// never migrated nothing is stored, so the answer is empty (nil error).
+func listError(ctx context.Context, err error) error {
+	err = interpretError(ctx, err)
+	if errors.Is(err, errNoSchema) {
+		return nil
+	}
+	return err
+}
