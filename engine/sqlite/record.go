@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/tenantid"

@@ -18,7 +18,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/lock"
