@@ -14,7 +14,8 @@ import (
 )
 
 // TestConformance runs the suite in pgx's default (prepared statement
-// cache) mode and in the PgBouncer-safe exec mode.
+// cache) mode and in the PgBouncer-safe exec mode, and as a least-privilege
+// role that owns its schema and nothing else.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct{ name, params string }{
@@ -26,6 +27,12 @@ func TestConformance(t *testing.T) {
 			enginetest.Run(t, harness(pgtest.NewDatabase(t), mode.params))
 		})
 	}
+	t.Run("owner", func(t *testing.T) {
+		t.Parallel()
+		enginetest.Run(t, enginetest.Harness{
+			New: func(t *testing.T) engine.Engine { return open(t, pgtest.NewOwned(t), "") },
+		})
+	})
 }
 
 // harness makes engines in fresh schemas; namespaces, whose hostile names

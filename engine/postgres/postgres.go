@@ -180,6 +180,7 @@ type Engine struct {
 	blobs    blobs
 	locks    locks
 	records  records
+	msql     migrateSQL
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
@@ -227,6 +228,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
+	e.msql = e.renderMigrateSQL()
 	e.blobs.init(e)
 	e.locks.init(e)
 	e.records.init(e)

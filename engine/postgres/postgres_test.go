@@ -13,10 +13,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -440,5 +442,46 @@ func TestGroupCommitCancellation(t *testing.T) {
 	t.Logf("%d stored, %d cancelled", ok, cancelled)
 	if ok == 0 {
 		t.Fatal("no put succeeded")
+	}
+}
+
+// A role that owns its schema and holds no database-level CREATE opens a
+// store (which migrates) and uses every capability.
+func TestLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewOwned(t)
+	var canCreate bool
+	if err := db.Admin.QueryRow(ctx, "SELECT has_database_privilege($1, current_database(), 'CREATE')", db.Schema).Scan(&canCreate); err != nil || canCreate {
+		t.Fatalf("the role may create schemas (%v, %v): the test proves nothing", canCreate, err)
+	}
+	for range 2 { // the second Open finds the schema migrated
+		st, err := stead.Open(ctx, db.StoreURL())
+		if err != nil {
+			t.Fatalf("Open as the schema's owner: %v", err)
+		}
+		key, err := st.Blobs.Put(ctx, strings.NewReader("v"))
+		if err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+		if ok, err := st.Blobs.Has(ctx, key); !ok || err != nil {
+			t.Fatalf("Has = %v, %v", ok, err)
+		}
+		l, ok, err := st.Locks.TryLock(ctx, "l", "o", time.Minute)
+		if !ok || err != nil {
+			t.Fatalf("TryLock = %v, %v", ok, err)
+		}
+		if ok, err := l.Release(ctx); !ok || err != nil {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		if err := st.Records.RegisterGroup(ctx, "g"); err != nil {
+			t.Fatalf("RegisterGroup: %v", err)
+		}
+		if _, err := st.Records.Save(ctx, record.Record{ID: "r", Group: "g", Status: record.Active}); err != nil && !errors.Is(err, steaderr.ErrConflict) {
+			t.Fatalf("Save: %v", err)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

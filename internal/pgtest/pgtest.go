@@ -96,7 +96,7 @@ func New(t testing.TB) *DB {
 	d.Admin = newAdmin(t, d.URL)
 	t.Cleanup(func() {
 		closeAdmin(t, d.Admin)
-		drop(t, d.URL, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.Schema}.Sanitize()+" CASCADE")
+		drop(t, serverURL, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.Schema}.Sanitize()+" CASCADE")
 	})
 	return d
 }
@@ -355,4 +355,33 @@ func unescape(s string) string {
 		i += 2
 	}
 	return b.String()
+}
+
+// NewOwned is New for a least-privilege deployment: the schema is created
+// up front, owned by a fresh login role that holds no other privilege (no
+// CREATE on the database, no superuser), and URL logs in as that role.
+// Admin stays a superuser. The role and the schema are dropped when t
+// ends.
+func NewOwned(t testing.TB) *DB {
+	t.Helper()
+	d := New(t)
+	role := pgx.Identifier{d.Schema}.Sanitize() // unique, like the schema
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE",
+		"CREATE SCHEMA " + role + " AUTHORIZATION " + role,
+	} {
+		if _, err := d.Admin.Exec(ctx, stmt); err != nil {
+			t.Fatalf("pgtest: %s: %v", stmt, err)
+		}
+	}
+	superuser := d.URL
+	t.Cleanup(func() {
+		// Before New's cleanup: the role can go only once its schema has.
+		drop(t, superuser, "DROP SCHEMA IF EXISTS "+role+" CASCADE")
+		drop(t, superuser, "DROP ROLE IF EXISTS "+role)
+	})
+	d.URL = setQueryParam(d.URL, "user", d.Schema)
+	return d
 }
