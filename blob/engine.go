@@ -20,9 +20,11 @@ type Engine interface {
 	Stat(ctx context.Context, key Key) (Info, error)
 	// List calls yield for each stored blob whose key is greater than after
 	// (the zero Key: every blob), in ascending key order, at most limit
-	// times (limit <= 0: no limit), all from one consistent snapshot. It
-	// stops when yield returns false. Memory use must not grow with the
-	// number of blobs listed.
+	// times, all from one consistent snapshot. limit is at least 1: longer
+	// listings are walked a page at a time by Store.All, and an engine may
+	// refuse a limit below 1 with steaderr.ErrInvalidArgument. It stops when
+	// yield returns false. yield may run while the engine holds a connection
+	// or a snapshot; it must not call back into the engine.
 	List(ctx context.Context, after Key, limit int, yield func(Info) bool) error
 	// Delete removes key, or returns an error wrapping steaderr.ErrNotFound.
 	Delete(ctx context.Context, key Key) error

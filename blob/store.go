@@ -21,6 +21,8 @@ const (
 	InlineLimit = 256 << 10
 	// DefaultMaxSize is the default for Options.MaxSize: 4 GiB.
 	DefaultMaxSize = 4 << 30
+	// DefaultPageSize is the default for Options.PageSize.
+	DefaultPageSize = 1000
 )
 
 // errLargeUnsupported is returned for values above InlineLimit until the
@@ -36,23 +38,30 @@ type Options struct {
 	// ErrDigestMismatch when the stored bytes no longer match their key.
 	// Defaults to false.
 	VerifyReads bool
+	// PageSize is how many blobs All reads from the engine at a time (one
+	// statement each). Defaults to DefaultPageSize.
+	PageSize int
 }
 
 // Store is the blob capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng     Engine
-	maxSize int64
-	verify  bool
+	eng      Engine
+	maxSize  int64
+	verify   bool
+	pageSize int
 }
 
-// NewStore returns a Store over eng. A non-positive MaxSize means the
-// default.
+// NewStore returns a Store over eng. A non-positive MaxSize or PageSize
+// means the default.
 func NewStore(eng Engine, opts Options) *Store {
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
 	}
-	return &Store{eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads}
+	if opts.PageSize <= 0 {
+		opts.PageSize = DefaultPageSize
+	}
+	return &Store{eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads, pageSize: opts.PageSize}
 }
 
 // Put stores the content of r and returns its key. Storing content that is
@@ -210,25 +219,42 @@ func (s *Store) List(ctx context.Context, after Key, limit int) ([]Info, error) 
 	return page, nil
 }
 
-// All yields every blob with a key greater than after, in key order, from
-// one consistent snapshot, streaming: memory does not grow with the number
-// of blobs. An error is yielded once, last.
+// All yields every blob with a key greater than after, in strictly
+// ascending key order, streaming. It walks the keys a page at a time (see
+// Options.PageSize), asking for the next page after the last key yielded,
+// and holds nothing of the engine's (no connection, no transaction, no
+// lock) while the loop body runs, so the body may use the store freely and
+// a slow loop blocks nobody.
+//
+// The walk is not one snapshot: every blob stored for the whole walk is
+// yielded exactly once; a blob put or deleted during the walk may or may not
+// be; no key is yielded twice. An error is yielded once, last.
 func (s *Store) All(ctx context.Context, after Key) iter.Seq2[Info, error] {
 	return func(yield func(Info, error) bool) {
-		if err := ctx.Err(); err != nil {
-			yield(Info{}, fmt.Errorf("blob list: %w", err))
-			return
-		}
-		stopped := false
-		err := s.eng.List(ctx, after, 0, func(info Info) bool {
-			if !yield(info, nil) {
-				stopped = true
-				return false
+		page := make([]Info, 0, s.pageSize)
+		for {
+			if err := ctx.Err(); err != nil {
+				yield(Info{}, fmt.Errorf("blob list: %w", err))
+				return
 			}
-			return true
-		})
-		if err != nil && !stopped {
-			yield(Info{}, fmt.Errorf("blob list: %w", err))
+			page = page[:0]
+			err := s.eng.List(ctx, after, s.pageSize, func(info Info) bool {
+				page = append(page, info)
+				return true
+			})
+			if err != nil {
+				yield(Info{}, fmt.Errorf("blob list: %w", err))
+				return
+			}
+			for _, info := range page {
+				if !yield(info, nil) {
+					return
+				}
+			}
+			if len(page) < s.pageSize {
+				return
+			}
+			after = page[len(page)-1].Key
 		}
 	}
 }

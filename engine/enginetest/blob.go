@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -459,7 +460,7 @@ func blobCancel(t *testing.T, h Harness) {
 			{"EngineGet", func(ctx context.Context) error { _, err := b.blobs.Get(ctx, key); return err }},
 			{"EngineStat", func(ctx context.Context) error { _, err := b.blobs.Stat(ctx, key); return err }},
 			{"EngineList", func(ctx context.Context) error {
-				return b.blobs.List(ctx, blob.Key{}, 0, func(blob.Info) bool { return true })
+				return b.blobs.List(ctx, blob.Key{}, 10, func(blob.Info) bool { return true })
 			}},
 			{"EngineDelete", func(ctx context.Context) error { return b.blobs.Delete(ctx, key) }},
 		} {
@@ -691,38 +692,66 @@ func blobAll(t *testing.T, h Harness) {
 		}
 		wantKeys(t, "List after breaking out of All", mustList(t, b.store, blob.Key{}, 100), keys)
 	})
-	// The loop body may call back into the store, and what it writes does
-	// not change the listing already under way: All is one snapshot.
-	t.Run("WritesDuringIteration", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, h)
-		keys := sortedKeys(mustPutN(t, b.store, "all snapshot", n))
-		var got []blob.Info
-		var added []blob.Key
-		for info, err := range b.store.All(t.Context(), blob.Key{}) {
-			if err != nil {
-				t.Fatalf("All: %v", err)
-			}
-			got = append(got, info)
-			if info.Key != keys[n-1] { // deleted below, though still listed
-				mustGet(t, b.store, info.Key)
-			}
-			if len(got) == 1 {
-				for i := range 5 {
-					added = append(added, mustPut(t, b.store, testValue(fmt.Sprint("added while listing", i), 10+i)))
+	// All walks in pages and holds nothing while the loop body runs, so the
+	// body may use the store. Every blob stored for the whole walk is
+	// yielded exactly once, in order; blobs put or deleted meanwhile may or
+	// may not be.
+	for _, pageSize := range []int{1, 3, n, blob.DefaultPageSize} {
+		t.Run(fmt.Sprintf("WritesDuringIteration/page%d", pageSize), func(t *testing.T) {
+			t.Parallel()
+			b := setupWith(t, h, blob.Options{PageSize: pageSize})
+			keys := sortedKeys(mustPutN(t, b.store, "all walk", n))
+			deleted := map[blob.Key]bool{keys[n-1]: true, keys[n/2]: true}
+			var got []blob.Info
+			added := map[blob.Key]bool{}
+			for info, err := range b.store.All(t.Context(), blob.Key{}) {
+				if err != nil {
+					t.Fatalf("All: %v", err)
 				}
-				if err := b.store.Delete(t.Context(), keys[n-1]); err != nil {
-					t.Fatalf("Delete while listing: %v", err)
+				got = append(got, info)
+				if !deleted[info.Key] {
+					mustGet(t, b.store, info.Key)
+				}
+				if len(got) == 1 {
+					for i := range 5 {
+						added[mustPut(t, b.store, testValue(fmt.Sprint("added while walking", i), 10+i))] = true
+					}
+					for key := range deleted {
+						if err := b.store.Delete(t.Context(), key); err != nil {
+							t.Fatalf("Delete while walking: %v", err)
+						}
+					}
 				}
 			}
-		}
-		wantKeys(t, "All with puts and a delete in its loop body", got, keys)
-		wantKeys(t, "List after", mustList(t, b.store, blob.Key{}, 100), sortedKeys(append(keys[:n-1:n-1], added...)))
-	})
+			wantAscending(t, "All with puts and deletes in its loop body", got)
+			yielded := map[blob.Key]bool{}
+			for _, info := range got {
+				if !slices.Contains(keys, info.Key) && !added[info.Key] {
+					t.Fatalf("All yielded %s, which was never stored", info.Key)
+				}
+				yielded[info.Key] = true
+			}
+			for _, key := range keys {
+				if !deleted[key] && !yielded[key] {
+					t.Fatalf("All skipped %s, stored for the whole walk", key)
+				}
+			}
+			var left []blob.Key
+			for _, key := range keys {
+				if !deleted[key] {
+					left = append(left, key)
+				}
+			}
+			for key := range added {
+				left = append(left, key)
+			}
+			wantKeys(t, "List after", mustList(t, b.store, blob.Key{}, 100), sortedKeys(left))
+		})
+	}
 }
 
-// blobSeamList covers the engine's List directly: its limit means "no
-// limit" when <= 0 and it stops when yield returns false.
+// blobSeamList covers the engine's List directly: it yields at most limit
+// blobs, refuses a limit below 1, and stops when yield returns false.
 func blobSeamList(t *testing.T, h Harness) {
 	const n = 10
 	b := setup(t, h)
@@ -743,14 +772,21 @@ func blobSeamList(t *testing.T, h Harness) {
 		}
 		return got
 	}
-	wantKeys(t, "engine List(limit 0)", list(blob.Key{}, 0, 0), keys)
-	wantKeys(t, "engine List(limit -1)", list(blob.Key{}, -1, 0), keys)
+	for _, limit := range []int{0, -1} {
+		err := b.blobs.List(t.Context(), blob.Key{}, limit, func(info blob.Info) bool {
+			t.Errorf("engine List(limit %d) yielded %s", limit, info.Key)
+			return true
+		})
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("engine List(limit %d)", limit))
+	}
+	wantKeys(t, "engine List(limit n)", list(blob.Key{}, n, 0), keys)
+	wantKeys(t, "engine List(limit n+1)", list(blob.Key{}, n+1, 0), keys)
 	wantKeys(t, "engine List(limit 3)", list(blob.Key{}, 3, 0), keys[:3])
 	wantKeys(t, "engine List(after key 2, limit 4)", list(keys[2], 4, 0), keys[3:7])
-	wantKeys(t, "engine List(after key 5)", list(keys[5], 0, 0), keys[6:])
-	wantKeys(t, "engine List(yield false at 2)", list(blob.Key{}, 0, 2), keys[:2])
+	wantKeys(t, "engine List(after key 5)", list(keys[5], n, 0), keys[6:])
+	wantKeys(t, "engine List(yield false at 2)", list(blob.Key{}, n, 2), keys[:2])
 	wantKeys(t, "engine List(limit 5, yield false at 1)", list(blob.Key{}, 5, 1), keys[:1])
-	for _, info := range list(blob.Key{}, 0, 0) {
+	for _, info := range list(blob.Key{}, n, 0) {
 		if want := blob.KeyOf(testValue(fmt.Sprint("seam list", info.Size), int(info.Size))); info.Key != want {
 			t.Fatalf("engine List: %s has size %d, which is not its value's size", info.Key, info.Size)
 		}

@@ -75,7 +75,7 @@ func lifecycleClosed(t *testing.T, h Harness) {
 		{"EngineStat", func(ctx context.Context) error { _, err := b.eng.Blobs().Stat(ctx, key); return err }},
 		{"EngineList", func(ctx context.Context) error {
 			var yielded []blob.Info
-			err := b.eng.Blobs().List(ctx, blob.Key{}, 0, func(info blob.Info) bool {
+			err := b.eng.Blobs().List(ctx, blob.Key{}, 10, func(info blob.Info) bool {
 				yielded = append(yielded, info)
 				return true
 			})
@@ -290,7 +290,7 @@ func lifecycleVirgin(t *testing.T, h Harness) {
 		wantErr(t, err, steaderr.ErrNotFound, "engine Get on a virgin database")
 		_, err = b.blobs.Stat(ctx, key)
 		wantErr(t, err, steaderr.ErrNotFound, "engine Stat on a virgin database")
-		err = b.blobs.List(ctx, blob.Key{}, 0, func(info blob.Info) bool {
+		err = b.blobs.List(ctx, blob.Key{}, 10, func(info blob.Info) bool {
 			t.Errorf("engine List on a virgin database yielded %s", info.Key)
 			return true
 		})

@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -66,6 +67,9 @@ func (b *blobs) lookup(ctx context.Context, key blob.Key) ([]byte, error) {
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
 	// The snapshot is taken under the lock; yield runs without it, so it
 	// may call back into the engine.
+	if limit < 1 {
+		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, limit)
+	}
 	b.mu.RLock()
 	if err := b.e.check(ctx); err != nil {
 		b.mu.RUnlock()
@@ -76,7 +80,7 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 		start++
 	}
 	keys := b.keys[start:]
-	if limit > 0 && len(keys) > limit {
+	if len(keys) > limit {
 		keys = keys[:limit]
 	}
 	snapshot := make([]blob.Info, len(keys))

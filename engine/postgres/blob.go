@@ -19,15 +19,13 @@ const (
 	// maxBatchPuts and maxBatchBytes bound one group commit.
 	maxBatchPuts  = 64
 	maxBatchBytes = 4 << 20
-	// listFetch is how many rows a streaming list fetches per round trip.
-	listFetch = 1000
 )
 
 type blobs struct {
 	e      *Engine
 	commit *groupcommit.Committer
 	sql    struct {
-		put, putMany, get, stat, page, declare, del string
+		put, putMany, get, stat, page, del string
 	}
 }
 
@@ -40,7 +38,6 @@ func (b *blobs) init(e *Engine) {
 	b.sql.get = "SELECT value FROM " + t + " WHERE key = $1"
 	b.sql.stat = "SELECT size FROM " + t + " WHERE key = $1"
 	b.sql.page = "SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key LIMIT $2"
-	b.sql.declare = "DECLARE stead_list NO SCROLL CURSOR FOR SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key"
 	b.sql.del = "DELETE FROM " + t + " WHERE key = $1"
 }
 
@@ -89,67 +86,41 @@ func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 	return info, nil
 }
 
-// List reads a bounded page with one statement. An unbounded listing uses a
-// cursor in a read-only transaction instead: one snapshot, fetched
-// listFetch rows at a time, so memory stays bounded and stopping early ends
-// the transaction rather than draining every remaining row.
+// List reads one page with one statement.
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	var err error
-	if limit > 0 {
-		var rows pgx.Rows
-		rows, err = b.e.pool.Query(ctx, b.sql.page, after.String(), limit)
-		if err == nil {
-			_, err = yieldRows(rows, yield)
-		}
-	} else {
-		err = b.e.inTx(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET TRANSACTION READ ONLY"); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, b.sql.declare, after.String()); err != nil {
-				return err
-			}
-			fetch := fmt.Sprintf("FETCH %d FROM stead_list", listFetch)
-			for {
-				rows, err := tx.Query(ctx, fetch)
-				if err != nil {
-					return err
-				}
-				n, err := yieldRows(rows, yield)
-				if err != nil || n < listFetch {
-					return err
-				}
-			}
-		})
+	if limit < 1 {
+		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, limit)
+	}
+	rows, err := b.e.pool.Query(ctx, b.sql.page, after.String(), limit)
+	if err == nil {
+		err = yieldRows(rows, yield)
 	}
 	return listError(err)
 }
 
-// yieldRows hands (key, size) rows to yield and reports how many it read.
-// When yield stops, the rest of this result is discarded.
-func yieldRows(rows pgx.Rows, yield func(blob.Info) bool) (int, error) {
+// yieldRows hands (key, size) rows to yield. When yield stops, the rest of
+// this result is discarded.
+func yieldRows(rows pgx.Rows, yield func(blob.Info) bool) error {
 	defer rows.Close()
-	n := 0
 	var text string
 	var info blob.Info
 	for rows.Next() {
-		n++
 		if err := rows.Scan(&text, &info.Size); err != nil {
-			return n, err
+			return err
 		}
 		key, err := blob.ParseKey(text)
 		if err != nil {
-			return n, fmt.Errorf("stored key: %w", err)
+			return fmt.Errorf("stored key: %w", err)
 		}
 		info.Key = key
 		if !yield(info) {
-			return -1, nil
+			return nil
 		}
 	}
-	return n, rows.Err()
+	return rows.Err()
 }
 
 func (b *blobs) Delete(ctx context.Context, key blob.Key) error {

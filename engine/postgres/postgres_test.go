@@ -485,3 +485,38 @@ func TestLeastPrivilegeRole(t *testing.T) {
 		}
 	}
 }
+
+// With a pool of one connection the body of an All loop can still use the
+// store: All holds no connection while the body runs. Before the keyset
+// walk, the Get below waited forever for the connection All held.
+func TestAllWithPoolOfOne(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "&pool_max_conns=1")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, pageSize := range []int{4, blob.DefaultPageSize} {
+		s := blob.NewStore(e.Blobs(), blob.Options{PageSize: pageSize})
+		for i := range 10 {
+			if _, err := s.Put(ctx, strings.NewReader(fmt.Sprint("pool of one ", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := 0
+		for info, err := range s.All(ctx, blob.Key{}) {
+			if err != nil {
+				t.Fatalf("All (page %d): %v", pageSize, err)
+			}
+			if _, err := s.Stat(ctx, info.Key); err != nil {
+				t.Fatalf("Stat inside All (page %d): %v", pageSize, err)
+			}
+			if _, err := s.Put(ctx, strings.NewReader(fmt.Sprint("put inside All ", pageSize, n))); err != nil {
+				t.Fatalf("Put inside All (page %d): %v", pageSize, err)
+			}
+			n++
+		}
+		if n < 10 {
+			t.Fatalf("All (page %d) yielded %d blobs, want at least 10", pageSize, n)
+		}
+	}
+}

@@ -163,7 +163,7 @@ func TestUnavailableStoppedServer(t *testing.T) {
 		{"Get", func() error { _, err := e.Blobs().Get(opCtx, key); return err }},
 		{"Stat", func() error { _, err := e.Blobs().Stat(opCtx, key); return err }},
 		{"Put", func() error { return e.Blobs().Put(opCtx, blob.KeyOf(other), other) }},
-		{"List", func() error { return e.Blobs().List(opCtx, blob.Key{}, 0, func(blob.Info) bool { return true }) }},
+		{"List", func() error { return e.Blobs().List(opCtx, blob.Key{}, 100, func(blob.Info) bool { return true }) }},
 		{"Acquire", func() error {
 			_, err := e.Locks().Acquire(opCtx, lock.AcquireParams{Name: "l", Owner: "o", TTL: time.Second})
 			return err

@@ -29,8 +29,7 @@ func (b *blobs) init(e *Engine) {
 	b.del = stmt{db: e.writer, query: "DELETE FROM blobs WHERE key = ?"}
 	b.get = stmt{db: e.reader, query: "SELECT value FROM blobs WHERE key = ?"}
 	b.stat = stmt{db: e.reader, query: "SELECT size FROM blobs WHERE key = ?"}
-	// Every key sorts after '' and LIMIT -1 is no limit, so one statement
-	// serves every cursor and limit.
+	// Every key sorts after '', so one statement serves every cursor.
 	b.listAfter = stmt{db: e.reader, query: "SELECT key, size FROM blobs WHERE key > ? ORDER BY key LIMIT ?"}
 }
 
@@ -129,8 +128,8 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	if err != nil {
 		return listError(ctx, err)
 	}
-	if limit <= 0 {
-		limit = -1
+	if limit < 1 {
+		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, limit)
 	}
 	// One statement is one read transaction: every row comes from the
 	// snapshot taken at its first step.

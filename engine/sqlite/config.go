@@ -35,8 +35,7 @@ type Config struct {
 	// before failing. Defaults to DefaultBusyTimeout (5s).
 	BusyTimeout time.Duration
 	// ReadConns is the size of the reader pool: at most this many reads run
-	// at once. A List holds one reader until it returns, so reads made from
-	// inside its yield need another. Defaults to DefaultReadConns (4).
+	// at once. Defaults to DefaultReadConns (4).
 	ReadConns int
 }
 
