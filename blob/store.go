@@ -228,7 +228,8 @@ func (s *Store) List(ctx context.Context, after Key, limit int) ([]Info, error) 
 //
 // The walk is not one snapshot: every blob stored for the whole walk is
 // yielded exactly once; a blob put or deleted during the walk may or may not
-// be; no key is yielded twice. An error is yielded once, last.
+// be; no key is yielded twice. Once ctx ends, the walk stops with its
+// error. An error is yielded once, last.
 func (s *Store) All(ctx context.Context, after Key) iter.Seq2[Info, error] {
 	return func(yield func(Info, error) bool) {
 		page := make([]Info, 0, s.pageSize)
@@ -247,6 +248,10 @@ func (s *Store) All(ctx context.Context, after Key) iter.Seq2[Info, error] {
 				return
 			}
 			for _, info := range page {
+				if err := ctx.Err(); err != nil {
+					yield(Info{}, fmt.Errorf("blob list: %w", err))
+					return
+				}
 				if !yield(info, nil) {
 					return
 				}

@@ -18,7 +18,9 @@ import (
 
 // This file is the engine's whole error policy: which driver errors become
 // which stead sentinels, and what a statement that met a database never
-// migrated means. The same policy, in the same shape, is in
+// migrated means. The prefix rule: every error the engine returns names
+// the engine once — a driver error through driverError, an error of the
+// engine's own making with "postgres: " where it is made. The same policy, in the same shape, is in
 // engine/sqlite/errors.go.
 
 // The SQLSTATE codes the engine acts on, by their PostgreSQL names

@@ -11,6 +11,54 @@ import (
 	"github.com/steadkit/stead/lock"
 )
 
+// The lock statements. $1 is the lock's name, $2 its owner; $3 (acquire)
+// or $4 (renew) is the caller's clock, NULL for the database's now().
+const (
+	// sqlLockAcquire: $4 the TTL, $5 whether a refused caller will wait.
+	//
+	// Under READ COMMITTED, ON CONFLICT locks the row and judges the WHERE
+	// and SET against its latest committed version, while a plain read in
+	// the same statement sees the statement's older snapshot. So only the
+	// row the upsert returns decides: a free row becomes a new grant with
+	// the next token; a live grant to the same owner is "updated" to itself;
+	// a waiter's attempt on a live grant leaves the grant alone but marks
+	// the row wanted until the holder's expiry, so that a release before
+	// then notifies. A non-waiting attempt on a live grant writes nothing,
+	// and the second branch, a snapshot read, gives the holder as a hint.
+	sqlLockAcquire = `WITH g AS (
+	INSERT INTO {schema}.locks AS l (name, owner, token, expiry)
+	VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval)
+	ON CONFLICT (name) DO UPDATE SET
+		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+			THEN excluded.owner ELSE l.owner END,
+		token        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+			THEN l.token + 1 ELSE l.token END,
+		expiry       = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+			THEN excluded.expiry ELSE l.expiry END,
+		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner
+			THEN l.wanted_until ELSE greatest(l.wanted_until, l.expiry) END
+	WHERE (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner OR $5::boolean
+	RETURNING l.owner = $2, l.owner, l.token, l.expiry)
+SELECT *, coalesce($3::timestamptz, now()) FROM g
+UNION ALL
+SELECT false, owner, token, expiry, coalesce($3::timestamptz, now()) FROM {schema}.locks
+WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`
+
+	// sqlLockRenew: $3 the token, $5 the TTL. An UPDATE re-checks its WHERE
+	// against the latest version of the row it locks, so a renewal never
+	// touches a newer grant.
+	sqlLockRenew = `UPDATE {schema}.locks SET expiry = coalesce($4::timestamptz, now()) + $5::interval
+WHERE name = $1 AND owner = $2 AND token = $3
+RETURNING expiry`
+
+	// sqlLockRelease: $3 the token, $4 the NOTIFY channel. pg_notify runs
+	// only for a row released while a waiter may be waiting, and its
+	// notification is delivered only if the release commits.
+	sqlLockRelease = `UPDATE {schema}.locks SET owner = NULL, expiry = NULL
+WHERE name = $1 AND owner = $2 AND token = $3
+RETURNING CASE WHEN wanted_until > now() THEN pg_notify($4, name) END`
+)
+
 // locks is the engine's lock.Engine. Each call is one statement, one round
 // trip. Times come from the database (now()) unless the caller passes Now.
 type locks struct {
@@ -24,45 +72,9 @@ type locks struct {
 func (l *locks) init(e *Engine) {
 	l.e = e
 	l.channel = fmt.Sprintf("stead_locks_%016x", uint64(e.lockKey("locks")))
-	t := e.ident + ".locks"
-	now := nowSQL(3)
-	free := "(l.owner IS NULL OR l.expiry <= " + now + ")"
-	// $1 name, $2 owner, $3 now (NULL: the database's), $4 ttl,
-	// $5 whether a refused caller will wait.
-	//
-	// Under READ COMMITTED, ON CONFLICT locks the row and judges the WHERE
-	// and SET against its latest committed version, while a plain read in
-	// the same statement sees the statement's older snapshot. So only the
-	// row the upsert returns decides: a free row becomes a new grant with
-	// the next token; a live grant to the same owner is "updated" to itself;
-	// a waiter's attempt on a live grant leaves the grant alone but marks
-	// the row wanted until the holder's expiry, so that a release before
-	// then notifies. A non-waiting attempt on a live grant writes nothing,
-	// and the second branch, a snapshot read, gives the holder as a hint.
-	l.sql.acquire = `WITH g AS (
-		INSERT INTO ` + t + ` AS l (name, owner, token, expiry)
-		VALUES ($1, $2, 1, ` + now + ` + $4::interval)
-		ON CONFLICT (name) DO UPDATE SET
-			owner        = CASE WHEN ` + free + ` THEN excluded.owner ELSE l.owner END,
-			token        = CASE WHEN ` + free + ` THEN l.token + 1 ELSE l.token END,
-			expiry       = CASE WHEN ` + free + ` THEN excluded.expiry ELSE l.expiry END,
-			wanted_until = CASE WHEN ` + free + ` OR l.owner = excluded.owner THEN l.wanted_until
-				ELSE greatest(l.wanted_until, l.expiry) END
-		WHERE ` + free + ` OR l.owner = excluded.owner OR $5::boolean
-		RETURNING l.owner = $2, l.owner, l.token, l.expiry)
-	SELECT *, ` + now + ` FROM g
-	UNION ALL
-	SELECT false, owner, token, expiry, ` + now + ` FROM ` + t + `
-	WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`
-	// An UPDATE re-checks its WHERE against the latest version of the row
-	// it locks, so a renewal or release never touches a newer grant.
-	l.sql.renew = `UPDATE ` + t + ` SET expiry = ` + nowSQL(4) + ` + $5::interval
-		WHERE name = $1 AND owner = $2 AND token = $3 RETURNING expiry`
-	// pg_notify runs only for a row released while a waiter may be waiting,
-	// and its notification is delivered only if the release commits.
-	l.sql.release = `UPDATE ` + t + ` SET owner = NULL, expiry = NULL
-		WHERE name = $1 AND owner = $2 AND token = $3
-		RETURNING CASE WHEN wanted_until > now() THEN pg_notify($4, name) END`
+	l.sql.acquire = e.render(sqlLockAcquire)
+	l.sql.renew = e.render(sqlLockRenew)
+	l.sql.release = e.render(sqlLockRelease)
 }
 
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {

@@ -220,13 +220,13 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, err
 		}
 		if e.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return nil, interpretError(err)
 		}
 		e.ownsPool = true
 	}
 	if err := e.pool.Ping(ctx); err != nil {
 		e.Close()
-		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
+		return nil, fmt.Errorf("connect: %w", interpretError(err))
 	}
 	e.msql = e.renderMigrateSQL()
 	e.blobs.init(e)

@@ -306,9 +306,10 @@ func TestSynchronousCommitPerSession(t *testing.T) {
 	wg.Wait()
 }
 
-// TestCancelMidTransaction cancels a streaming list inside its transaction
-// and checks the connection came back clean: no session idle in a
-// transaction, no locks held, and the one-connection pool still works.
+// TestCancelMidTransaction cancels a walk of All from its loop body and
+// checks the walk stops with the context's error and the connection came
+// back clean: no session idle in a transaction, no locks held, and the
+// one-connection pool still works.
 func TestCancelMidTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -329,7 +330,7 @@ func TestCancelMidTransaction(t *testing.T) {
 			iterErr = err
 			break
 		}
-		cancel() // mid-transaction: the cursor is open
+		cancel() // mid-walk
 	}
 	if iterErr == nil || !errors.Is(iterErr, context.Canceled) {
 		t.Fatalf("All after cancel: %v, want context.Canceled", iterErr)

@@ -15,7 +15,9 @@ import (
 
 // This file is the engine's whole error policy: which driver errors become
 // which stead sentinels, and what a statement that met a database never
-// migrated means. The same policy, in the same shape, is in
+// migrated means. The prefix rule: every error the engine returns names
+// the engine once — a driver error through driverError, an error of the
+// engine's own making with "sqlite: " where it is made. The same policy, in the same shape, is in
 // engine/postgres/errors.go.
 
 // errNoSchema marks the error of a statement that met a database never

@@ -75,7 +75,7 @@ func (e *Engine) migrateOne(ctx context.Context) (done bool, err error) {
 	if current < len(migrations) {
 		m := migrations[current]
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			return false, fmt.Errorf("sqlite: migration %04d_%s: %w", m.Version, m.Name, interpretError(ctx, err))
+			return false, fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, interpretError(ctx, err))
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_version (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
 			return false, interpretError(ctx, err)

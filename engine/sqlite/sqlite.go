@@ -87,7 +87,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	// before any reader opens it, and fails fast on a file that is no
 	// database.
 	if err := e.writer.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, interpretError(ctx, err)), e.close())
+		return nil, errors.Join(fmt.Errorf("open %s: %w", path, interpretError(ctx, err)), e.close())
 	}
 	return e, nil
 }

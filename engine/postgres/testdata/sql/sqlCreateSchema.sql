@@ -1,0 +1,1 @@
+CREATE SCHEMA "St""ead. sch;ema-ñ"

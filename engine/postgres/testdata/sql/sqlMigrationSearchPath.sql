@@ -1,0 +1,1 @@
+SET LOCAL search_path TO "St""ead. sch;ema-ñ"
