@@ -96,11 +96,15 @@ func (h *Held) Release(ctx context.Context) error {
 		return h.releaseErr
 	}
 	ok, err := h.lk.Release(ctx)
-	switch lost := h.Err(); {
+	lost := h.Err()
+	if lost != nil {
+		lost = fmt.Errorf("lock %q: %w", h.lk.name, lost)
+	}
+	switch {
+	case err != nil: // the release did not run: it may be retried
+		return errors.Join(lost, err)
 	case lost != nil:
-		h.releaseErr = errors.Join(fmt.Errorf("lock %q: %w", h.lk.name, lost), err)
-	case err != nil:
-		return err
+		h.releaseErr = lost
 	case !ok:
 		h.releaseErr = fmt.Errorf("lock %q: %w: released or taken by another grant", h.lk.name, steaderr.ErrLost)
 	}
