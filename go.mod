@@ -6,6 +6,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3
+	go.uber.org/goleak v1.3.0
 	modernc.org/sqlite v1.62.0
 )
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 )
 
 // schemaParam is the URL query parameter stead reads its schema from.
@@ -52,10 +53,18 @@ const cleanupTimeout = 30 * time.Second
 const maxIdentLen = 63
 
 // Main runs the tests of a package that uses pgtest and stops a throwaway
-// cluster, if one was started, before exiting. Call it from TestMain:
+// cluster, if one was started, before exiting. When the tests pass it also
+// fails the run if they left goroutines behind (goleak): a renewer, a
+// listener or a pool nobody stopped. Call it from TestMain:
 // func TestMain(m *testing.M) { pgtest.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: goroutines left behind:", err)
+			code = 1
+		}
+	}
 	if err := stopShared(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
 		if code == 0 {

@@ -1,0 +1,370 @@
+// Package faultengine wraps a stead engine and fails chosen calls, the way
+// Pebble's errorfs wraps a file system: an Injector, keyed by operation,
+// decides before each call whether it fails and with what error. Injectors
+// are deterministic: Switch fails what a test arms, Random fails a seeded
+// pseudo-random share of calls, so a failing seed replays.
+//
+// It is for tests: it lets the failures a real database produces only by
+// accident (a renewal lost to a network blip, a probe that errors, a write
+// refused mid-walk) happen on demand, on every engine. Faults below the
+// seam, inside one engine call — a group commit failing part-way — are
+// injected in the database itself (a trigger that refuses one row; see
+// TestFailedFlush in engine/postgres and engine/sqlite).
+package faultengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Op names one engine operation.
+type Op string
+
+// The operations an Injector is asked about, one per engine method that
+// can fail.
+const (
+	BlobPut    Op = "blob.Put"
+	BlobGet    Op = "blob.Get"
+	BlobStat   Op = "blob.Stat"
+	BlobList   Op = "blob.List"
+	BlobDelete Op = "blob.Delete"
+
+	LockAcquire       Op = "lock.Acquire"
+	LockRenew         Op = "lock.Renew"
+	LockRelease       Op = "lock.Release"
+	LockWatchReleases Op = "lock.WatchReleases"
+
+	RecordRegisterGroup Op = "record.RegisterGroup"
+	RecordGroupExists   Op = "record.GroupExists"
+	RecordSave          Op = "record.Save"
+	RecordLoad          Op = "record.Load"
+	RecordDelete        Op = "record.Delete"
+	RecordListClaimable Op = "record.ListClaimable"
+	RecordClaim         Op = "record.Claim"
+	RecordClaimNext     Op = "record.ClaimNext"
+	RecordRenew         Op = "record.Renew"
+	RecordProbe         Op = "record.Probe"
+
+	Migrate       Op = "Migrate"
+	SchemaVersion Op = "SchemaVersion"
+)
+
+// ErrInjected marks every error an injector made up; injected errors also
+// wrap steaderr.ErrUnavailable, the error an outage would give.
+var ErrInjected = errors.New("faultengine: injected fault")
+
+// Injected returns the error injected into op.
+func Injected(op Op) error {
+	return fmt.Errorf("%w: %w: %s", steaderr.ErrUnavailable, ErrInjected, op)
+}
+
+// Injector decides, before each call of op, whether the call fails: a
+// non-nil error is returned in place of calling the engine.
+type Injector interface {
+	Inject(op Op) error
+}
+
+// Switch is an Injector that fails the operations a test arms, and counts
+// every call. Its zero value injects nothing.
+type Switch struct {
+	mu    sync.Mutex
+	armed map[Op]int // calls left to fail; < 0: every call
+	calls map[Op]int
+}
+
+// Fail makes every later call of op fail, until Heal.
+func (s *Switch) Fail(op Op) { s.FailNext(op, -1) }
+
+// FailNext makes the next n calls of op fail (n < 0: every call).
+func (s *Switch) FailNext(op Op, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.armed == nil {
+		s.armed = map[Op]int{}
+	}
+	s.armed[op] = n
+}
+
+// Heal makes op succeed again.
+func (s *Switch) Heal(op Op) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.armed, op)
+}
+
+// Calls returns how many times op was called, failed or not.
+func (s *Switch) Calls(op Op) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[op]
+}
+
+// Inject implements Injector.
+func (s *Switch) Inject(op Op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calls == nil {
+		s.calls = map[Op]int{}
+	}
+	s.calls[op]++
+	n, ok := s.armed[op]
+	switch {
+	case !ok || n == 0:
+		return nil
+	case n > 0:
+		s.armed[op] = n - 1
+	}
+	return Injected(op)
+}
+
+// Random is an Injector that fails each call of its operations with
+// probability p, drawn from a generator seeded once: the same seed and the
+// same sequence of calls give the same faults.
+type Random struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+	p   float64
+	ops map[Op]bool
+}
+
+// NewRandom returns a Random over ops (none: every operation).
+func NewRandom(seed uint64, p float64, ops ...Op) *Random {
+	r := &Random{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), p: p}
+	if len(ops) > 0 {
+		r.ops = map[Op]bool{}
+		for _, op := range ops {
+			r.ops[op] = true
+		}
+	}
+	return r
+}
+
+// Inject implements Injector.
+func (r *Random) Inject(op Op) error {
+	if r.ops != nil && !r.ops[op] {
+		return nil
+	}
+	r.mu.Lock()
+	fail := r.rng.Float64() < r.p
+	r.mu.Unlock()
+	if fail {
+		return Injected(op)
+	}
+	return nil
+}
+
+// Engine is an engine.Engine whose calls an Injector may fail. A call that
+// is failed never reaches the wrapped engine, so it changes nothing.
+type Engine struct {
+	inner   engine.Engine
+	inj     Injector
+	blobs   blobs
+	locks   locks
+	records records
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New wraps inner; inj decides which calls fail.
+func New(inner engine.Engine, inj Injector) *Engine {
+	e := &Engine{inner: inner, inj: inj}
+	e.blobs = blobs{inner.Blobs(), inj}
+	e.locks = locks{inner.Locks(), inj}
+	e.records = records{inner.Records(), inj}
+	return e
+}
+
+// Blobs implements engine.Engine.
+func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// Locks implements engine.Engine.
+func (e *Engine) Locks() lock.Engine { return &e.locks }
+
+// Records implements engine.Engine.
+func (e *Engine) Records() record.Engine { return &e.records }
+
+// Migrate implements engine.Engine.
+func (e *Engine) Migrate(ctx context.Context) error {
+	if err := e.inj.Inject(Migrate); err != nil {
+		return err
+	}
+	return e.inner.Migrate(ctx)
+}
+
+// SchemaVersion implements engine.Engine.
+func (e *Engine) SchemaVersion(ctx context.Context) (int, int, error) {
+	if err := e.inj.Inject(SchemaVersion); err != nil {
+		return 0, 0, err
+	}
+	return e.inner.SchemaVersion(ctx)
+}
+
+// Cluster implements engine.Engine.
+func (e *Engine) Cluster() (bool, string) { return e.inner.Cluster() }
+
+// Close implements engine.Engine; it is never failed.
+func (e *Engine) Close() error { return e.inner.Close() }
+
+type blobs struct {
+	inner blob.Engine
+	inj   Injector
+}
+
+func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+	if err := b.inj.Inject(BlobPut); err != nil {
+		return err
+	}
+	return b.inner.Put(ctx, key, value)
+}
+
+func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
+	if err := b.inj.Inject(BlobGet); err != nil {
+		return nil, err
+	}
+	return b.inner.Get(ctx, key)
+}
+
+func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
+	if err := b.inj.Inject(BlobStat); err != nil {
+		return blob.Info{}, err
+	}
+	return b.inner.Stat(ctx, key)
+}
+
+func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
+	if err := b.inj.Inject(BlobList); err != nil {
+		return err
+	}
+	return b.inner.List(ctx, after, limit, yield)
+}
+
+func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
+	if err := b.inj.Inject(BlobDelete); err != nil {
+		return err
+	}
+	return b.inner.Delete(ctx, key)
+}
+
+type locks struct {
+	inner lock.Engine
+	inj   Injector
+}
+
+func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	if err := l.inj.Inject(LockAcquire); err != nil {
+		return lock.AcquireResult{}, err
+	}
+	return l.inner.Acquire(ctx, p)
+}
+
+func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {
+	if err := l.inj.Inject(LockRenew); err != nil {
+		return time.Time{}, false, err
+	}
+	return l.inner.Renew(ctx, p)
+}
+
+func (l *locks) Release(ctx context.Context, p lock.ReleaseParams) (bool, error) {
+	if err := l.inj.Inject(LockRelease); err != nil {
+		return false, err
+	}
+	return l.inner.Release(ctx, p)
+}
+
+func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}, bool, func(), error) {
+	if err := l.inj.Inject(LockWatchReleases); err != nil {
+		return nil, false, func() {}, err
+	}
+	return l.inner.WatchReleases(ctx, name)
+}
+
+type records struct {
+	inner record.Engine
+	inj   Injector
+}
+
+func (r *records) RegisterGroup(ctx context.Context, group string) error {
+	if err := r.inj.Inject(RecordRegisterGroup); err != nil {
+		return err
+	}
+	return r.inner.RegisterGroup(ctx, group)
+}
+
+func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
+	if err := r.inj.Inject(RecordGroupExists); err != nil {
+		return false, err
+	}
+	return r.inner.GroupExists(ctx, group)
+}
+
+func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record, error) {
+	if err := r.inj.Inject(RecordSave); err != nil {
+		return record.Record{}, err
+	}
+	return r.inner.Save(ctx, p)
+}
+
+func (r *records) Load(ctx context.Context, id string) (record.Record, error) {
+	if err := r.inj.Inject(RecordLoad); err != nil {
+		return record.Record{}, err
+	}
+	return r.inner.Load(ctx, id)
+}
+
+func (r *records) Delete(ctx context.Context, id string) error {
+	if err := r.inj.Inject(RecordDelete); err != nil {
+		return err
+	}
+	return r.inner.Delete(ctx, id)
+}
+
+func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]record.Record, error) {
+	if err := r.inj.Inject(RecordListClaimable); err != nil {
+		return nil, err
+	}
+	return r.inner.ListClaimable(ctx, p)
+}
+
+func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Record, error) {
+	if err := r.inj.Inject(RecordClaim); err != nil {
+		return record.Record{}, err
+	}
+	return r.inner.Claim(ctx, p)
+}
+
+func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]record.Record, error) {
+	if err := r.inj.Inject(RecordClaimNext); err != nil {
+		return nil, err
+	}
+	return r.inner.ClaimNext(ctx, p)
+}
+
+func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease, error) {
+	if err := r.inj.Inject(RecordRenew); err != nil {
+		return record.Lease{}, err
+	}
+	return r.inner.Renew(ctx, p)
+}
+
+func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe, error) {
+	if err := r.inj.Inject(RecordProbe); err != nil {
+		return record.Probe{}, err
+	}
+	return r.inner.Probe(ctx, p)
+}
+
+// Subscribe implements record.Engine. It cannot fail; the caller polls
+// when the wrapped engine is not live.
+func (r *records) Subscribe(group string) (<-chan struct{}, bool, func()) {
+	return r.inner.Subscribe(group)
+}
