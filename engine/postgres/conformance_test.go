@@ -13,18 +13,33 @@ import (
 	"github.com/steadkit/stead/internal/pgtest"
 )
 
+// direct reaches a test database without a proxy.
+func direct(_ testing.TB, db *pgtest.DB) *pgtest.DB { return db }
+
+// viaPgBouncer reaches a test database through a real PgBouncer in
+// transaction pooling mode.
+func viaPgBouncer(t testing.TB, db *pgtest.DB) *pgtest.DB { return db.ViaPgBouncer(t) }
+
 // TestConformance runs the suite in pgx's default (prepared statement
-// cache) mode and in the PgBouncer-safe exec mode, and as a least-privilege
-// role that owns its schema and nothing else.
+// cache) mode; in the PgBouncer-safe exec mode, directly and through a real
+// PgBouncer in transaction pooling mode; and as a least-privilege role that
+// owns its schema and nothing else.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []struct{ name, params string }{
-		{"cached", ""},
-		{"pgbouncer", "&pgbouncer=true"},
+	for _, mode := range []struct {
+		name   string
+		params string
+		via    func(testing.TB, *pgtest.DB) *pgtest.DB
+	}{
+		{"cached", "", direct},
+		{"exec", "&pgbouncer=true", direct},
+		{"pgbouncer", "&pgbouncer=true", viaPgBouncer},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			enginetest.Run(t, harness(pgtest.NewDatabase(t), mode.params))
+			nsDB := pgtest.NewDatabase(t)
+			mode.via(t, nsDB) // skips here, once, without PgBouncer
+			enginetest.Run(t, harness(nsDB, mode.params, mode.via))
 		})
 	}
 	t.Run("owner", func(t *testing.T) {
@@ -35,19 +50,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// harness makes engines in fresh schemas; namespaces, whose hostile names
-// are fixed, live in nsDB, a database of their own that the suite opens one
-// name at a time.
-func harness(nsDB *pgtest.DB, params string) enginetest.Harness {
+// harness makes engines in fresh schemas, reached through via; namespaces,
+// whose hostile names are fixed, live in nsDB, a database of their own that
+// the suite opens one name at a time.
+func harness(nsDB *pgtest.DB, params string, via func(testing.TB, *pgtest.DB) *pgtest.DB) enginetest.Harness {
 	return enginetest.Harness{
 		New: func(t *testing.T) engine.Engine {
-			return open(t, pgtest.New(t), params)
+			return open(t, via(t, pgtest.New(t)), params)
 		},
 		Virgin: func(t *testing.T) engine.Engine {
-			return openVirgin(t, pgtest.New(t), params)
+			return openVirgin(t, via(t, pgtest.New(t)), params)
 		},
 		Namespace: func(t *testing.T, name string) (engine.Engine, error) {
-			cfg, err := postgres.ParseURL(nsDB.URL + params + "&schema=" + url.QueryEscape(name))
+			cfg, err := postgres.ParseURL(setSchema(via(t, nsDB).URL, name) + params)
 			if err != nil {
 				return nil, err
 			}
@@ -62,4 +77,14 @@ func harness(nsDB *pgtest.DB, params string) enginetest.Harness {
 			return e, e.Migrate(context.Background())
 		},
 	}
+}
+
+// setSchema returns u, a URL without a query or with one, with schema set
+// to name.
+func setSchema(u, name string) string {
+	parsed, err := url.Parse(u)
+	if err != nil || parsed.RawQuery == "" {
+		return u + "?schema=" + url.QueryEscape(name)
+	}
+	return u + "&schema=" + url.QueryEscape(name)
 }

@@ -5,6 +5,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"testing"
 )
 
 // cluster is a throwaway PostgreSQL server; only unix systems can start one.
@@ -20,3 +21,16 @@ func (c *cluster) stop() error { return nil }
 
 func (c *cluster) halt() error   { return nil }
 func (c *cluster) resume() error { return nil }
+
+// ViaPgBouncer skips t: PgBouncer tests run on unix systems only.
+func (d *DB) ViaPgBouncer(t testing.TB) *DB {
+	t.Helper()
+	t.Skip("pgtest: PGBOUNCER NOT AVAILABLE: tests through PgBouncer run on unix systems only")
+	return nil
+}
+
+func stopBouncer() error { return nil }
+
+func findBinaries() (struct{}, error) {
+	return struct{}{}, errors.New("throwaway clusters need a unix system")
+}

@@ -59,6 +59,10 @@ const maxIdentLen = 63
 // func TestMain(m *testing.M) { pgtest.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
+	if err := stopBouncer(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest: stopping PgBouncer:", err)
+		code = max(code, 1)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest: goroutines left behind:", err)

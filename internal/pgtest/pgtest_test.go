@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"net"
 	"errors"
 	"fmt"
 	"regexp"
@@ -377,5 +378,33 @@ func TestResolveURLDropsSchema(t *testing.T) {
 	r := resolve(context.Background(), env(map[string]string{envURL: setQueryParam(u, schemaParam, "x")}), noCluster)
 	if r.err != nil || r.url != u {
 		t.Errorf("resolve = %+v, want url %s", r, u)
+	}
+}
+
+// ViaPgBouncer reaches the same database through a proxy: the server sees
+// the connection come from PgBouncer, not from this client's socket.
+func TestViaPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := New(t)
+	via := db.ViaPgBouncer(t)
+	conn := connect(t, via.URL)
+	var gotDB, wantDB string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&gotDB); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Admin.QueryRow(ctx, "SELECT current_database()").Scan(&wantDB); err != nil {
+		t.Fatal(err)
+	}
+	if gotDB != wantDB {
+		t.Fatalf("through PgBouncer: database %q, want %q", gotDB, wantDB)
+	}
+	local := conn.PgConn().Conn().LocalAddr().(*net.TCPAddr)
+	var serverSeesPort *int32
+	if err := conn.QueryRow(ctx, "SELECT inet_client_port()").Scan(&serverSeesPort); err != nil {
+		t.Fatal(err)
+	}
+	if serverSeesPort != nil && int(*serverSeesPort) == local.Port {
+		t.Fatalf("the server sees this client's own port %d: not proxied", local.Port)
 	}
 }
