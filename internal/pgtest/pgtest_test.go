@@ -2,9 +2,9 @@ package pgtest
 
 import (
 	"context"
-	"net"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"sync"
