@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/lock"
@@ -59,27 +60,9 @@ const (
 	holdTTL = 90 * time.Millisecond
 )
 
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// lockClockStart is where lock tests' clocks start: a whole microsecond,
+// as the lock seam requires of Now.
+var lockClockStart = time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)
 
 // spyLocks wraps a lock.Engine, counting acquire attempts and running
 // afterRenew (if set before use) after each successful renewal.
@@ -107,7 +90,7 @@ func (s *spyLocks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bo
 type lockBundle struct {
 	eng   engine.Engine
 	spy   *spyLocks
-	clock *fakeClock
+	clock *clock.Fake
 	store *lock.Store
 }
 
@@ -117,7 +100,7 @@ func setupLocks(t *testing.T, h Harness) *lockBundle {
 }
 
 func lockBundleOf(eng engine.Engine) *lockBundle {
-	b := &lockBundle{eng: eng, spy: &spyLocks{Engine: eng.Locks()}, clock: newFakeClock()}
+	b := &lockBundle{eng: eng, spy: &spyLocks{Engine: eng.Locks()}, clock: clock.NewFake(lockClockStart)}
 	b.store = lock.NewStore(b.spy, lock.Options{Now: b.clock.Now})
 	return b
 }
@@ -522,7 +505,7 @@ func lockVirgin(t *testing.T, h Harness) {
 func lockSeam(t *testing.T, h Harness) {
 	seam := newEngine(t, h).Locks()
 	ctx := t.Context()
-	now := newFakeClock().Now()
+	now := clock.NewFake(lockClockStart).Now()
 	res, err := seam.Acquire(ctx, lock.AcquireParams{Name: "job", Owner: "alice", TTL: ttl, Now: now})
 	want := lock.Grant{Name: "job", Owner: "alice", Token: 1, Expiry: now.Add(ttl)}
 	if err != nil || !res.Granted || res.Grant != want || !res.Now.Equal(now) {
@@ -802,7 +785,7 @@ func lockMetamorphic(t *testing.T, h Harness) {
 
 	names := []string{"a", "b", "c"}
 	owners := []string{"x", "y", "z"}
-	now := newFakeClock().Now()
+	now := clock.NewFake(lockClockStart).Now()
 	var grants []lock.Grant // every grant so far, stale ones included
 	pickGrant := func() lock.Grant {
 		if len(grants) == 0 || rng.IntN(10) == 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -47,37 +48,13 @@ func testRecord(t *testing.T, h Harness) {
 	})
 }
 
-// clockStart is where every test clock starts. Its nanoseconds are not
-// whole microseconds: stores truncate.
-var clockStart = time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
-
-// testClock is a clock that moves only when told to.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock { return &testClock{now: clockStart} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // recBundle is what record tests start from: a fresh engine, its record
 // seam and a store over it on a test clock.
 type recBundle struct {
 	eng   engine.Engine
 	recs  record.Engine
 	store *record.Store
-	clock *testClock
+	clock *clock.Fake
 }
 
 func recSetup(t *testing.T, h Harness) *recBundle {
@@ -86,7 +63,7 @@ func recSetup(t *testing.T, h Harness) *recBundle {
 }
 
 func recBundleOf(eng engine.Engine) *recBundle {
-	c := newTestClock()
+	c := clock.NewFake(clock.FakeStart)
 	return &recBundle{eng: eng, recs: eng.Records(), store: record.NewStore(eng.Records(), record.Options{Now: c.Now}), clock: c}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/record"
 )
 
@@ -24,20 +25,20 @@ func recordMetamorphic(t *testing.T, h Harness) {
 	replay := fmt.Sprintf("seed %d; replay with: go test ./path/to/engine -run '^%s$' -enginetest.seed=%d (flags after the package)", seed, t.Name(), seed)
 	t.Log(replay)
 
-	clock := newTestClock()
-	opts := record.Options{Now: clock.Now}
+	fake := clock.NewFake(clock.FakeStart)
+	opts := record.Options{Now: fake.Now}
 	subjectEng := newEngine(t, h)
 	refEng := memory.New()
 	t.Cleanup(func() { _ = refEng.Close() })
 	subject := recTarget{record.NewStore(subjectEng.Records(), opts), subjectEng.Records()}
 	ref := recTarget{record.NewStore(refEng.Records(), opts), refEng.Records()}
 
-	g := &recGen{rng: rand.New(rand.NewPCG(uint64(seed), 0x7ec0)), clock: clock, ref: ref.store}
+	g := &recGen{rng: rand.New(rand.NewPCG(uint64(seed), 0x7ec0)), clock: fake, ref: ref.store}
 	history := make([]string, 0, recordMetamorphicOps)
 	for i := range recordMetamorphicOps {
 		o := g.next(t.Context())
 		if o.advance > 0 {
-			clock.Advance(o.advance)
+			fake.Advance(o.advance)
 			continue
 		}
 		got := o.apply(t.Context(), subject)
@@ -68,7 +69,7 @@ type recOp struct {
 // make plausible ones (mostly from the current version, sometimes not).
 type recGen struct {
 	rng   *rand.Rand
-	clock *testClock
+	clock *clock.Fake
 	ref   *record.Store
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,25 +14,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
-// clock is a test clock: base, moved by Advance.
-type clock struct {
-	base   time.Time
-	offset atomic.Int64
-}
-
-func (c *clock) Now() time.Time { return c.base.Add(time.Duration(c.offset.Load())) }
-
-func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
-
 // node is one stead process of a fleet: its own engine (pool) on the
 // shared schema, and a record store over it.
-func node(t *testing.T, db *pgtest.DB, c *clock) (*postgres.Engine, *record.Store) {
+func node(t *testing.T, db *pgtest.DB, c *clock.Fake) (*postgres.Engine, *record.Store) {
 	t.Helper()
 	e := open(t, db, "")
 	opts := record.Options{}
@@ -50,7 +40,7 @@ func TestRecordZombieFencing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	c := &clock{base: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	c := clock.NewFake(clock.FakeStart)
 	_, a := node(t, db, c)
 	_, b := node(t, db, c)
 	if err := a.RegisterGroup(ctx, "fleet"); err != nil {
