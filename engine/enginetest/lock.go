@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine"
-	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
