@@ -3,7 +3,6 @@ package enginetest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine"
-	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/lock"
@@ -770,64 +768,3 @@ func lockHoldReleaseRetry(t *testing.T, h Harness) {
 	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 2, b.clock.Now().Add(ttl))
 }
 
-// lockMetamorphic replays one seeded random sequence of seam calls, on
-// explicit clock readings, against the engine and the in-memory reference,
-// and compares every result.
-func lockMetamorphic(t *testing.T, h Harness) {
-	seed := metamorphicSeed()
-	t.Logf("seed %d; replay with -enginetest.seed=%d", seed, seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x10c))
-	ctx := t.Context()
-	subject := newEngine(t, h).Locks()
-	refEngine := memory.New()
-	t.Cleanup(func() { _ = refEngine.Close() })
-	ref := refEngine.Locks()
-
-	names := []string{"a", "b", "c"}
-	owners := []string{"x", "y", "z"}
-	now := clock.NewFake(lockClockStart).Now()
-	var grants []lock.Grant // every grant so far, stale ones included
-	pickGrant := func() lock.Grant {
-		if len(grants) == 0 || rng.IntN(10) == 0 {
-			return lock.Grant{Name: names[rng.IntN(len(names))], Owner: owners[rng.IntN(len(owners))], Token: rng.Int64N(4)}
-		}
-		return grants[len(grants)-1-rng.IntN(min(len(grants), 6))]
-	}
-	for i := range 400 {
-		now = now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
-		lease := time.Duration(1+rng.IntN(3000)) * time.Millisecond
-		var op string
-		var got, want any
-		switch rng.IntN(3) {
-		case 0:
-			p := lock.AcquireParams{Name: names[rng.IntN(len(names))], Owner: owners[rng.IntN(len(owners))], TTL: lease, Now: now}
-			op = fmt.Sprintf("Acquire(%+v)", p)
-			g, gErr := subject.Acquire(ctx, p)
-			w, wErr := ref.Acquire(ctx, p)
-			if g.Granted {
-				grants = append(grants, g.Grant)
-			}
-			if !g.Granted && g.Grant.Token == 0 {
-				w.Grant = lock.Grant{} // the holder hint is optional
-			}
-			got, want = fmt.Sprint(g, gErr), fmt.Sprint(w, wErr)
-		case 1:
-			gr := pickGrant()
-			p := lock.RenewParams{Name: gr.Name, Owner: gr.Owner, Token: gr.Token, TTL: lease, Now: now}
-			op = fmt.Sprintf("Renew(%+v)", p)
-			e1, ok1, err1 := subject.Renew(ctx, p)
-			e2, ok2, err2 := ref.Renew(ctx, p)
-			got, want = fmt.Sprint(e1, ok1, err1), fmt.Sprint(e2, ok2, err2)
-		default:
-			gr := pickGrant()
-			p := lock.ReleaseParams{Name: gr.Name, Owner: gr.Owner, Token: gr.Token}
-			op = fmt.Sprintf("Release(%+v)", p)
-			ok1, err1 := subject.Release(ctx, p)
-			ok2, err2 := ref.Release(ctx, p)
-			got, want = fmt.Sprint(ok1, err1), fmt.Sprint(ok2, err2)
-		}
-		if got != want {
-			t.Fatalf("op %d, %s: engine %v, reference %v (seed %d)", i, op, got, want, seed)
-		}
-	}
-}

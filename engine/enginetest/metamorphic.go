@@ -42,40 +42,59 @@ func metamorphicSeed() int64 {
 	return seed
 }
 
-// testMetamorphic runs one seeded random sequence of blob operations
-// against the engine and the in-memory reference engine, and compares every
-// result.
-func testMetamorphic(t *testing.T, h Harness) {
-	seed := metamorphicSeed()
+// metamorphicStep is one operation of a metamorphic test, run on the engine
+// under test and on the reference. A step with compare false (a move of the
+// shared clock) is logged but not compared.
+type metamorphicStep struct {
+	name      string
+	got, want outcome
+	compare   bool
+}
+
+// runMetamorphic is the one shape of every metamorphic test (blobs, locks,
+// records): n steps from step, each run on the engine and on the in-memory
+// reference; their outcomes must agree, class and rendered result, and
+// neither may be an unexpected error. The first difference fails t with the
+// seed, the command that replays it, and the steps before it.
+func runMetamorphic(t *testing.T, seed int64, n int, step func(i int) metamorphicStep) {
+	t.Helper()
 	replay := fmt.Sprintf("seed %d; replay with: go test ./path/to/engine -run '^%s$' -enginetest.seed=%d (flags after the package)", seed, t.Name(), seed)
 	t.Log(replay)
+	history := make([]string, 0, n)
+	for i := range n {
+		s := step(i)
+		if s.compare && (s.got.class == classOther || s.want.class == classOther || s.got.class != s.want.class || s.got.out != s.want.out) {
+			recent := history[max(0, len(history)-12):]
+			t.Fatalf("step %d of %d: %s\n\tengine:    %v\n\treference: %v\n%s\nthe steps before it:\n\t%s",
+				i, n, s.name, s.got, s.want, replay, strings.Join(recent, "\n\t"))
+		}
+		history = append(history, fmt.Sprintf("%d: %s -> %v", i, s.name, s.want))
+	}
+}
 
+// testMetamorphic runs one seeded random sequence of blob operations
+// against the engine and the in-memory reference engine, and compares every
+// result; every metamorphicCheckEvery steps, and last, it compares the
+// whole listing.
+func testMetamorphic(t *testing.T, h Harness) {
+	seed := metamorphicSeed()
 	opts := blob.Options{MaxSize: metamorphicMaxSize}
 	subject := setupWith(t, h, opts).store
 	ref := bundleOf(t, memory.New(), opts).store
-
 	g := newGen(t, seed)
-	history := make([]string, 0, metamorphicOps)
-	compare := func(i int, o op) {
-		t.Helper()
-		got := apply(t.Context(), subject, g.pool, o)
-		want := apply(t.Context(), ref, g.pool, o)
-		if got.class == classOther || want.class == classOther || got.class != want.class || got.out != want.out {
-			recent := history[max(0, len(history)-10):]
-			t.Fatalf("op %d of %d: %v\n\tengine:    %v\n\treference: %v\n%s\nthe ops before it:\n\t%s",
-				i, metamorphicOps, o, got, want, replay, strings.Join(recent, "\n\t"))
-		}
-	}
-	everything := op{kind: opAll}
-	for i := range metamorphicOps {
+	n := metamorphicOps + metamorphicOps/metamorphicCheckEvery + 1
+	runMetamorphic(t, seed, n, func(i int) metamorphicStep {
 		o := g.next()
-		compare(i, o)
-		history = append(history, fmt.Sprintf("%d: %v", i, o))
-		if (i+1)%metamorphicCheckEvery == 0 {
-			compare(i, everything)
+		if (i+1)%(metamorphicCheckEvery+1) == 0 || i == n-1 {
+			o = op{kind: opAll}
 		}
-	}
-	compare(metamorphicOps, everything)
+		return metamorphicStep{
+			name:    o.String(),
+			got:     apply(t.Context(), subject, g.pool, o),
+			want:    apply(t.Context(), ref, g.pool, o),
+			compare: true,
+		}
+	})
 }
 
 type opKind uint8

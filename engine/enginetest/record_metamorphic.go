@@ -22,9 +22,6 @@ const recordMetamorphicOps = 400
 // and compares every result: same operations, same results.
 func recordMetamorphic(t *testing.T, h Harness) {
 	seed := metamorphicSeed()
-	replay := fmt.Sprintf("seed %d; replay with: go test ./path/to/engine -run '^%s$' -enginetest.seed=%d (flags after the package)", seed, t.Name(), seed)
-	t.Log(replay)
-
 	fake := clock.NewFake(clock.FakeStart)
 	opts := record.Options{Now: fake.Now}
 	subjectEng := newEngine(t, h)
@@ -34,22 +31,14 @@ func recordMetamorphic(t *testing.T, h Harness) {
 	ref := recTarget{record.NewStore(refEng.Records(), opts), refEng.Records()}
 
 	g := &recGen{rng: rand.New(rand.NewPCG(uint64(seed), 0x7ec0)), clock: fake, ref: ref.store}
-	history := make([]string, 0, recordMetamorphicOps)
-	for i := range recordMetamorphicOps {
+	runMetamorphic(t, seed, recordMetamorphicOps, func(int) metamorphicStep {
 		o := g.next(t.Context())
 		if o.advance > 0 {
 			fake.Advance(o.advance)
-			continue
+			return metamorphicStep{name: o.name}
 		}
-		got := o.apply(t.Context(), subject)
-		want := o.apply(t.Context(), ref)
-		history = append(history, fmt.Sprintf("%d: %s -> %v", i, o.name, want))
-		if got.class == classOther || want.class == classOther || got.class != want.class || got.out != want.out {
-			recent := history[max(0, len(history)-12):]
-			t.Fatalf("op %d of %d: %s\n\tengine:    %v\n\treference: %v\n%s\nthe ops before it:\n\t%s",
-				i, recordMetamorphicOps, o.name, got, want, replay, strings.Join(recent, "\n\t"))
-		}
-	}
+		return metamorphicStep{name: o.name, got: o.apply(t.Context(), subject), want: o.apply(t.Context(), ref), compare: true}
+	})
 }
 
 // recTarget is one side of the comparison.
