@@ -767,4 +767,3 @@ func lockHoldReleaseRetry(t *testing.T, h Harness) {
 	}
 	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 2, b.clock.Now().Add(ttl))
 }
-

@@ -1,37 +1,18 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/syncbuf"
 	"github.com/steadkit/stead/lock"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // storeURL returns the URL of a fresh SQLite store.
 func storeURL(t *testing.T) string {
@@ -51,12 +32,12 @@ func openStore(t *testing.T, url string) *stead.Store {
 
 type result struct {
 	code           int
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 }
 
 // startCLI runs the stead command line args in the background.
-func startCLI(ctx context.Context, args ...string) (<-chan int, *syncBuffer, *syncBuffer) {
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+func startCLI(ctx context.Context, args ...string) (<-chan int, *syncbuf.Buffer, *syncbuf.Buffer) {
+	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, args, stdout, stderr) }()
 	return done, stdout, stderr

@@ -1,7 +1,6 @@
-package stead_test
+package recordstress
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/syncbuf"
 	"github.com/steadkit/stead/record"
 )
 
@@ -159,7 +158,7 @@ func startWorker(t *testing.T, cfg e2eWorker) (cmd *exec.Cmd, wait func() (e2eRe
 	raw, _ := json.Marshal(cfg)
 	cmd = exec.Command(exe, "-test.run=^TestRecordWorkerProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), e2eWorkerEnv+"="+string(raw))
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -363,22 +362,4 @@ func TestRecordKillAndResume(t *testing.T) {
 			t.Fatalf("%s: the completing incarnation %d did %d steps, want %d (from step %d): %+v", id, last.incarnation, steps, want, from, h)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's stdout and stderr.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
