@@ -81,9 +81,10 @@ type config struct {
 	blobs      blob.Options
 }
 
-// WithInstanceID sets the store's instance id, which owns its pins and
-// names its solo record group. It must be a valid name (see
-// ValidateName). Defaults to a random id per Store.
+// WithInstanceID sets the store's instance id (InstanceID): a name for this
+// process that stays the same across restarts. Nothing derives a record
+// group from it; a process working alone may pass it as its group. It must
+// be a valid name (see ValidateName). Defaults to a random id per Store.
 func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }
 
 // WithoutMigrate makes Open and New leave the schema alone: run

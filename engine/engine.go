@@ -1,9 +1,19 @@
 // Package engine is the seam between stead's portable layer and its storage
 // engines. Each capability's mechanics are declared by the portable package
-// that uses them (blob.Engine, lock.Engine, record.Engine); Engine composes
-// them with the parts every engine shares: migrations, the cluster declaration and Close.
+// that uses them; Engine composes them with the parts every engine shares:
+// migrations, the cluster declaration and Close.
 //
-// An engine is correct when it passes engine/enginetest.
+// Seven types are named Engine:
+//
+//   - engine.Engine: one storage engine, all capabilities;
+//   - blob.Engine, lock.Engine, record.Engine: what an engine does for one
+//     capability, declared by the portable package (blob, lock, record) whose
+//     Store calls it after validating every argument;
+//   - memory.Engine, sqlite.Engine, postgres.Engine: the implementations, in
+//     engine/memory, engine/sqlite and engine/postgres.
+//
+// An engine is correct when it passes engine/enginetest. docs/design.md
+// describes the seam and the rules every method keeps.
 package engine
 
 import (

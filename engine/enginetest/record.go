@@ -17,7 +17,7 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// testRecord covers the record rules (DESIGN §6), through the portable
+// testRecord covers the record rules (docs/design.md §6), through the portable
 // store with an injected clock, so no test waits for time to pass.
 func testRecord(t *testing.T, h Harness) {
 	runTests(t, h, []suiteTest{
