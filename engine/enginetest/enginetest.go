@@ -70,6 +70,7 @@ var areas = []suiteTest{
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
+	{"Overlap", testOverlap},
 	{"Record", testRecord},
 }
 
