@@ -80,9 +80,11 @@ func (h *Held) Err() error {
 
 // Release stops renewing and releases the lock. It returns an error
 // wrapping steaderr.ErrLost when the lock was lost at any point, even if
-// the release itself found the grant still current. A call that could not
-// reach the engine (ctx ended, the database unreachable) releases nothing
-// and may be retried; once a release ran, later calls return its result.
+// the release itself found the grant still current; the cause of the loss
+// is in the message, not the chain (Err has it). A call that could not
+// reach the engine (ctx ended, the database unreachable: its error wraps
+// that cause) releases nothing and may be retried; once a release ran,
+// later calls return its result.
 // Renewal stops with the first call either way, so in a defer pass a
 // context that outlives the work, such as context.WithoutCancel(ctx).
 func (h *Held) Release(ctx context.Context) error {
@@ -98,7 +100,9 @@ func (h *Held) Release(ctx context.Context) error {
 	ok, err := h.lk.Release(ctx)
 	lost := h.Err()
 	if lost != nil {
-		lost = fmt.Errorf("lock %q: %w", h.lk.name, lost)
+		// The loss's cause is told, not wrapped: only a release that did
+		// not run wraps ErrUnavailable, so a caller retries exactly those.
+		lost = fmt.Errorf("lock %q: %w (%v)", h.lk.name, steaderr.ErrLost, lost)
 	}
 	switch {
 	case err != nil: // the release did not run: it may be retried
