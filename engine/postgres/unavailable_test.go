@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,4 +188,87 @@ func TestUnavailableStoppedServer(t *testing.T) {
 			t.Errorf("%s after restart: %v", o.name, err)
 		}
 	}
+}
+
+// Backends killed while the body of an All loop runs: the walk goes on
+// over fresh sessions or stops with ErrUnavailable, and a walk resumed
+// after the last key yielded sees every blob exactly once.
+func TestAllSurvivesKilledBackends(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	app := "walk_" + db.Schema
+	e := open(t, db, "&pool_max_conns=2&application_name="+app)
+	s := blob.NewStore(e.Blobs(), blob.Options{PageSize: 3})
+	const n = 12
+	want := map[blob.Key]bool{}
+	for i := range n {
+		key, err := s.Put(ctx, strings.NewReader(fmt.Sprint("walk ", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[key] = true
+	}
+	seen := map[blob.Key]bool{}
+	after := blob.Key{}
+	for walks := 0; len(seen) < n; walks++ {
+		if walks > 2*n {
+			t.Fatalf("after %d walks saw %d of %d blobs", walks, len(seen), n)
+		}
+		for info, err := range s.All(ctx, after) {
+			if err != nil {
+				wantUnavailable(t, "All after its backends were killed", err)
+				break
+			}
+			if seen[info.Key] || !want[info.Key] {
+				t.Fatalf("All yielded %s again, or a key never stored", info.Key)
+			}
+			seen[info.Key], after = true, info.Key
+			// Kill every session of the pool while the body runs.
+			if _, err := db.Admin.Exec(ctx, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = $1", app); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A Hold whose renewal meets a stopped server loses the lock at once; its
+// Release fails while the server is down and may be retried, reporting the
+// loss, once it is back.
+func TestHoldWithServerStopped(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := pgtest.NewCluster(t)
+	cfg, err := postgres.ParseURL(c.URL + "&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	locks := lock.NewStore(e.Locks(), lock.Options{})
+	h, err := locks.Hold(ctx, "held", "me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(t)
+	select {
+	case <-h.Lost():
+	case <-time.After(time.Minute):
+		t.Fatal("Lost did not close with the server stopped")
+	}
+	if err := h.Err(); !errors.Is(err, steaderr.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", err)
+	}
+	wantUnavailable(t, "Release with the server stopped", h.Release(ctx))
+	c.Start(t)
+	poll.Until(t, "Release to reach the restarted server", func() bool {
+		err := h.Release(ctx)
+		return errors.Is(err, steaderr.ErrLost) && !errors.Is(err, steaderr.ErrUnavailable)
+	})
 }
