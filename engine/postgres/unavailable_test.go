@@ -272,3 +272,29 @@ func TestHoldWithServerStopped(t *testing.T) {
 		return errors.Is(err, steaderr.ErrLost) && !errors.Is(err, steaderr.ErrUnavailable)
 	})
 }
+
+// PgBouncer restarting under a running engine: calls fail with
+// ErrUnavailable while it is down, and the engine recovers, without
+// reopening, once it is back.
+func TestPgBouncerRestart(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	bouncer := pgtest.NewPgBouncer(t)
+	db := bouncer.Via(t, pgtest.New(t))
+	e := open(t, db, "&pgbouncer=true&connect_timeout=5")
+	value := []byte("through the pooler")
+	key := blob.KeyOf(value)
+	if err := e.Blobs().Put(ctx, key, value); err != nil {
+		t.Fatal(err)
+	}
+	bouncer.Stop(t)
+	_, err := e.Blobs().Get(ctx, key)
+	wantUnavailable(t, "Get with PgBouncer stopped", err)
+	_, err = e.Locks().Acquire(ctx, lock.AcquireParams{Name: "l", Owner: "o", TTL: time.Second})
+	wantUnavailable(t, "Acquire with PgBouncer stopped", err)
+	bouncer.Start(t)
+	poll.Until(t, "Get to work through the restarted PgBouncer", func() bool {
+		got, err := e.Blobs().Get(ctx, key)
+		return err == nil && string(got) == string(value)
+	})
+}

@@ -35,6 +35,11 @@ type bouncer struct {
 	host string // 127.0.0.1:port
 	user string // the server's user, allowed by PgBouncer's auth file
 	dir  string // config, auth file and log; removed by stop
+	// What start needs to start it again on the same port.
+	bin    string
+	server *pgconn.Config
+	cred   *syscall.Credential
+	port   int // 0: pick a free one
 	cmd  *exec.Cmd
 	// exited receives cmd's exit.
 	exited chan error
@@ -60,7 +65,12 @@ var (
 // STEAD_REQUIRE_PGBOUNCER=1.
 func (d *DB) ViaPgBouncer(t testing.TB) *DB {
 	t.Helper()
-	b := needBouncer(t)
+	return via(t, needBouncer(t), d)
+}
+
+// via returns a copy of d whose URL reaches d's database through b.
+func via(t testing.TB, b *bouncer, d *DB) *DB {
+	t.Helper()
 	cfg, err := pgconn.ParseConfig(d.URL)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
@@ -71,19 +81,71 @@ func (d *DB) ViaPgBouncer(t testing.TB) *DB {
 	return &via
 }
 
+// PgBouncer is a PgBouncer of a test's own, which it may stop and start
+// again: for tests of what a client sees while the pooler restarts.
+type PgBouncer struct{ b *bouncer }
+
+// NewPgBouncer starts a PgBouncer for t in front of the test server, like
+// the one ViaPgBouncer shares, stopped when t ends; it skips or fails t
+// alike when PgBouncer is not installed.
+func NewPgBouncer(t testing.TB) *PgBouncer {
+	t.Helper()
+	serverURL := need(t)
+	b, err := startBouncer(serverURL)
+	if err != nil {
+		noBouncer(t, err)
+	}
+	t.Cleanup(func() {
+		if err := b.stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return &PgBouncer{b}
+}
+
+// Via returns a copy of d whose URL reaches d's database through p.
+func (p *PgBouncer) Via(t testing.TB, d *DB) *DB {
+	t.Helper()
+	return via(t, p.b, d)
+}
+
+// Stop kills PgBouncer: its connections drop and new ones are refused
+// until Start.
+func (p *PgBouncer) Stop(t testing.TB) {
+	t.Helper()
+	if err := p.b.stopProcesses(); err != nil {
+		t.Fatalf("pgtest: stopping PgBouncer: %v", err)
+	}
+}
+
+// Start starts a stopped PgBouncer again on the same port.
+func (p *PgBouncer) Start(t testing.TB) {
+	t.Helper()
+	if err := p.b.start(); err != nil {
+		t.Fatalf("pgtest: starting PgBouncer again: %v", err)
+	}
+}
+
 // needBouncer returns the shared PgBouncer, or skips or fails t.
 func needBouncer(t testing.TB) *bouncer {
 	t.Helper()
 	serverURL := need(t)
 	bouncerOnce.Do(func() { sharedBouncer, bouncerErr = startBouncer(serverURL) })
 	if bouncerErr != nil {
-		msg := "pgtest: PGBOUNCER NOT AVAILABLE, tests through PgBouncer not run: " + bouncerErr.Error()
-		if os.Getenv(envRequireBouncer) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		noBouncer(t, bouncerErr)
 	}
 	return sharedBouncer
+}
+
+// noBouncer skips t, loudly, for want of PgBouncer, or fails it under
+// STEAD_REQUIRE_PGBOUNCER=1.
+func noBouncer(t testing.TB, err error) {
+	t.Helper()
+	msg := "pgtest: PGBOUNCER NOT AVAILABLE, tests through PgBouncer not run: " + err.Error()
+	if os.Getenv(envRequireBouncer) == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
 }
 
 // findBouncer looks for pgbouncer on PATH, then in /usr/sbin (Debian's
@@ -116,7 +178,7 @@ func startBouncer(serverURL string) (_ *bouncer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bouncer{user: server.User, dir: dir}
+	b := &bouncer{user: server.User, dir: dir, bin: bin, server: server, cred: cred}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, b.stop())
@@ -130,9 +192,10 @@ func startBouncer(serverURL string) (_ *bouncer, err error) {
 	// A port another process takes between Listen and PgBouncer's bind
 	// fails the start; try a few.
 	for range 3 {
-		if err = b.start(bin, server, cred); err == nil {
+		if err = b.start(); err == nil {
 			return b, nil
 		}
+		b.port = 0
 		if stopErr := b.stopProcesses(); stopErr != nil {
 			return nil, errors.Join(err, stopErr)
 		}
@@ -140,13 +203,18 @@ func startBouncer(serverURL string) (_ *bouncer, err error) {
 	return nil, err
 }
 
-// start writes the configuration for a fresh free port and starts
-// PgBouncer, waiting until it answers.
-func (b *bouncer) start(bin string, server *pgconn.Config, cred *syscall.Credential) error {
-	port, err := freePort()
-	if err != nil {
-		return err
+// start writes the configuration for b.port, or a fresh free port, and
+// starts PgBouncer, waiting until it answers.
+func (b *bouncer) start() error {
+	bin, server, cred := b.bin, b.server, b.cred
+	if b.port == 0 {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		b.port = port
 	}
+	port := b.port
 	b.host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	quote := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 	userlist := quote(server.User) + " " + quote(server.Password) + "\n"
