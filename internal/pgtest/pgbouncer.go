@@ -40,7 +40,7 @@ type bouncer struct {
 	server *pgconn.Config
 	cred   *syscall.Credential
 	port   int // 0: pick a free one
-	cmd  *exec.Cmd
+	cmd    *exec.Cmd
 	// exited receives cmd's exit.
 	exited chan error
 	// watchdog kills PgBouncer and removes dir should this process die
