@@ -62,11 +62,12 @@ var decided = []error{
 //   - no row is steaderr.ErrNotFound;
 //   - a closed pool is steaderr.ErrClosed;
 //   - a missing table or schema is errNoSchema (steaderr.ErrSchema);
-//   - a refused, reset or dropped connection, a terminated backend or a
-//     server shutting down or starting up is steaderr.ErrUnavailable;
-//   - the caller's cancelled or expired context stays that context's error
-//     (never ErrUnavailable, though pgx interrupts the statement by
-//     breaking its connection).
+//   - a refused, reset or dropped connection, a connect that got no answer
+//     in time, a terminated backend or a server shutting down or starting
+//     up is steaderr.ErrUnavailable;
+//   - otherwise the caller's cancelled or expired context stays that
+//     context's error (never ErrUnavailable, though pgx interrupts the
+//     statement by breaking its connection).
 //
 // It is idempotent: an error already interpreted is returned unchanged.
 func interpretError(err error) error {
@@ -85,8 +86,15 @@ func interpretError(err error) error {
 	de = &driverError{err}
 	var pgErr *pgconn.PgError
 	isPg := errors.As(err, &pgErr)
+	var connectErr *pgconn.ConnectError
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
+		return de
+	case !isPg && errors.As(err, &connectErr):
+		// Not reached, or no answer within connect_timeout (a deadline pgx
+		// sets itself, which is no caller's).
+		return fmt.Errorf("%w: %w", steaderr.ErrUnavailable, de)
+	case errors.Is(err, context.DeadlineExceeded):
 		return de
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, de)

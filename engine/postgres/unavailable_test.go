@@ -298,3 +298,29 @@ func TestPgBouncerRestart(t *testing.T) {
 		return err == nil && string(got) == string(value)
 	})
 }
+
+// A server that accepts the connection and never answers is unavailable
+// once connect_timeout passes — though pgx reports that as a deadline.
+func TestUnavailableConnectTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, silent, until the test ends
+		}
+	}()
+	cfg, err := postgres.ParseURL("postgres://postgres@" + ln.Addr().String() + "/postgres?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = postgres.Open(t.Context(), cfg)
+	wantUnavailable(t, "Open on a silent server", err)
+}
