@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 
+	"github.com/steadkit/stead/internal/engineerr"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // This file is the engine's whole error policy: which driver errors become
 // which stead sentinels, and what a statement that met a database never
 // migrated means. The prefix rule: every error the engine returns names
-// the engine once — a driver error through driverError, an error of the
+// the engine once — a driver error through engineerr.Error, an error of the
 // engine's own making with "postgres: " where it is made. The same policy, in the same shape, is in
 // engine/sqlite/errors.go.
 
@@ -40,22 +41,6 @@ const (
 // into absent or empty answers with readError and listError.
 var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
 
-// driverError prefixes a driver error with the engine's name, once: every
-// error that reaches the driver leaves the engine as "postgres: …", after
-// the sentinel it maps to, with the driver's error still in the chain.
-type driverError struct{ err error }
-
-func (e *driverError) Error() string { return "postgres: " + e.err.Error() }
-func (e *driverError) Unwrap() error { return e.err }
-
-// decided are the sentinels the engine's own code returns; an error that
-// already wraps one is passed through unchanged.
-var decided = []error{
-	steaderr.ErrNotFound, steaderr.ErrConflict, steaderr.ErrClosed, steaderr.ErrSchema,
-	steaderr.ErrUnavailable, steaderr.ErrLeased, steaderr.ErrUnknownGroup,
-	steaderr.ErrWrongGroup, steaderr.ErrInvalidArgument, steaderr.ErrLost,
-}
-
 // interpretError maps a driver error to stead's sentinels, keeping the
 // driver's error in the chain:
 //
@@ -74,16 +59,10 @@ func interpretError(err error) error {
 	if err == nil {
 		return nil
 	}
-	var de *driverError
-	if errors.As(err, &de) {
+	if engineerr.Decided(err) {
 		return err
 	}
-	for _, s := range decided {
-		if errors.Is(err, s) {
-			return err
-		}
-	}
-	de = &driverError{err}
+	de := &engineerr.Error{Engine: "postgres", Err: err}
 	var pgErr *pgconn.PgError
 	isPg := errors.As(err, &pgErr)
 	var connectErr *pgconn.ConnectError

@@ -136,18 +136,7 @@ func TestUnavailableStoppedServer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c := pgtest.NewCluster(t)
-	cfg, err := postgres.ParseURL(c.URL + "&connect_timeout=5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := postgres.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e, cfg := openCluster(t, c)
 	value := []byte("kept")
 	key := blob.KeyOf(value)
 	if err := e.Blobs().Put(ctx, key, value); err != nil {
@@ -175,7 +164,7 @@ func TestUnavailableStoppedServer(t *testing.T) {
 	for _, o := range ops {
 		wantUnavailable(t, o.name+" with the server stopped", o.op())
 	}
-	_, err = postgres.Open(opCtx, cfg)
+	_, err := postgres.Open(opCtx, cfg)
 	wantUnavailable(t, "Open with the server stopped", err)
 
 	c.Start(t)
@@ -239,18 +228,7 @@ func TestHoldWithServerStopped(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c := pgtest.NewCluster(t)
-	cfg, err := postgres.ParseURL(c.URL + "&connect_timeout=5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := postgres.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e, _ := openCluster(t, c)
 	locks := lock.NewStore(e.Locks(), lock.Options{})
 	h, err := locks.Hold(ctx, "held", "me", time.Second)
 	if err != nil {
@@ -323,4 +301,22 @@ func TestUnavailableConnectTimeout(t *testing.T) {
 	}
 	_, err = postgres.Open(t.Context(), cfg)
 	wantUnavailable(t, "Open on a silent server", err)
+}
+
+// openCluster returns a migrated engine on c, and its configuration.
+func openCluster(t *testing.T, c *pgtest.Cluster) (*postgres.Engine, postgres.Config) {
+	t.Helper()
+	cfg, err := postgres.ParseURL(c.URL + "&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := postgres.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return e, cfg
 }

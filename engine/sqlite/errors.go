@@ -10,13 +10,14 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/steadkit/stead/internal/engineerr"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // This file is the engine's whole error policy: which driver errors become
 // which stead sentinels, and what a statement that met a database never
 // migrated means. The prefix rule: every error the engine returns names
-// the engine once — a driver error through driverError, an error of the
+// the engine once — a driver error through engineerr.Error, an error of the
 // engine's own making with "sqlite: " where it is made. The same policy, in the same shape, is in
 // engine/postgres/errors.go.
 
@@ -27,23 +28,6 @@ var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", st
 
 // errAbsent is a point read's answer on a database never migrated.
 var errAbsent = fmt.Errorf("%w: schema not initialized", steaderr.ErrNotFound)
-
-// driverError prefixes a driver error with the engine's name, once: every
-// error that reaches the driver leaves the engine as "sqlite: …", after
-// the sentinel it maps to, with the driver's error (*sqlite.Error) still in
-// the chain.
-type driverError struct{ err error }
-
-func (e *driverError) Error() string { return "sqlite: " + e.err.Error() }
-func (e *driverError) Unwrap() error { return e.err }
-
-// decided are the sentinels the engine's own code returns; an error that
-// already wraps one is passed through unchanged.
-var decided = []error{
-	steaderr.ErrNotFound, steaderr.ErrConflict, steaderr.ErrClosed, steaderr.ErrSchema,
-	steaderr.ErrUnavailable, steaderr.ErrLeased, steaderr.ErrUnknownGroup,
-	steaderr.ErrWrongGroup, steaderr.ErrInvalidArgument, steaderr.ErrLost,
-}
 
 // interpretError maps a database/sql or driver error to stead's sentinels,
 // keeping the driver's error in the chain:
@@ -63,16 +47,10 @@ func interpretError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	var de *driverError
-	if errors.As(err, &de) {
+	if engineerr.Decided(err) {
 		return err
 	}
-	for _, s := range decided {
-		if errors.Is(err, s) {
-			return err
-		}
-	}
-	de = &driverError{err}
+	de := &engineerr.Error{Engine: "sqlite", Err: err}
 	var sqliteErr *sqlite.Error
 	isSQLite := errors.As(err, &sqliteErr)
 	var primary int
