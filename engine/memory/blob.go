@@ -65,11 +65,10 @@ func (b *blobs) lookup(ctx context.Context, key blob.Key) ([]byte, error) {
 }
 
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
-	// The snapshot is taken under the lock; yield runs without it, so it
-	// may call back into the engine.
 	if limit < 1 {
 		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, limit)
 	}
+	// The page is copied under the lock; yield runs without it.
 	b.mu.RLock()
 	if err := b.e.check(ctx); err != nil {
 		b.mu.RUnlock()
