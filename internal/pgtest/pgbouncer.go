@@ -57,8 +57,8 @@ var (
 )
 
 // ViaPgBouncer returns a copy of d whose URL reaches the same database
-// through a real PgBouncer in transaction pooling mode; Schema and Admin
-// are d's. The PgBouncer starts once per test process (Main stops it),
+// through a real PgBouncer in transaction pooling mode, as the server's
+// user (not NewOwned's role); Schema and Admin are d's. The PgBouncer starts once per test process (Main stops it),
 // from the pgbouncer binary on PATH or in /usr/sbin, on a free loopback
 // port, as an unprivileged user when the tests run as root. When it is not
 // installed t is skipped, loudly, or failed under
