@@ -231,6 +231,11 @@ func (s *Store) SchemaVersion(ctx context.Context) (current, latest int, err err
 	return s.eng.SchemaVersion(ctx)
 }
 
+// Engine returns the engine the store runs on, for tools that speak the
+// engine seam, such as the HTTP server. Calls on it bypass the store's
+// argument checks.
+func (s *Store) Engine() engine.Engine { return s.eng }
+
 // Close closes the store and its engine. It is idempotent; afterwards every
 // operation fails with ErrClosed.
 func (s *Store) Close() error { return s.eng.Close() }

@@ -2,32 +2,34 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"time"
+	"strings"
 
 	"github.com/steadkit/stead/server"
 )
 
-// shutdownGrace bounds how long serve waits for requests in flight after a
-// signal.
-const shutdownGrace = 10 * time.Second
-
 func serve(ctx context.Context, e *env, args []string) error {
 	fs := e.newFlags("serve")
 	addr := fs.String("addr", "127.0.0.1:7070", "listen address")
-	token := fs.String("token", "", "bearer token required on /v1 (env STEAD_TOKEN); required when -addr is not loopback")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token required on /v1 and /metrics (else env STEAD_TOKEN); a token is required when -addr is not loopback")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *token == "" {
-		*token = os.Getenv("STEAD_TOKEN")
+	token := os.Getenv("STEAD_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("%w: token file: %w", errUsage, err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return fmt.Errorf("%w: token file %s is empty", errUsage, *tokenFile)
+		}
 	}
-	if *token == "" && !server.IsLoopback(*addr) {
-		return fmt.Errorf("%w: -addr %s is not loopback: set -token or STEAD_TOKEN", errUsage, *addr)
+	if token == "" && !server.IsLoopback(*addr) {
+		return fmt.Errorf("%w: -addr %s is not loopback: set -token-file or STEAD_TOKEN", errUsage, *addr)
 	}
 	st, err := e.open(ctx)
 	if err != nil {
@@ -38,25 +40,6 @@ func serve(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           server.New(st, server.Options{Token: *token}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
 	fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return server.New(st, server.Options{Token: token}).Serve(ctx, ln)
 }

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// lockArgs checks a lock request's name, owner and (when ttl is wanted)
+// TTL, truncated to whole microseconds as the engine seam expects.
+func (s *Server) lockArgs(r *http.Request, req *wire.LockRequest, ttl bool) (name string, now time.Time, err error) {
+	name = r.PathValue("name")
+	if err := validate.Name("lock name", name); err != nil {
+		return "", time.Time{}, err
+	}
+	if err := validate.Name("lock owner", req.Owner); err != nil {
+		return "", time.Time{}, err
+	}
+	req.TTL = wire.Duration(time.Duration(req.TTL).Truncate(time.Microsecond))
+	if ttl && req.TTL <= 0 {
+		return "", time.Time{}, fmt.Errorf("%w: ttl %v: want at least 1µs", steaderr.ErrInvalidArgument, time.Duration(req.TTL))
+	}
+	if req.Wait < 0 || time.Duration(req.Wait) > maxLockWait {
+		return "", time.Time{}, fmt.Errorf("%w: wait %v: want 0 to %v", steaderr.ErrInvalidArgument, time.Duration(req.Wait), maxLockWait)
+	}
+	now, err = s.clock(req.Now)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if !now.IsZero() && req.Wait > 0 {
+		return "", time.Time{}, &badRequest{`"now" and "wait" cannot be combined`}
+	}
+	return name, now.Truncate(time.Microsecond), nil
+}
+
+// acquireLock grants the lock if it is free, waiting up to "wait" for
+// it: 200 with the grant, or 409 held with the holder's token and expiry
+// as far as they could be read.
+func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
+	var req wire.LockRequest
+	err := readJSON(w, r, &req)
+	var name string
+	var now time.Time
+	if err == nil {
+		name, now, err = s.lockArgs(r, &req, true)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Wait > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(req.Wait) + s.opts.RequestTimeout))
+		ctx, cancel := context.WithTimeout(r.Context(), time.Duration(req.Wait))
+		lk, err := s.locks.Lock(ctx, name, req.Owner, time.Duration(req.TTL))
+		cancel()
+		switch {
+		case err == nil:
+			s.metrics.lockAcquired(true)
+			writeJSON(w, http.StatusOK, wire.LockGrant{Granted: true, Name: name, Owner: req.Owner, Token: lk.Token(), Expiry: lk.Expiry()})
+			return
+		case !errors.Is(err, context.DeadlineExceeded) || r.Context().Err() != nil:
+			s.fail(w, r, err)
+			return
+		}
+		// The wait ran out: one last try, which also reads the holder.
+	}
+	res, err := s.eng.Locks().Acquire(r.Context(), lock.AcquireParams{Name: name, Owner: req.Owner, TTL: time.Duration(req.TTL), Now: now})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.metrics.lockAcquired(res.Granted)
+	g := wire.LockGrant{Granted: res.Granted, Name: name, Owner: res.Grant.Owner, Token: res.Grant.Token, Expiry: res.Grant.Expiry, Now: res.Now}
+	if !res.Granted {
+		g.Error, g.Code = fmt.Sprintf("lock %q is held by another owner", name), wire.CodeHeld
+		writeJSON(w, http.StatusConflict, g)
+		return
+	}
+	writeJSON(w, http.StatusOK, g)
+}
+
+// renewLock extends the grant (owner, token) by ttl: 200 with the new
+// expiry, or 409 lost when the grant is no longer the lock's.
+func (s *Server) renewLock(w http.ResponseWriter, r *http.Request) {
+	var req wire.LockRequest
+	err := readJSON(w, r, &req)
+	var name string
+	var now time.Time
+	if err == nil {
+		name, now, err = s.lockArgs(r, &req, true)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	expiry, ok, err := s.eng.Locks().Renew(r.Context(), lock.RenewParams{Name: name, Owner: req.Owner, Token: req.Token, TTL: time.Duration(req.TTL), Now: now})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	g := wire.LockGrant{Granted: ok, Name: name, Owner: req.Owner, Token: req.Token, Expiry: expiry}
+	if !ok {
+		s.metrics.lockLost()
+		g.Expiry = time.Time{}
+		g.Error, g.Code = fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), "lost"
+		writeJSON(w, http.StatusConflict, g)
+		return
+	}
+	writeJSON(w, http.StatusOK, g)
+}
+
+// releaseLock frees the lock when (owner, token) is its current grant:
+// 200, or 409 lost when it is not.
+func (s *Server) releaseLock(w http.ResponseWriter, r *http.Request) {
+	var req wire.LockRequest
+	err := readJSON(w, r, &req)
+	var name string
+	if err == nil {
+		name, _, err = s.lockArgs(r, &req, false)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ok, err := s.eng.Locks().Release(r.Context(), lock.ReleaseParams{Name: name, Owner: req.Owner, Token: req.Token})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	g := wire.LockGrant{Released: ok, Name: name, Owner: req.Owner, Token: req.Token}
+	if !ok {
+		s.metrics.lockLost()
+		g.Error, g.Code = fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), "lost"
+		writeJSON(w, http.StatusConflict, g)
+		return
+	}
+	writeJSON(w, http.StatusOK, g)
+}
