@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/engine/remote"
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/lock"
@@ -78,6 +80,7 @@ type config struct {
 	migrate    bool
 	now        func() time.Time
 	blobs      blob.Options
+	token      string
 }
 
 // WithInstanceID sets the store's instance id, which owns its pins and
@@ -103,11 +106,17 @@ func WithMaxBlobSize(n int64) Option { return func(c *config) { c.blobs.MaxSize 
 // ErrDigestMismatch on corruption. Defaults to off.
 func WithVerifyReads() Option { return func(c *config) { c.blobs.VerifyReads = true } }
 
+// WithToken sets the bearer token Open sends to a stead server (an
+// http:// or https:// URL). Defaults to the STEAD_TOKEN environment
+// variable.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
 // Open opens the store at url:
 //
 //	mem://                                   in-memory, gone on Close
 //	sqlite://PATH                            SQLite file; relative (sqlite://./data/s.db) or absolute (sqlite:///var/lib/s.db)
 //	postgres://user@host/db?schema=stead     PostgreSQL (also postgresql://)
+//	http://host:7070                         a stead server (also https://); see WithToken
 //
 // Each engine documents its query parameters; unknown ones are an error.
 // Unless WithoutMigrate is given, Open migrates the schema first.
@@ -116,7 +125,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := openEngine(ctx, url)
+	eng, err := openEngine(ctx, url, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("stead: open: %w", err)
 	}
@@ -127,7 +136,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	return st, nil
 }
 
-func openEngine(ctx context.Context, url string) (engine.Engine, error) {
+func openEngine(ctx context.Context, url string, cfg config) (engine.Engine, error) {
 	scheme, rest, _ := strings.Cut(url, "://")
 	switch scheme {
 	case "mem":
@@ -147,8 +156,14 @@ func openEngine(ctx context.Context, url string) (engine.Engine, error) {
 			return nil, err
 		}
 		return postgres.Open(ctx, cfg)
+	case "http", "https":
+		token := cfg.token
+		if token == "" {
+			token = os.Getenv("STEAD_TOKEN")
+		}
+		return remote.Open(ctx, remote.Config{URL: url, Token: token})
 	}
-	return nil, fmt.Errorf("%w: unknown URL scheme %q: want mem://, sqlite:// or postgres://", steaderr.ErrInvalidArgument, scheme)
+	return nil, fmt.Errorf("%w: unknown URL scheme %q: want mem://, sqlite://, postgres:// or http(s)://", steaderr.ErrInvalidArgument, scheme)
 }
 
 // New returns a store over an engine the caller built, such as a PostgreSQL

@@ -287,13 +287,13 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 	start()
 	tail := map[string]any{}
 	if err != nil {
-		status, code, sentinel := wire.StatusOf(err)
+		_, code, sentinel := wire.StatusOf(err)
 		if sentinel == nil {
 			code = wire.CodeInternal
 			s.log.Error("stead: blob list", "err", err)
 			tail["error"] = "internal error"
 		} else {
-			tail["error"] = publicMessage(err, status, sentinel)
+			tail["error"] = publicMessage(err)
 		}
 		tail["code"] = code
 	} else if limit > 0 && count == limit {

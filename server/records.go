@@ -86,7 +86,7 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 	stored, err := st.Save(r.Context(), rec)
 	if errors.Is(err, steaderr.ErrConflict) {
 		s.metrics.recordSave(false)
-		writeError(w, http.StatusPreconditionFailed, "conflict", publicMessage(err, http.StatusConflict, steaderr.ErrConflict))
+		writeError(w, http.StatusPreconditionFailed, "conflict", publicMessage(err))
 		return
 	}
 	if err != nil {

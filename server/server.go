@@ -8,8 +8,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -224,7 +226,7 @@ func (s *Server) routes() {
 // the errors net/http would answer in plain text.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	h, pattern := s.mux.Handler(r)
+	_, pattern := s.mux.Handler(r) // the route label; ServeHTTP sets the path values
 	rw := &responseWriter{ResponseWriter: w, status: http.StatusOK}
 	rc := http.NewResponseController(rw)
 	// Streams and long polls move these deadlines as they progress.
@@ -236,7 +238,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		s.metrics.observe(pattern, rw.status, time.Since(start))
 	}()
-	h.ServeHTTP(rw, r)
+	s.mux.ServeHTTP(rw, r)
 }
 
 // responseWriter records the status and turns net/http's plain-text
@@ -272,6 +274,7 @@ func (w *responseWriter) WriteHeader(status int) {
 		}
 		b := errorBody(http.StatusText(status), code)
 		h.Set("Content-Type", "application/json")
+		h.Set(wire.CodeHeader, code)
 		h.Del("X-Content-Type-Options")
 		h.Del("Content-Length")
 		w.ResponseWriter.WriteHeader(status)
@@ -417,7 +420,7 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		if status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", retryAfter)
 		}
-		writeError(w, status, code, publicMessage(err, status, sentinel))
+		writeError(w, status, code, publicMessage(err))
 		return
 	}
 	if unavailable(err) {
@@ -430,19 +433,44 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	writeError(w, http.StatusInternalServerError, wire.CodeInternal, "internal error")
 }
 
-// publicMessage is what a response may say of err, a stead error.
-// Errors of the request (status 4xx other than conflicts) come from the
-// portable layer's checks and are kept whole; others are cut after the
-// sentinel's text, where an engine wraps its driver's error.
-func publicMessage(err error, status int, sentinel error) string {
+// publicMessage is what a response may say of err: its text cut where
+// the text of a typed error begins (a driver's, the network's, the file
+// system's), which may name the database's host, user, objects or files.
+// stead's own words, which name the thing and the rule broken, come
+// first; they are sentinels and plain errors.New texts, also kept.
+func publicMessage(err error) string {
 	msg := err.Error()
-	if status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge {
-		return msg
+	for _, leaf := range leaves(err) {
+		if wire.IsSentinel(leaf) || fmt.Sprintf("%T", leaf) == "*errors.errorString" && !errors.Is(leaf, sql.ErrNoRows) && !errors.Is(leaf, sql.ErrConnDone) {
+			continue
+		}
+		if text := leaf.Error(); text != "" {
+			if i := strings.Index(msg, text); i >= 0 {
+				msg = strings.TrimRight(msg[:i], " :(")
+			}
+		}
 	}
-	if i := strings.Index(msg, sentinel.Error()); i >= 0 {
-		return msg[:i+len(sentinel.Error())]
+	if msg == "" {
+		return "internal error"
 	}
-	return sentinel.Error()
+	return msg
+}
+
+// leaves returns the errors at the ends of err's chain.
+func leaves(err error) []error {
+	switch e := err.(type) {
+	case interface{ Unwrap() error }:
+		if inner := e.Unwrap(); inner != nil {
+			return leaves(inner)
+		}
+	case interface{ Unwrap() []error }:
+		var out []error
+		for _, inner := range e.Unwrap() {
+			out = append(out, leaves(inner)...)
+		}
+		return out
+	}
+	return []error{err}
 }
 
 func isTimeout(err error) bool {
@@ -454,6 +482,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
+	h.Set(wire.CodeHeader, code) // for HEAD, whose answers have no body
 	h.Del("ETag")
 	h.Del("Content-Length")
 	w.WriteHeader(status)

@@ -23,6 +23,10 @@ type Error struct {
 	Code  string `json:"code"`
 }
 
+// CodeHeader carries an error answer's code as a header too, so that the
+// answer to HEAD, which has no body, says what went wrong.
+const CodeHeader = "Stead-Error-Code"
+
 // Codes that stand for no sentinel error.
 const (
 	CodeNotFoundRoute        = "route_not_found"
@@ -74,6 +78,17 @@ func StatusOf(err error) (status int, code string, sentinel error) {
 		}
 	}
 	return 0, "", nil
+}
+
+// IsSentinel reports whether err is one of stead's sentinel errors
+// itself (not one wrapping it), or errors.ErrUnsupported.
+func IsSentinel(err error) bool {
+	for _, s := range sentinels {
+		if err == s.err {
+			return true
+		}
+	}
+	return err == errors.ErrUnsupported
 }
 
 // Err returns the error a client reports for an error response: one
