@@ -206,6 +206,17 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", `"`+key.String()+`"`)
 	h.Set("Cache-Control", "public, max-age=31536000, immutable")
 	h.Set("Content-Type", "application/octet-stream")
+	verdict, ranges := checkRange(r.Header.Get("Range"))
+	switch {
+	case verdict == rangeUnsatisfiable:
+		h.Set("Content-Range", "bytes */"+strconv.FormatInt(rd.Size(), 10))
+		writeError(w, http.StatusRequestedRangeNotSatisfiable, wire.CodeRangeNotSatisfiable, "empty suffix range")
+		return
+	case verdict == rangeIgnored:
+		r.Header.Del("Range")
+	case r.Header.Get("Range") != "":
+		r.Header.Set("Range", ranges)
+	}
 	s.stream(w)
 	http.ServeContent(w, r, "", time.Time{}, rd)
 	if rw, ok := w.(*responseWriter); ok {
@@ -308,4 +319,48 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 		write([]byte("}"))
 	}
 	write([]byte("\n"))
+}
+
+// maxRanges is the most ranges one request may ask for; more are ignored
+// (the whole value is sent), so a request cannot multiply the answer's
+// size with thousands of tiny parts.
+const maxRanges = 16
+
+type rangeVerdict int
+
+const (
+	rangeServe         rangeVerdict = iota // to http.ServeContent
+	rangeUnsatisfiable                     // 416
+	rangeIgnored                           // send the whole value
+)
+
+// checkRange judges what http.ServeContent gets wrong in a Range header,
+// returning the header to pass on: a zero-length suffix ("bytes=-0") is
+// unsatisfiable (RFC 9110 14.1.1) and dropped, unsatisfiable when alone;
+// too many ranges are ignored. The rest is ServeContent's to parse.
+func checkRange(header string) (rangeVerdict, string) {
+	specs, ok := strings.CutPrefix(header, "bytes=")
+	if !ok {
+		return rangeServe, header
+	}
+	var kept []string
+	n := 0
+	for spec := range strings.SplitSeq(specs, ",") {
+		spec = strings.TrimSpace(spec)
+		if spec == "" {
+			continue
+		}
+		n++
+		if suffix, ok := strings.CutPrefix(spec, "-"); ok && suffix != "" && strings.Trim(suffix, "0") == "" {
+			continue
+		}
+		kept = append(kept, spec)
+	}
+	switch {
+	case n > maxRanges:
+		return rangeIgnored, ""
+	case n > 0 && len(kept) == 0:
+		return rangeUnsatisfiable, ""
+	}
+	return rangeServe, "bytes=" + strings.Join(kept, ",")
 }
