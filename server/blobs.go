@@ -175,6 +175,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	_ = b.rc.SetReadDeadline(deadline)
 	n, err := b.r.Read(p)
 	b.n += int64(n)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err}
+	}
 	return n, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -19,14 +20,15 @@ const maxHeaderBytes = 64 << 10
 // accepting, finishes the requests in flight for up to ShutdownGrace,
 // cuts off uploads that stall meanwhile, and closes what is left.
 //
-// Every connection is bounded in time: headers within 10s, a JSON body
+// Every connection is bounded in time: headers within 10s (or
+// RequestTimeout, if shorter), a JSON body
 // and a non-streamed answer within RequestTimeout, upload bodies at
 // MinBodyRate after BodyGrace, each write of a stream within
 // RequestTimeout, and an idle keep-alive within IdleTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, s.opts.RequestTimeout),
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          nil,
@@ -64,6 +66,10 @@ func unavailable(err error) bool {
 	)
 	switch {
 	case errors.As(err, &connErr), errors.As(err, &opErr), errors.Is(err, driver.ErrBadConn):
+		return true
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		// A connection dropped mid-statement; request bodies' errors are
+		// told apart before this (bodyError).
 		return true
 	case errors.As(err, &pgErr):
 		// 08: connection exception; 57P01-57P03: shutting down, crashed,

@@ -397,17 +397,20 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request) {
 // thing and the rule; anything else is logged and answered without its
 // text, which may hold the database's host, user or driver detail.
 func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
-	var maxErr *http.MaxBytesError
+	var body *bodyError
+	if errors.As(err, &body) {
+		var maxErr *http.MaxBytesError
+		switch {
+		case errors.As(err, &maxErr):
+			writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "request body too large")
+		case isTimeout(err):
+			writeError(w, http.StatusRequestTimeout, wire.CodeTimeout, "request body arrived too slowly")
+		default:
+			writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "request body ended early or could not be read")
+		}
+		return
+	}
 	switch {
-	case errors.As(err, &maxErr):
-		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "request body too large")
-		return
-	case isTimeout(err):
-		writeError(w, http.StatusRequestTimeout, wire.CodeTimeout, "request body arrived too slowly")
-		return
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "request body ended early")
-		return
 	case r.Context().Err() != nil:
 		// The client is gone; whatever we write is lost.
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
@@ -505,11 +508,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // readJSON decodes a request body of at most maxJSONBody bytes into v,
 // refusing unknown fields and trailing data.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec := json.NewDecoder(bodyErrors{http.MaxBytesReader(w, r.Body, maxJSONBody)})
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) || isTimeout(err) || errors.Is(err, io.ErrUnexpectedEOF) && r.ContentLength > 0 {
+		var body *bodyError
+		if errors.As(err, &body) {
 			return err
 		}
 		return &badRequest{"request body: " + err.Error()}
@@ -518,6 +521,24 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return &badRequest{"request body: data after the JSON value"}
 	}
 	return nil
+}
+
+// bodyError is an error reading the request body (not the database):
+// too large, too slow, or cut short.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// bodyErrors marks the errors of reading r, but io.EOF, as bodyErrors.
+type bodyErrors struct{ r io.Reader }
+
+func (b bodyErrors) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err}
+	}
+	return n, err
 }
 
 // badRequest is a request the server could not parse.
