@@ -1,45 +1,68 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
+
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/server"
 )
 
-func serve(ctx context.Context, e *env, args []string) error {
-	fs := e.newFlags("serve")
-	addr := fs.String("addr", "127.0.0.1:7070", "listen address")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token required on /v1 and /metrics (else env STEAD_TOKEN); a token is required when -addr is not loopback")
-	if err := fs.Parse(args); err != nil {
-		return err
+func serveCommand(e *env) *cobra.Command {
+	var (
+		addr        string
+		tokenFile   string
+		maxBlobSize int64
+		maxUploads  int
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the HTTP server",
+		Long: `Run the HTTP API (docs/openapi.yaml) over the store until SIGINT or
+SIGTERM; then finish the requests in flight and exit.
+
+A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
+/metrics when set, and must be set when --addr is not a loopback address.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token := os.Getenv("STEAD_TOKEN")
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return usageError("token file: %v", err)
+				}
+				token = strings.TrimSpace(string(b))
+				if token == "" {
+					return usageError("token file %s is empty", tokenFile)
+				}
+			}
+			if token == "" && !server.IsLoopback(addr) {
+				return usageError("--addr %s is not loopback: set --token-file or STEAD_TOKEN", addr)
+			}
+			ctx := cmd.Context()
+			st, err := e.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
+			return server.New(st, server.Options{
+				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, Logger: e.log,
+			}).Serve(ctx, ln)
+		},
 	}
-	token := os.Getenv("STEAD_TOKEN")
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("%w: token file: %w", errUsage, err)
-		}
-		token = strings.TrimSpace(string(b))
-		if token == "" {
-			return fmt.Errorf("%w: token file %s is empty", errUsage, *tokenFile)
-		}
-	}
-	if token == "" && !server.IsLoopback(*addr) {
-		return fmt.Errorf("%w: -addr %s is not loopback: set -token-file or STEAD_TOKEN", errUsage, *addr)
-	}
-	st, err := e.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
-	return server.New(st, server.Options{Token: token}).Serve(ctx, ln)
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "127.0.0.1:7070", "listen address")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else env STEAD_TOKEN)")
+	f.Int64Var(&maxBlobSize, "max-blob-size", blob.DefaultMaxSize, "largest blob an upload may carry, in bytes")
+	f.IntVar(&maxUploads, "max-uploads", 64, "uploads in progress at once; more are refused with 503")
+	return cmd
 }
