@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,9 @@ func serveCommand(e *env) *cobra.Command {
 		tokenFile   string
 		maxBlobSize int64
 		maxUploads  int
+		bodyGrace   time.Duration
+		minBodyRate int64
+		clientClock bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -43,6 +47,9 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 			if token == "" && !server.IsLoopback(addr) {
 				return usageError("--addr %s is not loopback: set --token-file or STEAD_TOKEN", addr)
 			}
+			if clientClock && !server.IsLoopback(addr) {
+				return usageError("--allow-client-clock is for tests on a loopback address")
+			}
 			ctx := cmd.Context()
 			st, err := e.open(ctx)
 			if err != nil {
@@ -56,6 +63,7 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
 			return server.New(st, server.Options{
 				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, Logger: e.log,
+				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock,
 			}).Serve(ctx, ln)
 		},
 	}
@@ -64,5 +72,11 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else env STEAD_TOKEN)")
 	f.Int64Var(&maxBlobSize, "max-blob-size", blob.DefaultMaxSize, "largest blob an upload may carry, in bytes")
 	f.IntVar(&maxUploads, "max-uploads", 64, "uploads in progress at once; more are refused with 503")
+	f.DurationVar(&bodyGrace, "body-grace", 10*time.Second, "time an upload may take before --min-body-rate applies")
+	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
+	// Tests only: lets requests carry the instant leases are judged at,
+	// which lets any client take any lease.
+	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
+	_ = f.MarkHidden("allow-client-clock")
 	return cmd
 }
