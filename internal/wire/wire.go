@@ -169,7 +169,7 @@ type LockRequest struct {
 // the live holder's grant as far as the server could read it) and the
 // instant the request was judged at.
 type LockGrant struct {
-	Granted  bool      `json:"granted"`
+	Granted  bool      `json:"granted,omitempty"`
 	Released bool      `json:"released,omitempty"`
 	Name     string    `json:"name"`
 	Owner    string    `json:"owner,omitempty"`
