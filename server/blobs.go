@@ -49,16 +49,11 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("blob of %d bytes, limit %d", r.ContentLength, s.opts.MaxBlobSize))
 		return
 	}
-	select {
-	case s.uploads <- struct{}{}:
-		defer func() { <-s.uploads }()
-	default:
-		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusServiceUnavailable, wire.CodeBusy, "too many uploads in progress")
+	release, ok := s.uploadSlot(w)
+	if !ok {
 		return
 	}
-	s.metrics.uploads.Inc()
-	defer s.metrics.uploads.Dec()
+	defer release()
 	body := s.newBodyReader(w, r)
 	defer body.done()
 	res := &putResult{}

@@ -221,3 +221,26 @@ func TestShutdown(t *testing.T) {
 	}
 	wantClosed(t, stalled)
 }
+
+// TestConnectionCap holds the only connection slot: a second connection
+// is not served until the first closes.
+func TestConnectionCap(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{MaxConns: 1})
+	first := dial(t, addr)
+	fmt.Fprintf(first, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if status, _ := readAnswer(t, first); status != 200 {
+		t.Fatalf("first connection = %d", status)
+	}
+	second := dial(t, addr)
+	fmt.Fprintf(second, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	second.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := second.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection past the cap was served")
+	}
+	first.Close()
+	second.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if status, _ := readAnswer(t, second); status != 200 {
+		t.Fatalf("second connection after the first closed = %d", status)
+	}
+}

@@ -62,8 +62,13 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusPreconditionRequired, wire.CodePreconditionRequired, `a save needs If-Match: "VERSION" to update or If-None-Match: * to create`)
 		return
 	}
+	release, ok := s.uploadSlot(w)
+	if !ok {
+		return
+	}
+	defer release()
 	var body wire.Record
-	if err := readJSON(w, r, &body); err != nil {
+	if err := readJSONLimit(w, r, &body, maxRecordBody); err != nil {
 		s.fail(w, r, err)
 		return
 	}

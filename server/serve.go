@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,7 +36,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv.RegisterOnShutdown(s.startDrain)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(limitListener(ln, s.opts.MaxConns)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -50,6 +51,49 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(err, serveErr)
 	}
+	return err
+}
+
+// limitListener returns ln accepting at most n connections open at once.
+func limitListener(ln net.Listener, n int) net.Listener {
+	return &limited{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limited struct {
+	net.Listener
+	slots chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limited) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
 	return err
 }
 

@@ -62,6 +62,9 @@ type Options struct {
 	// IdleTimeout closes keep-alive connections idle this long. Defaults
 	// to 30s.
 	IdleTimeout time.Duration
+	// MaxConns caps the connections open at once; past it, new ones wait
+	// in the kernel's accept queue. Defaults to 1024.
+	MaxConns int
 	// ShutdownGrace bounds how long Serve waits for requests in flight
 	// once its context ends. Defaults to 10s.
 	ShutdownGrace time.Duration
@@ -77,9 +80,11 @@ type Options struct {
 
 // Limits not worth a knob.
 const (
-	// maxJSONBody bounds a JSON request: a record of the largest payload,
-	// base64-encoded, and its fields.
-	maxJSONBody = record.DefaultMaxPayload/3*4 + 64<<10
+	// maxJSONBody bounds a JSON request but a record save.
+	maxJSONBody = 64 << 10
+	// maxRecordBody bounds a record save: the largest payload,
+	// base64-encoded, and its fields. Saves share the upload slots.
+	maxRecordBody = record.DefaultMaxPayload/3*4 + 64<<10
 	// maxLockWait and maxPoll bound a request's waits.
 	maxLockWait = time.Minute
 	maxPoll     = time.Minute
@@ -127,6 +132,9 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 30 * time.Second
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 1024
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 10 * time.Second
@@ -508,7 +516,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // readJSON decodes a request body of at most maxJSONBody bytes into v,
 // refusing unknown fields and trailing data.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(bodyErrors{http.MaxBytesReader(w, r.Body, maxJSONBody)})
+	return readJSONLimit(w, r, v, maxJSONBody)
+}
+
+func readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(bodyErrors{http.MaxBytesReader(w, r.Body, limit)})
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var body *bodyError
@@ -566,6 +578,23 @@ func (s *Server) clock(now time.Time) (time.Time, error) {
 		return time.Time{}, &badRequest{`"now" is accepted only by a server started with client clocks allowed (tests)`}
 	}
 	return now, nil
+}
+
+// uploadSlot takes one of the MaxUploads slots that bodies of size
+// (blobs, record saves) share, or answers 503 busy and returns false.
+func (s *Server) uploadSlot(w http.ResponseWriter) (release func(), ok bool) {
+	select {
+	case s.uploads <- struct{}{}:
+		s.metrics.uploads.Inc()
+		return func() {
+			s.metrics.uploads.Dec()
+			<-s.uploads
+		}, true
+	default:
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, wire.CodeBusy, "too many uploads in progress")
+		return nil, false
+	}
 }
 
 // drainSet tracks the uploads in progress, so shutdown can cut off the
