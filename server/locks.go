@@ -40,19 +40,36 @@ func (s *Server) lockArgs(r *http.Request, req *wire.LockRequest, ttl bool) (nam
 	return name, now.Truncate(time.Microsecond), nil
 }
 
+// readLock reads and checks a lock request, answering any error; ok is
+// false when it did.
+func (s *Server) readLock(w http.ResponseWriter, r *http.Request, ttl bool) (req wire.LockRequest, name string, now time.Time, ok bool) {
+	err := readJSON(w, r, &req)
+	if err == nil {
+		name, now, err = s.lockArgs(r, &req, ttl)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return req, "", time.Time{}, false
+	}
+	return req, name, now, true
+}
+
+// writeLost answers 409 lost: the grant (owner, token) is no longer the
+// lock's.
+func (s *Server) writeLost(w http.ResponseWriter, name string, req wire.LockRequest) {
+	s.metrics.lockLost()
+	writeJSON(w, http.StatusConflict, wire.LockGrant{
+		Name: name, Owner: req.Owner, Token: req.Token,
+		Error: fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), Code: "lost",
+	})
+}
+
 // acquireLock grants the lock if it is free, waiting up to "wait" for
 // it: 200 with the grant, or 409 held with the holder's token and expiry
 // as far as they could be read.
 func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
-	var req wire.LockRequest
-	err := readJSON(w, r, &req)
-	var name string
-	var now time.Time
-	if err == nil {
-		name, now, err = s.lockArgs(r, &req, true)
-	}
-	if err != nil {
-		s.fail(w, r, err)
+	req, name, now, ok := s.readLock(w, r, true)
+	if !ok {
 		return
 	}
 	if req.Wait > 0 {
@@ -89,57 +106,37 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 // renewLock extends the grant (owner, token) by ttl: 200 with the new
 // expiry, or 409 lost when the grant is no longer the lock's.
 func (s *Server) renewLock(w http.ResponseWriter, r *http.Request) {
-	var req wire.LockRequest
-	err := readJSON(w, r, &req)
-	var name string
-	var now time.Time
-	if err == nil {
-		name, now, err = s.lockArgs(r, &req, true)
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	expiry, ok, err := s.eng.Locks().Renew(r.Context(), lock.RenewParams{Name: name, Owner: req.Owner, Token: req.Token, TTL: time.Duration(req.TTL), Now: now})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	g := wire.LockGrant{Granted: ok, Name: name, Owner: req.Owner, Token: req.Token, Expiry: expiry}
+	req, name, now, ok := s.readLock(w, r, true)
 	if !ok {
-		s.metrics.lockLost()
-		g.Expiry = time.Time{}
-		g.Error, g.Code = fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), "lost"
-		writeJSON(w, http.StatusConflict, g)
 		return
 	}
-	writeJSON(w, http.StatusOK, g)
+	expiry, renewed, err := s.eng.Locks().Renew(r.Context(), lock.RenewParams{Name: name, Owner: req.Owner, Token: req.Token, TTL: time.Duration(req.TTL), Now: now})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !renewed {
+		s.writeLost(w, name, req)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.LockGrant{Granted: true, Name: name, Owner: req.Owner, Token: req.Token, Expiry: expiry})
 }
 
 // releaseLock frees the lock when (owner, token) is its current grant:
 // 200, or 409 lost when it is not.
 func (s *Server) releaseLock(w http.ResponseWriter, r *http.Request) {
-	var req wire.LockRequest
-	err := readJSON(w, r, &req)
-	var name string
-	if err == nil {
-		name, _, err = s.lockArgs(r, &req, false)
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	ok, err := s.eng.Locks().Release(r.Context(), lock.ReleaseParams{Name: name, Owner: req.Owner, Token: req.Token})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	g := wire.LockGrant{Released: ok, Name: name, Owner: req.Owner, Token: req.Token}
+	req, name, _, ok := s.readLock(w, r, false)
 	if !ok {
-		s.metrics.lockLost()
-		g.Error, g.Code = fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), "lost"
-		writeJSON(w, http.StatusConflict, g)
 		return
 	}
-	writeJSON(w, http.StatusOK, g)
+	released, err := s.eng.Locks().Release(r.Context(), lock.ReleaseParams{Name: name, Owner: req.Owner, Token: req.Token})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !released {
+		s.writeLost(w, name, req)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.LockGrant{Released: true, Name: name, Owner: req.Owner, Token: req.Token})
 }

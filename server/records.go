@@ -173,15 +173,23 @@ func (s *Server) listClaimable(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.Records{Records: wire.FromRecords(recs)})
 }
 
-func (s *Server) claimRecord(w http.ResponseWriter, r *http.Request) {
-	var req wire.ClaimRequest
-	if err := readJSON(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
+// readClaim reads a claim, claim-next or renew request and returns the
+// record store on its clock, answering any error; ok is false when it did.
+func (s *Server) readClaim(w http.ResponseWriter, r *http.Request) (req wire.ClaimRequest, st *record.Store, ok bool) {
+	err := readJSON(w, r, &req)
+	if err == nil {
+		st, err = s.recordsAt(req.Now)
 	}
-	st, err := s.recordsAt(req.Now)
 	if err != nil {
 		s.fail(w, r, err)
+		return req, nil, false
+	}
+	return req, st, true
+}
+
+func (s *Server) claimRecord(w http.ResponseWriter, r *http.Request) {
+	req, st, ok := s.readClaim(w, r)
+	if !ok {
 		return
 	}
 	rec, err := st.Claim(r.Context(), req.Group, r.PathValue("id"), req.Owner, time.Duration(req.TTL))
@@ -194,18 +202,12 @@ func (s *Server) claimRecord(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) claimNext(w http.ResponseWriter, r *http.Request) {
-	var req wire.ClaimRequest
-	if err := readJSON(w, r, &req); err != nil {
-		s.fail(w, r, err)
+	req, st, ok := s.readClaim(w, r)
+	if !ok {
 		return
 	}
 	if req.N > maxListLimit {
 		writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("n %d: want at most %d", req.N, maxListLimit))
-		return
-	}
-	st, err := s.recordsAt(req.Now)
-	if err != nil {
-		s.fail(w, r, err)
 		return
 	}
 	recs, err := st.ClaimNext(r.Context(), r.PathValue("group"), req.Owner, time.Duration(req.TTL), req.N)
@@ -218,14 +220,8 @@ func (s *Server) claimNext(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) renewRecord(w http.ResponseWriter, r *http.Request) {
-	var req wire.ClaimRequest
-	if err := readJSON(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	st, err := s.recordsAt(req.Now)
-	if err != nil {
-		s.fail(w, r, err)
+	req, st, ok := s.readClaim(w, r)
+	if !ok {
 		return
 	}
 	rec := record.Record{ID: r.PathValue("id"), Group: req.Group, Lease: record.Lease{Owner: req.Owner, Incarnation: req.Incarnation}}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,18 @@ func parseKey(text string) (blob.Key, error) {
 		return blob.Key{}, usageError("%v", err)
 	}
 	return key, nil
+}
+
+// onKey returns a RunE that parses its one argument as a key and calls f
+// with the store open.
+func (e *env) onKey(f func(ctx context.Context, st *stead.Store, key blob.Key) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		key, err := parseKey(args[0])
+		if err != nil {
+			return err
+		}
+		return e.withStore(cmd.Context(), func(st *stead.Store) error { return f(cmd.Context(), st, key) })
+	}
 }
 
 func putCommand(e *env) *cobra.Command {
@@ -99,37 +112,31 @@ func getCommand(e *env) *cobra.Command {
 		Use:   "get KEY [-o FILE]",
 		Short: "Write a blob's value to stdout or a file",
 		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := parseKey(args[0])
+		RunE: e.onKey(func(ctx context.Context, st *stead.Store, key blob.Key) error {
+			rd, err := st.Blobs.Get(ctx, key)
 			if err != nil {
 				return err
 			}
-			return e.withStore(cmd.Context(), func(st *stead.Store) error {
-				rd, err := st.Blobs.Get(cmd.Context(), key)
-				if err != nil {
-					return err
-				}
-				defer rd.Close()
-				if out == "" || out == "-" {
-					_, err = io.Copy(e.stdout, rd)
-					return err
-				}
-				// Write next to the target and rename, so a failed get
-				// leaves no half-written file.
-				tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
-				if err != nil {
-					return err
-				}
-				defer os.Remove(tmp.Name())
-				r, done := e.progress(rd, rd.Size(), "get")
-				_, err = io.Copy(tmp, r)
-				done()
-				if err = errors.Join(err, tmp.Close()); err != nil {
-					return err
-				}
-				return os.Rename(tmp.Name(), out)
-			})
-		},
+			defer rd.Close()
+			if out == "" || out == "-" {
+				_, err = io.Copy(e.stdout, rd)
+				return err
+			}
+			// Write next to the target and rename, so a failed get leaves
+			// no half-written file.
+			tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp.Name())
+			r, done := e.progress(rd, rd.Size(), "get")
+			_, err = io.Copy(tmp, r)
+			done()
+			if err = errors.Join(err, tmp.Close()); err != nil {
+				return err
+			}
+			return os.Rename(tmp.Name(), out)
+		}),
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
 	return cmd
@@ -141,23 +148,17 @@ func statCommand(e *env) *cobra.Command {
 		Use:   "stat KEY",
 		Short: "Print a blob's size",
 		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := parseKey(args[0])
+		RunE: e.onKey(func(ctx context.Context, st *stead.Store, key blob.Key) error {
+			info, err := st.Blobs.Stat(ctx, key)
 			if err != nil {
 				return err
 			}
-			return e.withStore(cmd.Context(), func(st *stead.Store) error {
-				info, err := st.Blobs.Stat(cmd.Context(), key)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(e, map[string]any{"key": info.Key.String(), "size": info.Size})
-				}
-				fmt.Fprintf(e.stdout, "%s %d\n", info.Key, info.Size)
-				return nil
-			})
-		},
+			if asJSON {
+				return writeJSON(e, map[string]any{"key": info.Key.String(), "size": info.Size})
+			}
+			fmt.Fprintf(e.stdout, "%s %d\n", info.Key, info.Size)
+			return nil
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
