@@ -244,3 +244,38 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("second connection after the first closed = %d", status)
 	}
 }
+
+// TestLongPollOutlivesRequestTimeout: a long poll and a lock wait run past
+// the request timeout without their context being cut.
+func TestLongPollOutlivesRequestTimeout(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{RequestTimeout: 300 * time.Millisecond})
+	base := "http://" + addr
+	req, _ := http.NewRequest("PUT", base+"/v1/groups/g", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("register: %v", err)
+	}
+	resp, err := http.Get(base + "/v1/groups/g/wait?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != `{"claimable":false}`+"\n" {
+		t.Fatalf("long poll past the request timeout = %d %s", resp.StatusCode, b)
+	}
+	resp, err = http.Post(base+"/v1/locks/l/acquire", "application/json", strings.NewReader(`{"owner":"a","ttl":"1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post(base+"/v1/locks/l/acquire", "application/json", strings.NewReader(`{"owner":"b","ttl":"1m","wait":"1s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 409 || !strings.Contains(string(b), `"code":"held"`) {
+		t.Fatalf("lock wait past the request timeout = %d %s", resp.StatusCode, b)
+	}
+}

@@ -73,7 +73,7 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Wait > 0 {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(req.Wait) + s.opts.RequestTimeout))
+		s.wait(w, time.Duration(req.Wait))
 		ctx, cancel := context.WithTimeout(r.Context(), time.Duration(req.Wait))
 		lk, err := s.locks.Lock(ctx, name, req.Owner, time.Duration(req.TTL))
 		cancel()

@@ -266,7 +266,7 @@ func (s *Server) waitClaimable(w http.ResponseWriter, r *http.Request) {
 		}
 		timeout = d
 	}
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + s.opts.RequestTimeout))
+	s.wait(w, timeout)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	err := s.records.WaitClaimable(ctx, r.PathValue("group"))

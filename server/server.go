@@ -314,13 +314,27 @@ func (w *responseWriter) Flush() {
 	}
 }
 
-// stream makes w a stream: no overall write deadline, but each write must
-// finish within the request timeout.
+// stream makes w a stream: no overall deadline, but each write must
+// finish within the request timeout. The read deadline goes too: net/http
+// reads on in the background to notice a client leaving, and a deadline
+// there would cancel the request mid-stream.
 func (s *Server) stream(w http.ResponseWriter) {
 	if rw, ok := w.(*responseWriter); ok {
 		rw.stall = s.opts.RequestTimeout
-		_ = http.NewResponseController(rw.ResponseWriter).SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
+		rc := http.NewResponseController(rw.ResponseWriter)
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
+		_ = rc.SetReadDeadline(time.Time{})
 	}
+}
+
+// wait gives a request that waits up to d (a long poll) d more than the
+// request timeout to read and answer; the background read's deadline
+// would otherwise cancel it.
+func (s *Server) wait(w http.ResponseWriter, d time.Duration) {
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(d + s.opts.RequestTimeout)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 }
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
