@@ -1,12 +1,18 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/wire"
 )
 
@@ -69,6 +75,44 @@ func FuzzContentDigest(f *testing.F) {
 		key, err := parseContentDigest(header)
 		if err == nil && !key.IsZero() && len(key.String()) != len("sha256:")+64 {
 			t.Fatalf("parseContentDigest(%q) = %q", header, key)
+		}
+	})
+}
+
+// FuzzPath sends any method and path to the server: no answer is a 500,
+// and every error answer is a JSON error with a code.
+func FuzzPath(f *testing.F) {
+	for _, seed := range []string{"/v1/blobs/sha256:00", "/v1/blobs/..%2F..%2Fetc", "/v1/locks/%2e%2e/acquire", "/v1/records/%00", "/v1/groups/a%2Fb/claimable", "//v1//blobs", "/v1/blobs/sha256:" + strings.Repeat("a", 64), "/v1/records/%ff%fe"} {
+		f.Add("GET", seed)
+		f.Add("DELETE", seed)
+	}
+	st, err := stead.Open(context.Background(), "mem://")
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	srv := New(st, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f.Fuzz(func(t *testing.T, method, path string) {
+		switch method {
+		case "GET", "PUT", "POST", "DELETE", "HEAD", "PATCH":
+		default:
+			return
+		}
+		u, err := url.ParseRequestURI(path)
+		if err != nil || !strings.HasPrefix(path, "/") {
+			return
+		}
+		r := httptest.NewRequest(method, "http://stead"+u.RequestURI(), strings.NewReader("{}"))
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		if w.Code >= 500 && w.Code != 503 {
+			t.Fatalf("%s %s = %d %s", method, path, w.Code, w.Body)
+		}
+		if w.Code >= 400 && method != "HEAD" {
+			var e wire.Error
+			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Code == "" {
+				t.Fatalf("%s %s = %d with body %q, not a JSON error", method, path, w.Code, w.Body)
+			}
 		}
 	})
 }
