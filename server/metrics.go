@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/steadkit/stead/engine/postgres"
 )
 
 // metrics are the server's Prometheus series.
@@ -64,6 +66,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.requests, m.latency, m.uploads, m.blobPuts, m.blobPutBytes, m.blobGets, m.blobGetBytes,
 		m.lockAcquires, m.lockLosses, m.recordSaves, m.recordClaimed)
 	return m
+}
+
+// registerPool exports a PostgreSQL engine's pool statistics.
+func registerPool(reg prometheus.Registerer, pg *postgres.Engine) {
+	pool := pg.Pool()
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		gauge("stead_pool_connections", "PostgreSQL pool connections open.", func() float64 { return float64(pool.Stat().TotalConns()) }),
+		gauge("stead_pool_connections_idle", "PostgreSQL pool connections idle.", func() float64 { return float64(pool.Stat().IdleConns()) }),
+		gauge("stead_pool_connections_in_use", "PostgreSQL pool connections in use.", func() float64 { return float64(pool.Stat().AcquiredConns()) }),
+		gauge("stead_pool_connections_max", "PostgreSQL pool size.", func() float64 { return float64(pool.Stat().MaxConns()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "stead_pool_acquire_waits_total", Help: "Pool acquires that waited for a connection."},
+			func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }),
+	)
 }
 
 func (m *metrics) observe(route string, status int, d time.Duration) {

@@ -25,6 +25,7 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
@@ -161,6 +162,9 @@ func New(st *stead.Store, opts Options) *Server {
 		uploads: make(chan struct{}, opts.MaxUploads),
 		locks:   lock.NewStore(eng.Locks(), lock.Options{}),
 		records: record.NewStore(eng.Records(), record.Options{}),
+	}
+	if pg, ok := eng.(*postgres.Engine); ok {
+		registerPool(opts.Registerer, pg)
 	}
 	s.blobs = blob.NewStore(&putSpy{Engine: eng.Blobs(), m: s.metrics}, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads})
 	s.token = sha256.Sum256([]byte(opts.Token))

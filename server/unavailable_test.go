@@ -99,6 +99,9 @@ func TestDatabaseDown(t *testing.T) {
 	if a := do(t, "GET", srv.URL+"/readyz", "", nil); a.status != 200 {
 		t.Fatalf("readyz with the database up = %d %s", a.status, a.body)
 	}
+	if a := do(t, "GET", srv.URL+"/metrics", "", nil); !strings.Contains(a.body, "stead_pool_connections_max 8") {
+		t.Fatalf("/metrics lacks the pool's size:\n%s", a.body)
+	}
 	p.cutOff()
 	secrets := []string{p.ln.Addr().String(), target, u.User.Username(), "pgx", "dial", "connect", "127.0.0.1", "sql"}
 	for _, req := range []struct{ method, path, body string }{

@@ -2,10 +2,12 @@ package remote_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/steadkit/stead"
@@ -73,4 +75,33 @@ func TestConformance(t *testing.T) {
 			Virgin: func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), true) },
 		})
 	})
+}
+
+// TestTLS opens the remote engine over https with a token, and refuses a
+// wrong token at Open.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	st, err := stead.Open(context.Background(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewTLSServer(server.New(st, server.Options{Token: "tls-token"}))
+	t.Cleanup(srv.Close)
+	if _, err := remote.Open(context.Background(), remote.Config{URL: srv.URL, Token: "wrong", Client: srv.Client()}); err == nil || !strings.Contains(err.Error(), "unauthorized") {
+		t.Fatalf("Open with a wrong token: %v", err)
+	}
+	eng, err := remote.Open(context.Background(), remote.Config{URL: srv.URL, Token: "tls-token", Client: srv.Client()})
+	if err != nil {
+		t.Fatalf("Open over https: %v", err)
+	}
+	defer eng.Close()
+	if current, latest, err := eng.SchemaVersion(context.Background()); err != nil || current != latest {
+		t.Fatalf("SchemaVersion over https = %d, %d, %v", current, latest, err)
+	}
+	for _, bad := range []string{"ftp://x", "http://", "http://user:pw@host:1", "http://host:1/?q=1"} {
+		if _, err := remote.Open(context.Background(), remote.Config{URL: bad}); !errors.Is(err, stead.ErrInvalidArgument) || strings.Contains(err.Error(), "pw") {
+			t.Errorf("Open(%q) = %v, want ErrInvalidArgument without the URL's secrets", bad, err)
+		}
+	}
 }
