@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"io"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/record"
@@ -198,6 +201,32 @@ func TestBench(t *testing.T) {
 	for _, want := range []string{"scenario", "blob put", "blob get", "lock acquire+release", "record save (CAS)", "record claim", "ops/s", "p99"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestMigrateRefusesNewerSchema: migrate and migrate status refuse a
+// database newer than the binary, saying to upgrade.
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	db := "sqlite://" + path
+	if code, _, _ := run(t, ctx, "--db", db, "migrate"); code != 0 {
+		t.Fatalf("migrate = %d", code)
+	}
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec("INSERT INTO schema_version (version, name) VALUES (99, 'from_the_future')"); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	for _, args := range [][]string{{"migrate"}, {"migrate", "up"}, {"migrate", "status"}} {
+		code, _, stderr := run(t, ctx, append([]string{"--db", db}, args...)...)
+		if code != exitFailure || !strings.Contains(stderr, "upgrade stead") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("stead %v on a newer schema = %d %q, want 1 and one line saying to upgrade", args, code, stderr)
 		}
 	}
 }
