@@ -96,14 +96,30 @@ func IsSentinel(err error) bool {
 func Err(status int, e Error) error {
 	for _, s := range sentinels {
 		if s.code == e.Code {
-			return fmt.Errorf("%w: server: %s", s.err, e.Error)
+			return &serverError{msg: e.Error, sentinel: s.err}
 		}
 	}
 	if status == http.StatusPreconditionFailed {
-		return fmt.Errorf("%w: server: %s", steaderr.ErrConflict, e.Error)
+		return &serverError{msg: e.Error, sentinel: steaderr.ErrConflict}
 	}
 	return &StatusError{Status: status, Code: e.Code, Message: e.Error}
 }
+
+// serverError is a server's error answer standing for a sentinel: its
+// text is the server's message, which names the sentinel already.
+type serverError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *serverError) Error() string {
+	if strings.Contains(e.msg, e.sentinel.Error()) {
+		return "server: " + e.msg
+	}
+	return "server: " + e.msg + ": " + e.sentinel.Error()
+}
+
+func (e *serverError) Unwrap() error { return e.sentinel }
 
 // StatusError is an error response whose code stands for no stead error.
 type StatusError struct {
