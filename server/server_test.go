@@ -310,6 +310,9 @@ func TestLocks(t *testing.T) {
 	if a.status != 200 || g["token"] != 2.0 {
 		t.Fatalf("acquire after release = %d %s", a.status, a.body)
 	}
+	if a, _ := post("/v1/locks/x/acquire", `{"owner":"`+strings.Repeat("a", 100<<10)+`","ttl":"30s"}`); a.status != 413 || a.errCode(t) != "body_too_large" {
+		t.Errorf("acquire with a 100 KiB body = %d %s, want 413 body_too_large", a.status, a.body)
+	}
 	for _, tc := range []struct{ body, code string }{
 		{`{"owner":"","ttl":"30s"}`, "invalid_name"},
 		{`{"owner":"a","ttl":"0s"}`, "invalid_argument"},
