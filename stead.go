@@ -95,7 +95,9 @@ func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 
 // WithClock replaces the clock that lock and record leases are measured
 // against; tests use it to move time without sleeping. Defaults to nil: the
-// database's clock (now()) on PostgreSQL, time.Now elsewhere.
+// database's clock (now()) on PostgreSQL, time.Now elsewhere. A stead
+// server accepts a client's clock only when started with
+// --allow-client-clock (tests).
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // WithMaxBlobSize sets the largest blob Put accepts, in bytes. Defaults to
@@ -136,7 +138,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	return st, nil
 }
 
-func openEngine(ctx context.Context, url string, cfg config) (engine.Engine, error) {
+func openEngine(ctx context.Context, url string, opts config) (engine.Engine, error) {
 	scheme, rest, _ := strings.Cut(url, "://")
 	switch scheme {
 	case "mem":
@@ -157,7 +159,7 @@ func openEngine(ctx context.Context, url string, cfg config) (engine.Engine, err
 		}
 		return postgres.Open(ctx, cfg)
 	case "http", "https":
-		token := cfg.token
+		token := opts.token
 		if token == "" {
 			token = os.Getenv("STEAD_TOKEN")
 		}
