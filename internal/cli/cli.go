@@ -156,11 +156,34 @@ func (e *env) setup() error {
 	return nil
 }
 
-// redacted returns db with any password masked, for printing.
+// redacted returns db with any password masked, for printing: the URL's
+// own, a password or sslpassword parameter, and one in a URL-valued
+// parameter such as listen_url.
 func redacted(db string) string {
 	u, err := url.Parse(db)
 	if err != nil {
 		return "(unparsable URL)"
+	}
+	q := u.Query()
+	masked := false
+	for key, values := range q {
+		for i, v := range values {
+			inner, err := url.Parse(v)
+			switch {
+			case key == "password" || key == "sslpassword":
+				values[i], masked = "xxxxx", true
+			case err == nil && inner.User != nil:
+				if _, ok := inner.User.Password(); ok {
+					values[i], masked = inner.Redacted(), true
+				}
+			}
+		}
+	}
+	if masked {
+		u.RawQuery = q.Encode()
+	}
+	if _, hasPassword := u.User.Password(); !hasPassword && !masked {
+		return db // url.URL would print mem:// as mem:
 	}
 	return u.Redacted()
 }

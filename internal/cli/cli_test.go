@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -124,5 +125,17 @@ func TestUsageHidesSecrets(t *testing.T) {
 	}
 	if got := redacted("postgres://alice:secret-pw@db.internal/app"); strings.Contains(got, "secret") || !strings.Contains(got, "alice") {
 		t.Errorf("redacted = %q, want the password masked", got)
+	}
+	for _, db := range []string{
+		"postgres://alice@db/app?password=secret-pw",
+		"postgres://alice@db/app?pgbouncer=true&listen_url=" + url.QueryEscape("postgres://alice:secret-pw@direct/app"),
+		"postgres://db/app?sslpassword=secret-pw",
+	} {
+		if got := redacted(db); strings.Contains(got, "secret") {
+			t.Errorf("redacted(%q) = %q, want the password masked", db, got)
+		}
+	}
+	if got := redacted("mem://"); got != "mem://" {
+		t.Errorf("redacted(mem://) = %q", got)
 	}
 }
