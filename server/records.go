@@ -151,11 +151,11 @@ func (s *Server) queryNow(r *http.Request) (time.Time, error) {
 }
 
 func (s *Server) listClaimable(w http.ResponseWriter, r *http.Request) {
-	limit := defaultListLimit
+	limit := defaultRecords
 	if text := r.URL.Query().Get("limit"); text != "" {
 		n, err := strconv.Atoi(text)
-		if err != nil || n < 0 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("limit %q: want 0 to %d", text, maxListLimit))
+		if err != nil || n < 0 || n > maxRecords {
+			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("limit %q: want 0 to %d", text, maxRecords))
 			return
 		}
 		limit = n
@@ -206,8 +206,8 @@ func (s *Server) claimNext(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if req.N > maxListLimit {
-		writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("n %d: want at most %d", req.N, maxListLimit))
+	if req.N > maxRecords {
+		writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("n %d: want at most %d", req.N, maxRecords))
 		return
 	}
 	recs, err := st.ClaimNext(r.Context(), r.PathValue("group"), req.Owner, time.Duration(req.TTL), req.N)

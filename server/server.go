@@ -93,6 +93,11 @@ const (
 	maxListLimit = 10000
 	// defaultListLimit is a page's length when the request names none.
 	defaultListLimit = 1000
+	// maxRecords bounds the records one answer holds (a list or a
+	// claim-next), each with its payload; defaultRecords is a list's
+	// length when the request names none.
+	maxRecords     = 1000
+	defaultRecords = 100
 	// retryAfter is what 503 answers tell a client to wait, in seconds.
 	retryAfter = "1"
 )
