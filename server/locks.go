@@ -60,7 +60,7 @@ func (s *Server) writeLost(w http.ResponseWriter, name string, req wire.LockRequ
 	s.metrics.lockLost()
 	writeJSON(w, http.StatusConflict, wire.LockGrant{
 		Name: name, Owner: req.Owner, Token: req.Token,
-		Error: fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), Code: "lost",
+		Error: fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), Code: wire.CodeLost,
 	})
 }
 

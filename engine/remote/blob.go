@@ -70,7 +70,7 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 		return errorOf(resp)
 	}
 	dec := json.NewDecoder(resp.Body)
-	bad := func(err error) error { return fmt.Errorf("remote: blob list: malformed answer: %w", err) }
+	bad := func(err error) error { return fmt.Errorf("blob list: %w: %w", errMalformed, err) }
 	if err := expect(dec, json.Delim('{')); err != nil {
 		return bad(err)
 	}

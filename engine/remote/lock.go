@@ -2,7 +2,6 @@ package remote
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -28,7 +27,7 @@ func (l *locks) grantCall(ctx context.Context, name, op string, in wire.LockRequ
 		return g, false, err
 	}
 	if resp.StatusCode == http.StatusConflict {
-		if g.Code != wire.CodeHeld && g.Code != "lost" {
+		if g.Code != wire.CodeHeld && g.Code != wire.CodeLost {
 			return g, false, wire.Err(resp.StatusCode, wire.Error{Error: g.Error, Code: g.Code})
 		}
 		return g, false, nil
@@ -72,5 +71,3 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 	}
 	return nil, false, func() {}, nil
 }
-
-var errMalformed = errors.New("remote: malformed answer")

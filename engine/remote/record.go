@@ -2,9 +2,7 @@ package remote
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,13 +13,6 @@ import (
 )
 
 type records struct{ e *Engine }
-
-func decode(resp *http.Response, out any) error {
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%w: %w", errMalformed, err)
-	}
-	return nil
-}
 
 func (r *records) RegisterGroup(ctx context.Context, group string) error {
 	_, err := r.e.do(ctx, http.MethodPut, "/v1/groups/"+escape(group), nil, nil, nil)

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -144,11 +145,21 @@ func (e *Engine) do(ctx context.Context, method, path string, extra *request, in
 		return resp, errorOf(resp)
 	}
 	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return resp, fmt.Errorf("remote: %s %s: decoding the answer: %w", method, path, err)
+		if err := decode(resp, out); err != nil {
+			return resp, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 	}
 	return resp, nil
+}
+
+// errMalformed marks an answer the engine could not read.
+var errMalformed = errors.New("remote: malformed answer")
+
+func decode(resp *http.Response, out any) error {
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	return nil
 }
 
 // send sends a request and returns the answer, whatever its status.

@@ -40,6 +40,7 @@ const (
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
 	CodeHeld                 = "held"
+	CodeLost                 = "lost" // also ErrLost's code
 	CodeTimeout              = "timeout"
 )
 
