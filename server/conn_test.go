@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/server"
 )
 
@@ -162,23 +163,18 @@ func TestUploadCap(t *testing.T) {
 	fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
 	// The stalled upload holds the slot once its handler runs; retry until
 	// it does.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var busy http.Header
+	poll.Until(t, "an upload past the cap to be refused", func() bool {
 		resp, err := http.Post("http://"+addr+"/v1/blobs", "application/octet-stream", strings.NewReader("next"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			if resp.Header.Get("Retry-After") == "" || resp.Header.Get("Stead-Error-Code") != "busy" {
-				t.Fatalf("busy answer headers %v", resp.Header)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("uploads past the cap are still accepted (%d)", resp.StatusCode)
-		}
-		time.Sleep(10 * time.Millisecond)
+		busy = resp.Header
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	if busy.Get("Retry-After") == "" || busy.Get("Stead-Error-Code") != "busy" {
+		t.Fatalf("busy answer headers %v", busy)
 	}
 }
 

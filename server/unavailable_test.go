@@ -12,6 +12,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/server"
 )
 
@@ -61,6 +62,13 @@ func newProxy(t *testing.T, target string) *proxy {
 		}
 	}()
 	return p
+}
+
+// restore lets connections through again.
+func (p *proxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
 }
 
 func (p *proxy) cutOff() {
@@ -122,5 +130,13 @@ func TestDatabaseDown(t *testing.T) {
 				t.Errorf("%s %s answer %s names %q", req.method, req.path, a.body, s)
 			}
 		}
+	}
+	// The database comes back: the server is ready again, no restart.
+	p.restore()
+	poll.Until(t, "readyz to answer 200 once the database is back", func() bool {
+		return do(t, "GET", srv.URL+"/readyz", "", nil).status == 200
+	})
+	if a := do(t, "PUT", srv.URL+"/v1/blobs", "value", nil); a.status != 201 {
+		t.Fatalf("put after the database came back = %d %s", a.status, a.body)
 	}
 }
