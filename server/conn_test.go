@@ -129,7 +129,7 @@ func TestIdleConnections(t *testing.T) {
 	t.Parallel()
 	addr, _ := serveReal(t, server.Options{IdleTimeout: 200 * time.Millisecond, RequestTimeout: 300 * time.Millisecond})
 	silent := dial(t, addr)
-	conns := make([]net.Conn, 200)
+	conns := make([]net.Conn, 520)
 	for i := range conns {
 		conns[i] = dial(t, addr)
 		fmt.Fprintf(conns[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
