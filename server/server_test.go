@@ -118,6 +118,8 @@ func TestBlobs(t *testing.T) {
 		{"suffix range", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=-5"}, "", 206, "world", ""},
 		{"range past end", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=99999999999-"}, "", 416, "", "range_not_satisfiable"},
 		{"empty suffix range", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=-0"}, "", 416, "", "range_not_satisfiable"},
+		{"too many ranges", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=" + strings.Repeat("0-0,", 20) + "1-1"}, "", 200, "hello, world", ""},
+		{"empty suffix among ranges", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=-0,7-11"}, "", 206, "world", ""},
 		{"etag match", "GET", "/v1/blobs/" + key, map[string]string{"If-None-Match": `"` + key + `"`}, "", 304, "", ""},
 		{"absent", "GET", "/v1/blobs/" + blob.KeyOf([]byte("nope")).String(), nil, "", 404, "", "not_found"},
 		{"absent head", "HEAD", "/v1/blobs/" + blob.KeyOf([]byte("nope")).String(), nil, "", 404, "", ""},
@@ -159,6 +161,13 @@ func TestBlobs(t *testing.T) {
 			}
 		})
 	}
+	t.Run("multi-range", func(t *testing.T) {
+		t.Parallel()
+		a := do(t, "GET", srv.URL+"/v1/blobs/"+key, "", map[string]string{"Range": "bytes=0-4,7-11"})
+		if a.status != 206 || !strings.HasPrefix(a.header.Get("Content-Type"), "multipart/byteranges") || !strings.Contains(a.body, "hello") || !strings.Contains(a.body, "world") {
+			t.Fatalf("two ranges = %d %v %q", a.status, a.header, a.body)
+		}
+	})
 	t.Run("wrong method says Allow", func(t *testing.T) {
 		t.Parallel()
 		a := do(t, "PATCH", srv.URL+"/v1/blobs/"+key, "", nil)
