@@ -104,7 +104,6 @@ const (
 
 // Server serves one store over HTTP. Its zero value is not usable: call New.
 type Server struct {
-	st      *stead.Store
 	eng     engine.Engine
 	blobs   *blob.Store
 	locks   *lock.Store
@@ -158,7 +157,6 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	eng := st.Engine()
 	s := &Server{
-		st:      st,
 		eng:     eng,
 		opts:    opts,
 		log:     opts.Logger,
