@@ -36,7 +36,10 @@ type Config struct {
 	URL string
 	// Token is the bearer token the server requires, if any.
 	Token string
-	// Client makes the requests. Defaults to a client of its own.
+	// Client makes the requests. Defaults to a client of its own that
+	// keeps up to 64 idle connections to the server and gives up on an
+	// answer whose headers take more than a minute (no call of the engine
+	// waits on the server longer).
 	Client *http.Client
 }
 
@@ -63,7 +66,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{base: strings.TrimSuffix(u.String(), "/"), token: cfg.Token, client: cfg.Client}
 	if e.client == nil {
-		e.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		t.ResponseHeaderTimeout = time.Minute
+		e.client = &http.Client{Transport: t}
 		e.own = true
 	}
 	e.blobs.e, e.locks.e, e.records.e = e, e, e
