@@ -178,33 +178,33 @@ func TestUploadCap(t *testing.T) {
 	}
 }
 
-// TestShutdown: a request in flight finishes; a stalled upload is cut off
-// instead of holding shutdown for its grace.
+// TestShutdown: an upload in flight that keeps sending finishes; a stalled
+// upload is cut off instead of holding shutdown for its grace.
 func TestShutdown(t *testing.T) {
 	t.Parallel()
 	const grace = 30 * time.Second
 	addr, shutdown := serveReal(t, server.Options{ShutdownGrace: grace, BodyGrace: 5 * time.Minute})
-	if resp, err := http.Post("http://"+addr+"/v1/groups/g", "", nil); err == nil {
-		resp.Body.Close()
-	}
-	req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/groups/g", nil)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("register: %v", err)
-	}
 	stalled := dial(t, addr)
 	fmt.Fprintf(stalled, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
-	inFlight := make(chan string, 1)
-	go func() {
-		resp, err := http.Get("http://" + addr + "/v1/groups/g/wait?timeout=500ms")
+	steady := dial(t, addr)
+	fmt.Fprintf(steady, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+	poll.Until(t, "both uploads to be in their handlers", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
-			inFlight <- err.Error()
-			return
+			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		inFlight <- string(b)
+		return strings.Contains(string(b), "stead_http_uploads_in_progress 2")
+	})
+	go func() {
+		for range 8 { // the rest of the body, a byte every 200ms
+			time.Sleep(200 * time.Millisecond)
+			if _, err := steady.Write([]byte("x")); err != nil {
+				return
+			}
+		}
 	}()
-	time.Sleep(100 * time.Millisecond) // both requests reach their handlers
 	start := time.Now()
 	if err := shutdown(); err != nil {
 		t.Fatalf("Serve: %v", err)
@@ -212,8 +212,8 @@ func TestShutdown(t *testing.T) {
 	if took := time.Since(start); took >= grace {
 		t.Fatalf("shutdown waited %v, its whole grace, for a stalled upload", took)
 	}
-	if got := <-inFlight; got != `{"claimable":false}`+"\n" {
-		t.Fatalf("the request in flight got %q, want its answer", got)
+	if status, body := readAnswer(t, steady); status != http.StatusCreated {
+		t.Fatalf("the upload in flight got %d %s, want 201", status, body)
 	}
 	wantClosed(t, stalled)
 }
