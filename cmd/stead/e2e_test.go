@@ -254,7 +254,7 @@ func TestServeProcess(t *testing.T) {
 }
 
 // TestConformanceProcess runs the engine suite against real stead serve
-// processes, one per engine the suite asks for, over PostgreSQL.
+// processes, one per engine the suite asks for, over each local engine.
 func TestConformanceProcess(t *testing.T) {
 	t.Parallel()
 	open := func(t *testing.T, db string, flags ...string) engine.Engine {
@@ -266,7 +266,22 @@ func TestConformanceProcess(t *testing.T) {
 		t.Cleanup(func() { eng.Close() })
 		return eng
 	}
-	enginetest.Run(t, enginetest.Harness{
-		New: func(t *testing.T) engine.Engine { return open(t, pgtest.New(t).StoreURL()) },
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		enginetest.Run(t, enginetest.Harness{
+			New: func(t *testing.T) engine.Engine { return open(t, "mem://") },
+		})
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		enginetest.Run(t, enginetest.Harness{
+			New: func(t *testing.T) engine.Engine { return open(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db")) },
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		enginetest.Run(t, enginetest.Harness{
+			New: func(t *testing.T) engine.Engine { return open(t, pgtest.New(t).StoreURL()) },
+		})
 	})
 }
