@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"strconv"
 	"strings"
@@ -278,7 +279,31 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 			write([]byte(`{"blobs":[`))
 		}
 	}
-	err := s.eng.Blobs().List(r.Context(), after, limit, func(info blob.Info) bool {
+	// A page is read whole before any of it is written, and limit 0 walks
+	// page by page (blob.Store.All): no pooled connection waits on a slow
+	// client.
+	var infos iter.Seq2[blob.Info, error]
+	if limit == 0 {
+		infos = s.blobs.All(r.Context(), after)
+	} else {
+		page, err := s.blobs.List(r.Context(), after, limit)
+		infos = func(yield func(blob.Info, error) bool) {
+			for _, info := range page {
+				if !yield(info, nil) {
+					return
+				}
+			}
+			if err != nil {
+				yield(blob.Info{}, err)
+			}
+		}
+	}
+	var err error
+	for info, ierr := range infos {
+		if ierr != nil {
+			err = ierr
+			break
+		}
 		start()
 		if count > 0 {
 			write([]byte{','})
@@ -287,8 +312,10 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 		write(b)
 		count++
 		last = info.Key
-		return werr == nil
-	})
+		if werr != nil {
+			break
+		}
+	}
 	if err != nil && !started {
 		s.fail(w, r, err)
 		return

@@ -36,7 +36,10 @@ func newProxy(t *testing.T, target string) *proxy {
 		t.Fatal(err)
 	}
 	p := &proxy{ln: ln, target: target}
-	t.Cleanup(p.cutOff)
+	t.Cleanup(func() {
+		p.cutOff()
+		ln.Close() // ends the accept loop
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/steaderr"
 )
 
 type blobs struct{ e *Engine }
@@ -55,13 +56,16 @@ func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 // List reads one streamed answer, so the listing is one snapshot on the
 // server and memory stays flat however many blobs it holds.
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
+	if limit < 1 {
+		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, limit)
+	}
 	afterText := ""
 	if !after.IsZero() {
 		afterText = after.String()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // a yield that stops early drops the stream
-	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs", &request{query: query("after", afterText, "limit", strconv.Itoa(max(limit, 0)))}, nil)
+	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs", &request{query: query("after", afterText, "limit", strconv.Itoa(limit))}, nil)
 	if err != nil {
 		return err
 	}
