@@ -78,8 +78,9 @@ func (s *Store) GroupExists(ctx context.Context, group string) (bool, error) {
 // stored record's group (ErrWrongGroup). The lease is the claimers' to
 // move: an update either carries the stored lease, which is kept as stored
 // (Renew may have extended it), or releases it with an empty Owner; the
-// incarnation is never lowered. A create stores rec.Lease as given. A nil
-// payload is stored empty.
+// incarnation is never lowered. A create stores rec.Lease as given; an
+// incarnation above MaxIncarnation is ErrInvalidArgument. A nil payload is
+// stored empty.
 func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 	if err := s.checkRecord(rec); err != nil {
 		return Record{}, fmt.Errorf("record save: %w", err)
@@ -273,8 +274,8 @@ func (s *Store) checkRecord(rec Record) error {
 	switch {
 	case rec.Version < 0:
 		return fmt.Errorf("%w: version %d", steaderr.ErrInvalidArgument, rec.Version)
-	case rec.Lease.Incarnation < 0:
-		return fmt.Errorf("%w: incarnation %d", steaderr.ErrInvalidArgument, rec.Lease.Incarnation)
+	case rec.Lease.Incarnation < 0 || rec.Version == 0 && rec.Lease.Incarnation > MaxIncarnation:
+		return fmt.Errorf("%w: incarnation %d, want 0 to %d", steaderr.ErrInvalidArgument, rec.Lease.Incarnation, int64(MaxIncarnation))
 	case len(rec.Payload) > s.maxPayload:
 		return fmt.Errorf("%w: payload of %d bytes, limit %d", steaderr.ErrTooLarge, len(rec.Payload), s.maxPayload)
 	}

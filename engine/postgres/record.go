@@ -159,38 +159,23 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 	return ok, err
 }
 
-// resolveTenant finds or creates tenant in group and returns its id. The
-// insert and the select are two statements: the select's snapshot must
-// see a row a concurrent insert committed while this one waited on it.
-func (r *records) resolveTenant(ctx context.Context, group, tenant string) (int64, error) {
-	_, err := r.e.pool.Exec(ctx, r.sql.ensureTenant, group, tenantName(tenant))
-	if isForeignKey(err) {
-		return 0, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, group)
-	}
-	if err != nil {
-		return 0, interpretError(err)
-	}
-	var id int64
-	err = r.e.pool.QueryRow(ctx, r.sql.tenantID, group, tenantName(tenant)).Scan(&id)
-	return id, interpretError(err)
-}
-
 func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
 	rec := p.Record
-	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
-	if err != nil {
-		return record.Record{}, err
-	}
 	return cas.Do(ctx, func() (record.Record, bool, error) {
-		saved, err := r.write(ctx, rec, tid, p.Now)
+		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
+		if !ok {
+			return r.saveResolving(ctx, rec, p.Now)
+		}
+		saved, err := r.write(ctx, r.e.pool, rec, tid, p.Now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return saved, false, nil
-		case isForeignKey(err): // the cached tenant is gone: look it up next time
+		case isForeignKey(err): // the cached tenant is gone: resolve it again
 			r.tenants.Forget(rec.Group, rec.Tenant)
+			return r.saveResolving(ctx, rec, p.Now)
 		}
 		return saved, err == nil, interpretError(err)
 	}, func() error {
@@ -202,12 +187,48 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	})
 }
 
+// saveResolving finds or creates rec's tenant and writes rec in one
+// transaction, so a write that matches no row leaves no tenant behind. The
+// tenant's insert and select are two statements: the select's snapshot
+// must see a row a concurrent insert committed while this one waited on
+// it.
+func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (_ record.Record, matched bool, err error) {
+	tx, err := r.e.pool.Begin(ctx)
+	if err != nil {
+		return rec, false, interpretError(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	_, err = tx.Exec(ctx, r.sql.ensureTenant, rec.Group, tenantName(rec.Tenant))
+	if isForeignKey(err) {
+		return rec, false, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, rec.Group)
+	}
+	var tid int64
+	if err == nil {
+		err = tx.QueryRow(ctx, r.sql.tenantID, rec.Group, tenantName(rec.Tenant)).Scan(&tid)
+	}
+	if err != nil {
+		return rec, false, interpretError(err)
+	}
+	saved, err := r.write(ctx, tx, rec, tid, now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return saved, false, nil
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return saved, false, interpretError(err)
+	}
+	r.tenants.Add(rec.Group, rec.Tenant, tid)
+	return saved, true, nil
+}
+
 // write runs Save's create or conditional update; pgx.ErrNoRows when it
 // matched no row.
-func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
+func (r *records) write(ctx context.Context, q querier, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
 	var err error
 	if rec.Version == 0 {
-		err = r.e.pool.QueryRow(ctx, r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
+		err = q.QueryRow(ctx, r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
 			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now),
 		).Scan(&rec.UpdatedAt, nil)
 	} else {
@@ -217,7 +238,7 @@ func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, 
 		} else {
 			args = append(args, rec.Lease.Owner, rec.Lease.Incarnation)
 		}
-		err = r.e.pool.QueryRow(ctx, query, args...).Scan(&rec.Lease.Incarnation, &rec.Lease.Expiry, &rec.UpdatedAt, nil)
+		err = q.QueryRow(ctx, query, args...).Scan(&rec.Lease.Incarnation, &rec.Lease.Expiry, &rec.UpdatedAt, nil)
 	}
 	rec.Version++
 	rec.Lease.Expiry, rec.UpdatedAt = rec.Lease.Expiry.UTC(), rec.UpdatedAt.UTC()

@@ -387,3 +387,32 @@ func TestRecordWake(t *testing.T) {
 		stop()
 	}
 }
+
+// TestRecordFailedSaveCreatesNoTenant: a save refused by its
+// compare-and-swap leaves no tenant row behind.
+func TestRecordFailedSaveCreatesNoTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, s := node(t, db, nil)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, record.Record{ID: "r", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []record.Record{
+		{ID: "r", Group: "g", Tenant: "new", Status: record.Active},              // create of an existing id
+		{ID: "r", Group: "g", Tenant: "newer", Status: record.Active, Version: 7}, // stale version
+		{ID: "absent", Group: "g", Tenant: "newest", Status: record.Active, Version: 1},
+	} {
+		if _, err := s.Save(ctx, rec); !errors.Is(err, steaderr.ErrConflict) {
+			t.Fatalf("Save(%q, tenant %q): %v, want ErrConflict", rec.ID, rec.Tenant, err)
+		}
+	}
+	var n int
+	err := db.Admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "record_tenants"}.Sanitize()+" WHERE name IS NOT NULL").Scan(&n)
+	if err != nil || n != 0 {
+		t.Fatalf("named tenants after failed saves: %d, %v; want 0", n, err)
+	}
+}

@@ -171,38 +171,35 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 	return ok, err
 }
 
-// resolveTenant finds or creates tenant in group and returns its id.
-func (r *records) resolveTenant(ctx context.Context, group, tenant string) (int64, error) {
-	err := r.exec(ctx, &r.ensureTenant, group, tenantName(tenant))
-	if isForeignKey(err) {
-		return 0, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, group)
-	}
-	if err != nil {
-		return 0, err
-	}
-	var id int64
-	row, err := r.queryRow(ctx, &r.tenantID, group, tenantName(tenant))
-	if err == nil {
-		err = interpretError(ctx, row.Scan(&id))
-	}
-	return id, err
-}
-
 func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
 	rec, now := p.Record, clock.OrNow(p.Now)
-	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
-	if err != nil {
-		return record.Record{}, err
-	}
-	return cas.Do(ctx, func() (record.Record, bool, error) {
-		saved, ok, err := r.write(ctx, rec, tid, now)
-		if isForeignKey(err) { // the cached tenant is gone: look it up next time
-			r.tenants.Forget(rec.Group, rec.Tenant)
+	return cas.Do(ctx, func() (saved record.Record, matched bool, err error) {
+		tid, cached := r.tenants.ID(rec.Group, rec.Tenant)
+		err = r.inTx(ctx, func(tx *sql.Tx) error {
+			if !cached {
+				if tid, err = r.resolveTenant(ctx, tx, rec.Group, rec.Tenant); err != nil {
+					return err
+				}
+			}
+			saved, matched, err = r.write(ctx, tx, rec, tid, now)
+			if isForeignKey(err) { // the cached tenant is gone: resolve it next time
+				r.tenants.Forget(rec.Group, rec.Tenant)
+			}
+			if err == nil && !matched {
+				return errNoMatch
+			}
+			return err
+		})
+		switch {
+		case errors.Is(err, errNoMatch):
+			return saved, false, nil
+		case err == nil && !cached:
+			r.tenants.Add(rec.Group, rec.Tenant, tid)
 		}
-		return saved, ok, interpretError(ctx, err)
+		return saved, err == nil, interpretError(ctx, err)
 	}, func() error {
 		stored, exists, err := r.lookup(ctx, rec.ID)
 		if err != nil {
@@ -212,15 +209,52 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	})
 }
 
-// write runs Save's create or conditional update; ok is false when it
-// matched no row.
-func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, now time.Time) (_ record.Record, ok bool, err error) {
+// errNoMatch rolls back a transaction whose conditional write matched no
+// row.
+var errNoMatch = errors.New("no row matched")
+
+// inTx runs fn in a write transaction, committed if fn returns nil and
+// rolled back otherwise.
+func (r *records) inTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := r.e.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, ignoreDone(tx.Rollback()))
+	}
+	return tx.Commit()
+}
+
+// resolveTenant finds or creates tenant in group, in tx, and returns its
+// id.
+func (r *records) resolveTenant(ctx context.Context, tx *sql.Tx, group, tenant string) (int64, error) {
+	ensure, err := r.ensureTenant.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.StmtContext(ctx, ensure).ExecContext(ctx, group, tenantName(tenant)); isForeignKey(err) {
+		return 0, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, group)
+	} else if err != nil {
+		return 0, err
+	}
+	sel, err := r.tenantID.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	return id, tx.StmtContext(ctx, sel).QueryRowContext(ctx, group, tenantName(tenant)).Scan(&id)
+}
+
+// write runs Save's create or conditional update in tx; matched is false
+// when it matched no row.
+func (r *records) write(ctx context.Context, tx *sql.Tx, rec record.Record, tenantID int64, now time.Time) (_ record.Record, matched bool, err error) {
 	if rec.Version == 0 {
 		s, err := r.create.get(ctx)
 		if err != nil {
 			return rec, false, err
 		}
-		res, err := s.ExecContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
+		res, err := tx.StmtContext(ctx, s).ExecContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
 			rec.Lease.Owner, rec.Lease.Incarnation, micros(rec.Lease.Expiry), micros(now), rec.Payload)
 		if err != nil {
 			return rec, false, err
@@ -234,7 +268,7 @@ func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, 
 		return rec, false, err
 	}
 	var expiry int64
-	err = s.QueryRowContext(ctx, rec.ID, rec.Group, rec.Version, rec.Lease.Owner, rec.Lease.Incarnation,
+	err = tx.StmtContext(ctx, s).QueryRowContext(ctx, rec.ID, rec.Group, rec.Version, rec.Lease.Owner, rec.Lease.Incarnation,
 		micros(rec.Lease.Expiry), tenantID, rec.Status, rec.Status.Parked(), micros(now), rec.Payload,
 	).Scan(&rec.Lease.Incarnation, &expiry)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -280,15 +314,19 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	recs, err := r.queryRecords(ctx, &r.list, p.Group, micros(clock.OrNow(p.Now)), p.Limit)
+	recs, err := r.queryRecords(ctx, nil, &r.list, p.Group, micros(clock.OrNow(p.Now)), p.Limit)
 	return recs, listError(ctx, err)
 }
 
-// queryRecords runs s with args and reads the records it returns.
-func (r *records) queryRecords(ctx context.Context, s *stmt, args ...any) (_ []record.Record, err error) {
+// queryRecords runs s, in tx if not nil, with args and reads the records
+// it returns.
+func (r *records) queryRecords(ctx context.Context, tx *sql.Tx, s *stmt, args ...any) (_ []record.Record, err error) {
 	p, err := s.get(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if tx != nil {
+		p = tx.StmtContext(ctx, p)
 	}
 	rows, err := p.QueryContext(ctx, args...)
 	if err != nil {
@@ -306,15 +344,25 @@ func (r *records) queryRecords(ctx context.Context, s *stmt, args ...any) (_ []r
 	return out, rows.Err()
 }
 
+// claimRecords runs the claim statement s with args in a transaction: a
+// claim the engine fails to read back is rolled back, never left held.
+func (r *records) claimRecords(ctx context.Context, s *stmt, args ...any) (recs []record.Record, err error) {
+	err = r.inTx(ctx, func(tx *sql.Tx) error {
+		recs, err = r.queryRecords(ctx, tx, s, args...)
+		return err
+	})
+	return recs, interpretError(ctx, err)
+}
+
 func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
 	now := clock.OrNow(p.Now)
 	return cas.Do(ctx, func() (record.Record, bool, error) {
-		recs, err := r.queryRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
+		recs, err := r.claimRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
 		if err != nil || len(recs) != 1 {
-			return record.Record{}, false, interpretError(ctx, err)
+			return record.Record{}, false, err
 		}
 		return recs[0], true, nil
 	}, func() error {
@@ -331,9 +379,9 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 		return nil, err
 	}
 	now := clock.OrNow(p.Now)
-	recs, err := r.queryRecords(ctx, &r.claimNext, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.N)
+	recs, err := r.claimRecords(ctx, &r.claimNext, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.N)
 	if err != nil {
-		return nil, interpretError(ctx, err)
+		return nil, err
 	}
 	slices.SortFunc(recs, func(a, b record.Record) int { return strings.Compare(a.ID, b.ID) })
 	return recs, nil
