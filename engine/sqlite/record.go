@@ -216,6 +216,13 @@ var errNoMatch = errors.New("no row matched")
 // inTx runs fn in a write transaction, committed if fn returns nil and
 // rolled back otherwise.
 func (r *records) inTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	// Prepare first: preparing takes the writer's one connection, which
+	// the transaction holds.
+	for _, s := range []*stmt{&r.ensureTenant, &r.tenantID, &r.create, &r.update, &r.claim, &r.claimNext} {
+		if _, err := s.get(ctx); err != nil {
+			return err
+		}
+	}
 	tx, err := r.e.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -111,7 +111,7 @@ func TestRecordFailedSaveCreatesNoTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rec := range []record.Record{
-		{ID: "r", Group: "g", Tenant: "new", Status: record.Active},              // create of an existing id
+		{ID: "r", Group: "g", Tenant: "new", Status: record.Active},               // create of an existing id
 		{ID: "r", Group: "g", Tenant: "newer", Status: record.Active, Version: 7}, // stale version
 		{ID: "absent", Group: "g", Tenant: "newest", Status: record.Active, Version: 1},
 	} {
