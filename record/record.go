@@ -101,8 +101,8 @@ func (r Record) Claimable(now time.Time) bool {
 	return !r.Status.Parked() && !r.Lease.Held(now)
 }
 
-// Timestamp returns t as every engine stores it: in UTC, truncated to the
+// timestamp returns t as every engine stores it: in UTC, truncated to the
 // microsecond, so a time loads back exactly as it was saved.
-func Timestamp(t time.Time) time.Time {
+func timestamp(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Microsecond)
 }

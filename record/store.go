@@ -89,7 +89,7 @@ func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("record save %q: %w", rec.ID, err)
 	}
-	rec.Lease.Expiry = Timestamp(rec.Lease.Expiry)
+	rec.Lease.Expiry = timestamp(rec.Lease.Expiry)
 	if rec.Payload == nil {
 		rec.Payload = []byte{}
 	}
@@ -145,7 +145,7 @@ func (s *Store) ListClaimable(ctx context.Context, group string, now time.Time, 
 			return nil, fmt.Errorf("record list claimable %q: %w", group, err)
 		}
 	}
-	recs, err := s.eng.ListClaimable(ctx, ListParams{Group: group, Now: Timestamp(now), Limit: limit})
+	recs, err := s.eng.ListClaimable(ctx, ListParams{Group: group, Now: timestamp(now), Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("record list claimable %q: %w", group, err)
 	}
@@ -252,7 +252,7 @@ func (s *Store) now() (time.Time, error) {
 	if err := checkTime("clock", t); err != nil {
 		return time.Time{}, err
 	}
-	return Timestamp(t), nil
+	return timestamp(t), nil
 }
 
 func (s *Store) checkRecord(rec Record) error {

@@ -34,8 +34,11 @@ func (s *Store) WaitClaimable(ctx context.Context, group string) error {
 	}
 	poll := pollMin
 	for {
-		// Subscribe before probing: a commit after the probe wakes us.
-		wakeup, live, stop := s.eng.Subscribe(group)
+		// Watch before probing: a commit after the probe wakes us.
+		wakeup, live, stop, err := s.eng.WatchClaimable(ctx, group)
+		if err != nil {
+			return fmt.Errorf("record wait claimable %q: %w", group, err)
+		}
 		wait, err := s.probe(ctx, group)
 		if err == nil && wait != 0 {
 			if !live {

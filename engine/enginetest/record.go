@@ -92,8 +92,11 @@ func recBundleOf(eng engine.Engine) *recBundle {
 	return &recBundle{eng: eng, recs: eng.Records(), store: record.NewStore(eng.Records(), record.Options{Now: c.Now}), clock: c}
 }
 
+// stamp returns t as stores keep it: in UTC, truncated to the microsecond.
+func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
 // now is the store's time: the clock, truncated as stores truncate.
-func (b *recBundle) now() time.Time { return record.Timestamp(b.clock.Now()) }
+func (b *recBundle) now() time.Time { return stamp(b.clock.Now()) }
 
 // group registers group and returns it.
 func (b *recBundle) group(t *testing.T, group string) string {
@@ -236,7 +239,7 @@ func recordRoundTrip(t *testing.T, h Harness) {
 		want := rec
 		want.Version = 1
 		want.UpdatedAt = b.now()
-		want.Lease.Expiry = record.Timestamp(rec.Lease.Expiry)
+		want.Lease.Expiry = stamp(rec.Lease.Expiry)
 		if want.Payload == nil {
 			want.Payload = []byte{}
 		}
@@ -259,7 +262,7 @@ func recordRoundTrip(t *testing.T, h Harness) {
 func withSaved(rec record.Record, version int64, now time.Time) record.Record {
 	rec.Version = version
 	rec.UpdatedAt = now
-	rec.Lease.Expiry = record.Timestamp(rec.Lease.Expiry)
+	rec.Lease.Expiry = stamp(rec.Lease.Expiry)
 	if rec.Payload == nil {
 		rec.Payload = []byte{}
 	}

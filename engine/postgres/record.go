@@ -14,13 +14,14 @@ import (
 	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // records is the engine's record.Engine. Every operation is one
 // statement: a write is conditional (a compare-and-swap), and when it
 // matches no row the stored record is read back to say why
-// (record.Check*). A write that may make a record claimable at once calls
+// (record/check). A write that may make a record claimable at once calls
 // pg_notify in the same statement, so waiters learn of it on commit.
 type records struct {
 	e       *Engine
@@ -183,7 +184,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		if err != nil {
 			return err
 		}
-		return record.CheckSave(rec, stored, exists)
+		return check.Save(rec, stored, exists)
 	})
 }
 
@@ -325,7 +326,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		if err != nil {
 			return err
 		}
-		return record.CheckClaim(p.Group, p.Owner, now, stored, exists)
+		return check.Claim(p.Group, p.Owner, now, stored, exists)
 	})
 }
 
@@ -355,7 +356,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		}
 		at := p
 		at.Now = now
-		return record.CheckRenew(at, stored, exists)
+		return check.Renew(at, stored, exists)
 	})
 }
 
@@ -380,15 +381,15 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return record.Probe{}, nil
 }
 
-// Subscribe implements record.Engine with the engine's listener; without
-// one (PgBouncer mode without a listen URL) waiters poll.
-func (r *records) Subscribe(group string) (<-chan struct{}, bool, func()) {
+// WatchClaimable subscribes to the engine's listener, live while it
+// listens; without one (PgBouncer mode without a listen URL) the channel
+// is nil, so waiters poll.
+func (r *records) WatchClaimable(ctx context.Context, group string) (<-chan struct{}, bool, func(), error) {
+	if err := r.e.check(ctx); err != nil {
+		return nil, false, func() {}, err
+	}
 	if r.e.listen == nil {
-		return nil, false, func() {}
+		return nil, false, func() {}, nil
 	}
-	ch, live, stop, err := r.e.listen.watch(r.channel, group)
-	if err != nil {
-		return nil, false, func() {}
-	}
-	return ch, live, stop
+	return r.e.listen.watch(r.channel, group)
 }

@@ -334,7 +334,10 @@ func TestRecordWake(t *testing.T) {
 	waitLive := func() (<-chan struct{}, func()) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-			wake, live, stop := ea.Records().Subscribe("g")
+			wake, live, stop, err := ea.Records().WatchClaimable(ctx, "g")
+			if err != nil {
+				t.Fatal(err)
+			}
 			if live {
 				return wake, stop
 			}
@@ -381,8 +384,8 @@ func TestRecordWake(t *testing.T) {
 
 	// In PgBouncer mode there is no listener: waiters poll.
 	pb := open(t, db, "&pgbouncer=true")
-	if wake, live, stop := pb.Records().Subscribe("g"); wake != nil || live {
-		t.Fatalf("Subscribe in PgBouncer mode = %v, %v; want no wake channel", wake, live)
+	if wake, live, stop, err := pb.Records().WatchClaimable(ctx, "g"); wake != nil || live || err != nil {
+		t.Fatalf("WatchClaimable in PgBouncer mode = %v, %v, %v; want no wake channel", wake, live, err)
 	} else {
 		stop()
 	}

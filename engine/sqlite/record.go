@@ -16,12 +16,13 @@ import (
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // records is the engine's record.Engine. Each write is one conditional
 // statement on the writer; when it matches no row, the stored record is
-// read back to say why (record.Check*). Reads are one statement each on
+// read back to say why (record/check). Reads are one statement each on
 // the reader pool. Times are stored as microseconds since the Unix epoch.
 type records struct {
 	e       *Engine
@@ -205,7 +206,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		if err != nil {
 			return err
 		}
-		return record.CheckSave(rec, stored, exists)
+		return check.Save(rec, stored, exists)
 	})
 }
 
@@ -377,7 +378,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		if err != nil {
 			return err
 		}
-		return record.CheckClaim(p.Group, p.Owner, now, stored, exists)
+		return check.Claim(p.Group, p.Owner, now, stored, exists)
 	})
 }
 
@@ -414,7 +415,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		if err != nil {
 			return err
 		}
-		return record.CheckRenew(p, stored, exists)
+		return check.Renew(p, stored, exists)
 	})
 }
 
@@ -442,8 +443,8 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return record.Probe{}, nil
 }
 
-// Subscribe implements record.Engine: SQLite has no wake channel, so
-// waiters poll.
-func (r *records) Subscribe(string) (<-chan struct{}, bool, func()) {
-	return nil, false, func() {}
+// WatchClaimable returns a nil channel: SQLite has none, so waiters
+// poll.
+func (r *records) WatchClaimable(ctx context.Context, _ string) (<-chan struct{}, bool, func(), error) {
+	return nil, false, func() {}, r.e.check(ctx)
 }
