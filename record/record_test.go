@@ -60,4 +60,3 @@ func TestTimestamp(t *testing.T) {
 		t.Fatal("Timestamp of the zero time is not zero")
 	}
 }
-
