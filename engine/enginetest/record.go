@@ -37,6 +37,7 @@ func testRecord(t *testing.T, h Harness) {
 		{"ClaimNextConcurrent", recordClaimNextConcurrent},
 		{"Renew", recordRenew},
 		{"IncarnationLimit", recordIncarnationLimit},
+		{"SaveStress", recordSaveStress},
 		{"Zombie", recordZombie},
 		{"DatabaseClock", recordDatabaseClock},
 		{"Wait", recordWait},

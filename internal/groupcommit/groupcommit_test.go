@@ -34,7 +34,7 @@ type put struct {
 	value []byte
 }
 
-func (p put) Size() int   { return len(p.value) }
+func (p put) Size() int        { return len(p.value) }
 func (p put) BatchKey() string { return "" }
 
 func newFakeStore() *fakeStore {
@@ -355,7 +355,7 @@ type keyed struct {
 	fails bool
 }
 
-func (k keyed) Size() int   { return 1 }
+func (k keyed) Size() int        { return 1 }
 func (k keyed) BatchKey() string { return k.name }
 
 // TestKeysNeverShareABatch queues writes of overlapping keys behind a held
