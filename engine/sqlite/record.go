@@ -14,6 +14,7 @@ import (
 
 	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/clock"
+	"github.com/steadkit/stead/internal/groupcommit"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/record/check"
@@ -27,6 +28,7 @@ import (
 type records struct {
 	e       *Engine
 	tenants tenantid.Cache
+	commit  *groupcommit.Committer[*saveReq]
 	// On the writer.
 	registerGroup, ensureTenant, tenantID, create, update, claim, claimNext, renew, del stmt
 	// On the reader pool.
@@ -55,6 +57,7 @@ func expired(g, n int) string {
 
 func (r *records) init(e *Engine) {
 	r.e = e
+	r.commit = groupcommit.New(1, maxBatchSaves, maxBatchSaveBytes, r.flush)
 	w, rd := e.writer, e.reader
 	r.registerGroup = stmt{db: w, query: "INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING"}
 	r.ensureTenant = stmt{db: w, query: "INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING"}
@@ -172,35 +175,46 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 	return ok, err
 }
 
+// saveReq is one save through the group commit: rec with its tenant's
+// id, and once flushed, whether it matched and the record as stored.
+type saveReq struct {
+	rec      record.Record
+	tenantID int64
+	now      time.Time
+	matched  bool
+	saved    record.Record
+}
+
+func (q *saveReq) Size() int { return len(q.rec.Payload) }
+
+// BatchKey implements groupcommit.Item: a batch runs its saves one after
+// another, in queue order, so one record may appear in it twice.
+func (q *saveReq) BatchKey() string { return "" }
+
+// Group commit bounds of saves: the single writer runs one batch at a
+// time.
+const (
+	maxBatchSaves     = 64
+	maxBatchSaveBytes = 4 << 20
+)
+
 func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
 	rec, now := p.Record, clock.OrNow(p.Now)
-	return cas.Do(ctx, func() (saved record.Record, matched bool, err error) {
-		tid, cached := r.tenants.ID(rec.Group, rec.Tenant)
-		err = r.inTx(ctx, func(tx *sql.Tx) error {
-			if !cached {
-				if tid, err = r.resolveTenant(ctx, tx, rec.Group, rec.Tenant); err != nil {
-					return err
-				}
-			}
-			saved, matched, err = r.write(ctx, tx, rec, tid, now)
-			if isForeignKey(err) { // the cached tenant is gone: resolve it next time
-				r.tenants.Forget(rec.Group, rec.Tenant)
-			}
-			if err == nil && !matched {
-				return errNoMatch
-			}
-			return err
-		})
-		switch {
-		case errors.Is(err, errNoMatch):
-			return saved, false, nil
-		case err == nil && !cached:
-			r.tenants.Add(rec.Group, rec.Tenant, tid)
+	return cas.Do(ctx, func() (record.Record, bool, error) {
+		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
+		if !ok {
+			return r.saveResolving(ctx, rec, now)
 		}
-		return saved, err == nil, interpretError(ctx, err)
+		q := &saveReq{rec: rec, tenantID: tid, now: now}
+		err := r.commit.Put(ctx, q)
+		if isForeignKey(err) { // the cached tenant is gone: resolve it again
+			r.tenants.Forget(rec.Group, rec.Tenant)
+			return r.saveResolving(ctx, rec, now)
+		}
+		return q.saved, q.matched, err
 	}, func() error {
 		stored, exists, err := r.lookup(ctx, rec.ID)
 		if err != nil {
@@ -208,6 +222,50 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		}
 		return check.Save(rec, stored, exists)
 	})
+}
+
+// flush runs a batch of saves in one write transaction, in queue order.
+// A save the database refuses (a foreign key: a tenant gone) fails alone.
+func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveReq]) error {
+	err := r.inTx(ctx, func(tx *sql.Tx) error {
+		for _, req := range batch {
+			q := req.Item
+			var err error
+			q.saved, q.matched, err = r.write(ctx, tx, q.rec, q.tenantID, q.now)
+			switch {
+			case isForeignKey(err):
+				req.Err = interpretError(ctx, err)
+			case err != nil:
+				return err
+			}
+		}
+		return nil
+	})
+	return interpretError(ctx, err)
+}
+
+// saveResolving finds or creates rec's tenant and writes rec in one
+// transaction, so a write that matches no row leaves no tenant behind.
+func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (saved record.Record, matched bool, err error) {
+	var tid int64
+	err = r.inTx(ctx, func(tx *sql.Tx) error {
+		if tid, err = r.resolveTenant(ctx, tx, rec.Group, rec.Tenant); err != nil {
+			return err
+		}
+		saved, matched, err = r.write(ctx, tx, rec, tid, now)
+		if err == nil && !matched {
+			return errNoMatch
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, errNoMatch):
+		return saved, false, nil
+	case err != nil:
+		return saved, false, interpretError(ctx, err)
+	}
+	r.tenants.Add(rec.Group, rec.Tenant, tid)
+	return saved, true, nil
 }
 
 // errNoMatch rolls back a transaction whose conditional write matched no
