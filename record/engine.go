@@ -43,6 +43,11 @@ type Engine interface {
 	// is created in its group on first use, "" being the group's default
 	// tenant.
 	Save(ctx context.Context, p SaveParams) (Record, error)
+	// SaveAll saves each of p.Records as Save would, in order, and
+	// returns each one's outcome: several at once share one round trip
+	// and one commit where the engine can. A failure of the whole call
+	// (ctx, a closed engine) is every record's error.
+	SaveAll(ctx context.Context, p SaveAllParams) []SaveResult
 	// Load returns the record stored under id, its Payload a copy never
 	// nil, or an error wrapping steaderr.ErrNotFound.
 	Load(ctx context.Context, id string) (Record, error)
@@ -96,6 +101,19 @@ type Engine interface {
 type SaveParams struct {
 	Record Record
 	Now    time.Time
+}
+
+// SaveAllParams are SaveAll's parameters.
+type SaveAllParams struct {
+	Records []Record
+	Now     time.Time
+}
+
+// SaveResult is the outcome of saving one record of several: the record
+// as stored, or the error that left it unsaved.
+type SaveResult struct {
+	Record Record
+	Err    error
 }
 
 // ListParams are ListClaimable's parameters.

@@ -100,6 +100,49 @@ func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 	return stored, nil
 }
 
+// SaveAll saves each of recs as Save would and returns each one's
+// outcome, in the order of recs: the record as stored, or the error that
+// left it unsaved (ErrConflict, a bad argument, ...). On SQLite the saves
+// share one transaction; on PostgreSQL one statement and commit, so a
+// worker that claimed ten records completes them in one round trip. (A
+// record given twice, or of a tenant this process has not saved into yet,
+// starts a statement of its own.) A record given twice is saved twice, in
+// order: the second must carry the first's new version.
+func (s *Store) SaveAll(ctx context.Context, recs []Record) []SaveResult {
+	out := make([]SaveResult, len(recs))
+	now, err := s.now()
+	var valid []Record
+	var at []int // index in recs of each of valid
+	for i, rec := range recs {
+		if err == nil {
+			if err := s.checkRecord(rec); err != nil {
+				out[i].Err = fmt.Errorf("record save: %w", err)
+				continue
+			}
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("record save %q: %w", rec.ID, err)
+			continue
+		}
+		rec.Lease.Expiry = timestamp(rec.Lease.Expiry)
+		if rec.Payload == nil {
+			rec.Payload = []byte{}
+		}
+		valid = append(valid, rec)
+		at = append(at, i)
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	for j, res := range s.eng.SaveAll(ctx, SaveAllParams{Records: valid, Now: now}) {
+		if res.Err != nil {
+			res = SaveResult{Err: fmt.Errorf("record save %q: %w", valid[j].ID, res.Err)}
+		}
+		out[at[j]] = res
+	}
+	return out
+}
+
 // Load returns the record stored under id, or an error wrapping
 // ErrNotFound. The record is a copy: changing its payload changes nothing
 // stored.

@@ -38,6 +38,7 @@ func testRecord(t *testing.T, h Harness) {
 		{"Renew", recordRenew},
 		{"IncarnationLimit", recordIncarnationLimit},
 		{"SaveStress", recordSaveStress},
+		{"SaveAll", recordSaveAll},
 		{"Zombie", recordZombie},
 		{"DatabaseClock", recordDatabaseClock},
 		{"Wait", recordWait},

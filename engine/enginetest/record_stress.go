@@ -1,11 +1,13 @@
 package enginetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -95,4 +97,77 @@ func recordSaveStress(t *testing.T, h Harness) {
 			t.Fatalf("%s: stored version %d, payload %q; want %d, %q (the last successful save)", id, got.Version, got.Payload, last+1, byFrom[last].payload)
 		}
 	}
+}
+
+// recordSaveAll completes a claimed batch in one call, beside records
+// that must fail alone: a stale version, a bad name, an unknown group, a
+// record given twice (the second from the first's new version).
+func recordSaveAll(t *testing.T, h Harness) {
+	b := recSetup(t, h)
+	g := b.group(t, "g")
+	ctx := t.Context()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		b.save(t, newRecord(id, g))
+	}
+	held := b.claimNext(t, g, "w", time.Minute, 4) // a b c d, version 2
+	done := func(rec record.Record, payload string) record.Record {
+		rec.Status, rec.Payload, rec.Lease.Owner = record.Completed, []byte(payload), ""
+		return rec
+	}
+	stale := done(held[2], "stale")
+	stale.Version--
+	again := done(held[3], "d again")
+	again.Version++
+	orphan := newRecord("orphan", "no such group")
+	newTenant := done(held[1], "b in a new tenant")
+	newTenant.Tenant, newTenant.Version = "fresh", 1 // stale: held at version 2
+	recs := []record.Record{
+		done(held[0], "a done"),
+		stale,
+		{ID: "", Group: g, Status: record.Active},
+		done(held[3], "d done"),
+		orphan,
+		again,
+		newTenant,
+		done(held[1], "b done"),
+	}
+	want := []error{nil, steaderr.ErrConflict, steaderr.ErrInvalidName, nil, steaderr.ErrUnknownGroup, nil, steaderr.ErrConflict, nil}
+	res := b.store.SaveAll(ctx, recs)
+	if len(res) != len(recs) {
+		t.Fatalf("SaveAll returned %d results for %d records", len(res), len(recs))
+	}
+	for i, r := range res {
+		if want[i] == nil {
+			if r.Err != nil {
+				t.Fatalf("SaveAll record %d (%q): %v", i, recs[i].ID, r.Err)
+			}
+			w := withSaved(recs[i], recs[i].Version+1, b.now())
+			w.Lease.Incarnation = recs[i].Lease.Incarnation
+			wantRecord(t, fmt.Sprintf("SaveAll record %d", i), r.Record, w)
+			continue
+		}
+		wantErr(t, r.Err, want[i], fmt.Sprintf("SaveAll record %d (%q)", i, recs[i].ID))
+	}
+	for _, id := range []string{"a", "b", "d"} {
+		if got := b.load(t, id); got.Status != record.Completed || got.Tenant != "" {
+			t.Fatalf("Load(%q) after SaveAll: status %q, tenant %q", id, got.Status, got.Tenant)
+		}
+	}
+	if got := b.load(t, "d"); string(got.Payload) != "d again" || got.Version != 4 {
+		t.Fatalf("Load(d): payload %q, version %d; want the second save's, version 4", got.Payload, got.Version)
+	}
+	wantRecord(t, "Load(c), saved stale", b.load(t, "c"), held[2])
+	b.wantAbsent(t, "orphan")
+	if len(b.store.SaveAll(ctx, nil)) != 0 {
+		t.Fatal("SaveAll of nothing returned results")
+	}
+
+	// A cancelled call saves nothing and says so for every record.
+	before := b.load(t, "c")
+	res = b.store.SaveAll(cancelled(t), []record.Record{done(before, "x"), newRecord("e", g)})
+	for i, r := range res {
+		wantErr(t, r.Err, context.Canceled, fmt.Sprintf("cancelled SaveAll record %d", i))
+	}
+	wantRecord(t, "Load(c) after a cancelled SaveAll", b.load(t, "c"), before)
+	b.wantAbsent(t, "e")
 }

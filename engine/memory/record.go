@@ -72,7 +72,27 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	defer r.mu.Unlock()
-	rec := p.Record
+	return r.save(p.Record, clock.OrNow(p.Now))
+}
+
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	out := make([]record.SaveResult, len(p.Records))
+	if err := r.lock(ctx); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	defer r.mu.Unlock()
+	now := clock.OrNow(p.Now)
+	for i, rec := range p.Records {
+		out[i].Record, out[i].Err = r.save(rec, now)
+	}
+	return out
+}
+
+// save writes rec as Save does; the caller holds mu.
+func (r *records) save(rec record.Record, now time.Time) (record.Record, error) {
 	tenants := r.groups[rec.Group]
 	if tenants == nil {
 		return record.Record{}, steaderr.ErrUnknownGroup
@@ -90,7 +110,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	}
 	tenants[rec.Tenant] = true
 	rec.Version++
-	rec.UpdatedAt = clock.OrNow(p.Now)
+	rec.UpdatedAt = now
 	r.recs[rec.ID] = stored(rec)
 	return rec, nil
 }

@@ -295,11 +295,20 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	})
 }
 
-// flush runs a batch of saves: one alone as its own statement, several as
-// one sqlRecordSaveMany. Either is one round trip and one commit.
+// flush runs a batch of saves as one statement.
 func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveReq]) error {
-	if len(batch) == 1 {
-		q := batch[0].Item
+	qs := make([]*saveReq, len(batch))
+	for i, req := range batch {
+		qs[i] = req.Item
+	}
+	return r.saveMany(ctx, qs)
+}
+
+// saveMany runs saves qs, no id twice, as one statement (one alone, several
+// as sqlRecordSaveMany): one round trip, one commit.
+func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
+	if len(qs) == 1 {
+		q := qs[0]
 		var err error
 		q.saved, err = r.write(ctx, r.e.pool, q.rec, q.tenantID, q.now)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -308,14 +317,13 @@ func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveR
 		q.matched = err == nil
 		return interpretError(err)
 	}
-	n := len(batch)
+	n := len(qs)
 	ids, groups, statuses, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions, tenants, incarnations := make([]int64, n), make([]int64, n), make([]int64, n)
 	expiries, ats := make([]time.Time, n), make([]pgtype.Timestamptz, n)
 	parked, payloads := make([]bool, n), make([][]byte, n)
 	byID := make(map[string]*saveReq, n)
-	for i, req := range batch {
-		q := req.Item
+	for i, q := range qs {
 		rec := q.rec
 		ids[i], groups[i], versions[i], tenants[i], statuses[i] = rec.ID, rec.Group, rec.Version, q.tenantID, string(rec.Status)
 		owners[i], incarnations[i], expiries[i] = rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry
@@ -418,6 +426,69 @@ func (r *records) lookupAt(ctx context.Context, id string, now time.Time) (_ rec
 		return record.Record{}, false, now, err
 	}
 	return rec, true, at.UTC(), nil
+}
+
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	out := make([]record.SaveResult, len(p.Records))
+	if err := r.e.check(ctx); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	// In order: records of cached tenants gather into one statement until
+	// one repeats an id; a record whose tenant is not cached is saved
+	// alone, resolving it.
+	var stmt []*saveReq
+	var at []int
+	inStmt := map[string]bool{}
+	run := func() {
+		if len(stmt) > 0 {
+			r.saveStatement(ctx, stmt, at, p, out)
+		}
+		stmt, at = stmt[:0], at[:0]
+		clear(inStmt)
+	}
+	for i, rec := range p.Records {
+		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
+		if !ok {
+			run()
+			out[i].Record, out[i].Err = r.Save(ctx, record.SaveParams{Record: rec, Now: p.Now})
+			continue
+		}
+		if inStmt[rec.ID] {
+			run()
+		}
+		inStmt[rec.ID] = true
+		stmt = append(stmt, &saveReq{rec: rec, tenantID: tid, now: p.Now})
+		at = append(at, i)
+	}
+	run()
+	return out
+}
+
+// saveStatement runs qs, the saves of p.Records at indexes at, as one
+// statement, and sets their outcomes in out. A save that matched no row is
+// explained from the stored record, or saved alone if that changed since.
+func (r *records) saveStatement(ctx context.Context, qs []*saveReq, at []int, p record.SaveAllParams, out []record.SaveResult) {
+	err := r.saveMany(ctx, qs)
+	for j, q := range qs {
+		o := &out[at[j]]
+		switch {
+		case err != nil:
+			o.Err = err
+		case q.matched:
+			o.Record = q.saved
+		default:
+			stored, exists, _, lerr := r.lookupAt(ctx, q.rec.ID, p.Now)
+			if o.Err = lerr; lerr == nil {
+				o.Err = check.Save(q.rec, stored, exists)
+			}
+			if o.Err == nil { // changed since the statement: try again alone
+				o.Record, o.Err = r.Save(ctx, record.SaveParams{Record: q.rec, Now: p.Now})
+			}
+		}
+	}
 }
 
 func (r *records) Load(ctx context.Context, id string) (record.Record, error) {

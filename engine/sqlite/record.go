@@ -244,6 +244,97 @@ func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveR
 	return interpretError(ctx, err)
 }
 
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	out := make([]record.SaveResult, len(p.Records))
+	now := clock.OrNow(p.Now)
+	var added []int // indexes of records whose tenant the transaction resolved
+	tids := make([]int64, len(p.Records))
+	err := r.e.check(ctx)
+	if err == nil {
+		err = r.inTx(ctx, func(tx *sql.Tx) error {
+			for i, rec := range p.Records {
+				err := r.saveInTx(ctx, tx, rec, now, &out[i], &tids[i])
+				if err != nil {
+					return err
+				}
+				if out[i].Err == nil && tids[i] != 0 {
+					added = append(added, i)
+				}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		err = interpretError(ctx, err)
+		for i := range out {
+			out[i] = record.SaveResult{Err: err}
+		}
+		return out
+	}
+	for _, i := range added {
+		r.tenants.Add(p.Records[i].Group, p.Records[i].Tenant, tids[i])
+	}
+	return out
+}
+
+// saveInTx saves rec in tx, a transaction of SaveAll, and sets its
+// outcome in o. A tenant not cached is resolved under a savepoint, rolled
+// back with the write when the write does not apply, and its id set in
+// *resolved. The error returned fails the whole transaction.
+func (r *records) saveInTx(ctx context.Context, tx *sql.Tx, rec record.Record, now time.Time, o *record.SaveResult, resolved *int64) error {
+	tid, cached := r.tenants.ID(rec.Group, rec.Tenant)
+	if !cached {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT save_all"); err != nil {
+			return err
+		}
+		var err error
+		tid, err = r.resolveTenant(ctx, tx, rec.Group, rec.Tenant)
+		if errors.Is(err, steaderr.ErrUnknownGroup) {
+			o.Err = err
+			return r.rollbackTo(ctx, tx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	saved, matched, err := r.write(ctx, tx, rec, tid, now)
+	switch {
+	case isForeignKey(err):
+		o.Err = interpretError(ctx, err)
+	case err != nil:
+		return err
+	case matched:
+		o.Record = saved
+	default:
+		stored, serr := scanRecord(tx.QueryRowContext(ctx, r.load.query, rec.ID))
+		exists := serr == nil
+		if serr != nil && !errors.Is(serr, sql.ErrNoRows) {
+			return serr
+		}
+		if o.Err = check.Save(rec, stored, exists); o.Err == nil {
+			o.Err = fmt.Errorf("%w: the write did not apply", steaderr.ErrConflict)
+		}
+	}
+	if cached {
+		return nil
+	}
+	if o.Err != nil {
+		return r.rollbackTo(ctx, tx)
+	}
+	*resolved = tid
+	_, err = tx.ExecContext(ctx, "RELEASE save_all")
+	return err
+}
+
+// rollbackTo undoes tx's work since its savepoint save_all, and ends it.
+func (r *records) rollbackTo(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO save_all"); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE save_all")
+	return err
+}
+
 // saveResolving finds or creates rec's tenant and writes rec in one
 // transaction, so a write that matches no row leaves no tenant behind.
 func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (saved record.Record, matched bool, err error) {
