@@ -188,7 +188,7 @@ RETURNING lease_expiry`
 func (r *records) init(e *Engine) {
 	r.e = e
 	r.channel = fmt.Sprintf("stead_records_%016x", uint64(e.lockKey("records")))
-	r.commit = groupcommit.New(saveFlushers, maxBatchSaves, maxBatchSaveBytes, r.flush)
+	r.commit = groupcommit.NewOnce(saveFlushers, maxBatchSaves, maxBatchSaveBytes, r.flush)
 	s := &r.sql
 	s.registerGroup = e.render(sqlRecordRegisterGroup)
 	s.groupExists = e.render(sqlRecordGroupExists)

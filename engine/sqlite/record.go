@@ -57,7 +57,7 @@ func expired(g, n int) string {
 
 func (r *records) init(e *Engine) {
 	r.e = e
-	r.commit = groupcommit.New(1, maxBatchSaves, maxBatchSaveBytes, r.flush)
+	r.commit = groupcommit.NewOnce(1, maxBatchSaves, maxBatchSaveBytes, r.flush)
 	w, rd := e.writer, e.reader
 	r.registerGroup = stmt{db: w, query: "INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING"}
 	r.ensureTenant = stmt{db: w, query: "INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING"}

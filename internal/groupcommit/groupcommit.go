@@ -42,6 +42,7 @@ func (p Put) BatchKey() string { return "" }
 // success only if the commit won the race.
 type Committer[T Item] struct {
 	flush    func(ctx context.Context, batch []*Request[T]) error
+	once     bool          // never cancel or rerun a batch (NewOnce)
 	slots    chan struct{} // one token per batch in flight
 	maxBatch int           // requests
 	maxBytes int           // values' bytes; a single larger request still runs
@@ -83,6 +84,18 @@ type Request[T Item] struct {
 func New[T Item](slots, maxBatch, maxBytes int, flush func(ctx context.Context, batch []*Request[T]) error) *Committer[T] {
 	c := &Committer[T]{flush: flush, slots: make(chan struct{}, slots), maxBatch: maxBatch, maxBytes: maxBytes}
 	c.pool.New = func() any { return &Request[T]{done: make(chan error, 1), requeued: make(chan struct{}, 1)} }
+	return c
+}
+
+// NewOnce is New for writes that must not run twice, such as a
+// compare-and-swap, whose second run would fail where the first succeeded:
+// its callers' contexts never cancel a batch that has started, and a batch
+// is never run again. A caller whose context ends while its batch runs
+// waits for the batch, then gets nil if its write committed, else its
+// context's error.
+func NewOnce[T Item](slots, maxBatch, maxBytes int, flush func(ctx context.Context, batch []*Request[T]) error) *Committer[T] {
+	c := New(slots, maxBatch, maxBytes, flush)
+	c.once = true
 	return c
 }
 
@@ -158,7 +171,10 @@ func (c *Committer[T]) lead(ctx context.Context, own *Request[T]) {
 		return
 	}
 	flushCtx := ctx
-	if len(batch) > 1 || batch[0] != own {
+	switch {
+	case c.once:
+		flushCtx = context.WithoutCancel(ctx)
+	case len(batch) > 1 || batch[0] != own:
 		var cancel context.CancelFunc
 		flushCtx, cancel = context.WithCancel(ctx)
 		defer cancel()

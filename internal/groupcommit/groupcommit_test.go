@@ -419,3 +419,57 @@ func TestKeysNeverShareABatch(t *testing.T) {
 		t.Fatalf("batches %v, want %v", batches, want)
 	}
 }
+
+// TestOnceNeverCancelsOrRerunsABatch cancels a caller while its batch
+// runs: the batch is not cancelled, runs each write once, and the
+// cancelled caller learns its write committed.
+func TestOnceNeverCancelsOrRerunsABatch(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	started := make(chan struct{}, 8)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	c := NewOnce(1, 64, 1<<20, func(ctx context.Context, batch []*Request[keyed]) error {
+		started <- struct{}{}
+		<-gate
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range batch {
+			runs[r.Item.name]++
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	first := make(chan error, 1)
+	go func() { first <- c.Put(ctx, keyed{name: "a"}) }()
+	<-started
+	others := make(chan error, 2)
+	for _, n := range []string{"b", "c"} {
+		go func() { others <- c.Put(t.Context(), keyed{name: n}) }()
+	}
+	poll.Until(t, "b and c queued", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue) == 2
+	})
+	cancel() // a's batch is running
+	close(gate)
+	if err := <-first; err != nil {
+		t.Fatalf("cancelled while its batch ran, which committed: %v, want nil", err)
+	}
+	for range 2 {
+		if err := <-others; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range []string{"a", "b", "c"} {
+		if runs[n] != 1 {
+			t.Fatalf("write %s ran %d times, want once (runs %v)", n, runs[n], runs)
+		}
+	}
+}
