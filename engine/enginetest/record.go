@@ -819,6 +819,13 @@ func recordIncarnationLimit(t *testing.T, h Harness) {
 	held = b.save(t, held)
 	held.Lease.Owner = ""
 	b.save(t, held)
+	// A version at the top of its type is merely stale.
+	maxed := held
+	maxed.Version = math.MaxInt64
+	_, err := b.store.Save(ctx, maxed)
+	wantErr(t, err, steaderr.ErrConflict, "Save at version MaxInt64")
+	res := b.store.SaveAll(ctx, []record.Record{maxed})
+	wantErr(t, res[0].Err, steaderr.ErrConflict, "SaveAll at version MaxInt64")
 	again := b.claim(t, g, "top", "q", time.Minute)
 	if again.Lease.Incarnation != record.MaxIncarnation+2 {
 		t.Fatalf("claimed again: incarnation %d, want %d", again.Lease.Incarnation, int64(record.MaxIncarnation)+2)

@@ -13,18 +13,25 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// recordSaveStress has many goroutines, through two stores, create and
-// update an overlapping set of records, each save from the version it
-// last read, so that engines batching saves (group commit) get batches
-// holding a record more than once and stale versions beside fresh ones.
-// It checks the outcome against the compare-and-swap model: per record,
-// exactly one create succeeds, every successful update moved the version
-// it read up by one (no two from the same version), and the stored
-// record is the last successful save's.
+// recordSaveStress runs RecordSaveStress through two stores over one
+// engine.
 func recordSaveStress(t *testing.T, h Harness) {
 	b := recSetup(t, h)
 	g := b.group(t, "g")
-	stores := []*record.Store{b.store, record.NewStore(b.recs, record.Options{Now: b.clock.Now})}
+	RecordSaveStress(t, g, b.store, record.NewStore(b.recs, record.Options{Now: b.clock.Now}))
+}
+
+// RecordSaveStress has many goroutines, through stores (over one engine or
+// several sharing a database, group registered), create and update an
+// overlapping set of records, each save from the version it last read, so
+// that engines batching saves (group commit) get batches holding a record
+// more than once and stale versions beside fresh ones. It checks the
+// outcome against the compare-and-swap model: per record, exactly one
+// create succeeds, every successful update moved the version it read up by
+// one (no two from the same version), and the stored record is the last
+// successful save's.
+func RecordSaveStress(t *testing.T, g string, stores ...*record.Store) {
+	t.Helper()
 	const (
 		workers = 16
 		rounds  = 40
@@ -92,7 +99,10 @@ func recordSaveStress(t *testing.T, h Harness) {
 				t.Fatalf("%s: no successful save from version %d, yet one from %d", id, v, last)
 			}
 		}
-		got := b.load(t, id)
+		got, err := stores[0].Load(t.Context(), id)
+		if err != nil {
+			t.Fatalf("Load(%s): %v", id, err)
+		}
 		if got.Version != last+1 || string(got.Payload) != byFrom[last].payload {
 			t.Fatalf("%s: stored version %d, payload %q; want %d, %q (the last successful save)", id, got.Version, got.Payload, last+1, byFrom[last].payload)
 		}

@@ -472,6 +472,14 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 // explained from the stored record, or saved alone if that changed since.
 func (r *records) saveStatement(ctx context.Context, qs []*saveReq, at []int, p record.SaveAllParams, out []record.SaveResult) {
 	err := r.saveMany(ctx, qs)
+	if isForeignKey(err) { // a cached tenant is gone: save each alone, resolving it
+		for j, q := range qs {
+			r.tenants.Forget(q.rec.Group, q.rec.Tenant)
+			o := &out[at[j]]
+			o.Record, o.Err = r.Save(ctx, record.SaveParams{Record: q.rec, Now: p.Now})
+		}
+		return
+	}
 	for j, q := range qs {
 		o := &out[at[j]]
 		switch {

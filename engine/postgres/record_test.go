@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
@@ -418,4 +419,18 @@ func TestRecordFailedSaveCreatesNoTenant(t *testing.T) {
 	if err != nil || n != 0 {
 		t.Fatalf("named tenants after failed saves: %d, %v; want 0", n, err)
 	}
+}
+
+// TestRecordSaveStressAcrossEngines runs the overlapping-saves stress
+// through two engines on one schema, whose batches may hold the same
+// records at once, one of them with a pool of one connection.
+func TestRecordSaveStressAcrossEngines(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	_, a := node(t, db, nil)
+	b := record.NewStore(open(t, db, "&pool_max_conns=1").Records(), record.Options{})
+	if err := a.RegisterGroup(t.Context(), "g"); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.RecordSaveStress(t, "g", a, b)
 }
