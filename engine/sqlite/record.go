@@ -22,9 +22,11 @@ import (
 )
 
 // records is the engine's record.Engine. Each write is one conditional
-// statement on the writer; when it matches no row, the stored record is
-// read back to say why (record/check). Reads are one statement each on
-// the reader pool. Times are stored as microseconds since the Unix epoch.
+// statement on the writer, in a write transaction: concurrent saves share
+// one (group commit), and claims roll back unless read back whole. When a
+// write matches no row, the stored record is read back to say why
+// (record/check). Reads are one statement each on the reader pool. Times
+// are stored as microseconds since the Unix epoch.
 type records struct {
 	e       *Engine
 	tenants tenantid.Cache
