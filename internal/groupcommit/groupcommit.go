@@ -45,7 +45,7 @@ type Committer[T Item] struct {
 	once     bool          // never cancel or rerun a batch (NewOnce)
 	slots    chan struct{} // one token per batch in flight
 	maxBatch int           // requests
-	maxBytes int           // values' bytes; a single larger request still runs
+	maxBytes int           // items' sizes; a single larger request still runs
 
 	mu    sync.Mutex
 	queue []*Request[T]
