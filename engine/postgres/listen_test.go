@@ -132,25 +132,7 @@ func TestListenerNoticesASilentPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitLive := func() (<-chan struct{}, func()) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-			wake, live, stop, err := ea.Records().WatchClaimable(ctx, "g")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if live {
-				return wake, stop
-			}
-			select {
-			case <-wake:
-			case <-time.After(100 * time.Millisecond):
-			}
-			stop()
-		}
-		t.Fatal("the listener did not listen within 30s")
-		return nil, nil
-	}
+	waitLive := func() (<-chan struct{}, func()) { t.Helper(); return watchLive(t, ea, "g") }
 	wake, stop := waitLive()
 	if _, err := b.Save(ctx, record.Record{ID: "g1", Group: "g", Status: record.Active}); err != nil {
 		t.Fatal(err)

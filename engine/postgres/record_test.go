@@ -332,25 +332,7 @@ func TestRecordWake(t *testing.T) {
 	if err := a.RegisterGroup(ctx, "g"); err != nil {
 		t.Fatal(err)
 	}
-	waitLive := func() (<-chan struct{}, func()) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-			wake, live, stop, err := ea.Records().WatchClaimable(ctx, "g")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if live {
-				return wake, stop
-			}
-			select { // woken when the listener is up
-			case <-wake:
-			case <-time.After(time.Second):
-			}
-			stop()
-		}
-		t.Fatal("the listener did not start listening within 30s")
-		return nil, nil
-	}
+	waitLive := func() (<-chan struct{}, func()) { t.Helper(); return watchLive(t, ea, "g") }
 	wantWake := func(wake <-chan struct{}, what string) {
 		t.Helper()
 		select {
@@ -433,4 +415,26 @@ func TestRecordSaveStressAcrossEngines(t *testing.T) {
 		t.Fatal(err)
 	}
 	enginetest.RecordSaveStress(t, "g", a, b)
+}
+
+// watchLive waits until e's listener is live and returns a watch of
+// group's claimable records, with its stop.
+func watchLive(t *testing.T, e *postgres.Engine, group string) (<-chan struct{}, func()) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		wake, live, stop, err := e.Records().WatchClaimable(t.Context(), group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live {
+			return wake, stop
+		}
+		select { // woken when the listener is up
+		case <-wake:
+		case <-time.After(100 * time.Millisecond):
+		}
+		stop()
+	}
+	t.Fatal("the listener did not listen within 30s")
+	return nil, nil
 }
