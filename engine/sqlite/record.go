@@ -37,65 +37,97 @@ type records struct {
 	groupExists, load, list, probe stmt
 }
 
-// recordCols are a record's columns, in scanRecord's order, for a query
-// over records r joined to its tenant t; returningCols the same for a
-// RETURNING clause.
+// The record statements, each whole. Claiming reads a group's records
+// through records_unleased and records_leased.
 const (
-	recordCols    = "r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload"
-	returningCols = "id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload"
-	// claimSet is a claim's SET clause: ?1 owner, ?2 expiry, ?3 now.
-	claimSet = "SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3 "
+	sqlRecordRegisterGroup = `INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING`
+	sqlRecordEnsureTenant  = `INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING`
+	sqlRecordTenantID      = `SELECT id FROM record_tenants WHERE grp = ? AND name IS ?`
+	sqlRecordCreate        = `INSERT INTO records
+	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
+
+	// ?1 id, ?2 group, ?3 version, ?4 lease owner ("" releases), ?5
+	// incarnation, ?6 expiry (of a release), ?7 tenant id, ?8 status, ?9
+	// parked, ?10 now, ?11 payload.
+	sqlRecordUpdate = `UPDATE records SET
+	tenant_id = ?7, status = ?8, parked = ?9, payload = ?11, version = version + 1, updated_at = ?10,
+	lease_owner = ?4, lease_expiry = CASE WHEN ?4 = '' THEN ?6 ELSE lease_expiry END
+WHERE id = ?1 AND grp = ?2 AND version = ?3 AND (?4 = '' OR (lease_owner = ?4 AND lease_incarnation = ?5))
+RETURNING lease_incarnation, lease_expiry`
+
+	// ?1 owner, ?2 expiry, ?3 now, ?4 group, ?5 id.
+	sqlRecordClaim = `UPDATE records
+SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3
+WHERE id = ?5 AND grp = ?4 AND (lease_owner IN ('', ?1) OR lease_expiry <= ?3)
+RETURNING id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version,
+	lease_owner, lease_incarnation, lease_expiry, updated_at, payload`
+
+	// ?1 owner, ?2 expiry, ?3 now, ?4 group, ?5 n. Expired leases first,
+	// then unleased records.
+	sqlRecordClaimNext = `UPDATE records
+SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3
+WHERE id IN (
+	SELECT id FROM (
+		SELECT id FROM records WHERE grp = ?4 AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?3
+		ORDER BY lease_expiry, id LIMIT ?5
+	)
+	UNION ALL
+	SELECT id FROM (
+		SELECT id FROM records WHERE grp = ?4 AND parked = 0 AND lease_owner = ''
+		ORDER BY id LIMIT ?5
+	)
+	LIMIT ?5
 )
+RETURNING id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version,
+	lease_owner, lease_incarnation, lease_expiry, updated_at, payload`
 
-// unleased and expired select a group's claimable records, through
-// records_unleased and records_leased: the group is ?g, now is ?n.
-func unleased(g int) string {
-	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner = ''", g)
-}
+	// ?1 expiry, ?2 id, ?3 group, ?4 owner, ?5 incarnation.
+	sqlRecordRenew = `UPDATE records SET lease_expiry = ?1
+WHERE id = ?2 AND grp = ?3 AND lease_owner = ?4 AND lease_incarnation = ?5
+RETURNING lease_expiry`
+	sqlRecordDelete      = `DELETE FROM records WHERE id = ?`
+	sqlRecordGroupExists = `SELECT EXISTS (SELECT 1 FROM record_groups WHERE name = ?)`
 
-func expired(g, n int) string {
-	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?%d", g, n)
-}
+	// A record's columns, in scanRecord's order.
+	sqlRecordLoad = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
+FROM records r JOIN record_tenants t ON t.id = r.tenant_id
+WHERE r.id = ?`
+
+	// ?1 group, ?2 now, ?3 limit.
+	sqlRecordList = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
+FROM (
+	SELECT * FROM (SELECT * FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner = '' ORDER BY id LIMIT ?3)
+	UNION ALL
+	SELECT * FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?2
+) r JOIN record_tenants t ON t.id = r.tenant_id
+ORDER BY r.id LIMIT ?3`
+
+	// ?1 group. The first unleased record, and the earliest lease:
+	// expired, the group has recovery work; else it is when the next lease
+	// lapses.
+	sqlRecordProbe = `SELECT
+	EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner = ''),
+	(SELECT lease_expiry FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1)`
+)
 
 func (r *records) init(e *Engine) {
 	r.e = e
 	r.commit = groupcommit.NewOnce(1, maxBatchSaves, maxBatchSaveBytes, r.flush)
 	w, rd := e.writer, e.reader
-	r.registerGroup = stmt{db: w, query: "INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING"}
-	r.ensureTenant = stmt{db: w, query: "INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING"}
-	r.tenantID = stmt{db: w, query: "SELECT id FROM record_tenants WHERE grp = ? AND name IS ?"}
-	r.create = stmt{db: w, query: `INSERT INTO records
-		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-		VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`}
-	// ?1 id, ?2 group, ?3 version, ?4 lease owner ("" releases), ?5
-	// incarnation, ?6 expiry (of a release), ?7 tenant id, ?8 status, ?9
-	// parked, ?10 now, ?11 payload.
-	r.update = stmt{db: w, query: `UPDATE records SET
-		tenant_id = ?7, status = ?8, parked = ?9, payload = ?11, version = version + 1, updated_at = ?10,
-		lease_owner = ?4, lease_expiry = CASE WHEN ?4 = '' THEN ?6 ELSE lease_expiry END
-		WHERE id = ?1 AND grp = ?2 AND version = ?3 AND (?4 = '' OR (lease_owner = ?4 AND lease_incarnation = ?5))
-		RETURNING lease_incarnation, lease_expiry`}
-	// ?5 id.
-	r.claim = stmt{db: w, query: "UPDATE records " + claimSet +
-		"WHERE id = ?5 AND grp = ?4 AND (lease_owner IN ('', ?1) OR lease_expiry <= ?3) RETURNING " + returningCols}
-	// ?4 group, ?5 n. Expired leases first, then unleased records.
-	r.claimNext = stmt{db: w, query: "UPDATE records " + claimSet +
-		"WHERE id IN (SELECT id FROM (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, id LIMIT ?5) " +
-		"UNION ALL SELECT id FROM (SELECT id" + unleased(4) + " ORDER BY id LIMIT ?5) LIMIT ?5) RETURNING " + returningCols}
-	// ?1 expiry, ?2 id, ?3 group, ?4 owner, ?5 incarnation.
-	r.renew = stmt{db: w, query: `UPDATE records SET lease_expiry = ?1
-		WHERE id = ?2 AND grp = ?3 AND lease_owner = ?4 AND lease_incarnation = ?5 RETURNING lease_expiry`}
-	r.del = stmt{db: w, query: "DELETE FROM records WHERE id = ?"}
-	r.groupExists = stmt{db: rd, query: "SELECT EXISTS (SELECT 1 FROM record_groups WHERE name = ?)"}
-	r.load = stmt{db: rd, query: "SELECT " + recordCols + " FROM records r JOIN record_tenants t ON t.id = r.tenant_id WHERE r.id = ?"}
-	// ?1 group, ?2 now, ?3 limit.
-	r.list = stmt{db: rd, query: "SELECT " + recordCols + " FROM (SELECT * FROM (SELECT *" + unleased(1) + " ORDER BY id LIMIT ?3) " +
-		"UNION ALL SELECT *" + expired(1, 2) + ") r JOIN record_tenants t ON t.id = r.tenant_id ORDER BY r.id LIMIT ?3"}
-	// ?1 group. The first unleased record, and the earliest lease:
-	// expired, the group has recovery work; else it is when the next
-	// lease lapses.
-	r.probe = stmt{db: rd, query: "SELECT EXISTS (SELECT 1" + unleased(1) + "), " +
-		"(SELECT lease_expiry FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1)"}
+	r.registerGroup = stmt{db: w, query: sqlRecordRegisterGroup}
+	r.ensureTenant = stmt{db: w, query: sqlRecordEnsureTenant}
+	r.tenantID = stmt{db: w, query: sqlRecordTenantID}
+	r.create = stmt{db: w, query: sqlRecordCreate}
+	r.update = stmt{db: w, query: sqlRecordUpdate}
+	r.claim = stmt{db: w, query: sqlRecordClaim}
+	r.claimNext = stmt{db: w, query: sqlRecordClaimNext}
+	r.renew = stmt{db: w, query: sqlRecordRenew}
+	r.del = stmt{db: w, query: sqlRecordDelete}
+	r.groupExists = stmt{db: rd, query: sqlRecordGroupExists}
+	r.load = stmt{db: rd, query: sqlRecordLoad}
+	r.list = stmt{db: rd, query: sqlRecordList}
+	r.probe = stmt{db: rd, query: sqlRecordProbe}
 }
 
 func (r *records) close() error {
