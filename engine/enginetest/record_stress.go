@@ -25,8 +25,10 @@ func recordSaveStress(t *testing.T, h Harness) {
 // several sharing a database, group registered), create and update an
 // overlapping set of records, each save from the version it last read, so
 // that engines batching saves (group commit) get batches holding a record
-// more than once and stale versions beside fresh ones. It checks the
-// outcome against the compare-and-swap model: per record, exactly one
+// more than once and stale versions beside fresh ones; one save in five
+// has a deadline of up to 2ms, so some are cancelled while their batch
+// runs. A cancelled save must have changed nothing. It checks the outcome
+// against the compare-and-swap model: per record, exactly one
 // create succeeds, every successful update moved the version it read up by
 // one (no two from the same version), and the stored record is the last
 // successful save's.
@@ -40,6 +42,17 @@ func RecordSaveStress(t *testing.T, g string, stores ...*record.Store) {
 	type success struct {
 		from    int64 // the version saved from (0: created)
 		payload string
+	}
+	// Every tenant is saved into once first, so that the saves below find
+	// its id cached and a cancelled one is known to have changed nothing.
+	for i, store := range stores {
+		for _, tenant := range []string{"", "t1", "t2"} {
+			rec := newRecord(fmt.Sprintf("warm-%d-%s", i, tenant), g)
+			rec.Tenant = tenant
+			if _, err := store.Save(t.Context(), rec); err != nil {
+				t.Fatalf("Save(%s): %v", rec.ID, err)
+			}
+		}
 	}
 	var mu sync.Mutex
 	wins := map[string][]success{}
@@ -64,10 +77,15 @@ func RecordSaveStress(t *testing.T, g string, stores ...*record.Store) {
 				}
 				rec.Payload = fmt.Appendf(nil, "w%d-%d", w, i)
 				rec.Tenant = []string{"", "t1", "t2"}[rng.IntN(3)]
-				saved, err := store.Save(ctx, rec)
+				saveCtx, cancel := ctx, context.CancelFunc(func() {})
+				if rng.IntN(5) == 0 { // cancelled before, while or after its batch runs
+					saveCtx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
+				}
+				saved, err := store.Save(saveCtx, rec)
+				cancel()
 				switch {
-				case errors.Is(err, steaderr.ErrConflict):
-					continue
+				case errors.Is(err, steaderr.ErrConflict), errors.Is(err, context.DeadlineExceeded):
+					continue // changed nothing
 				case err != nil:
 					t.Errorf("Save(%s from version %d): %v", id, rec.Version, err)
 					return
