@@ -27,7 +27,8 @@ func recordSaveStress(t *testing.T, h Harness) {
 // that engines batching saves (group commit) get batches holding a record
 // more than once and stale versions beside fresh ones; one save in five
 // has a deadline of up to 2ms, so some are cancelled while their batch
-// runs. A cancelled save must have changed nothing. It checks the outcome
+// runs, and one in three goes through SaveAll. A cancelled save must have
+// changed nothing. It checks the outcome
 // against the compare-and-swap model: per record, exactly one
 // create succeeds, every successful update moved the version it read up by
 // one (no two from the same version), and the stored record is the last
@@ -81,7 +82,13 @@ func RecordSaveStress(t *testing.T, g string, stores ...*record.Store) {
 				if rng.IntN(5) == 0 { // cancelled before, while or after its batch runs
 					saveCtx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
 				}
-				saved, err := store.Save(saveCtx, rec)
+				var saved record.Record
+				if rng.IntN(3) == 0 {
+					res := store.SaveAll(saveCtx, []record.Record{rec})
+					saved, err = res[0].Record, res[0].Err
+				} else {
+					saved, err = store.Save(saveCtx, rec)
+				}
 				cancel()
 				switch {
 				case errors.Is(err, steaderr.ErrConflict), errors.Is(err, context.DeadlineExceeded):

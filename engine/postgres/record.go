@@ -444,7 +444,13 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 	var at []int
 	inStmt := map[string]bool{}
 	run := func() {
-		if len(stmt) > 0 {
+		switch {
+		case len(stmt) == 0:
+		case ctx.Err() != nil:
+			for _, i := range at {
+				out[i].Err = ctx.Err()
+			}
+		default:
 			r.saveStatement(ctx, stmt, at, p, out)
 		}
 		stmt, at = stmt[:0], at[:0]
@@ -469,10 +475,12 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 }
 
 // saveStatement runs qs, the saves of p.Records at indexes at, as one
-// statement, and sets their outcomes in out. A save that matched no row is
+// statement, and sets their outcomes in out. Once started, the statement
+// runs to its end whatever ctx does, so that every outcome is known: a
+// save reported failed changed nothing. A save that matched no row is
 // explained from the stored record, or saved alone if that changed since.
 func (r *records) saveStatement(ctx context.Context, qs []*saveReq, at []int, p record.SaveAllParams, out []record.SaveResult) {
-	err := r.saveMany(ctx, qs)
+	err := r.saveMany(context.WithoutCancel(ctx), qs)
 	if isForeignKey(err) { // a cached tenant is gone: save each alone, resolving it
 		for j, q := range qs {
 			r.tenants.Forget(q.rec.Group, q.rec.Tenant)
