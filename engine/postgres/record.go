@@ -84,7 +84,8 @@ RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
 	// sqlRecordCreate and sqlRecordUpdate, one row of the arrays each
 	// ($11 now: NULL elements are the database's now()), $12 channel. It
 	// returns the rows written. Updates lock their rows in id order first,
-	// so that two batches never deadlock.
+	// and creates insert in id order (a create waits on another's
+	// uncommitted insert of its id), so that two batches never deadlock.
 	sqlRecordSaveMany = `WITH i AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
 		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
@@ -105,7 +106,7 @@ RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
 	INSERT INTO {schema}.records AS r
 		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
 	SELECT id, grp, tenant_id, status, parked, 1, lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
-	FROM i WHERE version = 0
+	FROM i WHERE version = 0 ORDER BY id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING r.id, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
