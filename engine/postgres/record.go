@@ -83,15 +83,18 @@ RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
 	// A batch of saves, no id twice: the creates and updates of
 	// sqlRecordCreate and sqlRecordUpdate, one row of the arrays each
 	// ($11 now: NULL elements are the database's now()), $12 channel. It
-	// returns the rows written. Updates lock their rows in id order first,
-	// and creates insert in id order (a create waits on another's
-	// uncommitted insert of its id), so that two batches never deadlock.
+	// returns the rows written. It first locks, in id order, every row of
+	// the batch that exists (a create's conflict check would otherwise
+	// wait on another batch updating it), and creates insert in id order
+	// (a create waits on another's uncommitted insert of its id), so that
+	// two batches do not deadlock; should they all the same, the
+	// statement, which then changed nothing, is run again.
 	sqlRecordSaveMany = `WITH i AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
 		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
 		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
 ), locked AS (
-	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id WHERE i.version > 0 ORDER BY r.id FOR UPDATE OF r
+	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
 ), updated AS (
 	UPDATE {schema}.records AS r
 	SET tenant_id = i.tenant_id, status = i.status, parked = i.parked, payload = i.payload, version = r.version + 1,
@@ -233,6 +236,13 @@ func scanRecord(row pgx.Row, extra ...any) (record.Record, error) {
 	return rec, err
 }
 
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected: the
+// statement was rolled back whole.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
+
 func isForeignKey(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23503" // foreign_key_violation
@@ -333,8 +343,19 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 		ats[i] = pgtype.Timestamptz{Time: q.now, Valid: !q.now.IsZero()}
 		byID[rec.ID] = q
 	}
-	rows, err := r.e.pool.Query(ctx, r.sql.saveMany, ids, groups, versions, tenants, statuses, owners, incarnations,
-		expiries, parked, payloads, ats, r.channel)
+	for {
+		err := r.saveManyOnce(ctx, byID, ids, groups, versions, tenants, statuses, owners, incarnations,
+			expiries, parked, payloads, ats, r.channel)
+		if !isDeadlock(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// saveManyOnce runs sqlRecordSaveMany with args and marks the saves of
+// byID it wrote.
+func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, args ...any) error {
+	rows, err := r.e.pool.Query(ctx, r.sql.saveMany, args...)
 	if err != nil {
 		return interpretError(err)
 	}
