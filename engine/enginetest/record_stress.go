@@ -18,7 +18,7 @@ import (
 func recordSaveStress(t *testing.T, h Harness) {
 	b := recSetup(t, h)
 	g := b.group(t, "g")
-	RecordSaveStress(t, g, b.store, record.NewStore(b.recs, record.Options{Now: b.clock.Now}))
+	saveStress(t, g, !h.CancelMayCommit, b.store, record.NewStore(b.recs, record.Options{Now: b.clock.Now}))
 }
 
 // RecordSaveStress has many goroutines, through stores (over one engine or
@@ -34,6 +34,13 @@ func recordSaveStress(t *testing.T, h Harness) {
 // one (no two from the same version), and the stored record is the last
 // successful save's.
 func RecordSaveStress(t *testing.T, g string, stores ...*record.Store) {
+	t.Helper()
+	saveStress(t, g, true, stores...)
+}
+
+// saveStress is RecordSaveStress, cancelling saves in flight only if
+// cancel.
+func saveStress(t *testing.T, g string, cancel bool, stores ...*record.Store) {
 	t.Helper()
 	const (
 		workers = 16
@@ -78,9 +85,9 @@ func RecordSaveStress(t *testing.T, g string, stores ...*record.Store) {
 				}
 				rec.Payload = fmt.Appendf(nil, "w%d-%d", w, i)
 				rec.Tenant = []string{"", "t1", "t2"}[rng.IntN(3)]
-				saveCtx, cancel := ctx, context.CancelFunc(func() {})
-				if rng.IntN(5) == 0 { // cancelled before, while or after its batch runs
-					saveCtx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
+				saveCtx, stop := ctx, context.CancelFunc(func() {})
+				if cancel && rng.IntN(5) == 0 { // cancelled before, while or after its batch runs
+					saveCtx, stop = context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
 				}
 				var saved record.Record
 				if rng.IntN(3) == 0 {
@@ -89,7 +96,7 @@ func RecordSaveStress(t *testing.T, g string, stores ...*record.Store) {
 				} else {
 					saved, err = store.Save(saveCtx, rec)
 				}
-				cancel()
+				stop()
 				switch {
 				case errors.Is(err, steaderr.ErrConflict), errors.Is(err, context.DeadlineExceeded):
 					continue // changed nothing
