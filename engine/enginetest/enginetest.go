@@ -52,6 +52,11 @@ type Harness struct {
 	// so that the suite's isolation check means something; the suite opens
 	// each name at most once per test. nil: the engine has no namespaces.
 	Namespace func(t *testing.T, name string) (engine.Engine, error)
+	// CancelMayCommit says a call whose context ends in flight may still
+	// have taken effect, as over a network (the remote engine); the suite
+	// then cancels no write in flight. Local engines leave it false: a
+	// cancelled write changed nothing.
+	CancelMayCommit bool
 }
 
 // Run runs the whole suite against h. Subtests call t.Parallel() where

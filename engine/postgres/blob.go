@@ -23,7 +23,7 @@ const (
 
 type blobs struct {
 	e      *Engine
-	commit *groupcommit.Committer
+	commit *groupcommit.Committer[groupcommit.Put]
 	sql    struct {
 		put, putMany, get, stat, page, del string
 	}
@@ -45,20 +45,20 @@ func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	return b.commit.Put(ctx, key.String(), value)
+	return b.commit.Put(ctx, groupcommit.Put{Key: key.String(), Value: value})
 }
 
 // flush stores one batch in one statement: one round trip, one commit.
-func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request) error {
+func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcommit.Put]) error {
 	if len(batch) == 1 {
-		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].Key, len(batch[0].Value), batch[0].Value)
+		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].Item.Key, len(batch[0].Item.Value), batch[0].Item.Value)
 		return interpretError(err)
 	}
 	keys := make([]string, len(batch))
 	sizes := make([]int64, len(batch))
 	values := make([][]byte, len(batch))
 	for i, r := range batch {
-		keys[i], sizes[i], values[i] = r.Key, int64(len(r.Value)), r.Value
+		keys[i], sizes[i], values[i] = r.Item.Key, int64(len(r.Item.Value)), r.Item.Value
 	}
 	_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
 	return interpretError(err)

@@ -30,6 +30,7 @@ const (
 	sqlstateUndefinedTable      = "42P01"
 	sqlstateInvalidSchemaName   = "3F000"
 	sqlstateForeignKeyViolation = "23503"
+	sqlstateDeadlockDetected    = "40P01"
 	sqlstateAdminShutdown       = "57P01" // pg_terminate_backend, or a fast or smart shutdown
 	sqlstateCrashShutdown       = "57P02"
 	sqlstateCannotConnectNow    = "57P03" // starting up, shutting down, recovering
@@ -113,6 +114,13 @@ func isConnectionFailure(err error) bool {
 func isForeignKey(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == sqlstateForeignKeyViolation
+}
+
+// isDeadlock reports whether err is a deadlock PostgreSQL broke by rolling
+// the statement back whole.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateDeadlockDetected
 }
 
 // readError interprets err from a point read: on a database never migrated

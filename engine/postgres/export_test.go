@@ -1,5 +1,7 @@
 package postgres
 
+import "time"
+
 // LockChannel returns the channel e announces lock releases on.
 func LockChannel(e *Engine) string { return e.locks.channel }
 
@@ -15,3 +17,7 @@ func ListenQuery(e *Engine) string { return e.listen.query }
 func RecordSQL(e *Engine) (list, claimNext, probe string) {
 	return e.records.sql.list, e.records.sql.claimNext, e.records.sql.probe
 }
+
+// SetProveEvery sets how often e's listener proves its connection alive;
+// call it before anything watches.
+func SetProveEvery(e *Engine, d time.Duration) { e.listen.proveEvery = d }

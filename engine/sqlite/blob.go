@@ -17,7 +17,7 @@ import (
 // reads answer absent or empty (readError, listError).
 type blobs struct {
 	e                    *Engine
-	commit               *groupcommit.Committer
+	commit               *groupcommit.Committer[groupcommit.Put]
 	put, del             stmt
 	get, stat, listAfter stmt
 }
@@ -44,7 +44,7 @@ func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
 	if value == nil {
 		value = []byte{} // nil binds as NULL
 	}
-	return b.commit.Put(ctx, key.String(), value)
+	return b.commit.Put(ctx, groupcommit.Put{Key: key.String(), Value: value})
 }
 
 // Group commit bounds: the single writer runs one batch at a time.
@@ -55,18 +55,18 @@ const (
 
 // flush stores a batch of puts: alone as one autocommit statement, else in
 // one write transaction.
-func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request) error {
+func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) error {
 	return interpretError(ctx, b.insert(ctx, group))
 }
 
-func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request) (err error) {
+func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) (err error) {
 	s, err := b.put.get(ctx)
 	if err != nil {
 		return err
 	}
 	if len(group) == 1 {
 		r := group[0]
-		_, err := s.ExecContext(ctx, r.Key, len(r.Value), r.Value)
+		_, err := s.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value)
 		return err
 	}
 	tx, err := b.e.writer.BeginTx(ctx, nil)
@@ -80,7 +80,7 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request) (err e
 	}()
 	ts := tx.StmtContext(ctx, s)
 	for _, r := range group {
-		if _, err := ts.ExecContext(ctx, r.Key, len(r.Value), r.Value); err != nil {
+		if _, err := ts.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value); err != nil {
 			return err
 		}
 	}

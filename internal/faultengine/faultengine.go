@@ -47,6 +47,7 @@ const (
 	RecordRegisterGroup Op = "record.RegisterGroup"
 	RecordGroupExists   Op = "record.GroupExists"
 	RecordSave          Op = "record.Save"
+	RecordSaveAll       Op = "record.SaveAll"
 	RecordLoad          Op = "record.Load"
 	RecordDelete        Op = "record.Delete"
 	RecordListClaimable Op = "record.ListClaimable"
@@ -54,6 +55,7 @@ const (
 	RecordClaimNext     Op = "record.ClaimNext"
 	RecordRenew         Op = "record.Renew"
 	RecordProbe         Op = "record.Probe"
+	RecordWatch         Op = "record.WatchClaimable"
 
 	Migrate       Op = "Migrate"
 	SchemaVersion Op = "SchemaVersion"
@@ -363,8 +365,22 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return r.inner.Probe(ctx, p)
 }
 
-// Subscribe implements record.Engine. It cannot fail; the caller polls
-// when the wrapped engine is not live.
-func (r *records) Subscribe(group string) (<-chan struct{}, bool, func()) {
-	return r.inner.Subscribe(group)
+// SaveAll implements record.Engine: an injected fault fails every record
+// of the batch, as a failed group commit does.
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	if err := r.inj.Inject(RecordSaveAll); err != nil {
+		out := make([]record.SaveResult, len(p.Records))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	return r.inner.SaveAll(ctx, p)
+}
+
+func (r *records) WatchClaimable(ctx context.Context, group string) (<-chan struct{}, bool, func(), error) {
+	if err := r.inj.Inject(RecordWatch); err != nil {
+		return nil, false, func() {}, err
+	}
+	return r.inner.WatchClaimable(ctx, group)
 }

@@ -158,3 +158,35 @@ func TestRandomIsDeterministic(t *testing.T) {
 		t.Fatal("seeds 7 and 8 drew the same 64 faults")
 	}
 }
+
+// A SaveAll whose batch fails gives every record the error and stores
+// none of them; healed, the same batch saves.
+func TestSaveAllFails(t *testing.T) {
+	t.Parallel()
+	eachEngine(t, func(t *testing.T, e *faultengine.Engine, faults *faultengine.Switch) {
+		records := record.NewStore(e.Records(), record.Options{})
+		if err := records.RegisterGroup(t.Context(), "g"); err != nil {
+			t.Fatal(err)
+		}
+		batch := []record.Record{
+			{ID: "a", Group: "g", Status: record.Active},
+			{ID: "b", Group: "g", Status: record.Active},
+		}
+		faults.FailNext(faultengine.RecordSaveAll, 1)
+		for i, res := range records.SaveAll(t.Context(), batch) {
+			if !errors.Is(res.Err, faultengine.ErrInjected) {
+				t.Fatalf("record %d of a failed batch: %v, want the batch's error", i, res.Err)
+			}
+		}
+		for _, rec := range batch {
+			if _, err := records.Load(t.Context(), rec.ID); !errors.Is(err, steaderr.ErrNotFound) {
+				t.Fatalf("Load %s after a failed batch = %v, want ErrNotFound", rec.ID, err)
+			}
+		}
+		for i, res := range records.SaveAll(t.Context(), batch) {
+			if res.Err != nil {
+				t.Fatalf("record %d of the batch, healed: %v", i, res.Err)
+			}
+		}
+	})
+}

@@ -1,0 +1,1 @@
+DELETE FROM "St""ead. sch;ema-ñ".records WHERE id = $1

@@ -1,0 +1,4 @@
+SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload,
+	coalesce($2::timestamptz, now())
+FROM "St""ead. sch;ema-ñ".records r JOIN "St""ead. sch;ema-ñ".record_tenants t ON t.id = r.tenant_id
+WHERE r.id = $1
