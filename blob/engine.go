@@ -9,8 +9,10 @@ import "context"
 type Engine interface {
 	// Put stores value under key unless key is already stored: the first
 	// writer wins and a repeat is a successful no-op, never an overwrite.
-	// value is only valid until Put returns. A failed or cancelled Put
-	// leaves nothing behind.
+	// value is only valid until Put returns. An error means the put may or
+	// may not have taken effect, never partially: key is then either absent
+	// or stored whole, and retrying is safe. A context already ended when
+	// Put is called stores nothing.
 	Put(ctx context.Context, key Key, value []byte) error
 	// Get returns a copy of the value stored under key, or an error
 	// wrapping steaderr.ErrNotFound.

@@ -56,7 +56,12 @@ func NewStore(eng Engine, opts Options) *Store {
 }
 
 // Put stores the content of r and returns its key. Storing content that is
-// already stored succeeds and changes nothing. On error nothing is stored.
+// already stored succeeds and changes nothing. An error means the put may
+// or may not have taken effect (a statement cancelled while it waits can
+// still commit), never partially: the key is then either absent or stored
+// whole, and retrying is safe. Errors found before anything is written
+// (invalid input, a digest mismatch, a failing reader, a context ended
+// before the write) store nothing.
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
 	key, err := s.put(ctx, Key{}, r)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/steaderr"
@@ -431,6 +432,44 @@ func blobCancel(t *testing.T, h Harness) {
 		wantErr(t, err, context.Canceled, "engine Put(cancelled ctx)")
 		wantHas(t, b.store, key, false)
 		wantNothingStored(t, b.store)
+	})
+
+	// A put whose context ends while it runs may or may not take effect,
+	// never partially: afterwards each key is absent or whole.
+	t.Run("PutCancelledMidStatement", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		const puts = 60
+		var wg sync.WaitGroup
+		failed := make([]bool, puts)
+		for i := range puts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				time.AfterFunc(time.Duration(i*50)*time.Microsecond, cancel)
+				_, err := b.store.Put(ctx, bytes.NewReader(testValue(fmt.Sprint("mid-statement", i), 1000+i)))
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("Put %d: %v, want success or an error wrapping context.Canceled", i, err)
+				}
+				failed[i] = err != nil
+			}()
+		}
+		wg.Wait()
+		for i := range puts {
+			value := testValue(fmt.Sprint("mid-statement", i), 1000+i)
+			key := blob.KeyOf(value)
+			has, err := b.store.Has(t.Context(), key)
+			switch {
+			case err != nil:
+				t.Fatalf("Has(%s): %v", key, err)
+			case has:
+				wantValue(t, b.store, key, value) // whole, whatever the put reported
+			case !failed[i]:
+				t.Fatalf("put %d succeeded but %s is absent", i, key)
+			}
+		}
 	})
 
 	// Reads and deletes with a cancelled context fail; deletes delete

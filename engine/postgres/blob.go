@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -52,20 +54,35 @@ func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
 	return b.commit.Put(ctx, key.String(), value)
 }
 
-// flush stores one batch in one statement: one round trip, one commit.
+// flush stores one batch in one statement: one round trip, one commit. The
+// batch is sorted and de-duplicated by key, so that concurrent batches lock
+// the rows they share in one order; a deadlock or serialization failure
+// that still happens (with another writer of the schema) is retried here,
+// not handed to every caller of the batch.
 func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request) error {
-	if len(batch) == 1 {
-		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].Key, len(batch[0].Value), batch[0].Value)
-		return interpretError(err)
-	}
-	keys := make([]string, len(batch))
-	sizes := make([]int64, len(batch))
-	values := make([][]byte, len(batch))
-	for i, r := range batch {
-		keys[i], sizes[i], values[i] = r.Key, int64(len(r.Value)), r.Value
-	}
-	_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
-	return interpretError(err)
+	batch = sortedUnique(batch)
+	return retryTransient(ctx, func() error {
+		if len(batch) == 1 {
+			_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].Key, len(batch[0].Value), batch[0].Value)
+			return err
+		}
+		keys := make([]string, len(batch))
+		sizes := make([]int64, len(batch))
+		values := make([][]byte, len(batch))
+		for i, r := range batch {
+			keys[i], sizes[i], values[i] = r.Key, int64(len(r.Value)), r.Value
+		}
+		_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
+		return err
+	})
+}
+
+// sortedUnique returns batch sorted by key with one request per key. The
+// values of requests with equal keys are equal (the key is their digest).
+func sortedUnique(batch []*groupcommit.Request) []*groupcommit.Request {
+	out := slices.Clone(batch)
+	slices.SortFunc(out, func(a, b *groupcommit.Request) int { return strings.Compare(a.Key, b.Key) })
+	return slices.CompactFunc(out, func(a, b *groupcommit.Request) bool { return a.Key == b.Key })
 }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
