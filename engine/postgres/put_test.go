@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
@@ -34,7 +35,7 @@ func TestOverlappingPuts(t *testing.T) {
 			for round := range rounds {
 				v := value(round, rand.IntN(nkeys))
 				puts.Add(1)
-				if err := eng.Put(context.Background(), blob.KeyOf(v), v); err != nil {
+				if err := eng.Put(context.Background(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
 					if failures.Add(1) <= 3 {
 						t.Errorf("Put: %v", err)
 					}
