@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -37,6 +38,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return err
+	}
+	if p.Owner == "" { // the SQL engines' check constraint
+		return fmt.Errorf("%w: empty pin owner", steaderr.ErrInvalidName)
 	}
 	if _, ok := b.values[p.Key]; !ok {
 		b.values[p.Key] = bytes.Clone(p.Value)
