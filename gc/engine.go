@@ -31,7 +31,8 @@ type Engine interface {
 	// how many; with p.DryRun it stages nothing and reports how many it
 	// would.
 	StageUnreferenced(ctx context.Context, p StageParams) (int64, error)
-	// Take removes and returns, in key order, up to p.Limit candidates
+	// Take removes and returns, in key order, up to p.Limit (<= 0: every)
+	// candidates
 	// whose visible_after <= p.Now, in one atomic step: a candidate is
 	// never returned twice. With p.DryRun it returns them and removes
 	// nothing.
@@ -129,7 +130,8 @@ const (
 type Source struct {
 	Schema, Table, Column string
 	// Name names a Go-function source; Referenced reports whether key is
-	// referenced. It must be safe for concurrent use and must not call
+	// referenced. It must be safe for concurrent use, fast (SQLite and
+	// memory call it while holding their write lock) and must not call
 	// back into the store.
 	Name       string
 	Referenced func(ctx context.Context, key blob.Key) (bool, error)

@@ -58,9 +58,10 @@ WHERE w.visible_after IS DISTINCT FROM excluded.visible_after`
 	// SKIP LOCKED hands a row to one concurrent taker only.
 	sqlTake = `DELETE FROM {schema}.gc_window WHERE key IN (
 	SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
-	ORDER BY key LIMIT $2 FOR UPDATE SKIP LOCKED)
+	ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END FOR UPDATE SKIP LOCKED)
 RETURNING key`
-	sqlPeekOverdue = `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now()) ORDER BY key LIMIT $2`
+	sqlPeekOverdue = `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
+ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END`
 
 	sqlSweepTryLock = `SELECT pg_try_advisory_lock($1)`
 	sqlSweepUnlock  = `SELECT pg_advisory_unlock($1)`
@@ -264,7 +265,7 @@ func (g *gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) 
 	if p.DryRun {
 		stmt = g.sql.peek
 	}
-	rows, err := g.e.pool.Query(ctx, stmt, nowArg(p.Now), p.Limit)
+	rows, err := g.e.pool.Query(ctx, stmt, nowArg(p.Now), int64(p.Limit))
 	if err != nil {
 		return nil, interpretError(err)
 	}
