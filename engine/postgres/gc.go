@@ -138,15 +138,10 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 // Delete implements blob.Engine: an arbitration that waits for the row.
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 	v, err := b.e.gc.arbitrate(ctx, p.Key, p.Now, false, false)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case v.Outcome == gc.Absent:
-		return steaderr.ErrNotFound
-	case v.Outcome == gc.Protected:
-		return steaderr.ErrProtected
 	}
-	return nil
+	return v.Err()
 }
 
 func (g *gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {

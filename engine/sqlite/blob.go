@@ -24,12 +24,12 @@ type blobs struct {
 	put, putPin          stmt
 	get, stat, listAfter stmt
 	pin, renewPin, unpin stmt
-	// sources are the Go-function liveness sources, by name, and sweeping
-	// is the sweep lease: one process uses a database file, so both live
-	// in process.
-	mu       sync.Mutex
-	sources  map[string]gc.Source
-	sweeping bool
+	// sources are the Go-function liveness sources, by name, and lease is
+	// the sweep lease: one process uses a database file, so both live in
+	// process.
+	mu      sync.Mutex
+	sources map[string]gc.Source
+	lease   gc.ProcessLease
 }
 
 func (b *blobs) init(e *Engine) {
@@ -240,13 +240,8 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case v.Outcome == gc.Absent:
-		return steaderr.ErrNotFound
-	case v.Outcome == gc.Protected:
-		return steaderr.ErrProtected
 	}
-	return nil
+	return v.Err()
 }

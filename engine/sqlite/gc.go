@@ -288,26 +288,11 @@ func (g gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
 // AcquireSweep takes the in-process sweep lease: one process uses a
 // database file.
 func (g gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool, error) {
-	b := g.b
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return nil, false, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.sweeping {
-		return nil, false, nil
-	}
-	b.sweeping = true
-	return lease{b}, true, nil
-}
-
-type lease struct{ b *blobs }
-
-func (l lease) Release(context.Context) error {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	l.b.sweeping = false
-	return nil
+	lease, ok := g.b.lease.TryAcquire()
+	return lease, ok, nil
 }
 
 // RegisterSource accepts Go-function sources, consulted in this process
