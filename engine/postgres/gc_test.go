@@ -132,3 +132,54 @@ func TestGoSourceRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepCancelled: a sweep whose context ends mid-way stops with the
+// context's error, deletes nothing protected, and frees the lease for the
+// next sweep, which finishes the work.
+func TestSweepCancelled(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	ctx := context.Background()
+	s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: time.Millisecond})
+	const n = 60
+	for i := range n {
+		if _, err := s.Put(ctx, bytesReader(i)); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	keep, err := blob.NewStore(e.Blobs(), blob.Options{}).Put(ctx, bytesReader(n)) // pinned for a minute
+	if err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 5})
+	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil { // stages
+		t.Fatalf("Sweep: %v", err)
+	}
+	time.Sleep(time.Millisecond)
+	cctx, cancel := context.WithCancel(ctx)
+	_, err = col.Sweep(cctx, gc.SweepOptions{Progress: func(r gc.Report) {
+		if r.Deleted > 0 {
+			cancel()
+		}
+	}})
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Sweep = %v, want context.Canceled", err)
+	}
+	for range 3 {
+		rep, err := col.Sweep(ctx, gc.SweepOptions{})
+		if err != nil || rep.Aborted != "" {
+			t.Fatalf("Sweep after a cancelled one = %+v, %v", rep, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var left []blob.Key
+	if err := e.Blobs().List(ctx, blob.Key{}, 0, func(info blob.Info) bool { left = append(left, info.Key); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != keep {
+		t.Fatalf("left %v, want only the pinned %s", left, keep)
+	}
+}
