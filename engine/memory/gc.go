@@ -46,6 +46,7 @@ func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry 
 	}
 	delete(b.values, key)
 	delete(b.window, key)
+	delete(b.pins, key) // all expired
 	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
 	b.keys = slices.Delete(b.keys, i, i+1)
 	return v, nil

@@ -17,18 +17,27 @@ import (
 
 // The garbage-collection statements (docs/decisions/0006-0010). An
 // arbitration is three steps in one short transaction: lock the blob row,
-// then read pins in a new statement (its snapshot sees a pin committed
-// while the lock was awaited), then, in yet another statement, every
-// source, then delete: a one-statement DELETE … WHERE NOT EXISTS (pins)
-// keeps the statement's old snapshot and was seen deleting a blob whose
-// pin had just committed.
+// then read (and lock) its pins in a new statement (its snapshot sees a
+// pin committed while the lock was awaited), then, in yet another
+// statement, every source, then delete the blob with its expired pins: a
+// one-statement DELETE … WHERE NOT EXISTS (pins) keeps the statement's old
+// snapshot and was seen deleting a blob whose pin had just committed.
 const (
 	sqlLockBlob           = `SELECT size FROM {schema}.blobs WHERE key = $1 FOR UPDATE`
 	sqlLockBlobSkipLocked = `SELECT size FROM {schema}.blobs WHERE key = $1 FOR UPDATE SKIP LOCKED`
 	sqlBlobExists         = `SELECT EXISTS (SELECT 1 FROM {schema}.blobs WHERE key = $1)`
-	sqlPinned             = `SELECT EXISTS (SELECT 1 FROM {schema}.pins WHERE key = $1 AND expiry > coalesce($2::timestamptz, now()))`
-	sqlReferenced         = `SELECT EXISTS (SELECT 1 FROM {schema}.gc_references($1))`
-	sqlDeleteBlob         = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = $1)
+	// sqlPinned locks every pin of the key, then judges them: a renewal
+	// in flight (which judged the pin live before it expired) is waited
+	// for and its new expiry read; one arriving later waits for this
+	// transaction, which deletes the pins with the blob, and finds none.
+	// The judgement stays above the lock (an aggregate): a filter pushed
+	// into the locking scan would judge the old row version and skip it
+	// unlocked.
+	sqlPinned = `SELECT coalesce(bool_or(p.expiry > coalesce($2::timestamptz, now())), false)
+FROM (SELECT expiry FROM {schema}.pins WHERE key = $1 FOR UPDATE) p`
+	sqlReferenced = `SELECT EXISTS (SELECT 1 FROM {schema}.gc_references($1))`
+	sqlDeleteBlob = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = $1),
+p AS (DELETE FROM {schema}.pins WHERE key = $1)
 DELETE FROM {schema}.blobs WHERE key = $1`
 
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration, for

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -143,9 +144,27 @@ func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 	return nil
 }
 
+// RenewPin reads the clock once it holds the writer, after any
+// arbitration before it has committed: a renewal judged live on a clock
+// read earlier could resurrect a pin that arbitration found expired.
 func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
-	now := clock.OrNow(p.Now)
-	n, err := b.exec(ctx, &b.renewPin, p.Key.String(), p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro())
+	if err := b.e.check(ctx); err != nil {
+		return false, err
+	}
+	s, err := b.renewPin.get(ctx)
+	if err != nil {
+		return false, interpretError(ctx, err)
+	}
+	var n int64
+	err = b.e.writeTx(ctx, func(tx *sql.Tx) error {
+		now := clock.OrNow(p.Now)
+		res, err := tx.StmtContext(ctx, s).ExecContext(ctx, p.Key.String(), p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	return n == 1, err
 }
 
