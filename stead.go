@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/engine/remote"
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/validate"
@@ -88,6 +90,7 @@ type config struct {
 	gc         gc.Options
 	gcInterval time.Duration
 	gcReport   func(gc.Report, error)
+	token      string
 }
 
 // WithInstanceID sets the store's instance id, which owns its blob pins.
@@ -102,8 +105,10 @@ func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = 
 func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 
 // WithClock replaces the clock that lock and record leases and blob pins
-// are measured against; tests use it to move time without sleeping. Defaults to nil: the
-// database's clock (now()) on PostgreSQL, time.Now elsewhere.
+// are measured against; tests use it to move time without sleeping.
+// Defaults to nil: the database's clock (now()) on PostgreSQL, time.Now
+// elsewhere. A stead server accepts a client's clock only when started with
+// --allow-client-clock (tests).
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // WithPinTTL sets how long a blob put stays pinned (safe from garbage
@@ -133,11 +138,17 @@ func WithMaxBlobSize(n int64) Option { return func(c *config) { c.blobs.MaxSize 
 // ErrDigestMismatch on corruption. Defaults to off.
 func WithVerifyReads() Option { return func(c *config) { c.blobs.VerifyReads = true } }
 
+// WithToken sets the bearer token Open sends to a stead server (an
+// http:// or https:// URL). Defaults to the STEAD_TOKEN environment
+// variable.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
 // Open opens the store at url:
 //
 //	mem://                                   in-memory, gone on Close
 //	sqlite://PATH                            SQLite file; relative (sqlite://./data/s.db) or absolute (sqlite:///var/lib/s.db)
 //	postgres://user@host/db?schema=stead     PostgreSQL (also postgresql://)
+//	http://host:7070                         a stead server (also https://); see WithToken
 //
 // Each engine documents its query parameters; unknown ones are an error.
 // Unless WithoutMigrate is given, Open migrates the schema first.
@@ -146,7 +157,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := openEngine(ctx, url)
+	eng, err := openEngine(ctx, url, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("stead: open: %w", err)
 	}
@@ -157,7 +168,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	return st, nil
 }
 
-func openEngine(ctx context.Context, url string) (engine.Engine, error) {
+func openEngine(ctx context.Context, url string, opts config) (engine.Engine, error) {
 	scheme, rest, _ := strings.Cut(url, "://")
 	switch scheme {
 	case "mem":
@@ -177,8 +188,14 @@ func openEngine(ctx context.Context, url string) (engine.Engine, error) {
 			return nil, err
 		}
 		return postgres.Open(ctx, cfg)
+	case "http", "https":
+		token := opts.token
+		if token == "" {
+			token = os.Getenv("STEAD_TOKEN")
+		}
+		return remote.Open(ctx, remote.Config{URL: url, Token: token})
 	}
-	return nil, fmt.Errorf("%w: unknown URL scheme %q: want mem://, sqlite:// or postgres://", steaderr.ErrInvalidArgument, scheme)
+	return nil, fmt.Errorf("%w: unknown URL scheme %q: want mem://, sqlite://, postgres:// or http(s)://", steaderr.ErrInvalidArgument, scheme)
 }
 
 // New returns a store over an engine the caller built, such as a PostgreSQL
@@ -282,6 +299,11 @@ func (s *Store) Migrate(ctx context.Context) error { return s.eng.Migrate(ctx) }
 func (s *Store) SchemaVersion(ctx context.Context) (current, latest int, err error) {
 	return s.eng.SchemaVersion(ctx)
 }
+
+// Engine returns the engine the store runs on, for tools that speak the
+// engine seam, such as the HTTP server. Calls on it bypass the store's
+// argument checks.
+func (s *Store) Engine() engine.Engine { return s.eng }
 
 // Close closes the store and its engine. It is idempotent; afterwards every
 // operation fails with ErrClosed.

@@ -43,15 +43,23 @@ type Options struct {
 
 // Collector runs garbage-collection sweeps over an Engine. It is safe for
 // concurrent use; concurrent sweeps of one database take turns through the
-// sweep lease.
+// sweep lease. Over a nil Engine (a store whose data is collected
+// elsewhere) every method fails with errors.ErrUnsupported.
 type Collector struct {
 	eng  Engine
 	opts Options
 }
 
-// New returns a Collector over eng. Non-positive Grace or Batch mean the
-// defaults.
+// errNoGC is what a Collector over a nil Engine answers.
+var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere (a stead server collects its own data)", errors.ErrUnsupported)
+
+// New returns a Collector over eng (nil: see Collector). Non-positive
+// Grace or Batch mean the defaults.
 func New(eng Engine, opts Options) *Collector {
+	if eng == nil {
+		eng = unsupported{}
+	}
+
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
 	}
@@ -339,3 +347,27 @@ func (c *Collector) Window(ctx context.Context, yield func(Candidate) bool) erro
 	}
 	return nil
 }
+
+// unsupported is the Engine of a Collector over nil.
+type unsupported struct{}
+
+func (unsupported) ReapPins(context.Context, NowParams) (int64, error) { return 0, errNoGC }
+func (unsupported) Stage(context.Context, blob.Key, time.Time) error   { return errNoGC }
+func (unsupported) StageUnreferenced(context.Context, StageParams) (int64, error) {
+	return 0, errNoGC
+}
+func (unsupported) Take(context.Context, TakeParams) ([]blob.Key, error) { return nil, errNoGC }
+func (unsupported) Arbitrate(context.Context, ArbitrateParams) (Verdict, error) {
+	return Verdict{}, errNoGC
+}
+func (unsupported) AcquireSweep(context.Context, string) (Lease, bool, error) {
+	return nil, false, errNoGC
+}
+func (unsupported) RegisterSource(context.Context, Source) error   { return errNoGC }
+func (unsupported) UnregisterSource(context.Context, Source) error { return errNoGC }
+func (unsupported) Sources(context.Context) ([]Source, error)      { return nil, errNoGC }
+func (unsupported) Explain(context.Context, blob.Key, time.Time) (Explanation, error) {
+	return Explanation{}, errNoGC
+}
+func (unsupported) Pins(context.Context, func(PinInfo) bool) error     { return errNoGC }
+func (unsupported) Window(context.Context, func(Candidate) bool) error { return errNoGC }

@@ -1,39 +1,61 @@
-// Package cli implements the stead command. Run is the whole program, with
-// its arguments and output streams passed in, so it is tested in process.
+// Package cli implements the stead command on github.com/spf13/cobra (see
+// docs/decisions/0018-cli-framework.md). Run is the whole program, with its
+// arguments and output streams passed in, so it is tested in process.
+//
+// Exit codes: 0 success; 1 failure; 2 usage; 3 not found (get, stat, rm,
+// records show); 4 doctor found warnings but no failure; 75 stead lock
+// --try found the lock held; 76 stead lock lost the lock.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
 )
 
-// command is one subcommand.
-type command struct {
-	summary string
-	run     func(ctx context.Context, env *env, args []string) error
-}
+// Exit codes shared by the commands.
+const (
+	exitFailure  = 1
+	exitUsage    = 2
+	exitNotFound = 3
+	exitWarn     = 4
+)
 
-var commands = map[string]command{
-	"serve":   {"run the HTTP server", serve},
-	"migrate": {"bring the database schema up to date", migrate},
-	"lock":    {"run a command while holding a named lock", lockCommand},
-	"gc":      {"collect unreferenced blobs; gc explain KEY says why one is kept", gcCommand},
-	"pins":    {"list live pins and the delete window", pinsCommand},
+// commands makes the top-level commands, one file per group; add a
+// command by adding its constructor here.
+var commands = map[string]func(e *env) *cobra.Command{
+	"serve":   serveCommand,
+	"migrate": migrateCommand,
+	"doctor":  doctorCommand,
+	"put":     putCommand,
+	"get":     getCommand,
+	"stat":    statCommand,
+	"ls":      lsCommand,
+	"rm":      rmCommand,
+	"lock":    lockCommand,
+	"records": recordsCommand,
+	"bench":   benchCommand,
+	"gc":      gcCommand,
+	"pins":    pinsCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.
 type env struct {
-	db     string
-	stdout io.Writer
-	stderr io.Writer
+	db       string
+	logLevel string
+	stdout   io.Writer
+	stderr   io.Writer
+	log      *slog.Logger
 }
 
 // errUsage marks an error the user fixes by reading the usage.
@@ -48,71 +70,122 @@ type exitError struct {
 func (e *exitError) Error() string { return fmt.Sprintf("exit %d: %v", e.code, e.err) }
 func (e *exitError) Unwrap() error { return e.err }
 
+// usageError wraps err as a usage error.
+func usageError(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
 // Run runs the stead command line args and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("stead", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	root := &cobra.Command{
+		Use:   "stead",
+		Short: "Durable state for Go services: blobs, locks and records",
+		Long: `stead runs and administers a stead store: content-addressed blobs,
+named locks with TTL leases and lease-fenced records, over SQLite (the
+default, a file), PostgreSQL, memory, or a stead server (http://).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return e.setup()
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(stderr)
+			cmd.Usage()
+			return &exitError{code: exitUsage}
+		},
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetContext(ctx)
+	root.CompletionOptions.DisableDefaultCmd = true
 	// Defaults from the environment are applied after parsing, so that
-	// usage never prints a secret.
-	fs.StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
-	fs.Usage = func() { usage(fs) }
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if e.db == "" {
-		e.db = envOr("STEAD_DB", stead.DefaultURL)
-	}
-	if fs.NArg() == 0 || fs.Arg(0) == "help" {
-		usage(fs)
-		return 2
-	}
-	cmd, ok := commands[fs.Arg(0)]
-	if !ok {
-		fmt.Fprintf(stderr, "stead: unknown command %q\n", fs.Arg(0))
-		usage(fs)
-		return 2
-	}
-	if err := cmd.run(ctx, e, fs.Args()[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0 // the flag set printed the usage
-		}
-		if exit, ok := err.(*exitError); ok {
-			if exit.err != nil {
-				fmt.Fprintf(stderr, "stead %s: %v\n", fs.Arg(0), exit.err)
-			}
-			return exit.code
-		}
-		fmt.Fprintf(stderr, "stead %s: %v\n", fs.Arg(0), err)
-		if errors.Is(err, errUsage) {
-			return 2
-		}
-		return 1
-	}
-	return 0
-}
-
-func usage(fs *flag.FlagSet) {
-	out := fs.Output()
-	fmt.Fprintln(out, "usage: stead [-db URL] COMMAND [flags]")
-	fmt.Fprintln(out, "\ncommands:")
+	// help never prints a secret.
+	root.PersistentFlags().StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
+	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError("%v (see %s --help)", err, cmd.CommandPath())
+	})
 	names := make([]string, 0, len(commands))
 	for name := range commands {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(out, "  %-10s %s\n", name, commands[name].summary)
+		root.AddCommand(commands[name](e))
 	}
-	fmt.Fprintln(out, "\nglobal flags:")
-	fs.PrintDefaults()
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return 0
+	}
+	name := cmd.CommandPath()
+	if strings.HasPrefix(err.Error(), "unknown command") {
+		err = usageError("%v", err)
+	}
+	var exit *exitError
+	if errors.As(err, &exit) {
+		if exit.err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, oneLine(exit.err))
+		}
+		return exit.code
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, oneLine(err))
+	switch {
+	case errors.Is(err, errUsage):
+		return exitUsage
+	case errors.Is(err, stead.ErrNotFound):
+		return exitNotFound
+	}
+	return exitFailure
 }
 
-// redacted returns db with any password masked, for printing.
+// oneLine returns err's text on one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")), " ")
+}
+
+// setup applies the environment's defaults and the log level.
+func (e *env) setup() error {
+	if e.db == "" {
+		e.db = envOr("STEAD_DB", stead.DefaultURL)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(e.logLevel)); err != nil {
+		return usageError("--log-level %q: want debug, info, warn or error", e.logLevel)
+	}
+	e.log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	return nil
+}
+
+// redacted returns db with any password masked, for printing: the URL's
+// own, a password or sslpassword parameter, and one in a URL-valued
+// parameter such as listen_url.
 func redacted(db string) string {
 	u, err := url.Parse(db)
 	if err != nil {
 		return "(unparsable URL)"
+	}
+	q := u.Query()
+	masked := false
+	for key, values := range q {
+		for i, v := range values {
+			inner, err := url.Parse(v)
+			switch {
+			case key == "password" || key == "sslpassword":
+				values[i], masked = "xxxxx", true
+			case err == nil && inner.User != nil:
+				if _, ok := inner.User.Password(); ok {
+					values[i], masked = inner.Redacted(), true
+				}
+			}
+		}
+	}
+	if masked {
+		u.RawQuery = q.Encode()
+	}
+	if _, hasPassword := u.User.Password(); !hasPassword && !masked {
+		return db // url.URL would print mem:// as mem:
 	}
 	return u.Redacted()
 }
@@ -124,41 +197,20 @@ func envOr(name, def string) string {
 	return def
 }
 
-// newFlags returns a subcommand's flag set, printing errors to e.stderr.
-func (e *env) newFlags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("stead "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	return fs
-}
-
 func (e *env) open(ctx context.Context, opts ...stead.Option) (*stead.Store, error) {
-	return stead.Open(ctx, e.db, opts...)
+	st, err := stead.Open(ctx, e.db, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", redacted(e.db), err)
+	}
+	return st, nil
 }
 
-func migrate(ctx context.Context, e *env, args []string) error {
-	if err := e.newFlags("migrate").Parse(args); err != nil {
-		return err
-	}
-	st, err := e.open(ctx, stead.WithoutMigrate())
+// withStore opens the store, runs f and closes it.
+func (e *env) withStore(ctx context.Context, f func(st *stead.Store) error, opts ...stead.Option) error {
+	st, err := e.open(ctx, opts...)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	before, _, err := st.SchemaVersion(ctx)
-	if err != nil {
-		return err
-	}
-	if err := st.Migrate(ctx); err != nil {
-		return err
-	}
-	after, _, err := st.SchemaVersion(ctx)
-	if err != nil {
-		return err
-	}
-	if before == after {
-		fmt.Fprintf(e.stdout, "schema is current at version %d\n", after)
-	} else {
-		fmt.Fprintf(e.stdout, "migrated schema from version %d to %d\n", before, after)
-	}
-	return nil
+	return f(st)
 }

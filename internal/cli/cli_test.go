@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,18 +26,25 @@ func TestUsage(t *testing.T) {
 	tests := []struct {
 		args   []string
 		code   int
-		stderr string
+		output string
 	}{
-		{nil, 2, "usage: stead"},
-		{[]string{"help"}, 2, "commands:"},
+		{nil, 2, "Usage:"},
+		{[]string{"help"}, 0, "Available Commands:"},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
-		{[]string{"-nope"}, 2, "flag provided but not defined"},
-		{[]string{"serve", "-h"}, 0, "-addr"},
+		{[]string{"--nope"}, 2, "unknown flag: --nope"},
+		{[]string{"serve", "-h"}, 0, "--addr"},
+		{[]string{"serve", "extra"}, 2, "unknown command"},
+		{[]string{"get"}, 2, "want 1 argument"},
+		{[]string{"get", "sha256:nope"}, 2, "invalid key"},
+		{[]string{"--log-level", "loud", "ls"}, 2, "--log-level"},
 	}
 	for _, tt := range tests {
-		code, _, stderr := run(t, context.Background(), tt.args...)
-		if code != tt.code || !strings.Contains(stderr, tt.stderr) {
-			t.Errorf("stead %v = %d, stderr %q; want %d containing %q", tt.args, code, stderr, tt.code, tt.stderr)
+		code, stdout, stderr := run(t, context.Background(), tt.args...)
+		if code != tt.code || !strings.Contains(stdout+stderr, tt.output) {
+			t.Errorf("stead %v = %d, output %q; want %d containing %q", tt.args, code, stdout+stderr, tt.code, tt.output)
+		}
+		if code != 0 && strings.Count(stderr, "\n") > 1 && !strings.Contains(stderr, "Usage:") {
+			t.Errorf("stead %v: error is not one line: %q", tt.args, stderr)
 		}
 	}
 }
@@ -44,15 +52,15 @@ func TestUsage(t *testing.T) {
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
-	code, stdout, stderr := run(t, context.Background(), "-db", db, "migrate")
+	code, stdout, stderr := run(t, context.Background(), "--db", db, "migrate")
 	if code != 0 || !strings.Contains(stdout, "migrated schema from version 0 to") {
 		t.Fatalf("first migrate = %d %q %q", code, stdout, stderr)
 	}
-	code, stdout, _ = run(t, context.Background(), "-db", db, "migrate")
+	code, stdout, _ = run(t, context.Background(), "--db", db, "migrate")
 	if code != 0 || !strings.Contains(stdout, "schema is current") {
 		t.Fatalf("second migrate = %d %q", code, stdout)
 	}
-	code, _, stderr = run(t, context.Background(), "-db", "nope://", "migrate")
+	code, _, stderr = run(t, context.Background(), "--db", "nope://", "migrate")
 	if code != 1 || !strings.Contains(stderr, "unknown URL scheme") {
 		t.Fatalf("migrate with a bad URL = %d %q", code, stderr)
 	}
@@ -60,7 +68,7 @@ func TestMigrate(t *testing.T) {
 
 func TestServeRefusesOpenBindWithoutToken(t *testing.T) {
 	t.Parallel()
-	code, _, stderr := run(t, context.Background(), "-db", "mem://", "serve", "-addr", "0.0.0.0:0")
+	code, _, stderr := run(t, context.Background(), "--db", "mem://", "serve", "--addr", "0.0.0.0:0")
 	if code != 2 || !strings.Contains(stderr, "STEAD_TOKEN") {
 		t.Fatalf("serve on 0.0.0.0 without a token = %d %q", code, stderr)
 	}
@@ -77,7 +85,7 @@ func TestServe(t *testing.T) {
 	var wg sync.WaitGroup
 	code := -1
 	wg.Go(func() {
-		code = Run(ctx, []string{"-db", "mem://", "serve", "-addr", "127.0.0.1:0"}, pw, &stderr)
+		code = Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, pw, &stderr)
 		pw.Close()
 	})
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -117,5 +125,17 @@ func TestUsageHidesSecrets(t *testing.T) {
 	}
 	if got := redacted("postgres://alice:secret-pw@db.internal/app"); strings.Contains(got, "secret") || !strings.Contains(got, "alice") {
 		t.Errorf("redacted = %q, want the password masked", got)
+	}
+	for _, db := range []string{
+		"postgres://alice@db/app?password=secret-pw",
+		"postgres://alice@db/app?pgbouncer=true&listen_url=" + url.QueryEscape("postgres://alice:secret-pw@direct/app"),
+		"postgres://db/app?sslpassword=secret-pw",
+	} {
+		if got := redacted(db); strings.Contains(got, "secret") {
+			t.Errorf("redacted(%q) = %q, want the password masked", db, got)
+		}
+	}
+	if got := redacted("mem://"); got != "mem://" {
+		t.Errorf("redacted(mem://) = %q", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
@@ -16,44 +17,54 @@ import (
 	"github.com/steadkit/stead/gc"
 )
 
-// gcCommand runs one garbage-collection sweep and prints its report, or,
-// as "gc explain KEY", says why a blob is kept or not.
-func gcCommand(ctx context.Context, e *env, args []string) error {
-	if len(args) > 0 && args[0] == "explain" {
-		return gcExplain(ctx, e, args[1:])
+// gcCommand runs one garbage-collection sweep and prints its report;
+// "gc explain KEY" says why a blob is kept or not.
+func gcCommand(e *env) *cobra.Command {
+	var dryRun bool
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Collect unreferenced blobs (also: explain KEY)",
+		Long: `Run one garbage-collection sweep: reap expired pins, delete the window's
+overdue candidates that nothing pins or references, and stage the blobs
+now unreferenced. Another sweep running is reported, not an error. See
+docs/guides/gc.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			return e.withStore(ctx, func(st *stead.Store) error {
+				opts := gc.SweepOptions{DryRun: dryRun}
+				if bar := progress(e.stderr); bar != nil {
+					opts.Progress = func(r gc.Report) {
+						bar.Describe(fmt.Sprintf("reaped %d, taken %d, deleted %d, rescued %d, staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged))
+						_ = bar.Set64(r.Taken)
+					}
+					defer func() { _ = bar.Finish(); fmt.Fprintln(e.stderr) }()
+				}
+				rep, err := st.GC.Sweep(ctx, opts)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, rep)
+				return nil
+			}, stead.WithGCGrace(grace))
+		},
 	}
-	fs := e.newFlags("gc")
-	dryRun := fs.Bool("dry-run", false, "change nothing; report what a sweep would do")
-	grace := fs.Duration("grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: stead gc [-dry-run] [-grace D]\n       stead gc explain KEY")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	st, err := e.open(ctx, stead.WithGCGrace(*grace))
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	opts := gc.SweepOptions{DryRun: *dryRun}
-	if bar := progress(e.stderr); bar != nil {
-		opts.Progress = func(r gc.Report) {
-			bar.Describe(fmt.Sprintf("reaped %d, taken %d, deleted %d, rescued %d, staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged))
-			_ = bar.Set64(r.Taken)
-		}
-		defer func() { _ = bar.Finish(); fmt.Fprintln(e.stderr) }()
-	}
-	rep, err := st.GC.Sweep(ctx, opts)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(e.stdout, rep)
-	return nil
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing; report what a sweep would do")
+	cmd.Flags().DurationVar(&grace, "grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "explain KEY",
+		Short: "Say why a blob is kept or not: its pins, sources and window deadline",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := parseKey(args[0])
+			if err != nil {
+				return err
+			}
+			return e.withStore(cmd.Context(), func(st *stead.Store) error { return gcExplain(cmd.Context(), e, st, key) })
+		},
+	})
+	return cmd
 }
 
 // progress returns a spinner on w when w is a terminal, else nil.
@@ -69,23 +80,7 @@ func progress(w io.Writer) *progressbar.ProgressBar {
 		progressbar.OptionThrottle(100*time.Millisecond))
 }
 
-func gcExplain(ctx context.Context, e *env, args []string) error {
-	fs := e.newFlags("gc explain")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: stead gc explain KEY", errUsage)
-	}
-	key, err := blob.ParseKey(fs.Arg(0))
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	st, err := e.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+func gcExplain(ctx context.Context, e *env, st *stead.Store, key blob.Key) error {
 	x, err := st.GC.Explain(ctx, key)
 	if err != nil {
 		return err
@@ -115,25 +110,26 @@ func gcExplain(ctx context.Context, e *env, args []string) error {
 }
 
 // pinsCommand lists pins and the delete window.
-func pinsCommand(ctx context.Context, e *env, args []string) error {
-	fs := e.newFlags("pins")
-	all := fs.Bool("all", false, "list expired pins too")
-	if err := fs.Parse(args); err != nil {
-		return err
+func pinsCommand(e *env) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "pins",
+		Short: "List live pins and the delete window",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return e.withStore(cmd.Context(), func(st *stead.Store) error { return listPins(cmd.Context(), e, st, all) })
+		},
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	st, err := e.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+	cmd.Flags().BoolVar(&all, "all", false, "list expired pins too")
+	return cmd
+}
+
+func listPins(ctx context.Context, e *env, st *stead.Store, all bool) error {
 	now := time.Now()
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KEY\tOWNER\tEXPIRES")
-	err = st.GC.Pins(ctx, func(p gc.PinInfo) bool {
-		if *all || p.Expiry.After(now) {
+	err := st.GC.Pins(ctx, func(p gc.PinInfo) bool {
+		if all || p.Expiry.After(now) {
 			fmt.Fprintf(w, "%s\t%s\t%s\n", p.Key, p.Owner, p.Expiry.UTC().Format(time.RFC3339Nano))
 		}
 		return true

@@ -3,12 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/lock"
@@ -23,51 +24,48 @@ const (
 	exitLost = 76
 )
 
-const lockUsage = `usage: stead lock [-ttl 30s] [-owner OWNER] [-try] NAME -- CMD [ARG...]
-
-Runs CMD while holding the lock NAME, renewed every third of the TTL, and
+func lockCommand(e *env) *cobra.Command {
+	var (
+		ttl   time.Duration
+		owner string
+		try   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "lock [--ttl 30s] [--owner OWNER] [--try] NAME -- CMD [ARG...]",
+		Short: "Run a command while holding a named lock",
+		Long: `Runs CMD while holding the lock NAME, renewed every third of the TTL, and
 exits with CMD's status (128+N if signal N ended it). CMD runs in a process
 group of its own: if the lock is lost, the whole group is killed and stead
 lock exits 76; an interrupt of stead lock is passed on to the group as
-SIGTERM. Without -try it waits for the lock; with -try it exits 75 at once
-if the lock is held.
+SIGTERM. Without --try it waits for the lock; with --try it exits 75 at
+once if the lock is held.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
+				return usageError("want NAME -- CMD [ARG...] (see stead lock --help)")
+			}
+			return lockRun(cmd.Context(), e, args[0], owner, ttl, try, args[1:])
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&ttl, "ttl", 30*time.Second, "lease length; the lock is lost if not renewed within it")
+	f.StringVar(&owner, "owner", defaultOwner(), "the owner recorded with the grant")
+	f.BoolVar(&try, "try", false, "do not wait: exit 75 if the lock is held")
+	return cmd
+}
 
-flags:
-`
-
-func lockCommand(ctx context.Context, e *env, args []string) error {
-	fs := e.newFlags("lock")
-	ttl := fs.Duration("ttl", 30*time.Second, "lease length; the lock is lost if not renewed within it")
-	owner := fs.String("owner", defaultOwner(), "the owner recorded with the grant")
-	try := fs.Bool("try", false, "do not wait: exit 75 if the lock is held")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), lockUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: 2} // the flag set printed the error and the usage
-	}
-	rest := fs.Args()
-	if len(rest) < 3 || rest[1] != "--" {
-		fs.Usage()
-		return fmt.Errorf("%w: want NAME -- CMD [ARG...]", errUsage)
-	}
-	name, argv := rest[0], rest[2:]
+func lockRun(ctx context.Context, e *env, name, owner string, ttl time.Duration, try bool, argv []string) error {
 	st, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	held, ok, err := st.Locks.TryHold(ctx, name, *owner, *ttl)
+	held, ok, err := st.Locks.TryHold(ctx, name, owner, ttl)
 	if err == nil && !ok {
-		if *try {
+		if try {
 			return &exitError{exitBusy, fmt.Errorf("lock %q is held by another owner", name)}
 		}
 		fmt.Fprintf(e.stderr, "stead lock: waiting for %q, held by another owner\n", name)
-		held, err = st.Locks.Hold(ctx, name, *owner, *ttl)
+		held, err = st.Locks.Hold(ctx, name, owner, ttl)
 	}
 	if errors.Is(err, stead.ErrInvalidName) || errors.Is(err, stead.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %w", errUsage, err)

@@ -82,7 +82,7 @@ func waitCLI(t *testing.T, done <-chan int) int {
 func TestLockRunsCommand(t *testing.T) {
 	t.Parallel()
 	url := storeURL(t)
-	r := runCLI(t, "-db", url, "lock", "-ttl", "5s", "job", "--", "sh", "-c", "echo under the lock; exit 3")
+	r := runCLI(t, "--db", url, "lock", "--ttl", "5s", "job", "--", "sh", "-c", "echo under the lock; exit 3")
 	if r.code != 3 || r.stdout.String() != "under the lock\n" || r.stderr.String() != "" {
 		t.Fatalf("stead lock = exit %d, stdout %q, stderr %q; want exit 3 and the command's output", r.code, r.stdout, r.stderr)
 	}
@@ -99,7 +99,7 @@ func TestLockExitStatus(t *testing.T) {
 		script string
 		want   int
 	}{{"exit 0", 0}, {"exit 42", 42}, {"kill -TERM $$", 128 + 15}} {
-		if r := runCLI(t, "-db", url, "lock", "job", "--", "sh", "-c", tc.script); r.code != tc.want {
+		if r := runCLI(t, "--db", url, "lock", "job", "--", "sh", "-c", tc.script); r.code != tc.want {
 			t.Errorf("stead lock -- sh -c %q = exit %d (stderr %q), want %d", tc.script, r.code, r.stderr, tc.want)
 		}
 	}
@@ -111,7 +111,7 @@ func TestLockTryBusy(t *testing.T) {
 	if _, ok, err := openStore(t, url).Locks.TryLock(t.Context(), "job", "holder", time.Hour); !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
-	r := runCLI(t, "-db", url, "lock", "-try", "job", "--", "sh", "-c", "echo ran")
+	r := runCLI(t, "--db", url, "lock", "--try", "job", "--", "sh", "-c", "echo ran")
 	if r.code != exitBusy || r.stdout.String() != "" || !strings.Contains(r.stderr.String(), "held by another owner") {
 		t.Fatalf("stead lock -try of a held lock = exit %d, stdout %q, stderr %q; want exit %d, the command not run", r.code, r.stdout, r.stderr, exitBusy)
 	}
@@ -124,7 +124,7 @@ func TestLockWaits(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
-	done, stdout, stderr := startCLI(t.Context(), "-db", url, "lock", "job", "--", "sh", "-c", "echo ran")
+	done, stdout, stderr := startCLI(t.Context(), "--db", url, "lock", "job", "--", "sh", "-c", "echo ran")
 	poll.Until(t, "stead lock to wait", func() bool { return strings.Contains(stderr.String(), `waiting for "job"`) })
 	if stdout.String() != "" {
 		t.Fatal("the command ran while another owner held the lock")
@@ -143,7 +143,7 @@ func TestLockWaits(t *testing.T) {
 func TestLockLost(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "stead.db")
-	done, stdout, stderr := startCLI(t.Context(), "-db", "sqlite://"+path, "lock", "-ttl", "300ms", "job", "--",
+	done, stdout, stderr := startCLI(t.Context(), "--db", "sqlite://"+path, "lock", "--ttl", "300ms", "job", "--",
 		"sh", "-c", "sleep 60 & echo started; wait")
 	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 
@@ -164,7 +164,7 @@ func TestLockLost(t *testing.T) {
 func TestLockInterrupted(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
-	done, stdout, _ := startCLI(ctx, "-db", storeURL(t), "lock", "job", "--",
+	done, stdout, _ := startCLI(ctx, "--db", storeURL(t), "lock", "job", "--",
 		"sh", "-c", "trap 'echo terminated; exit 7' TERM; echo started; while :; do sleep 0.01; done")
 	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 	cancel()
@@ -181,11 +181,11 @@ func TestLockUsage(t *testing.T) {
 		{"job", "--"},
 		{"--", "true"},
 		{"bad\nname", "--", "true"},
-		{"-ttl", "0s", "job", "--", "true"},
-		{"-owner", "", "job", "--", "true"},
-		{"-ttl", "soon", "job", "--", "true"},
+		{"--ttl", "0s", "job", "--", "true"},
+		{"--owner", "", "job", "--", "true"},
+		{"--ttl", "soon", "job", "--", "true"},
 	} {
-		if r := runCLI(t, append([]string{"-db", url, "lock"}, args...)...); r.code != 2 || r.stdout.String() != "" {
+		if r := runCLI(t, append([]string{"--db", url, "lock"}, args...)...); r.code != 2 || r.stdout.String() != "" {
 			t.Errorf("stead lock %q = exit %d, stdout %q; want 2", args, r.code, r.stdout)
 		}
 	}

@@ -1,62 +1,84 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/server"
 )
 
-// shutdownGrace bounds how long serve waits for requests in flight after a
-// signal.
-const shutdownGrace = 10 * time.Second
+func serveCommand(e *env) *cobra.Command {
+	var (
+		addr        string
+		tokenFile   string
+		maxBlobSize int64
+		maxUploads  int
+		maxConns    int
+		bodyGrace   time.Duration
+		minBodyRate int64
+		clientClock bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the HTTP server",
+		Long: `Run the HTTP API (docs/openapi.yaml) over the store until SIGINT or
+SIGTERM; then finish the requests in flight and exit.
 
-func serve(ctx context.Context, e *env, args []string) error {
-	fs := e.newFlags("serve")
-	addr := fs.String("addr", "127.0.0.1:7070", "listen address")
-	token := fs.String("token", "", "bearer token required on /v1 (env STEAD_TOKEN); required when -addr is not loopback")
-	if err := fs.Parse(args); err != nil {
-		return err
+A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
+/metrics when set, and must be set when --addr is not a loopback address.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token := os.Getenv("STEAD_TOKEN")
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return usageError("token file: %v", err)
+				}
+				token = strings.TrimSpace(string(b))
+				if token == "" {
+					return usageError("token file %s is empty", tokenFile)
+				}
+			}
+			if token == "" && !server.IsLoopback(addr) {
+				return usageError("--addr %s is not loopback: set --token-file or STEAD_TOKEN", addr)
+			}
+			if clientClock && !server.IsLoopback(addr) {
+				return usageError("--allow-client-clock is for tests on a loopback address")
+			}
+			ctx := cmd.Context()
+			st, err := e.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
+			return server.New(st, server.Options{
+				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxConns: maxConns, Logger: e.log,
+				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock,
+			}).Serve(ctx, ln)
+		},
 	}
-	if *token == "" {
-		*token = os.Getenv("STEAD_TOKEN")
-	}
-	if *token == "" && !server.IsLoopback(*addr) {
-		return fmt.Errorf("%w: -addr %s is not loopback: set -token or STEAD_TOKEN", errUsage, *addr)
-	}
-	st, err := e.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{
-		Handler:           server.New(st, server.Options{Token: *token}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "127.0.0.1:7070", "listen address")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else env STEAD_TOKEN)")
+	f.Int64Var(&maxBlobSize, "max-blob-size", blob.DefaultMaxSize, "largest blob an upload may carry, in bytes")
+	f.IntVar(&maxUploads, "max-uploads", 64, "uploads in progress at once; more are refused with 503")
+	f.IntVar(&maxConns, "max-conns", 1024, "connections open at once; more wait to be accepted")
+	f.DurationVar(&bodyGrace, "body-grace", 10*time.Second, "time an upload may take before --min-body-rate applies")
+	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
+	// Tests only: lets requests carry the instant leases are judged at,
+	// which lets any client take any lease.
+	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
+	_ = f.MarkHidden("allow-client-clock")
+	return cmd
 }

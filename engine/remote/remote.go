@@ -1,0 +1,251 @@
+// Package remote is a stead engine over a stead server's HTTP API: the
+// store a client gets from stead.Open(ctx, "http://host:7070"). It passes
+// engine/enginetest like every engine; the server's engine does the work
+// and decides every rule.
+//
+// What differs from a local engine: lock releases and claimable records
+// are never signalled (WatchReleases and Subscribe report not live), so a
+// waiting Lock or WaitClaimable polls; Cluster is the server's answer at
+// Open; and, as for any network store, an error may hide a write that took
+// effect (retrying is safe: every write is idempotent or fenced).
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Config says how to reach a server.
+type Config struct {
+	// URL is the server's base URL, http:// or https://, with no query.
+	URL string
+	// Token is the bearer token the server requires, if any.
+	Token string
+	// Client makes the requests. Defaults to a client of its own that
+	// keeps up to 64 idle connections to the server and gives up on an
+	// answer whose headers take more than a minute (no call of the engine
+	// waits on the server longer).
+	Client *http.Client
+}
+
+// Engine is a stead engine over a server.
+type Engine struct {
+	base    string
+	token   string
+	client  *http.Client
+	own     bool // client is ours to close
+	closed  atomic.Bool
+	shared  bool
+	reason  string
+	blobs   blobs
+	locks   locks
+	records records
+}
+
+// Open checks that the server answers, and the token, and returns an
+// engine over it.
+func Open(ctx context.Context, cfg Config) (*Engine, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("%w: remote URL: want http://host:port or https://host:port, without user or query", steaderr.ErrInvalidArgument)
+	}
+	e := &Engine{base: strings.TrimSuffix(u.String(), "/"), token: cfg.Token, client: cfg.Client}
+	if e.client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		t.ResponseHeaderTimeout = time.Minute
+		e.client = &http.Client{Transport: t}
+		e.own = true
+	}
+	e.blobs.e, e.locks.e, e.records.e = e, e, e
+	var info wire.Info
+	if _, err := e.do(ctx, http.MethodGet, "/v1/info", nil, nil, &info); err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.shared, e.reason = info.Cluster, "server over "+info.Reason
+	return e, nil
+}
+
+// Blobs returns the engine's blob mechanics.
+func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// GC returns nil: the server's store collects its data.
+func (e *Engine) GC() gc.Engine { return nil }
+
+// Locks returns the engine's lock mechanics.
+func (e *Engine) Locks() lock.Engine { return &e.locks }
+
+// Records returns the engine's record mechanics.
+func (e *Engine) Records() record.Engine { return &e.records }
+
+// Migrate asks the server to migrate its database.
+func (e *Engine) Migrate(ctx context.Context) error {
+	_, err := e.do(ctx, http.MethodPost, "/v1/schema/migrate", nil, nil, nil)
+	return err
+}
+
+// SchemaVersion returns the server database's schema version and the
+// newest the server knows.
+func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	var v wire.SchemaInfo
+	_, err = e.do(ctx, http.MethodGet, "/v1/schema", nil, nil, &v)
+	return v.Current, v.Latest, err
+}
+
+// Cluster reports what the server's engine said at Open.
+func (e *Engine) Cluster() (bool, string) { return e.shared, e.reason }
+
+// Close closes the engine; the server is untouched.
+func (e *Engine) Close() error {
+	if e.closed.CompareAndSwap(false, true) && e.own {
+		e.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+// escape escapes a path segment, dots included, so that no name is read
+// as a path step ("." or "..") or splits into two segments.
+func escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '~' || c == ':' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// request is one call's extras.
+type request struct {
+	header http.Header
+	body   io.Reader // sent as is, instead of JSON
+	query  url.Values
+}
+
+// do sends a request with in, when not nil, as its JSON body, and decodes
+// a 2xx answer into out, when not nil. An error answer becomes an error
+// wrapping the sentinel its code stands for.
+func (e *Engine) do(ctx context.Context, method, path string, extra *request, in, out any) (*http.Response, error) {
+	resp, err := e.send(ctx, method, path, extra, in)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return resp, errorOf(resp)
+	}
+	if out != nil {
+		if err := decode(resp, out); err != nil {
+			return resp, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
+	return resp, nil
+}
+
+// errMalformed marks an answer the engine could not read.
+var errMalformed = errors.New("remote: malformed answer")
+
+func decode(resp *http.Response, out any) error {
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	return nil
+}
+
+// send sends a request and returns the answer, whatever its status.
+func (e *Engine) send(ctx context.Context, method, path string, extra *request, in any) (*http.Response, error) {
+	if e.closed.Load() {
+		return nil, steaderr.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	target := e.base + path
+	if extra != nil {
+		if extra.body != nil {
+			body = extra.body
+		}
+		if len(extra.query) > 0 {
+			target += "?" + extra.query.Encode()
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	if extra != nil {
+		for k, v := range extra.header {
+			req.Header[k] = v
+		}
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if e.token != "" {
+		req.Header.Set("Authorization", "Bearer "+e.token)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		// url.Error names the URL, never the token; ctx errors stay
+		// matchable with errors.Is.
+		return nil, fmt.Errorf("remote: %w", err)
+	}
+	return resp, nil
+}
+
+// errorOf returns the error an error answer stands for.
+func errorOf(resp *http.Response) error {
+	var body wire.Error
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(b, &body) != nil || body.Code == "" {
+		body.Code = resp.Header.Get(wire.CodeHeader)
+		body.Error = http.StatusText(resp.StatusCode)
+	}
+	return wire.Err(resp.StatusCode, body)
+}
+
+func query(kv ...string) url.Values {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			q.Set(kv[i], kv[i+1])
+		}
+	}
+	return q
+}
+
+// timeText formats a time for a query, "" for the zero time.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}

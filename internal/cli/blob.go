@@ -1,0 +1,268 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
+)
+
+// progress wraps r in a progress bar on stderr when stderr is a terminal;
+// size -1 is unknown.
+func (e *env) progress(r io.Reader, size int64, what string) (io.Reader, func()) {
+	f, isFile := e.stderr.(*os.File)
+	if !isFile || !term.IsTerminal(int(f.Fd())) {
+		return r, func() {}
+	}
+	bar := progressbar.NewOptions64(size,
+		progressbar.OptionSetWriter(f),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionThrottle(100e6),
+	)
+	rd := progressbar.NewReader(r, bar)
+	return &rd, func() { bar.Finish() }
+}
+
+func parseKey(text string) (blob.Key, error) {
+	key, err := blob.ParseKey(text)
+	if err != nil {
+		return blob.Key{}, usageError("%v", err)
+	}
+	return key, nil
+}
+
+// onKey returns a RunE that parses its one argument as a key and calls f
+// with the store open.
+func (e *env) onKey(f func(ctx context.Context, st *stead.Store, key blob.Key) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		key, err := parseKey(args[0])
+		if err != nil {
+			return err
+		}
+		return e.withStore(cmd.Context(), func(st *stead.Store) error { return f(cmd.Context(), st, key) })
+	}
+}
+
+func putCommand(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "put FILE|-",
+		Short: "Store a file (or stdin) as a blob and print its key",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var in io.Reader = os.Stdin
+			size := int64(-1)
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if fi, err := f.Stat(); err == nil {
+					size = fi.Size()
+				}
+				in = f
+			}
+			counted := &countingReader{r: in}
+			r, done := e.progress(counted, size, "put")
+			return e.withStore(cmd.Context(), func(st *stead.Store) error {
+				key, err := st.Blobs.Put(cmd.Context(), r)
+				done()
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n})
+				}
+				fmt.Fprintln(e.stdout, key)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print {\"key\", \"size\"} as JSON")
+	return cmd
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func getCommand(e *env) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "get KEY [-o FILE]",
+		Short: "Write a blob's value to stdout or a file",
+		Args:  exactArgs(1),
+		RunE: e.onKey(func(ctx context.Context, st *stead.Store, key blob.Key) error {
+			rd, err := st.Blobs.Get(ctx, key)
+			if err != nil {
+				return err
+			}
+			defer rd.Close()
+			if out == "" || out == "-" {
+				_, err = io.Copy(e.stdout, rd)
+				return err
+			}
+			// Write next to the target and rename, so a failed get leaves
+			// no half-written file.
+			tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp.Name())
+			r, done := e.progress(rd, rd.Size(), "get")
+			_, err = io.Copy(tmp, r)
+			done()
+			if err = errors.Join(err, tmp.Close()); err != nil {
+				return err
+			}
+			return os.Rename(tmp.Name(), out)
+		}),
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
+	return cmd
+}
+
+func statCommand(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stat KEY",
+		Short: "Print a blob's size",
+		Args:  exactArgs(1),
+		RunE: e.onKey(func(ctx context.Context, st *stead.Store, key blob.Key) error {
+			info, err := st.Blobs.Stat(ctx, key)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(e, map[string]any{"key": info.Key.String(), "size": info.Size})
+			}
+			fmt.Fprintf(e.stdout, "%s %d\n", info.Key, info.Size)
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func lsCommand(e *env) *cobra.Command {
+	var (
+		after  string
+		limit  int
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List blobs in key order: KEY SIZE per line",
+		Long: `List blobs in key order, one "KEY SIZE" line each (or one JSON object
+per line with --json), reading the store a page at a time. --after
+resumes after a key; --limit stops after that many.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var from blob.Key
+			if after != "" {
+				key, err := parseKey(after)
+				if err != nil {
+					return err
+				}
+				from = key
+			}
+			if limit < 0 {
+				return usageError("--limit %d: want 0 (all) or more", limit)
+			}
+			return e.withStore(cmd.Context(), func(st *stead.Store) error {
+				n := 0
+				for info, err := range st.Blobs.All(cmd.Context(), from) {
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						if err := writeJSON(e, map[string]any{"key": info.Key.String(), "size": info.Size}); err != nil {
+							return err
+						}
+					} else if _, err := fmt.Fprintf(e.stdout, "%s %d\n", info.Key, info.Size); err != nil {
+						return err
+					}
+					if n++; limit > 0 && n == limit {
+						break
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&after, "after", "", "list keys after this one")
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many (0: all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return cmd
+}
+
+func rmCommand(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm KEY...",
+		Short: "Delete blobs",
+		Args:  minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			keys := make([]blob.Key, len(args))
+			for i, a := range args {
+				key, err := parseKey(a)
+				if err != nil {
+					return err
+				}
+				keys[i] = key
+			}
+			return e.withStore(cmd.Context(), func(st *stead.Store) error {
+				for _, key := range keys {
+					if err := st.Blobs.Delete(cmd.Context(), key); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func writeJSON(e *env, v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// exactArgs and minArgs are cobra's argument checks as usage errors.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError("want %d argument(s), got %d (see %s --help)", n, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func minArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return usageError("want at least %d argument(s), got %d (see %s --help)", n, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/server"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// golden compares got with testdata/name, or rewrites it under -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Fatalf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+// seed fills the store at db with blobs and records on a fixed clock.
+func seed(t *testing.T, db string) {
+	t.Helper()
+	clock := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	st, err := stead.Open(context.Background(), db, stead.WithClock(func() time.Time { return clock }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	for _, v := range []string{"alpha", "beta", "gamma"} {
+		if _, err := st.Blobs.Put(ctx, strings.NewReader(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Records.RegisterGroup(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []record.Record{
+		{ID: "job-1", Group: "workers", Status: record.Active, Payload: []byte("first")},
+		{ID: "job-2", Group: "workers", Tenant: "acme", Status: record.Active},
+		{ID: "job-3", Group: "workers", Status: record.Completed},
+	} {
+		if _, err := st.Records.Save(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stores returns the URLs the command tests run against: a SQLite file
+// and a stead server over another, both seeded.
+func stores(t *testing.T) map[string]string {
+	t.Helper()
+	file := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	seed(t, file)
+	behind := "sqlite://" + filepath.Join(t.TempDir(), "r.db")
+	seed(t, behind)
+	st, err := stead.Open(context.Background(), behind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	return map[string]string{"sqlite": file, "remote": srv.URL}
+}
+
+// TestBlobCommands runs put, stat, ls, get and rm against a local and a
+// remote store: the same output from both.
+func TestBlobCommands(t *testing.T) {
+	t.Parallel()
+	for name, db := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := t.TempDir()
+			in := filepath.Join(dir, "in")
+			os.WriteFile(in, []byte("hello, stead"), 0o644)
+			code, stdout, stderr := run(t, ctx, "--db", db, "put", in)
+			key := strings.TrimSpace(stdout)
+			if code != 0 || !strings.HasPrefix(key, "sha256:") {
+				t.Fatalf("put = %d %q %q", code, stdout, stderr)
+			}
+			code, stdout, _ = run(t, ctx, "--db", db, "ls")
+			if code != 0 {
+				t.Fatalf("ls = %d", code)
+			}
+			golden(t, "ls.golden", stdout)
+			_, stdout, _ = run(t, ctx, "--db", db, "ls", "--json", "--limit", "2")
+			golden(t, "ls-json.golden", stdout)
+			_, stdout, _ = run(t, ctx, "--db", db, "stat", key)
+			golden(t, "stat.golden", stdout)
+			out := filepath.Join(dir, "out")
+			if code, _, stderr := run(t, ctx, "--db", db, "get", key, "-o", out); code != 0 {
+				t.Fatalf("get -o = %d %q", code, stderr)
+			}
+			if b, _ := os.ReadFile(out); string(b) != "hello, stead" {
+				t.Fatalf("get -o wrote %q", b)
+			}
+			if code, stdout, _ := run(t, ctx, "--db", db, "get", key); code != 0 || stdout != "hello, stead" {
+				t.Fatalf("get = %d %q", code, stdout)
+			}
+			// The put's pin protects the blob for a minute: rm refuses.
+			if code, _, stderr := run(t, ctx, "--db", db, "rm", key); code == 0 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "protected") {
+				t.Fatalf("rm of a pinned blob = %d %q, want a failure saying protected, one line", code, stderr)
+			}
+			if code, _, stderr := run(t, ctx, "--db", db, "stat", key); code != 0 {
+				t.Fatalf("stat after a refused rm = %d %q", code, stderr)
+			}
+		})
+	}
+}
+
+// TestRecordCommands runs records ls, show and claim, locally and
+// remotely.
+func TestRecordCommands(t *testing.T) {
+	t.Parallel()
+	for name, db := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			_, stdout, _ := run(t, ctx, "--db", db, "records", "ls", "workers")
+			golden(t, "records-ls.golden", stdout)
+			_, stdout, _ = run(t, ctx, "--db", db, "records", "show", "job-1")
+			golden(t, "records-show.golden", stdout)
+			if _, stdout, _ := run(t, ctx, "--db", db, "records", "show", "--payload", "job-1"); stdout != "first" {
+				t.Fatalf("show --payload = %q", stdout)
+			}
+			code, stdout, stderr := run(t, ctx, "--db", db, "records", "claim", "job-2", "--group", "workers", "--owner", "operator")
+			if code != 0 || !strings.Contains(stdout, "operator until") || !strings.Contains(stdout, "incarnation:  1") {
+				t.Fatalf("claim = %d %q %q", code, stdout, stderr)
+			}
+			if code, _, stderr := run(t, ctx, "--db", db, "records", "claim", "job-2", "--group", "workers", "--owner", "intruder"); code != 1 || !strings.Contains(stderr, "leased") {
+				t.Fatalf("claim of a leased record = %d %q", code, stderr)
+			}
+			if code, _, _ := run(t, ctx, "--db", db, "records", "show", "nobody"); code != exitNotFound {
+				t.Fatalf("show of an absent record = %d, want 3", code)
+			}
+		})
+	}
+}
+
+// TestDoctorAndMigrate checks doctor's lines and exit code as the schema
+// moves, and migrate status.
+func TestDoctorAndMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	code, stdout, _ := run(t, ctx, "--db", db, "migrate", "status")
+	if code != 0 || !strings.Contains(stdout, "schema version 0 of") || !strings.Contains(stdout, "behind") {
+		t.Fatalf("migrate status on a new file = %d %q", code, stdout)
+	}
+	code, stdout, _ = run(t, ctx, "--db", db, "doctor")
+	if code != exitWarn || !strings.Contains(stdout, "warn  schema") {
+		t.Fatalf("doctor before migrate = %d %q, want 4 and a schema warning", code, stdout)
+	}
+	if code, _, _ := run(t, ctx, "--db", db, "migrate", "up"); code != 0 {
+		t.Fatalf("migrate up = %d", code)
+	}
+	code, stdout, _ = run(t, ctx, "--db", db, "doctor")
+	if code != 0 {
+		t.Fatalf("doctor after migrate = %d %q", code, stdout)
+	}
+	golden(t, "doctor-sqlite.golden", strings.ReplaceAll(stdout, db, "sqlite://DB"))
+	code, stdout, _ = run(t, ctx, "--db", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "doctor")
+	if code != exitFailure || !strings.HasPrefix(stdout, "fail  connect") {
+		t.Fatalf("doctor of an unreachable database = %d %q", code, stdout)
+	}
+}
+
+// TestBench runs a short bench and checks its table.
+func TestBench(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := run(t, context.Background(), "--db", "mem://", "bench", "--duration", "50ms", "--concurrency", "2")
+	if code != 0 {
+		t.Fatalf("bench = %d %q", code, stderr)
+	}
+	for _, want := range []string{"scenario", "blob put", "blob get", "lock acquire+release", "record save (CAS)", "record claim", "ops/s", "p99"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestMigrateRefusesNewerSchema: migrate and migrate status refuse a
+// database newer than the binary, saying to upgrade.
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	db := "sqlite://" + path
+	if code, _, _ := run(t, ctx, "--db", db, "migrate"); code != 0 {
+		t.Fatalf("migrate = %d", code)
+	}
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec("INSERT INTO schema_version (version, name) VALUES (99, 'from_the_future')"); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	for _, args := range [][]string{{"migrate"}, {"migrate", "up"}, {"migrate", "status"}} {
+		code, _, stderr := run(t, ctx, append([]string{"--db", db}, args...)...)
+		if code != exitFailure || !strings.Contains(stderr, "upgrade stead") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("stead %v on a newer schema = %d %q, want 1 and one line saying to upgrade", args, code, stderr)
+		}
+	}
+}

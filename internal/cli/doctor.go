@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine/postgres"
+)
+
+// A check's verdict, worst last.
+type verdict int
+
+const (
+	ok verdict = iota
+	warn
+	fail
+)
+
+func (v verdict) String() string { return [...]string{"ok  ", "warn", "fail"}[v] }
+
+// report prints doctor's lines and remembers the worst verdict.
+type report struct {
+	e     *env
+	worst verdict
+}
+
+func (r *report) line(v verdict, what, format string, args ...any) {
+	r.worst = max(r.worst, v)
+	fmt.Fprintf(r.e.stdout, "%s  %-18s %s\n", v, what, fmt.Sprintf(format, args...))
+}
+
+func doctorCommand(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Check the store: connectivity, schema, settings",
+		Long: `Check the store and print one line per check: ok, warn or fail.
+Exits 0 when every check is ok, 4 when the worst is a warning, 1 on any
+failure. Nothing is changed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r := &report{e: e}
+			doctor(cmd.Context(), e, r)
+			switch r.worst {
+			case warn:
+				return &exitError{code: exitWarn}
+			case fail:
+				return &exitError{code: exitFailure}
+			}
+			return nil
+		},
+	}
+}
+
+func doctor(ctx context.Context, e *env, r *report) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	st, err := stead.Open(ctx, e.db, stead.WithoutMigrate())
+	if err != nil {
+		r.line(fail, "connect", "%s: %s", redacted(e.db), oneLine(err))
+		return
+	}
+	defer st.Close()
+	shared, reason := st.Cluster()
+	r.line(ok, "connect", "%s (%s; shared by a fleet: %v)", redacted(e.db), reason, shared)
+	current, latest, err := st.SchemaVersion(ctx)
+	switch {
+	case err != nil:
+		r.line(fail, "schema", "%s", oneLine(err))
+	case current > latest:
+		r.line(fail, "schema", "version %d is newer than this binary's %d: upgrade stead", current, latest)
+	case current < latest:
+		r.line(warn, "schema", "version %d of %d: run stead migrate", current, latest)
+	default:
+		r.line(ok, "schema", "version %d, current", current)
+	}
+	if pg, isPG := st.Engine().(*postgres.Engine); isPG {
+		doctorPostgres(ctx, e, r, pg)
+	}
+}
+
+func doctorPostgres(ctx context.Context, e *env, r *report, pg *postgres.Engine) {
+	pool := pg.Pool()
+	var version string
+	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		r.line(fail, "server version", "%s", oneLine(err))
+	} else if major, _ := strconv.Atoi(strings.SplitN(version, ".", 2)[0]); major < 13 {
+		r.line(warn, "server version", "PostgreSQL %s: stead is tested on 13 and later", version)
+	} else {
+		r.line(ok, "server version", "PostgreSQL %s", version)
+	}
+	var sync string
+	if err := pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sync); err != nil {
+		r.line(fail, "synchronous_commit", "%s", oneLine(err))
+	} else if sync == "off" || sync == "local" {
+		r.line(warn, "synchronous_commit", "%s: a crash may lose the last commits", sync)
+	} else {
+		r.line(ok, "synchronous_commit", "%s", sync)
+	}
+	r.line(ok, "pool", "%d connections at most, %d open", pool.Config().MaxConns, pool.Stat().TotalConns())
+	cfg, _ := postgres.ParseURL(e.db)
+	port := ""
+	if u, err := url.Parse(e.db); err == nil {
+		port = u.Port()
+	}
+	switch {
+	case cfg.PgBouncer:
+		r.line(ok, "pgbouncer", "pgbouncer=true: no session state is relied on")
+	case port == "6432":
+		r.line(warn, "pgbouncer", "port 6432 is PgBouncer's: if it is, add pgbouncer=true to the URL")
+	default:
+		r.line(ok, "pgbouncer", "direct connection (pgbouncer=false)")
+	}
+	var canCreate, schemaExists bool
+	err := pool.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'CREATE'),
+		EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, pg.Schema()).Scan(&canCreate, &schemaExists)
+	if err == nil && schemaExists {
+		err = pool.QueryRow(ctx, `SELECT has_schema_privilege($1, 'CREATE')`, pg.Schema()).Scan(&canCreate)
+	}
+	switch {
+	case err != nil:
+		r.line(fail, "migrate privilege", "%s", oneLine(err))
+	case !canCreate:
+		r.line(warn, "migrate privilege", "this role cannot create in schema %q: run stead migrate as a role that can", pg.Schema())
+	default:
+		r.line(ok, "migrate privilege", "this role can migrate schema %q", pg.Schema())
+	}
+}

@@ -1,0 +1,294 @@
+// Package wire is the HTTP API's vocabulary, shared by the server and the
+// remote engine so the two cannot disagree: the JSON bodies, the error
+// codes and the sentinel error each code stands for. The API itself is
+// described in docs/openapi.yaml.
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Error is the body of every error response.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// CodeHeader carries an error answer's code as a header too, so that the
+// answer to HEAD, which has no body, says what went wrong.
+const CodeHeader = "Stead-Error-Code"
+
+// Codes that stand for no sentinel error.
+const (
+	CodeNotFoundRoute        = "route_not_found"
+	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeUnauthorized         = "unauthorized"
+	CodeBadRequest           = "bad_request"
+	CodeBodyTooLarge         = "body_too_large"
+	CodePreconditionRequired = "precondition_required"
+	CodeRangeNotSatisfiable  = "range_not_satisfiable"
+	CodeBusy                 = "busy"
+	CodeUnavailable          = "unavailable"
+	CodeInternal             = "internal"
+	CodeHeld                 = "held"
+	CodeLost                 = "lost" // also ErrLost's code
+	CodeTimeout              = "timeout"
+)
+
+// A sentinel is one stead error and how the API says it.
+type sentinel struct {
+	err    error
+	status int
+	code   string
+}
+
+// sentinels maps stead's errors to statuses and codes, most specific
+// first: the first match wins.
+var sentinels = []sentinel{
+	{steaderr.ErrNotFound, http.StatusNotFound, "not_found"},
+	{steaderr.ErrInvalidKey, http.StatusBadRequest, "invalid_key"},
+	{steaderr.ErrInvalidName, http.StatusBadRequest, "invalid_name"},
+	{steaderr.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
+	{steaderr.ErrDigestMismatch, http.StatusBadRequest, "digest_mismatch"},
+	{steaderr.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{steaderr.ErrConflict, http.StatusConflict, "conflict"},
+	{steaderr.ErrProtected, http.StatusConflict, "protected"},
+	{steaderr.ErrUnknownGroup, http.StatusConflict, "unknown_group"},
+	{steaderr.ErrWrongGroup, http.StatusConflict, "wrong_group"},
+	{steaderr.ErrLeased, http.StatusConflict, "leased"},
+	{steaderr.ErrLost, http.StatusConflict, "lost"},
+	{steaderr.ErrClosed, http.StatusServiceUnavailable, "closed"},
+	{steaderr.ErrSchema, http.StatusServiceUnavailable, "schema"},
+}
+
+// StatusOf returns the status and code for err and the sentinel it
+// wraps, or a nil sentinel when it wraps none.
+func StatusOf(err error) (status int, code string, sentinel error) {
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return s.status, s.code, s.err
+		}
+	}
+	return 0, "", nil
+}
+
+// IsSentinel reports whether err is one of stead's sentinel errors
+// itself (not one wrapping it), or errors.ErrUnsupported.
+func IsSentinel(err error) bool {
+	for _, s := range sentinels {
+		if err == s.err {
+			return true
+		}
+	}
+	return err == errors.ErrUnsupported
+}
+
+// Err returns the error a client reports for an error response: one
+// wrapping the sentinel the code stands for, if any.
+func Err(status int, e Error) error {
+	for _, s := range sentinels {
+		if s.code == e.Code {
+			return &serverError{msg: e.Error, sentinel: s.err}
+		}
+	}
+	if status == http.StatusPreconditionFailed {
+		return &serverError{msg: e.Error, sentinel: steaderr.ErrConflict}
+	}
+	return &StatusError{Status: status, Code: e.Code, Message: e.Error}
+}
+
+// serverError is a server's error answer standing for a sentinel: its
+// text is the server's message, which names the sentinel already.
+type serverError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *serverError) Error() string {
+	if strings.Contains(e.msg, e.sentinel.Error()) {
+		return "server: " + e.msg
+	}
+	return "server: " + e.msg + ": " + e.sentinel.Error()
+}
+
+func (e *serverError) Unwrap() error { return e.sentinel }
+
+// StatusError is an error response whose code stands for no stead error.
+type StatusError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("server: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Duration is a time.Duration written as Go writes one: "30s", "1.5ms".
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// BlobInfo describes a stored blob.
+type BlobInfo struct {
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+}
+
+// SchemaInfo is the answer of /v1/schema.
+type SchemaInfo struct {
+	Current int `json:"current"`
+	Latest  int `json:"latest"`
+}
+
+// Info is the answer of /v1/info.
+type Info struct {
+	Cluster bool   `json:"cluster"`
+	Reason  string `json:"reason"`
+}
+
+// LockRequest is the body of the lock endpoints. Now, when set, is the
+// instant leases are judged at; a server accepts it only when started
+// with client clocks allowed (tests).
+type LockRequest struct {
+	Owner string    `json:"owner"`
+	Token int64     `json:"token,omitempty"`
+	TTL   Duration  `json:"ttl,omitempty"`
+	Wait  Duration  `json:"wait,omitempty"`
+	Now   time.Time `json:"now,omitzero"`
+}
+
+// LockGrant is a lock endpoint's answer: the grant (or, when not granted,
+// the live holder's grant as far as the server could read it) and the
+// instant the request was judged at.
+type LockGrant struct {
+	Granted  bool      `json:"granted,omitempty"`
+	Released bool      `json:"released,omitempty"`
+	Name     string    `json:"name"`
+	Owner    string    `json:"owner,omitempty"`
+	Token    int64     `json:"token"`
+	Expiry   time.Time `json:"expiry,omitzero"`
+	Now      time.Time `json:"now,omitzero"`
+	// Error and Code are set when the answer is a refusal.
+	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
+}
+
+// Lease is a record's lease.
+type Lease struct {
+	Owner       string    `json:"owner,omitempty"`
+	Incarnation int64     `json:"incarnation"`
+	Expiry      time.Time `json:"expiry,omitzero"`
+}
+
+// Record is a record as the API writes it. Payload is base64 in JSON.
+type Record struct {
+	ID        string    `json:"id"`
+	Group     string    `json:"group"`
+	Tenant    string    `json:"tenant,omitempty"`
+	Status    string    `json:"status"`
+	Payload   []byte    `json:"payload"`
+	Version   int64     `json:"version"`
+	Lease     Lease     `json:"lease"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// Now, on a save, is as in LockRequest.
+	Now time.Time `json:"now,omitzero"`
+}
+
+// FromRecord returns rec's wire form.
+func FromRecord(rec record.Record) Record {
+	return Record{
+		ID: rec.ID, Group: rec.Group, Tenant: rec.Tenant, Status: string(rec.Status),
+		Payload: rec.Payload, Version: rec.Version,
+		Lease:     Lease{Owner: rec.Lease.Owner, Incarnation: rec.Lease.Incarnation, Expiry: rec.Lease.Expiry},
+		UpdatedAt: rec.UpdatedAt,
+	}
+}
+
+// ToRecord returns the record r stands for.
+func (r Record) ToRecord() record.Record {
+	payload := r.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	return record.Record{
+		ID: r.ID, Group: r.Group, Tenant: r.Tenant, Status: record.Status(r.Status),
+		Payload: payload, Version: r.Version,
+		Lease:     record.Lease{Owner: r.Lease.Owner, Incarnation: r.Lease.Incarnation, Expiry: r.Lease.Expiry},
+		UpdatedAt: r.UpdatedAt,
+	}
+}
+
+// FromRecords returns recs' wire form, never nil.
+func FromRecords(recs []record.Record) []Record {
+	out := make([]Record, len(recs))
+	for i, r := range recs {
+		out[i] = FromRecord(r)
+	}
+	return out
+}
+
+// Records is a list of records.
+type Records struct {
+	Records []Record `json:"records"`
+}
+
+// ClaimRequest is the body of claim, claim-next and renew.
+type ClaimRequest struct {
+	Group       string    `json:"group,omitempty"`
+	Owner       string    `json:"owner"`
+	TTL         Duration  `json:"ttl"`
+	N           int       `json:"n,omitempty"`
+	Incarnation int64     `json:"incarnation,omitempty"`
+	Now         time.Time `json:"now,omitzero"`
+}
+
+// Probe is the answer of a group's probe: whether it has a claimable
+// record, and if not, how long until the earliest held lease expires.
+type Probe struct {
+	Claimable bool     `json:"claimable"`
+	Until     Duration `json:"until"`
+}
+
+// ETag returns the entity tag of a record version: the version, quoted.
+func ETag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// ParseETag returns the version an If-Match value names. It accepts one
+// strong entity tag holding a version, surrounding spaces allowed; weak
+// tags, lists and "*" are refused, since a compare-and-swap needs one
+// exact version.
+func ParseETag(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	if len(v) < 3 || v[0] != '"' || v[len(v)-1] != '"' {
+		return 0, fmt.Errorf("%w: If-Match %q: want one strong entity tag such as \"3\"", steaderr.ErrInvalidArgument, v)
+	}
+	n, err := strconv.ParseInt(v[1:len(v)-1], 10, 64)
+	if err != nil || n < 1 || v[1] == '+' || v[1] == '0' {
+		return 0, fmt.Errorf("%w: If-Match %q: want a record version, a positive integer", steaderr.ErrInvalidArgument, v)
+	}
+	return n, nil
+}

@@ -1,0 +1,389 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// putBlob stores the request body: PUT/POST /v1/blobs, or PUT
+// /v1/blobs/{key} where the client claims the digest. A Content-Digest
+// sha-256 is a claim too. A claim is checked before anything is stored.
+func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
+	var want blob.Key
+	if text := r.PathValue("key"); text != "" {
+		key, err := blob.ParseKey(text)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		want = key
+	}
+	if header := r.Header.Get("Content-Digest"); header != "" {
+		key, err := parseContentDigest(header)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if !key.IsZero() && !want.IsZero() && key != want {
+			writeError(w, http.StatusBadRequest, "digest_mismatch", "Content-Digest names another digest than the URL")
+			return
+		}
+		if !key.IsZero() {
+			want = key
+		}
+	}
+	if r.ContentLength > s.opts.MaxBlobSize {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("blob of %d bytes, limit %d", r.ContentLength, s.opts.MaxBlobSize))
+		return
+	}
+	release, ok := s.uploadSlot(w)
+	if !ok {
+		return
+	}
+	defer release()
+	body := s.newBodyReader(w, r)
+	defer body.done()
+	res := &putResult{}
+	ctx := context.WithValue(r.Context(), putResultKey{}, res)
+	blobs, err := s.blobsAt(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	key := want
+	if want.IsZero() {
+		key, err = blobs.Put(ctx, body)
+	} else {
+		err = blobs.PutExpect(ctx, want, body)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !res.written {
+		// A re-put this store's live pin answered without writing: the
+		// blob was there.
+		res.existed = true
+		s.metrics.blobPut(true, int(body.n))
+	}
+	status := http.StatusCreated
+	if res.existed {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/blobs/"+key.String())
+	w.Header().Set("ETag", `"`+key.String()+`"`)
+	writeJSON(w, status, wire.BlobInfo{Key: key.String(), Size: body.n})
+}
+
+// parseContentDigest returns the key a Content-Digest header (RFC 9530)
+// claims with its sha-256 member, or the zero key when it has none.
+func parseContentDigest(header string) (blob.Key, error) {
+	for member := range strings.SplitSeq(header, ",") {
+		alg, value, ok := strings.Cut(strings.TrimSpace(member), "=")
+		if !ok {
+			return blob.Key{}, &badRequest{"Content-Digest: want sha-256=:BASE64:"}
+		}
+		if alg != "sha-256" {
+			continue
+		}
+		if len(value) < 2 || value[0] != ':' || value[len(value)-1] != ':' {
+			return blob.Key{}, &badRequest{"Content-Digest: sha-256 is a byte sequence, :BASE64:"}
+		}
+		digest, err := base64.StdEncoding.DecodeString(value[1 : len(value)-1])
+		if err != nil || len(digest) != 32 {
+			return blob.Key{}, &badRequest{"Content-Digest: sha-256 is not 32 bytes of base64"}
+		}
+		return blob.ParseKey("sha256:" + hex.EncodeToString(digest))
+	}
+	return blob.Key{}, nil
+}
+
+// putSpy tells a put whether its key was already stored, for the 200/201
+// distinction and the dedup metric.
+type putSpy struct {
+	blob.Engine
+	m *metrics
+}
+
+type putResultKey struct{}
+
+type putResult struct{ written, existed bool }
+
+func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
+	_, err := p.Engine.Stat(ctx, pp.Key)
+	existed := err == nil
+	if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+		return err
+	}
+	if err := p.Engine.Put(ctx, pp); err != nil {
+		return err
+	}
+	if res, ok := ctx.Value(putResultKey{}).(*putResult); ok {
+		res.written, res.existed = true, existed
+	}
+	p.m.blobPut(existed, len(pp.Value))
+	return nil
+}
+
+// bodyReader reads an upload body at no less than the minimum rate after
+// the grace period, and at once stops a stalled body when the server
+// drains.
+type bodyReader struct {
+	s     *Server
+	r     io.Reader
+	rc    *http.ResponseController
+	start time.Time
+	n     int64
+}
+
+// drainStall is how long an upload may go without a byte while the server
+// shuts down.
+const drainStall = time.Second
+
+func (s *Server) newBodyReader(w http.ResponseWriter, r *http.Request) *bodyReader {
+	b := &bodyReader{s: s, r: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+	s.drain.mu.Lock()
+	if s.drain.active == nil {
+		s.drain.active = make(map[*bodyReader]struct{})
+	}
+	s.drain.active[b] = struct{}{}
+	s.drain.mu.Unlock()
+	return b
+}
+
+func (b *bodyReader) done() {
+	b.s.drain.mu.Lock()
+	delete(b.s.drain.active, b)
+	b.s.drain.mu.Unlock()
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	deadline := b.start.Add(b.s.opts.BodyGrace + time.Duration(float64(b.n)/float64(b.s.opts.MinBodyRate)*float64(time.Second)))
+	b.s.drain.mu.Lock()
+	if d := time.Now().Add(drainStall); b.s.drain.draining && d.Before(deadline) {
+		deadline = d
+	}
+	b.s.drain.mu.Unlock()
+	_ = b.rc.SetReadDeadline(deadline)
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err}
+	}
+	return n, err
+}
+
+// startDrain cuts off, within drainStall, every upload that stops
+// sending.
+func (s *Server) startDrain() {
+	s.drain.mu.Lock()
+	defer s.drain.mu.Unlock()
+	s.drain.draining = true
+	for b := range s.drain.active {
+		_ = b.rc.SetReadDeadline(time.Now().Add(drainStall))
+	}
+}
+
+func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
+	key, err := blob.ParseKey(r.PathValue("key"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rd, err := s.blobs.Get(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer rd.Close()
+	// Content never changes under a key: the key is the strong ETag.
+	h := w.Header()
+	h.Set("ETag", `"`+key.String()+`"`)
+	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	h.Set("Content-Type", "application/octet-stream")
+	verdict, ranges := checkRange(r.Header.Get("Range"))
+	switch {
+	case verdict == rangeUnsatisfiable:
+		h.Set("Content-Range", "bytes */"+strconv.FormatInt(rd.Size(), 10))
+		writeError(w, http.StatusRequestedRangeNotSatisfiable, wire.CodeRangeNotSatisfiable, "empty suffix range")
+		return
+	case verdict == rangeIgnored:
+		r.Header.Del("Range")
+	case r.Header.Get("Range") != "":
+		r.Header.Set("Range", ranges)
+	}
+	s.stream(w)
+	http.ServeContent(w, r, "", time.Time{}, rd)
+	if rw, ok := w.(*responseWriter); ok {
+		s.metrics.blobGet(rw.n)
+	}
+}
+
+func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
+	key, err := blob.ParseKey(r.PathValue("key"))
+	var blobs *blob.Store
+	if err == nil {
+		blobs, err = s.blobsAt(r)
+	}
+	if err == nil {
+		err = blobs.Delete(r.Context(), key)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// listBlobs streams one page of keys after the cursor: {"blobs": [...],
+// "next": "..."}, next set when the page is full. limit=0 lists every
+// blob after the cursor in one response, from one snapshot. An error
+// after the page began ends it with "error" and "code" members.
+func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after blob.Key
+	if text := q.Get("after"); text != "" {
+		key, err := blob.ParseKey(text)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		after = key
+	}
+	limit := defaultListLimit
+	if text := q.Get("limit"); text != "" {
+		n, err := strconv.Atoi(text)
+		if err != nil || n < 0 || n > maxListLimit {
+			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("limit %q: want 0 (all) to %d", text, maxListLimit))
+			return
+		}
+		limit = n
+	}
+	s.stream(w)
+	var (
+		started bool
+		count   int
+		last    blob.Key
+		werr    error
+	)
+	write := func(b []byte) {
+		if werr == nil {
+			_, werr = w.Write(b)
+		}
+	}
+	start := func() {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			write([]byte(`{"blobs":[`))
+		}
+	}
+	err := s.eng.Blobs().List(r.Context(), after, limit, func(info blob.Info) bool {
+		start()
+		if count > 0 {
+			write([]byte{','})
+		}
+		b, _ := json.Marshal(wire.BlobInfo{Key: info.Key.String(), Size: info.Size})
+		write(b)
+		count++
+		last = info.Key
+		return werr == nil
+	})
+	if err != nil && !started {
+		s.fail(w, r, err)
+		return
+	}
+	start()
+	tail := map[string]any{}
+	if err != nil {
+		_, code, sentinel := wire.StatusOf(err)
+		if sentinel == nil {
+			code = wire.CodeInternal
+			s.log.Error("stead: blob list", "err", err)
+			tail["error"] = "internal error"
+		} else {
+			tail["error"] = publicMessage(err)
+		}
+		tail["code"] = code
+	} else if limit > 0 && count == limit {
+		tail["next"] = last.String()
+	}
+	b, _ := json.Marshal(tail)
+	write([]byte("]"))
+	if len(b) > 2 {
+		write([]byte{','})
+		write(b[1:])
+	} else {
+		write([]byte("}"))
+	}
+	write([]byte("\n"))
+}
+
+// maxRanges is the most ranges one request may ask for; more are ignored
+// (the whole value is sent), so a request cannot multiply the answer's
+// size with thousands of tiny parts.
+const maxRanges = 16
+
+type rangeVerdict int
+
+const (
+	rangeServe         rangeVerdict = iota // to http.ServeContent
+	rangeUnsatisfiable                     // 416
+	rangeIgnored                           // send the whole value
+)
+
+// checkRange judges what http.ServeContent gets wrong in a Range header,
+// returning the header to pass on: a zero-length suffix ("bytes=-0") is
+// unsatisfiable (RFC 9110 14.1.1) and dropped, unsatisfiable when alone;
+// too many ranges are ignored. The rest is ServeContent's to parse.
+func checkRange(header string) (rangeVerdict, string) {
+	specs, ok := strings.CutPrefix(header, "bytes=")
+	if !ok {
+		return rangeServe, header
+	}
+	var kept []string
+	n := 0
+	for spec := range strings.SplitSeq(specs, ",") {
+		spec = strings.TrimSpace(spec)
+		if spec == "" {
+			continue
+		}
+		n++
+		if suffix, ok := strings.CutPrefix(spec, "-"); ok && suffix != "" && strings.Trim(suffix, "0") == "" {
+			continue
+		}
+		kept = append(kept, spec)
+	}
+	switch {
+	case n > maxRanges:
+		return rangeIgnored, ""
+	case n > 0 && len(kept) == 0:
+		return rangeUnsatisfiable, ""
+	}
+	return rangeServe, "bytes=" + strings.Join(kept, ",")
+}
+
+// blobsAt returns the blob store to serve a request naming now (its now
+// query parameter): the server's own, or one pinning on that fixed
+// instant.
+func (s *Server) blobsAt(r *http.Request) (*blob.Store, error) {
+	now, err := s.queryNow(r)
+	if err != nil || now.IsZero() {
+		return s.blobs, err
+	}
+	return blob.NewStore(s.blobEng, blob.Options{MaxSize: s.opts.MaxBlobSize, VerifyReads: s.opts.VerifyReads, Now: func() time.Time { return now }}), nil
+}

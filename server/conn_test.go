@@ -1,0 +1,277 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/server"
+)
+
+// serveReal runs a server on a real loopback listener and returns its
+// address and a function that shuts it down and returns Serve's error.
+func serveReal(t *testing.T, opts server.Options) (addr string, shutdown func() error) {
+	t.Helper()
+	st, err := stead.Open(context.Background(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = quiet
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.New(st, opts).Serve(ctx, ln) }()
+	var once sync.Once
+	var serveErr error
+	shutdown = func() error {
+		once.Do(func() {
+			cancel()
+			serveErr = <-done
+		})
+		return serveErr
+	}
+	t.Cleanup(func() { shutdown() })
+	return ln.Addr().String(), shutdown
+}
+
+// dial opens a raw connection that fails the test rather than hang.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readAnswer reads one HTTP answer from c.
+func readAnswer(t *testing.T, c net.Conn) (int, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// wantClosed checks that the server closes c without sending anything
+// more.
+func wantClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	b, err := io.ReadAll(c)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("the server kept the connection open (read %q)", b)
+		}
+	}
+}
+
+// TestSlowBody sends an upload one byte at a time, slower than the
+// minimum rate: it is cut off with 408 instead of holding the connection.
+func TestSlowBody(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{BodyGrace: 200 * time.Millisecond, MinBodyRate: 1000})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n")
+	go func() {
+		for i := 0; i < 100; i++ {
+			if _, err := c.Write([]byte("x")); err != nil {
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}()
+	status, body := readAnswer(t, c)
+	if status != http.StatusRequestTimeout || !strings.Contains(body, `"code":"timeout"`) {
+		t.Fatalf("slow body = %d %s, want 408 timeout", status, body)
+	}
+}
+
+// TestTruncatedBody closes the request side before the promised length:
+// 400, not 500.
+func TestTruncatedBody(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b")
+	c.(*net.TCPConn).CloseWrite()
+	status, body := readAnswer(t, c)
+	if status != http.StatusBadRequest || !strings.Contains(body, `"code":"bad_request"`) {
+		t.Fatalf("truncated body = %d %s, want 400 bad_request", status, body)
+	}
+}
+
+// TestIdleConnections opens many keep-alive connections and leaves them
+// idle: the server closes every one after IdleTimeout; a connection that
+// never sends a header is closed too.
+func TestIdleConnections(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{IdleTimeout: 200 * time.Millisecond, RequestTimeout: 300 * time.Millisecond})
+	silent := dial(t, addr)
+	conns := make([]net.Conn, 520)
+	for i := range conns {
+		conns[i] = dial(t, addr)
+		fmt.Fprintf(conns[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		if status, _ := readAnswer(t, conns[i]); status != 200 {
+			t.Fatalf("healthz = %d", status)
+		}
+	}
+	for _, c := range conns {
+		wantClosed(t, c)
+	}
+	wantClosed(t, silent)
+}
+
+// TestHugeHeaders: 431, not memory.
+func TestHugeHeaders(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 200<<10))
+	if status, _ := readAnswer(t, c); status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("200 KiB of headers = %d, want 431", status)
+	}
+}
+
+// TestUploadCap holds the only upload slot with a stalled upload: the next
+// upload is refused at once with 503 busy and Retry-After.
+func TestUploadCap(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{MaxUploads: 1})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+	// The stalled upload holds the slot once its handler runs; retry until
+	// it does.
+	var busy http.Header
+	poll.Until(t, "an upload past the cap to be refused", func() bool {
+		resp, err := http.Post("http://"+addr+"/v1/blobs", "application/octet-stream", strings.NewReader("next"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		busy = resp.Header
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	if busy.Get("Retry-After") == "" || busy.Get("Stead-Error-Code") != "busy" {
+		t.Fatalf("busy answer headers %v", busy)
+	}
+}
+
+// TestShutdown: an upload in flight that keeps sending finishes; a stalled
+// upload is cut off instead of holding shutdown for its grace.
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	const grace = 30 * time.Second
+	addr, shutdown := serveReal(t, server.Options{ShutdownGrace: grace, BodyGrace: 5 * time.Minute})
+	stalled := dial(t, addr)
+	fmt.Fprintf(stalled, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+	steady := dial(t, addr)
+	fmt.Fprintf(steady, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+	poll.Until(t, "both uploads to be in their handlers", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(b), "stead_http_uploads_in_progress 2")
+	})
+	go func() {
+		for range 8 { // the rest of the body, a byte every 200ms
+			time.Sleep(200 * time.Millisecond)
+			if _, err := steady.Write([]byte("x")); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	if err := shutdown(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if took := time.Since(start); took >= grace {
+		t.Fatalf("shutdown waited %v, its whole grace, for a stalled upload", took)
+	}
+	if status, body := readAnswer(t, steady); status != http.StatusCreated {
+		t.Fatalf("the upload in flight got %d %s, want 201", status, body)
+	}
+	wantClosed(t, stalled)
+}
+
+// TestConnectionCap holds the only connection slot: a second connection
+// is not served until the first closes.
+func TestConnectionCap(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{MaxConns: 1})
+	first := dial(t, addr)
+	fmt.Fprintf(first, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if status, _ := readAnswer(t, first); status != 200 {
+		t.Fatalf("first connection = %d", status)
+	}
+	second := dial(t, addr)
+	fmt.Fprintf(second, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	second.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := second.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection past the cap was served")
+	}
+	first.Close()
+	second.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if status, _ := readAnswer(t, second); status != 200 {
+		t.Fatalf("second connection after the first closed = %d", status)
+	}
+}
+
+// TestLongPollOutlivesRequestTimeout: a long poll and a lock wait run past
+// the request timeout without their context being cut.
+func TestLongPollOutlivesRequestTimeout(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{RequestTimeout: 300 * time.Millisecond})
+	base := "http://" + addr
+	req, _ := http.NewRequest("PUT", base+"/v1/groups/g", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("register: %v", err)
+	}
+	resp, err := http.Get(base + "/v1/groups/g/wait?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != `{"claimable":false}`+"\n" {
+		t.Fatalf("long poll past the request timeout = %d %s", resp.StatusCode, b)
+	}
+	resp, err = http.Post(base+"/v1/locks/l/acquire", "application/json", strings.NewReader(`{"owner":"a","ttl":"1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post(base+"/v1/locks/l/acquire", "application/json", strings.NewReader(`{"owner":"b","ttl":"1m","wait":"1s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 409 || !strings.Contains(string(b), `"code":"held"`) {
+		t.Fatalf("lock wait past the request timeout = %d %s", resp.StatusCode, b)
+	}
+}
