@@ -215,7 +215,7 @@ func TestWithClock(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("TryLock = %v, %v", ok, err)
 			}
-			if want := record.Timestamp(now).Add(time.Minute); !lk.Expiry().Equal(want) {
+			if want := now.UTC().Truncate(time.Microsecond).Add(time.Minute); !lk.Expiry().Equal(want) {
 				t.Fatalf("lock Expiry = %v, want the injected clock's %v", lk.Expiry(), want)
 			}
 			group := st.InstanceID() // working alone
@@ -229,7 +229,7 @@ func TestWithClock(t *testing.T) {
 			if err != nil || len(recs) != 1 {
 				t.Fatalf("ClaimNext = %v, %v", recs, err)
 			}
-			want := record.Timestamp(now)
+			want := now.UTC().Truncate(time.Microsecond)
 			if got := recs[0]; !got.UpdatedAt.Equal(want) || !got.Lease.Expiry.Equal(want.Add(time.Minute)) {
 				t.Fatalf("claimed at %v until %v, want %v until %v", got.UpdatedAt, got.Lease.Expiry, want, want.Add(time.Minute))
 			}

@@ -5,10 +5,12 @@ import (
 	"time"
 )
 
-// Engine is what a storage engine does for records: mechanics only. The
+// Engine is what a storage engine does for records: mechanics only; the
+// rules of its conditional writes are in package record/check. The
 // portable Store validates every argument before calling it, so an engine
-// may trust its inputs: names are valid, times are Timestamps, TTLs are whole
-// microseconds, at least one, and counts are not negative.
+// may trust its inputs: names are valid, times are in UTC and whole
+// microseconds, TTLs are whole microseconds, at least one, and counts are
+// not negative.
 //
 // Every method returns an error wrapping steaderr.ErrClosed once the engine
 // is closed, and steaderr.ErrSchema for a write to a database never
@@ -41,6 +43,11 @@ type Engine interface {
 	// is created in its group on first use, "" being the group's default
 	// tenant.
 	Save(ctx context.Context, p SaveParams) (Record, error)
+	// SaveAll saves each of p.Records as Save would, in order, and
+	// returns each one's outcome: several at once share one round trip
+	// and one commit where the engine can. A failure of the whole call
+	// (ctx, a closed engine) is every record's error.
+	SaveAll(ctx context.Context, p SaveAllParams) []SaveResult
 	// Load returns the record stored under id, its Payload a copy never
 	// nil, or an error wrapping steaderr.ErrNotFound.
 	Load(ctx context.Context, id string) (Record, error)
@@ -78,19 +85,35 @@ type Engine interface {
 	// if not, how long until the earliest lease held on a record that is
 	// not parked expires.
 	Probe(ctx context.Context, p ProbeParams) (Probe, error)
-	// Subscribe starts watching p.Group for commits that may make a
+	// WatchClaimable starts watching group for commits that may make a
 	// record claimable at once (a new active record, a released lease).
-	// Wake receives, coalesced, after such a commit and whenever the
-	// engine may have missed one; live reports whether the engine is
-	// watching now. A nil wake or live == false leaves the caller to poll.
-	// Stop must be called when done.
-	Subscribe(group string) (wake <-chan struct{}, live bool, stop func())
+	// The channel receives, coalesced, after such a commit and whenever
+	// the engine may have missed one; live reports that every such commit
+	// after WatchClaimable returns, by any process, will send on it.
+	// Otherwise (an engine that cannot see every commit, or one not
+	// listening yet) the Store polls, and the channel, possibly nil, only
+	// hurries it. stop ends the watch and is never nil. It has the shape
+	// of lock.Engine's WatchReleases.
+	WatchClaimable(ctx context.Context, group string) (wake <-chan struct{}, live bool, stop func(), err error)
 }
 
 // SaveParams are Save's parameters.
 type SaveParams struct {
 	Record Record
 	Now    time.Time
+}
+
+// SaveAllParams are SaveAll's parameters.
+type SaveAllParams struct {
+	Records []Record
+	Now     time.Time
+}
+
+// SaveResult is the outcome of saving one record of several: the record
+// as stored, or the error that left it unsaved.
+type SaveResult struct {
+	Record Record
+	Err    error
 }
 
 // ListParams are ListClaimable's parameters.

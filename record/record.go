@@ -10,7 +10,10 @@
 // a lease can be tagged with its incarnation downstream.
 package record
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Status is where a record's unit of work stands. The vocabulary is
 // append-only and stored as text without a database constraint: a status
@@ -50,11 +53,17 @@ type Lease struct {
 	Owner string
 	// Incarnation counts the claims of the record: every Claim adds one
 	// and no write lowers it, so it tells the holders apart downstream.
+	// A create refuses one above MaxIncarnation.
 	Incarnation int64
 	// Expiry is when the lease lapses: it is expired at exactly this
 	// instant.
 	Expiry time.Time
 }
+
+// MaxIncarnation is the largest Lease.Incarnation a create may give. It leaves
+// room for 2^62 claims above it, so a claim never overflows the counter
+// (docs/decisions/0013-incarnation-and-tenant-rules.md).
+const MaxIncarnation = math.MaxInt64 / 2
 
 // Held reports whether the lease is held at now: it has an owner and has
 // not expired (now is before Expiry).
@@ -92,8 +101,8 @@ func (r Record) Claimable(now time.Time) bool {
 	return !r.Status.Parked() && !r.Lease.Held(now)
 }
 
-// Timestamp returns t as every engine stores it: in UTC, truncated to the
+// timestamp returns t as every engine stores it: in UTC, truncated to the
 // microsecond, so a time loads back exactly as it was saved.
-func Timestamp(t time.Time) time.Time {
+func timestamp(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Microsecond)
 }

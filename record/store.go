@@ -78,8 +78,9 @@ func (s *Store) GroupExists(ctx context.Context, group string) (bool, error) {
 // stored record's group (ErrWrongGroup). The lease is the claimers' to
 // move: an update either carries the stored lease, which is kept as stored
 // (Renew may have extended it), or releases it with an empty Owner; the
-// incarnation is never lowered. A create stores rec.Lease as given. A nil
-// payload is stored empty.
+// incarnation is never lowered. A create stores rec.Lease as given; an
+// incarnation above MaxIncarnation is ErrInvalidArgument. A nil payload is
+// stored empty.
 func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 	if err := s.checkRecord(rec); err != nil {
 		return Record{}, fmt.Errorf("record save: %w", err)
@@ -88,7 +89,7 @@ func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("record save %q: %w", rec.ID, err)
 	}
-	rec.Lease.Expiry = Timestamp(rec.Lease.Expiry)
+	rec.Lease.Expiry = timestamp(rec.Lease.Expiry)
 	if rec.Payload == nil {
 		rec.Payload = []byte{}
 	}
@@ -97,6 +98,49 @@ func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("record save %q: %w", rec.ID, err)
 	}
 	return stored, nil
+}
+
+// SaveAll saves each of recs as Save would and returns each one's
+// outcome, in the order of recs: the record as stored, or the error that
+// left it unsaved (ErrConflict, a bad argument, ...). On SQLite the saves
+// share one transaction; on PostgreSQL one statement and commit, so a
+// worker that claimed ten records completes them in one round trip. (A
+// record given twice, or of a tenant this process has not saved into yet,
+// starts a statement of its own.) A record given twice is saved twice, in
+// order: the second must carry the first's new version.
+func (s *Store) SaveAll(ctx context.Context, recs []Record) []SaveResult {
+	out := make([]SaveResult, len(recs))
+	now, err := s.now()
+	var valid []Record
+	var at []int // index in recs of each of valid
+	for i, rec := range recs {
+		if err == nil {
+			if err := s.checkRecord(rec); err != nil {
+				out[i].Err = fmt.Errorf("record save: %w", err)
+				continue
+			}
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("record save %q: %w", rec.ID, err)
+			continue
+		}
+		rec.Lease.Expiry = timestamp(rec.Lease.Expiry)
+		if rec.Payload == nil {
+			rec.Payload = []byte{}
+		}
+		valid = append(valid, rec)
+		at = append(at, i)
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	for j, res := range s.eng.SaveAll(ctx, SaveAllParams{Records: valid, Now: now}) {
+		if res.Err != nil {
+			res = SaveResult{Err: fmt.Errorf("record save %q: %w", valid[j].ID, res.Err)}
+		}
+		out[at[j]] = res
+	}
+	return out
 }
 
 // Load returns the record stored under id, or an error wrapping
@@ -144,7 +188,7 @@ func (s *Store) ListClaimable(ctx context.Context, group string, now time.Time, 
 			return nil, fmt.Errorf("record list claimable %q: %w", group, err)
 		}
 	}
-	recs, err := s.eng.ListClaimable(ctx, ListParams{Group: group, Now: Timestamp(now), Limit: limit})
+	recs, err := s.eng.ListClaimable(ctx, ListParams{Group: group, Now: timestamp(now), Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("record list claimable %q: %w", group, err)
 	}
@@ -251,7 +295,7 @@ func (s *Store) now() (time.Time, error) {
 	if err := checkTime("clock", t); err != nil {
 		return time.Time{}, err
 	}
-	return Timestamp(t), nil
+	return timestamp(t), nil
 }
 
 func (s *Store) checkRecord(rec Record) error {
@@ -273,8 +317,8 @@ func (s *Store) checkRecord(rec Record) error {
 	switch {
 	case rec.Version < 0:
 		return fmt.Errorf("%w: version %d", steaderr.ErrInvalidArgument, rec.Version)
-	case rec.Lease.Incarnation < 0:
-		return fmt.Errorf("%w: incarnation %d", steaderr.ErrInvalidArgument, rec.Lease.Incarnation)
+	case rec.Lease.Incarnation < 0 || rec.Version == 0 && rec.Lease.Incarnation > MaxIncarnation:
+		return fmt.Errorf("%w: incarnation %d, want 0 to %d", steaderr.ErrInvalidArgument, rec.Lease.Incarnation, int64(MaxIncarnation))
 	case len(rec.Payload) > s.maxPayload:
 		return fmt.Errorf("%w: payload of %d bytes, limit %d", steaderr.ErrTooLarge, len(rec.Payload), s.maxPayload)
 	}

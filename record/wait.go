@@ -25,17 +25,21 @@ const (
 // It also returns when the earliest lease held in the group expires. On
 // PostgreSQL it learns of new claimable records without polling: the
 // commit that creates one or releases its lease notifies the store's one
-// listener connection (LISTEN/NOTIFY). Elsewhere, and in PgBouncer mode
-// without a listen URL, it polls, from every 10ms backing off to every
-// second.
+// listener connection (LISTEN/NOTIFY), which proves itself alive when
+// quiet, so a connection cut without a word is noticed within seconds.
+// While that connection is down, elsewhere, and in PgBouncer mode without
+// a listen URL, it polls, from every 10ms backing off to every second.
 func (s *Store) WaitClaimable(ctx context.Context, group string) error {
 	if err := validate.Name("group", group); err != nil {
 		return fmt.Errorf("record wait claimable: %w", err)
 	}
 	poll := pollMin
 	for {
-		// Subscribe before probing: a commit after the probe wakes us.
-		wakeup, live, stop := s.eng.Subscribe(group)
+		// Watch before probing: a commit after the probe wakes us.
+		wakeup, live, stop, err := s.eng.WatchClaimable(ctx, group)
+		if err != nil {
+			return fmt.Errorf("record wait claimable %q: %w", group, err)
+		}
 		wait, err := s.probe(ctx, group)
 		if err == nil && wait != 0 {
 			if !live {

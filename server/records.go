@@ -245,7 +245,7 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	p, err := s.eng.Records().Probe(r.Context(), record.ProbeParams{Group: group, Now: record.Timestamp(now)})
+	p, err := s.eng.Records().Probe(r.Context(), record.ProbeParams{Group: group, Now: now.UTC().Truncate(time.Microsecond)})
 	if err != nil {
 		s.fail(w, r, err)
 		return

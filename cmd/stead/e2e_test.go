@@ -270,19 +270,22 @@ func TestConformanceProcess(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			New: func(t *testing.T) engine.Engine { return open(t, "mem://") },
+			CancelMayCommit: true,
+			New:             func(t *testing.T) engine.Engine { return open(t, "mem://") },
 		})
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			New: func(t *testing.T) engine.Engine { return open(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db")) },
+			CancelMayCommit: true,
+			New:             func(t *testing.T) engine.Engine { return open(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db")) },
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			New: func(t *testing.T) engine.Engine { return open(t, pgtest.New(t).StoreURL()) },
+			CancelMayCommit: true,
+			New:             func(t *testing.T) engine.Engine { return open(t, pgtest.New(t).StoreURL()) },
 		})
 	})
 }

@@ -59,6 +59,11 @@ type Harness struct {
 	// (true) or removes (false) a reference to key. nil: the engine takes
 	// Go-function liveness sources, which the suite uses instead.
 	RefTable func(t *testing.T, eng engine.Engine, table, column string) (src gc.Source, set func(key blob.Key, referenced bool))
+	// CancelMayCommit says a call whose context ends in flight may still
+	// have taken effect, as over a network (the remote engine); the suite
+	// then cancels no write in flight. Local engines leave it false: a
+	// cancelled write changed nothing.
+	CancelMayCommit bool
 }
 
 // Run runs the whole suite against h. Subtests call t.Parallel() where

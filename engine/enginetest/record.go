@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,9 @@ func testRecord(t *testing.T, h Harness) {
 		{"ClaimNext", recordClaimNext},
 		{"ClaimNextConcurrent", recordClaimNextConcurrent},
 		{"Renew", recordRenew},
+		{"IncarnationLimit", recordIncarnationLimit},
+		{"SaveStress", recordSaveStress},
+		{"SaveAll", recordSaveAll},
 		{"Zombie", recordZombie},
 		{"DatabaseClock", recordDatabaseClock},
 		{"Wait", recordWait},
@@ -90,8 +94,11 @@ func recBundleOf(eng engine.Engine) *recBundle {
 	return &recBundle{eng: eng, recs: eng.Records(), store: record.NewStore(eng.Records(), record.Options{Now: c.Now}), clock: c}
 }
 
+// stamp returns t as stores keep it: in UTC, truncated to the microsecond.
+func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
 // now is the store's time: the clock, truncated as stores truncate.
-func (b *recBundle) now() time.Time { return record.Timestamp(b.clock.Now()) }
+func (b *recBundle) now() time.Time { return stamp(b.clock.Now()) }
 
 // group registers group and returns it.
 func (b *recBundle) group(t *testing.T, group string) string {
@@ -234,7 +241,7 @@ func recordRoundTrip(t *testing.T, h Harness) {
 		want := rec
 		want.Version = 1
 		want.UpdatedAt = b.now()
-		want.Lease.Expiry = record.Timestamp(rec.Lease.Expiry)
+		want.Lease.Expiry = stamp(rec.Lease.Expiry)
 		if want.Payload == nil {
 			want.Payload = []byte{}
 		}
@@ -257,7 +264,7 @@ func recordRoundTrip(t *testing.T, h Harness) {
 func withSaved(rec record.Record, version int64, now time.Time) record.Record {
 	rec.Version = version
 	rec.UpdatedAt = now
-	rec.Lease.Expiry = record.Timestamp(rec.Lease.Expiry)
+	rec.Lease.Expiry = stamp(rec.Lease.Expiry)
 	if rec.Payload == nil {
 		rec.Payload = []byte{}
 	}
@@ -778,6 +785,56 @@ func recordRenew(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrNotFound, "Renew of a deleted record")
 }
 
+// recordIncarnationLimit saves records at the edge of the incarnation
+// range: above record.MaxIncarnation a save is refused and changes
+// nothing; at it, the record claims like any other and never holds up its
+// group.
+func recordIncarnationLimit(t *testing.T, h Harness) {
+	b := recSetup(t, h)
+	g := b.group(t, "g")
+	ctx := t.Context()
+	for _, inc := range []int64{record.MaxIncarnation + 1, math.MaxInt64} {
+		rec := newRecord("over", g)
+		rec.Lease = record.Lease{Owner: "o", Incarnation: inc, Expiry: b.now().Add(-time.Minute)}
+		_, err := b.store.Save(ctx, rec)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprint("Save create, incarnation ", inc))
+		b.wantAbsent(t, "over")
+	}
+	// At the limit, with an expired lease (recovery work first) and beside
+	// a record without one.
+	top := newRecord("top", g)
+	top.Lease = record.Lease{Owner: "o", Incarnation: record.MaxIncarnation, Expiry: b.now().Add(-time.Minute)}
+	b.save(t, top)
+	b.save(t, newRecord("plain", g))
+	got := b.claimNext(t, g, "p", time.Minute, 2)
+	wantIDs(t, "ClaimNext beside a record at the limit", got, "plain", "top")
+	if got[1].Lease.Incarnation != record.MaxIncarnation+1 {
+		t.Fatalf("claimed incarnation %d, want %d", got[1].Lease.Incarnation, int64(record.MaxIncarnation)+1)
+	}
+	// The holder checkpoints with its incarnation, now above the limit a
+	// create may give, and releases the lease: updates carrying the stored
+	// grant are not refused.
+	held := got[1]
+	held.Payload = []byte("checkpoint")
+	held = b.save(t, held)
+	held.Lease.Owner = ""
+	b.save(t, held)
+	// A version at the top of its type is merely stale.
+	maxed := held
+	maxed.Version = math.MaxInt64
+	_, err := b.store.Save(ctx, maxed)
+	wantErr(t, err, steaderr.ErrConflict, "Save at version MaxInt64")
+	res := b.store.SaveAll(ctx, []record.Record{maxed})
+	wantErr(t, res[0].Err, steaderr.ErrConflict, "SaveAll at version MaxInt64")
+	again := b.claim(t, g, "top", "q", time.Minute)
+	if again.Lease.Incarnation != record.MaxIncarnation+2 {
+		t.Fatalf("claimed again: incarnation %d, want %d", again.Lease.Incarnation, int64(record.MaxIncarnation)+2)
+	}
+	if loaded := b.load(t, "top"); loaded.Lease.Incarnation != again.Lease.Incarnation {
+		t.Fatalf("Load: incarnation %d, want %d", loaded.Lease.Incarnation, again.Lease.Incarnation)
+	}
+}
+
 // recordZombie plays the lapsed owner: its checkpoint, from the version it
 // read before another owner claimed the record, never lands.
 func recordZombie(t *testing.T, h Harness) {
@@ -980,6 +1037,9 @@ func recordBadInput(t *testing.T, h Harness) {
 	})
 	add("Save version -1", steaderr.ErrInvalidArgument, save(withRec(func(r *record.Record) { r.Version = -1 })))
 	add("Save incarnation -1", steaderr.ErrInvalidArgument, save(withRec(func(r *record.Record) { r.Lease.Incarnation = -1 })))
+	overflowing := newRecord("new", g)
+	overflowing.Lease.Incarnation = math.MaxInt64
+	add("Save create incarnation MaxInt64", steaderr.ErrInvalidArgument, save(overflowing))
 	add("Renew incarnation -1", steaderr.ErrInvalidArgument, func() error {
 		_, err := b.store.Renew(ctx, withRec(func(r *record.Record) { r.Lease.Incarnation = -1 }), time.Minute)
 		return err

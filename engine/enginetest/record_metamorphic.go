@@ -158,7 +158,7 @@ func (g *recGen) next(ctx context.Context) recOp {
 			return result(renderLease(got), err)
 		}}
 	default:
-		at := record.Timestamp(g.clock.Now())
+		at := stamp(g.clock.Now())
 		return recOp{name: fmt.Sprintf("Probe(%s)", group), apply: func(ctx context.Context, t recTarget) outcome {
 			got, err := t.eng.Probe(ctx, record.ProbeParams{Group: group, Now: at})
 			return result(fmt.Sprintf("%+v", got), err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -71,13 +72,33 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	defer r.mu.Unlock()
-	rec := p.Record
+	return r.save(p.Record, clock.OrNow(p.Now))
+}
+
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	out := make([]record.SaveResult, len(p.Records))
+	if err := r.lock(ctx); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	defer r.mu.Unlock()
+	now := clock.OrNow(p.Now)
+	for i, rec := range p.Records {
+		out[i].Record, out[i].Err = r.save(rec, now)
+	}
+	return out
+}
+
+// save writes rec as Save does; the caller holds mu.
+func (r *records) save(rec record.Record, now time.Time) (record.Record, error) {
 	tenants := r.groups[rec.Group]
 	if tenants == nil {
 		return record.Record{}, steaderr.ErrUnknownGroup
 	}
 	old, exists := r.recs[rec.ID]
-	if err := record.CheckSave(rec, old, exists); err != nil {
+	if err := check.Save(rec, old, exists); err != nil {
 		return record.Record{}, err
 	}
 	if rec.Version > 0 {
@@ -89,7 +110,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	}
 	tenants[rec.Tenant] = true
 	rec.Version++
-	rec.UpdatedAt = clock.OrNow(p.Now)
+	rec.UpdatedAt = now
 	r.recs[rec.ID] = stored(rec)
 	return rec, nil
 }
@@ -156,7 +177,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 	defer r.mu.Unlock()
 	now := clock.OrNow(p.Now)
 	rec, exists := r.recs[p.ID]
-	if err := record.CheckClaim(p.Group, p.Owner, now, rec, exists); err != nil {
+	if err := check.Claim(p.Group, p.Owner, now, rec, exists); err != nil {
 		return record.Record{}, err
 	}
 	return r.claim(rec, p.Owner, p.TTL, now), nil
@@ -201,7 +222,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 	defer r.mu.Unlock()
 	p.Now = clock.OrNow(p.Now)
 	rec, exists := r.recs[p.ID]
-	if err := record.CheckRenew(p, rec, exists); err != nil {
+	if err := check.Renew(p, rec, exists); err != nil {
 		return record.Lease{}, err
 	}
 	rec.Lease.Expiry = p.Now.Add(p.TTL)
@@ -228,8 +249,8 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return probe, nil
 }
 
-// Subscribe implements record.Engine: the memory engine has no wake
-// channel, so waiters poll.
-func (r *records) Subscribe(string) (<-chan struct{}, bool, func()) {
-	return nil, false, func() {}
+// WatchClaimable returns a nil channel: the memory engine has none, so waiters
+// poll.
+func (r *records) WatchClaimable(ctx context.Context, _ string) (<-chan struct{}, bool, func(), error) {
+	return nil, false, func() {}, r.e.check(ctx)
 }

@@ -98,7 +98,7 @@ WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, clock_times
 
 type blobs struct {
 	e      *Engine
-	commit *groupcommit.Committer
+	commit *groupcommit.Committer[groupcommit.Put]
 	// naive selects sqlPutNaive (tests only).
 	naive atomic.Bool
 	sql   struct {
@@ -124,7 +124,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	return b.commit.Put(ctx, p.Key.String(), p.Value, groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now})
+	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: p.Value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}})
 }
 
 // flush stores one batch, blobs and pins, in one statement: one round
@@ -133,28 +133,30 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 // one order; a deadlock or serialization failure that still happens (with
 // another writer of the schema) is retried here, not handed to every
 // caller of the batch.
-func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request) error {
+func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcommit.Put]) error {
 	pins := slices.Clone(batch)
-	slices.SortFunc(pins, func(x, y *groupcommit.Request) int {
-		return cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.Pin.Owner, y.Pin.Owner), -laterPin(x.Pin, y.Pin))
+	slices.SortFunc(pins, func(x, y *groupcommit.Request[groupcommit.Put]) int {
+		return cmp.Or(strings.Compare(x.Item.Key, y.Item.Key), strings.Compare(x.Item.Pin.Owner, y.Item.Pin.Owner), -laterPin(x.Item.Pin, y.Item.Pin))
 	})
-	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request) bool { return x.Key == y.Key && x.Pin.Owner == y.Pin.Owner })
+	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request[groupcommit.Put]) bool {
+		return x.Item.Key == y.Item.Key && x.Item.Pin.Owner == y.Item.Pin.Owner
+	})
 	// Requests with equal keys carry equal values (the key is their digest).
-	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request) bool { return x.Key == y.Key })
+	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request[groupcommit.Put]) bool { return x.Item.Key == y.Item.Key })
 
 	keys := make([]string, len(blobRows))
 	sizes := make([]int64, len(blobRows))
 	values := make([][]byte, len(blobRows))
 	for i, r := range blobRows {
-		keys[i], sizes[i], values[i] = r.Key, int64(len(r.Value)), r.Value
+		keys[i], sizes[i], values[i] = r.Item.Key, int64(len(r.Item.Value)), r.Item.Value
 	}
 	pinKeys := make([]string, len(pins))
 	owners := make([]string, len(pins))
 	ttls := make([]int64, len(pins))
 	nows := make([]pgtype.Timestamptz, len(pins))
 	for i, r := range pins {
-		pinKeys[i], owners[i], ttls[i] = r.Key, r.Pin.Owner, r.Pin.TTL.Microseconds()
-		nows[i] = pgtype.Timestamptz{Time: r.Pin.Now, Valid: !r.Pin.Now.IsZero()}
+		pinKeys[i], owners[i], ttls[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds()
+		nows[i] = pgtype.Timestamptz{Time: r.Item.Pin.Now, Valid: !r.Item.Pin.Now.IsZero()}
 	}
 	stmt := b.sql.put
 	if b.naive.Load() {

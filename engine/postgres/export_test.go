@@ -43,3 +43,7 @@ func SetBeforeDelete(e *Engine, hook func(blob.Key)) {
 	}
 	e.gc.beforeDelete.Store(&hook)
 }
+
+// SetProveEvery sets how often e's listener proves its connection alive;
+// call it before anything watches.
+func SetProveEvery(e *Engine, d time.Duration) { e.listen.proveEvery = d }

@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/steadkit/stead/internal/wake"
 	"github.com/steadkit/stead/steaderr"
@@ -16,6 +19,11 @@ import (
 const (
 	minRelisten = 50 * time.Millisecond
 	maxRelisten = 5 * time.Second
+	// defaultProveEvery is how long the listener's connection may stay
+	// quiet before it proves it is alive, and how long the proof may take:
+	// a connection cut without a word (a half-open TCP connection) is
+	// noticed within twice this, and waiters poll from then on.
+	defaultProveEvery = 5 * time.Second
 )
 
 // listener is the engine's one LISTEN connection, shared by every lock
@@ -27,10 +35,16 @@ const (
 // may have gone unheard meanwhile. In PgBouncer mode it connects only to a
 // direct listen URL, if given: a LISTEN on a pooled server session would be
 // lost, so without one the engine has no listener and waiters poll.
+//
+// A quiet connection proves it is alive every proveEvery by running its
+// LISTEN statement again (a no-op for a listening session); a proof that
+// fails or takes longer than proveEvery drops the connection, so a dead
+// peer that sent no FIN or RST cannot leave waiters asleep.
 type listener struct {
 	connConfig *pgx.ConnConfig
 	query      string   // LISTEN on every channel, one statement
 	hub        wake.Hub // keyed by channel and payload
+	proveEvery time.Duration
 
 	mu      sync.Mutex
 	live    bool // listening now
@@ -45,7 +59,13 @@ func newListener(connConfig *pgx.ConnConfig, channels ...string) *listener {
 	for i, ch := range channels {
 		stmts[i] = "LISTEN " + pgx.Identifier{ch}.Sanitize()
 	}
-	return &listener{connConfig: connConfig, query: strings.Join(stmts, "; ")}
+	cfg := connConfig.Copy()
+	// A quiet wait ends by its deadline, leaving the connection usable;
+	// the default handler would also send the server a cancel request.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	return &listener{connConfig: cfg, query: strings.Join(stmts, "; "), proveEvery: defaultProveEvery}
 }
 
 func hubKey(channel, payload string) string { return channel + "\x00" + payload }
@@ -108,7 +128,9 @@ func (l *listener) run(ctx context.Context) {
 // listen connects, listens and dispatches notifications until the
 // connection fails or ctx ends; it reports whether it got to listen.
 func (l *listener) listen(ctx context.Context) (listened bool) {
-	conn, err := pgx.ConnectConfig(ctx, l.connConfig.Copy())
+	connectCtx, cancel := context.WithTimeout(ctx, 2*l.proveEvery)
+	conn, err := pgx.ConnectConfig(connectCtx, l.connConfig.Copy())
+	cancel()
 	if err != nil {
 		return false
 	}
@@ -117,16 +139,30 @@ func (l *listener) listen(ctx context.Context) (listened bool) {
 		defer cancel()
 		conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, l.query); err != nil {
+	listenCtx, cancel := context.WithTimeout(ctx, l.proveEvery)
+	_, err = conn.Exec(listenCtx, l.query)
+	cancel()
+	if err != nil {
 		return false
 	}
 	l.setLive(true)
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		quiet, cancel := context.WithTimeout(ctx, l.proveEvery)
+		n, err := conn.WaitForNotification(quiet)
+		cancel()
+		switch {
+		case err == nil:
+			l.hub.Wake(hubKey(n.Channel, n.Payload))
+			continue
+		case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
+			return true // stopped, or the connection failed
+		}
+		proof, cancel := context.WithTimeout(ctx, l.proveEvery)
+		_, err = conn.Exec(proof, l.query)
+		cancel()
 		if err != nil {
 			return true
 		}
-		l.hub.Wake(hubKey(n.Channel, n.Payload))
 	}
 }
 

@@ -10,104 +10,206 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/internal/cas"
+	"github.com/steadkit/stead/internal/groupcommit"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
 )
 
-// records is the engine's record.Engine. Every operation is one
-// statement: a write is conditional (a compare-and-swap), and when it
-// matches no row the stored record is read back to say why
-// (record.Check*). A write that may make a record claimable at once calls
-// pg_notify in the same statement, so waiters learn of it on commit.
+// records is the engine's record.Engine. Every operation is one statement
+// (but a save into a tenant not yet cached, which resolves the tenant in
+// its transaction): a write is conditional (a compare-and-swap), and when it
+// matches no row the stored record is read back to say why (record/check).
+// Concurrent saves share a statement and a commit (group commit, see
+// docs/decisions/0014-record-seam-and-group-commit.md). A write that may
+// make a record claimable at once calls pg_notify in the same statement,
+// so waiters learn of it on commit.
 type records struct {
 	e       *Engine
 	tenants tenantid.Cache
+	commit  *groupcommit.Committer[*saveReq]
 	// channel is the NOTIFY channel of records made claimable, one per
 	// schema; its payload is the group.
 	channel string
 	sql     struct {
 		registerGroup, groupExists, ensureTenant, tenantID string
-		create, keep, release, load, lookup, del           string
+		create, update, saveMany, load, lookup, del        string
 		list, claim, claimNext, renew, probe               string
 	}
 }
 
+// Group commit bounds of saves.
+const (
+	saveFlushers      = 2
+	maxBatchSaves     = 64
+	maxBatchSaveBytes = 4 << 20
+)
+
+// The record statements. Each names its parameters; "now" is the
+// caller's instant, or the database's now() when NULL. A write's notify
+// column wakes the group's waiters when the row, as written, is claimable
+// at the instant it was written.
+const (
+	sqlRecordRegisterGroup = `INSERT INTO {schema}.record_groups (name) VALUES ($1) ON CONFLICT DO NOTHING`
+	sqlRecordGroupExists   = `SELECT EXISTS (SELECT 1 FROM {schema}.record_groups WHERE name = $1)`
+	sqlRecordEnsureTenant  = `INSERT INTO {schema}.record_tenants (grp, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+	sqlRecordTenantID      = `SELECT id FROM {schema}.record_tenants WHERE grp = $1 AND name IS NOT DISTINCT FROM $2::text`
+
+	// $1 id, $2 group, $3 tenant id, $4 status, $5 parked, $6 lease
+	// owner, $7 incarnation, $8 expiry, $9 payload, $10 now, $11 channel.
+	sqlRecordCreate = `INSERT INTO {schema}.records AS r
+	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, coalesce($10::timestamptz, now()), $9)
+ON CONFLICT (id) DO NOTHING
+RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
+	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($11, r.grp) END`
+
+	// An update either keeps the stored grant ($6 the stored owner, $7
+	// its incarnation) or releases the lease ($6 empty, $8 the expiry to
+	// store). $1 id, $2 group, $3 version, $4 tenant id, $5 status, $9
+	// parked, $10 payload, $11 now, $12 channel.
+	sqlRecordUpdate = `UPDATE {schema}.records AS r
+SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version + 1,
+	updated_at = coalesce($11::timestamptz, now()),
+	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
+WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
+RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
+	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END`
+
+	// A batch of saves, no id twice: the creates and updates of
+	// sqlRecordCreate and sqlRecordUpdate, one row of the arrays each
+	// ($11 now: NULL elements are the database's now()), $12 channel. It
+	// returns the rows written. It first locks, in id order, every row of
+	// the batch that exists (a create's conflict check would otherwise
+	// wait on another batch updating it), and creates insert in id order
+	// (a create waits on another's uncommitted insert of its id), so that
+	// two batches do not deadlock; should they all the same, the
+	// statement, which then changed nothing, is run again.
+	sqlRecordSaveMany = `WITH i AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
+		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
+		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
+), locked AS (
+	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
+), updated AS (
+	UPDATE {schema}.records AS r
+	SET tenant_id = i.tenant_id, status = i.status, parked = i.parked, payload = i.payload, version = r.version + 1,
+		updated_at = coalesce(i.at, now()),
+		lease_owner = i.lease_owner, lease_expiry = CASE WHEN i.lease_owner = '' THEN i.lease_expiry ELSE r.lease_expiry END
+	FROM i JOIN locked l ON l.id = i.id
+	WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
+		AND (i.lease_owner = '' OR (r.lease_owner = i.lease_owner AND r.lease_incarnation = i.lease_incarnation))
+	RETURNING r.id, r.lease_incarnation, r.lease_expiry, r.updated_at,
+		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
+), created AS (
+	INSERT INTO {schema}.records AS r
+		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+	SELECT id, grp, tenant_id, status, parked, 1, lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
+	FROM i WHERE version = 0 ORDER BY id
+	ON CONFLICT (id) DO NOTHING
+	RETURNING r.id, r.lease_incarnation, r.lease_expiry, r.updated_at,
+		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
+)
+SELECT id, lease_incarnation, lease_expiry, updated_at, notified FROM updated
+UNION ALL
+SELECT id, lease_incarnation, lease_expiry, updated_at, notified FROM created`
+
+	// A record's columns, in scanRecord's order. $1 id; lookup adds $2
+	// now.
+	sqlRecordLoad = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
+FROM {schema}.records r JOIN {schema}.record_tenants t ON t.id = r.tenant_id
+WHERE r.id = $1`
+	sqlRecordLookup = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload,
+	coalesce($2::timestamptz, now())
+FROM {schema}.records r JOIN {schema}.record_tenants t ON t.id = r.tenant_id
+WHERE r.id = $1`
+	sqlRecordDelete = `DELETE FROM {schema}.records WHERE id = $1`
+
+	// Claiming reads a group's records through records_unleased and
+	// records_leased; ORDER BY id COLLATE "POSIX" orders them as those
+	// indexes do (see the migration). The listing sorts every expired
+	// lease of the group by id: ordering that branch by id would invite a
+	// plan walking the primary key through every group. $1 group, $2 now,
+	// $3 limit.
+	sqlRecordList = `SELECT c.id, c.grp, t.name, c.status, c.version, c.lease_owner, c.lease_incarnation, c.lease_expiry, c.updated_at, c.payload
+FROM (
+	(SELECT * FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner = '' ORDER BY id COLLATE "POSIX" LIMIT $3)
+	UNION ALL
+	(SELECT * FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner <> '' AND lease_expiry <= coalesce($2::timestamptz, now()))
+) c JOIN {schema}.record_tenants t ON t.id = c.tenant_id
+ORDER BY c.id LIMIT $3`
+
+	// $1 owner, $2 ttl, $3 now, $4 group, $5 id.
+	sqlRecordClaim = `UPDATE {schema}.records AS r
+SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1,
+	lease_expiry = coalesce($3::timestamptz, now()) + $2::interval, updated_at = coalesce($3::timestamptz, now())
+WHERE r.id = $5 AND r.grp = $4 AND (r.lease_owner IN ('', $1) OR r.lease_expiry <= coalesce($3::timestamptz, now()))
+RETURNING r.id, r.grp, (SELECT name FROM {schema}.record_tenants WHERE id = r.tenant_id), r.status, r.version,
+	r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload`
+
+	// $1 owner, $2 ttl, $3 now, $4 group, $5 n. Expired leases first,
+	// then unleased records. A WITH query runs only as far as it is read,
+	// so the unleased one runs, and locks, only when there are fewer than
+	// $5 expired leases. = ANY (ARRAY (...)), not IN (...): with IN, a
+	// generic plan that guesses many ids joins them to a sequential scan
+	// of every group.
+	sqlRecordClaimNext = `UPDATE {schema}.records AS r
+SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1,
+	lease_expiry = coalesce($3::timestamptz, now()) + $2::interval, updated_at = coalesce($3::timestamptz, now())
+WHERE r.id = ANY (ARRAY (
+	WITH expired AS (
+		SELECT id FROM {schema}.records
+		WHERE grp = $4 AND NOT parked AND lease_owner <> '' AND lease_expiry <= coalesce($3::timestamptz, now())
+		ORDER BY lease_expiry, id COLLATE "POSIX" LIMIT $5 FOR UPDATE SKIP LOCKED
+	), unleased AS (
+		SELECT id FROM {schema}.records
+		WHERE grp = $4 AND NOT parked AND lease_owner = ''
+		ORDER BY id COLLATE "POSIX" LIMIT $5 FOR UPDATE SKIP LOCKED
+	)
+	SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT $5
+))
+RETURNING r.id, r.grp, (SELECT name FROM {schema}.record_tenants WHERE id = r.tenant_id), r.status, r.version,
+	r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload`
+
+	// $1 now, $2 ttl, $3 id, $4 group, $5 owner, $6 incarnation.
+	sqlRecordRenew = `UPDATE {schema}.records SET lease_expiry = coalesce($1::timestamptz, now()) + $2::interval
+WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6
+RETURNING lease_expiry`
+
+	// $1 group, $2 now. The first unleased record, and the earliest lease:
+	// expired, the group has recovery work; else it is when the next lease
+	// lapses. Each is read in its index's order, one entry: as EXISTS or
+	// min(), a generic plan may scan the whole table for it.
+	sqlRecordProbe = `SELECT
+	(SELECT id FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner = '' ORDER BY id COLLATE "POSIX" LIMIT 1) IS NOT NULL,
+	(SELECT lease_expiry FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1),
+	coalesce($2::timestamptz, now())`
+)
+
 func (r *records) init(e *Engine) {
 	r.e = e
 	r.channel = fmt.Sprintf("stead_records_%016x", uint64(e.lockKey("records")))
-	recs, groups, tenants := e.ident+".records", e.ident+".record_groups", e.ident+".record_tenants"
-	// colsOf lists a record's columns, in scanRecord's order, of records
-	// aliased a joined to its tenant t.
-	colsOf := func(a string) string {
-		return strings.ReplaceAll("a.id, a.grp, t.name, a.status, a.version, a.lease_owner, a.lease_incarnation, a.lease_expiry, a.updated_at, a.payload", "a.", a+".")
-	}
-	cols := colsOf("r")
-	returning := strings.Replace(cols, "t.name", "(SELECT name FROM "+tenants+" WHERE id = r.tenant_id)", 1)
-	from := " FROM " + recs + " r JOIN " + tenants + " t ON t.id = r.tenant_id "
-	// notify wakes the group's waiters when the row, as written, is
-	// claimable at the instant it was written. The channel is stead's own
-	// name (hex digits), not input.
-	notify := ", CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify('" + r.channel + "', r.grp) END"
+	r.commit = groupcommit.NewOnce(saveFlushers, maxBatchSaves, maxBatchSaveBytes, r.flush)
 	s := &r.sql
-	s.registerGroup = "INSERT INTO " + groups + " (name) VALUES ($1) ON CONFLICT DO NOTHING"
-	s.groupExists = "SELECT EXISTS (SELECT 1 FROM " + groups + " WHERE name = $1)"
-	s.ensureTenant = "INSERT INTO " + tenants + " (grp, name) VALUES ($1, $2) ON CONFLICT DO NOTHING"
-	s.tenantID = "SELECT id FROM " + tenants + " WHERE grp = $1 AND name IS NOT DISTINCT FROM $2::text"
-	s.create = "INSERT INTO " + recs + ` AS r
-		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-		VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, ` + nowSQL(10) + `, $9)
-		ON CONFLICT (id) DO NOTHING RETURNING r.updated_at` + notify
-	// An update either keeps the stored grant or releases the lease: $1
-	// id, $2 group, $3 version, $4 tenant id, $5 status, $6 parked, $7
-	// now, $8 payload; to keep, $9 owner and $10 incarnation; to release,
-	// $9 the expiry to store.
-	update := "UPDATE " + recs + " AS r SET tenant_id = $4, status = $5, parked = $6, payload = $8, version = r.version + 1, updated_at = " + nowSQL(7)
-	where := " WHERE r.id = $1 AND r.grp = $2 AND r.version = $3"
-	returning3 := " RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at" + notify
-	s.keep = update + where + " AND r.lease_owner = $9 AND r.lease_incarnation = $10" + returning3
-	s.release = update + ", lease_owner = '', lease_expiry = $9" + where + returning3
-	s.load = "SELECT " + cols + from + "WHERE r.id = $1"
-	s.lookup = "SELECT " + cols + ", " + nowSQL(2) + from + "WHERE r.id = $1"
-	s.del = "DELETE FROM " + recs + " WHERE id = $1"
-	// unleased and expired select a group's claimable records, through
-	// records_unleased and records_leased: the group is $g, now is $n.
-	// byID orders them as those indexes do (see the migration).
-	const byID = `id COLLATE "POSIX"`
-	unleased := func(g int) string {
-		return fmt.Sprintf(" FROM %s WHERE grp = $%d AND NOT parked AND lease_owner = ''", recs, g)
-	}
-	expired := func(g, n int) string {
-		return fmt.Sprintf(" FROM %s WHERE grp = $%d AND NOT parked AND lease_owner <> '' AND lease_expiry <= %s", recs, g, nowSQL(n))
-	}
-	// The listing sorts every expired lease of the group by id: ordering
-	// that branch by id would invite a plan walking the primary key
-	// through every group.
-	s.list = "SELECT " + colsOf("c") + " FROM ((SELECT *" + unleased(1) + " ORDER BY " + byID + " LIMIT $3) UNION ALL (SELECT *" +
-		expired(1, 2) + ")) c JOIN " + tenants + " t ON t.id = c.tenant_id ORDER BY c.id LIMIT $3"
-	// $1 owner, $2 ttl, $3 now, $4 group, $5 id or n.
-	claimSet := "UPDATE " + recs + " AS r SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1, " +
-		"lease_expiry = " + nowSQL(3) + " + $2::interval, updated_at = " + nowSQL(3) + " "
-	s.claim = claimSet + "WHERE r.id = $5 AND r.grp = $4 AND (r.lease_owner IN ('', $1) OR r.lease_expiry <= " + nowSQL(3) + ") RETURNING " + returning
-	// Expired leases first, then unleased records. A WITH query runs only
-	// as far as it is read, so the unleased one runs, and locks, only when
-	// there are fewer than $5 expired leases. = ANY (ARRAY (...)), not
-	// IN (...): with IN, a generic plan that guesses many ids joins them
-	// to a sequential scan of every group.
-	s.claimNext = claimSet + "WHERE r.id = ANY (ARRAY (WITH " +
-		"expired AS (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, " + byID + " LIMIT $5 FOR UPDATE SKIP LOCKED), " +
-		"unleased AS (SELECT id" + unleased(4) + " ORDER BY " + byID + " LIMIT $5 FOR UPDATE SKIP LOCKED) " +
-		"SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT $5)) RETURNING " + returning
-	s.renew = "UPDATE " + recs + " SET lease_expiry = " + nowSQL(1) + ` + $2::interval
-		WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6 RETURNING lease_expiry`
-	// The first unleased record, and the earliest lease: expired, the
-	// group has recovery work; else it is when the next lease lapses.
-	// Each is read in its index's order, one entry: as EXISTS or min(), a
-	// generic plan may scan the whole table for it.
-	s.probe = "SELECT (SELECT id" + unleased(1) + " ORDER BY " + byID + " LIMIT 1) IS NOT NULL, (SELECT lease_expiry FROM " + recs +
-		" WHERE grp = $1 AND NOT parked AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1), " + nowSQL(2)
+	s.registerGroup = e.render(sqlRecordRegisterGroup)
+	s.groupExists = e.render(sqlRecordGroupExists)
+	s.ensureTenant = e.render(sqlRecordEnsureTenant)
+	s.tenantID = e.render(sqlRecordTenantID)
+	s.create = e.render(sqlRecordCreate)
+	s.update = e.render(sqlRecordUpdate)
+	s.saveMany = e.render(sqlRecordSaveMany)
+	s.load = e.render(sqlRecordLoad)
+	s.lookup = e.render(sqlRecordLookup)
+	s.del = e.render(sqlRecordDelete)
+	s.list = e.render(sqlRecordList)
+	s.claim = e.render(sqlRecordClaim)
+	s.claimNext = e.render(sqlRecordClaimNext)
+	s.renew = e.render(sqlRecordRenew)
+	s.probe = e.render(sqlRecordProbe)
 }
 
 // tenantName is how a tenant's name is stored: NULL for the default.
@@ -132,6 +234,13 @@ func scanRecord(row pgx.Row, extra ...any) (record.Record, error) {
 		rec.Payload = []byte{}
 	}
 	return rec, err
+}
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected: the
+// statement was rolled back whole.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
 
 func isForeignKey(err error) bool {
@@ -159,69 +268,174 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 	return ok, err
 }
 
-// resolveTenant finds or creates tenant in group and returns its id. The
-// insert and the select are two statements: the select's snapshot must
-// see a row a concurrent insert committed while this one waited on it.
-func (r *records) resolveTenant(ctx context.Context, group, tenant string) (int64, error) {
-	_, err := r.e.pool.Exec(ctx, r.sql.ensureTenant, group, tenantName(tenant))
-	if isForeignKey(err) {
-		return 0, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, group)
-	}
-	if err != nil {
-		return 0, interpretError(err)
-	}
-	var id int64
-	err = r.e.pool.QueryRow(ctx, r.sql.tenantID, group, tenantName(tenant)).Scan(&id)
-	return id, interpretError(err)
+// saveReq is one save through the group commit: rec with its tenant's
+// id, and once flushed, whether it matched and the record as stored.
+type saveReq struct {
+	rec      record.Record
+	tenantID int64
+	now      time.Time
+	matched  bool
+	saved    record.Record
 }
+
+func (q *saveReq) Size() int        { return len(q.rec.Payload) }
+func (q *saveReq) BatchKey() string { return q.rec.ID }
 
 func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
 	rec := p.Record
-	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
-	if err != nil {
-		return record.Record{}, err
-	}
 	return cas.Do(ctx, func() (record.Record, bool, error) {
-		saved, err := r.write(ctx, rec, tid, p.Now)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return saved, false, nil
-		case isForeignKey(err): // the cached tenant is gone: look it up next time
-			r.tenants.Forget(rec.Group, rec.Tenant)
+		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
+		if !ok {
+			return r.saveResolving(ctx, rec, p.Now)
 		}
-		return saved, err == nil, interpretError(err)
+		q := &saveReq{rec: rec, tenantID: tid, now: p.Now}
+		err := r.commit.Put(ctx, q)
+		if isForeignKey(err) { // the cached tenant is gone: resolve it again
+			r.tenants.Forget(rec.Group, rec.Tenant)
+			return r.saveResolving(ctx, rec, p.Now)
+		}
+		return q.saved, q.matched, err
 	}, func() error {
 		stored, exists, _, err := r.lookupAt(ctx, rec.ID, p.Now)
 		if err != nil {
 			return err
 		}
-		return record.CheckSave(rec, stored, exists)
+		return check.Save(rec, stored, exists)
 	})
+}
+
+// flush runs a batch of saves as one statement.
+func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveReq]) error {
+	qs := make([]*saveReq, len(batch))
+	for i, req := range batch {
+		qs[i] = req.Item
+	}
+	return r.saveMany(ctx, qs)
+}
+
+// saveMany runs saves qs, no id twice, as one statement (one alone, several
+// as sqlRecordSaveMany): one round trip, one commit.
+func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
+	if len(qs) == 1 {
+		q := qs[0]
+		var err error
+		q.saved, err = r.write(ctx, r.e.pool, q.rec, q.tenantID, q.now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		q.matched = err == nil
+		return interpretError(err)
+	}
+	n := len(qs)
+	ids, groups, statuses, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	versions, tenants, incarnations := make([]int64, n), make([]int64, n), make([]int64, n)
+	expiries, ats := make([]time.Time, n), make([]pgtype.Timestamptz, n)
+	parked, payloads := make([]bool, n), make([][]byte, n)
+	byID := make(map[string]*saveReq, n)
+	for i, q := range qs {
+		rec := q.rec
+		ids[i], groups[i], versions[i], tenants[i], statuses[i] = rec.ID, rec.Group, rec.Version, q.tenantID, string(rec.Status)
+		owners[i], incarnations[i], expiries[i] = rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry
+		parked[i], payloads[i] = rec.Status.Parked(), rec.Payload
+		ats[i] = pgtype.Timestamptz{Time: q.now, Valid: !q.now.IsZero()}
+		byID[rec.ID] = q
+	}
+	for {
+		err := r.saveManyOnce(ctx, byID, ids, groups, versions, tenants, statuses, owners, incarnations,
+			expiries, parked, payloads, ats, r.channel)
+		if !isDeadlock(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// saveManyOnce runs sqlRecordSaveMany with args and marks the saves of
+// byID it wrote.
+func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, args ...any) error {
+	rows, err := r.e.pool.Query(ctx, r.sql.saveMany, args...)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var lease record.Lease
+		var updated time.Time
+		if err := rows.Scan(&id, &lease.Incarnation, &lease.Expiry, &updated, nil); err != nil {
+			return interpretError(err)
+		}
+		q := byID[id]
+		q.matched, q.saved = true, saved(q.rec, lease.Incarnation, lease.Expiry, updated)
+	}
+	return interpretError(rows.Err())
+}
+
+// saved returns rec as written: one version on, with the stored lease's
+// incarnation and expiry, updated at updated.
+func saved(rec record.Record, incarnation int64, expiry, updated time.Time) record.Record {
+	rec.Version++
+	rec.Lease.Incarnation, rec.Lease.Expiry, rec.UpdatedAt = incarnation, expiry.UTC(), updated.UTC()
+	return rec
+}
+
+// saveResolving finds or creates rec's tenant and writes rec in one
+// transaction, so a write that matches no row leaves no tenant behind. The
+// tenant's insert and select are two statements: the select's snapshot
+// must see a row a concurrent insert committed while this one waited on
+// it.
+func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (_ record.Record, matched bool, err error) {
+	tx, err := r.e.pool.Begin(ctx)
+	if err != nil {
+		return rec, false, interpretError(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	_, err = tx.Exec(ctx, r.sql.ensureTenant, rec.Group, tenantName(rec.Tenant))
+	if isForeignKey(err) {
+		return rec, false, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, rec.Group)
+	}
+	var tid int64
+	if err == nil {
+		err = tx.QueryRow(ctx, r.sql.tenantID, rec.Group, tenantName(rec.Tenant)).Scan(&tid)
+	}
+	if err != nil {
+		return rec, false, interpretError(err)
+	}
+	written, err := r.write(ctx, tx, rec, tid, now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return written, false, nil
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return written, false, interpretError(err)
+	}
+	r.tenants.Add(rec.Group, rec.Tenant, tid)
+	return written, true, nil
 }
 
 // write runs Save's create or conditional update; pgx.ErrNoRows when it
 // matched no row.
-func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
+func (r *records) write(ctx context.Context, q querier, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
+	var incarnation int64
+	var expiry, updated time.Time
 	var err error
 	if rec.Version == 0 {
-		err = r.e.pool.QueryRow(ctx, r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
-			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now),
-		).Scan(&rec.UpdatedAt, nil)
+		err = q.QueryRow(ctx, r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
+			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now), r.channel,
+		).Scan(&incarnation, &expiry, &updated, nil)
 	} else {
-		query, args := r.sql.keep, []any{rec.ID, rec.Group, rec.Version, tenantID, rec.Status, rec.Status.Parked(), nowArg(now), rec.Payload}
-		if rec.Lease.Owner == "" {
-			query, args = r.sql.release, append(args, rec.Lease.Expiry)
-		} else {
-			args = append(args, rec.Lease.Owner, rec.Lease.Incarnation)
-		}
-		err = r.e.pool.QueryRow(ctx, query, args...).Scan(&rec.Lease.Incarnation, &rec.Lease.Expiry, &rec.UpdatedAt, nil)
+		err = q.QueryRow(ctx, r.sql.update, rec.ID, rec.Group, rec.Version, tenantID, rec.Status,
+			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Status.Parked(), rec.Payload, nowArg(now), r.channel,
+		).Scan(&incarnation, &expiry, &updated, nil)
 	}
-	rec.Version++
-	rec.Lease.Expiry, rec.UpdatedAt = rec.Lease.Expiry.UTC(), rec.UpdatedAt.UTC()
-	return rec, err
+	if err != nil {
+		return rec, err
+	}
+	return saved(rec, incarnation, expiry, updated), nil
 }
 
 // lookupAt returns the record stored under id, if any, and the instant
@@ -235,6 +449,85 @@ func (r *records) lookupAt(ctx context.Context, id string, now time.Time) (_ rec
 		return record.Record{}, false, now, err
 	}
 	return rec, true, at.UTC(), nil
+}
+
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	out := make([]record.SaveResult, len(p.Records))
+	if err := r.e.check(ctx); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	// In order: records of cached tenants gather into one statement until
+	// one repeats an id; a record whose tenant is not cached is saved
+	// alone, resolving it.
+	var stmt []*saveReq
+	var at []int
+	inStmt := map[string]bool{}
+	run := func() {
+		switch {
+		case len(stmt) == 0:
+		case ctx.Err() != nil:
+			for _, i := range at {
+				out[i].Err = ctx.Err()
+			}
+		default:
+			r.saveStatement(ctx, stmt, at, p, out)
+		}
+		stmt, at = stmt[:0], at[:0]
+		clear(inStmt)
+	}
+	for i, rec := range p.Records {
+		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
+		if !ok {
+			run()
+			out[i].Record, out[i].Err = r.Save(ctx, record.SaveParams{Record: rec, Now: p.Now})
+			continue
+		}
+		if inStmt[rec.ID] {
+			run()
+		}
+		inStmt[rec.ID] = true
+		stmt = append(stmt, &saveReq{rec: rec, tenantID: tid, now: p.Now})
+		at = append(at, i)
+	}
+	run()
+	return out
+}
+
+// saveStatement runs qs, the saves of p.Records at indexes at, as one
+// statement, and sets their outcomes in out. Once started, the statement
+// runs to its end whatever ctx does, so that every outcome is known: a
+// save reported failed changed nothing. A save that matched no row is
+// explained from the stored record, or saved alone if that changed since.
+func (r *records) saveStatement(ctx context.Context, qs []*saveReq, at []int, p record.SaveAllParams, out []record.SaveResult) {
+	err := r.saveMany(context.WithoutCancel(ctx), qs)
+	if isForeignKey(err) { // a cached tenant is gone: save each alone, resolving it
+		for j, q := range qs {
+			r.tenants.Forget(q.rec.Group, q.rec.Tenant)
+			o := &out[at[j]]
+			o.Record, o.Err = r.Save(ctx, record.SaveParams{Record: q.rec, Now: p.Now})
+		}
+		return
+	}
+	for j, q := range qs {
+		o := &out[at[j]]
+		switch {
+		case err != nil:
+			o.Err = err
+		case q.matched:
+			o.Record = q.saved
+		default:
+			stored, exists, _, lerr := r.lookupAt(ctx, q.rec.ID, p.Now)
+			if o.Err = lerr; lerr == nil {
+				o.Err = check.Save(q.rec, stored, exists)
+			}
+			if o.Err == nil { // changed since the statement: try again alone
+				o.Record, o.Err = r.Save(ctx, record.SaveParams{Record: q.rec, Now: p.Now})
+			}
+		}
+	}
 }
 
 func (r *records) Load(ctx context.Context, id string) (record.Record, error) {
@@ -304,7 +597,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		if err != nil {
 			return err
 		}
-		return record.CheckClaim(p.Group, p.Owner, now, stored, exists)
+		return check.Claim(p.Group, p.Owner, now, stored, exists)
 	})
 }
 
@@ -334,7 +627,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		}
 		at := p
 		at.Now = now
-		return record.CheckRenew(at, stored, exists)
+		return check.Renew(at, stored, exists)
 	})
 }
 
@@ -359,15 +652,15 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return record.Probe{}, nil
 }
 
-// Subscribe implements record.Engine with the engine's listener; without
-// one (PgBouncer mode without a listen URL) waiters poll.
-func (r *records) Subscribe(group string) (<-chan struct{}, bool, func()) {
+// WatchClaimable subscribes to the engine's listener, live while it
+// listens; without one (PgBouncer mode without a listen URL) the channel
+// is nil, so waiters poll.
+func (r *records) WatchClaimable(ctx context.Context, group string) (<-chan struct{}, bool, func(), error) {
+	if err := r.e.check(ctx); err != nil {
+		return nil, false, func() {}, err
+	}
 	if r.e.listen == nil {
-		return nil, false, func() {}
+		return nil, false, func() {}, nil
 	}
-	ch, live, stop, err := r.e.listen.watch(r.channel, group)
-	if err != nil {
-		return nil, false, func() {}
-	}
-	return ch, live, stop
+	return r.e.listen.watch(r.channel, group)
 }

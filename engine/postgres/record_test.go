@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
@@ -331,22 +332,7 @@ func TestRecordWake(t *testing.T) {
 	if err := a.RegisterGroup(ctx, "g"); err != nil {
 		t.Fatal(err)
 	}
-	waitLive := func() (<-chan struct{}, func()) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-			wake, live, stop := ea.Records().Subscribe("g")
-			if live {
-				return wake, stop
-			}
-			select { // woken when the listener is up
-			case <-wake:
-			case <-time.After(time.Second):
-			}
-			stop()
-		}
-		t.Fatal("the listener did not start listening within 30s")
-		return nil, nil
-	}
+	waitLive := func() (<-chan struct{}, func()) { t.Helper(); return watchLive(t, ea, "g") }
 	wantWake := func(wake <-chan struct{}, what string) {
 		t.Helper()
 		select {
@@ -381,9 +367,74 @@ func TestRecordWake(t *testing.T) {
 
 	// In PgBouncer mode there is no listener: waiters poll.
 	pb := open(t, db, "&pgbouncer=true")
-	if wake, live, stop := pb.Records().Subscribe("g"); wake != nil || live {
-		t.Fatalf("Subscribe in PgBouncer mode = %v, %v; want no wake channel", wake, live)
+	if wake, live, stop, err := pb.Records().WatchClaimable(ctx, "g"); wake != nil || live || err != nil {
+		t.Fatalf("WatchClaimable in PgBouncer mode = %v, %v, %v; want no wake channel", wake, live, err)
 	} else {
 		stop()
 	}
+}
+
+// TestRecordFailedSaveCreatesNoTenant: a save refused by its
+// compare-and-swap leaves no tenant row behind.
+func TestRecordFailedSaveCreatesNoTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, s := node(t, db, nil)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, record.Record{ID: "r", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []record.Record{
+		{ID: "r", Group: "g", Tenant: "new", Status: record.Active},               // create of an existing id
+		{ID: "r", Group: "g", Tenant: "newer", Status: record.Active, Version: 7}, // stale version
+		{ID: "absent", Group: "g", Tenant: "newest", Status: record.Active, Version: 1},
+	} {
+		if _, err := s.Save(ctx, rec); !errors.Is(err, steaderr.ErrConflict) {
+			t.Fatalf("Save(%q, tenant %q): %v, want ErrConflict", rec.ID, rec.Tenant, err)
+		}
+	}
+	var n int
+	err := db.Admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "record_tenants"}.Sanitize()+" WHERE name IS NOT NULL").Scan(&n)
+	if err != nil || n != 0 {
+		t.Fatalf("named tenants after failed saves: %d, %v; want 0", n, err)
+	}
+}
+
+// TestRecordSaveStressAcrossEngines runs the overlapping-saves stress
+// through two engines on one schema, whose batches may hold the same
+// records at once, one of them with a pool of one connection.
+func TestRecordSaveStressAcrossEngines(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	_, a := node(t, db, nil)
+	b := record.NewStore(open(t, db, "&pool_max_conns=1").Records(), record.Options{})
+	if err := a.RegisterGroup(t.Context(), "g"); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.RecordSaveStress(t, "g", a, b)
+}
+
+// watchLive waits until e's listener is live and returns a watch of
+// group's claimable records, with its stop.
+func watchLive(t *testing.T, e *postgres.Engine, group string) (<-chan struct{}, func()) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		wake, live, stop, err := e.Records().WatchClaimable(t.Context(), group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live {
+			return wake, stop
+		}
+		select { // woken when the listener is up
+		case <-wake:
+		case <-time.After(100 * time.Millisecond):
+		}
+		stop()
+	}
+	t.Fatal("the listener did not listen within 30s")
+	return nil, nil
 }

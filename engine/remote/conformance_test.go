@@ -57,22 +57,25 @@ func TestConformance(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			New: func(t *testing.T) engine.Engine { return serve(t, "mem://", false) },
+			CancelMayCommit: true,
+			New:             func(t *testing.T) engine.Engine { return serve(t, "mem://", false) },
 		})
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		path := func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "s.db") }
 		enginetest.Run(t, enginetest.Harness{
-			New:    func(t *testing.T) engine.Engine { return serve(t, path(t), false) },
-			Virgin: func(t *testing.T) engine.Engine { return serve(t, path(t), true) },
+			CancelMayCommit: true,
+			New:             func(t *testing.T) engine.Engine { return serve(t, path(t), false) },
+			Virgin:          func(t *testing.T) engine.Engine { return serve(t, path(t), true) },
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			New:    func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), false) },
-			Virgin: func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), true) },
+			CancelMayCommit: true,
+			New:             func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), false) },
+			Virgin:          func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), true) },
 		})
 	})
 }

@@ -45,6 +45,16 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 	return stored, nil
 }
 
+// SaveAll saves each record with its own request, in order: the API has
+// no batch save, so the server commits each alone.
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	out := make([]record.SaveResult, len(p.Records))
+	for i, rec := range p.Records {
+		out[i].Record, out[i].Err = r.Save(ctx, record.SaveParams{Record: rec, Now: p.Now})
+	}
+	return out
+}
+
 func (r *records) Load(ctx context.Context, id string) (record.Record, error) {
 	var out wire.Record
 	if _, err := r.e.do(ctx, http.MethodGet, "/v1/records/"+escape(id), nil, nil, &out); err != nil {
@@ -111,8 +121,11 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return record.Probe{Claimable: out.Claimable, Until: time.Duration(out.Until)}, nil
 }
 
-// Subscribe is never live: the API has no commit stream, so
+// WatchClaimable is never live: the API has no commit stream, so
 // WaitClaimable polls.
-func (r *records) Subscribe(group string) (<-chan struct{}, bool, func()) {
-	return nil, false, func() {}
+func (r *records) WatchClaimable(ctx context.Context, _ string) (<-chan struct{}, bool, func(), error) {
+	if r.e.closed.Load() {
+		return nil, false, func() {}, steaderr.ErrClosed
+	}
+	return nil, false, func() {}, ctx.Err()
 }

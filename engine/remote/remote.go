@@ -4,7 +4,7 @@
 // and decides every rule.
 //
 // What differs from a local engine: lock releases and claimable records
-// are never signalled (WatchReleases and Subscribe report not live), so a
+// are never signalled (WatchReleases and WatchClaimable report not live), so a
 // waiting Lock or WaitClaimable polls; Cluster is the server's answer at
 // Open; and, as for any network store, an error may hide a write that took
 // effect (retrying is safe: every write is idempotent or fenced).

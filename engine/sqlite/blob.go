@@ -20,7 +20,7 @@ import (
 // reads answer absent or empty (readError, listError).
 type blobs struct {
 	e                    *Engine
-	commit               *groupcommit.Committer
+	commit               *groupcommit.Committer[groupcommit.Put]
 	put, putPin          stmt
 	get, stat, listAfter stmt
 	pin, renewPin, unpin stmt
@@ -83,7 +83,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if value == nil {
 		value = []byte{} // nil binds as NULL
 	}
-	return b.commit.Put(ctx, p.Key.String(), value, groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now})
+	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}})
 }
 
 // Group commit bounds: the single writer runs one batch at a time.
@@ -93,11 +93,11 @@ const (
 )
 
 // flush stores a batch of puts and their pins in one write transaction.
-func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request) error {
+func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) error {
 	return interpretError(ctx, b.insert(ctx, group))
 }
 
-func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request) (err error) {
+func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) (err error) {
 	put, err := b.put.get(ctx)
 	if err != nil {
 		return err
@@ -117,11 +117,11 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request) (err e
 	}()
 	tput, tpin := tx.StmtContext(ctx, put), tx.StmtContext(ctx, putPin)
 	for _, r := range group {
-		if _, err := tput.ExecContext(ctx, r.Key, len(r.Value), r.Value); err != nil {
+		if _, err := tput.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value); err != nil {
 			return err
 		}
-		expiry := clock.OrNow(r.Pin.Now).Add(r.Pin.TTL).UnixMicro()
-		if _, err := tpin.ExecContext(ctx, r.Key, r.Pin.Owner, expiry); err != nil {
+		expiry := clock.OrNow(r.Item.Pin.Now).Add(r.Item.Pin.TTL).UnixMicro()
+		if _, err := tpin.ExecContext(ctx, r.Item.Key, r.Item.Pin.Owner, expiry); err != nil {
 			return err
 		}
 	}

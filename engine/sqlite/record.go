@@ -14,82 +14,120 @@ import (
 
 	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/clock"
+	"github.com/steadkit/stead/internal/groupcommit"
 	"github.com/steadkit/stead/internal/tenantid"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // records is the engine's record.Engine. Each write is one conditional
-// statement on the writer; when it matches no row, the stored record is
-// read back to say why (record.Check*). Reads are one statement each on
-// the reader pool. Times are stored as microseconds since the Unix epoch.
+// statement on the writer, in a write transaction: concurrent saves share
+// one (group commit), and claims roll back unless read back whole. When a
+// write matches no row, the stored record is read back to say why
+// (record/check). Reads are one statement each on the reader pool. Times
+// are stored as microseconds since the Unix epoch.
 type records struct {
 	e       *Engine
 	tenants tenantid.Cache
+	commit  *groupcommit.Committer[*saveReq]
 	// On the writer.
 	registerGroup, ensureTenant, tenantID, create, update, claim, claimNext, renew, del stmt
 	// On the reader pool.
 	groupExists, load, list, probe stmt
 }
 
-// recordCols are a record's columns, in scanRecord's order, for a query
-// over records r joined to its tenant t; returningCols the same for a
-// RETURNING clause.
+// The record statements, each whole. Claiming reads a group's records
+// through records_unleased and records_leased.
 const (
-	recordCols    = "r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload"
-	returningCols = "id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload"
-	// claimSet is a claim's SET clause: ?1 owner, ?2 expiry, ?3 now.
-	claimSet = "SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3 "
-)
+	sqlRecordRegisterGroup = `INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING`
+	sqlRecordEnsureTenant  = `INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING`
+	sqlRecordTenantID      = `SELECT id FROM record_tenants WHERE grp = ? AND name IS ?`
+	sqlRecordCreate        = `INSERT INTO records
+	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
+VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
 
-// unleased and expired select a group's claimable records, through
-// records_unleased and records_leased: the group is ?g, now is ?n.
-func unleased(g int) string {
-	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner = ''", g)
-}
-
-func expired(g, n int) string {
-	return fmt.Sprintf(" FROM records WHERE grp = ?%d AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?%d", g, n)
-}
-
-func (r *records) init(e *Engine) {
-	r.e = e
-	w, rd := e.writer, e.reader
-	r.registerGroup = stmt{db: w, query: "INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING"}
-	r.ensureTenant = stmt{db: w, query: "INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING"}
-	r.tenantID = stmt{db: w, query: "SELECT id FROM record_tenants WHERE grp = ? AND name IS ?"}
-	r.create = stmt{db: w, query: `INSERT INTO records
-		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-		VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`}
 	// ?1 id, ?2 group, ?3 version, ?4 lease owner ("" releases), ?5
 	// incarnation, ?6 expiry (of a release), ?7 tenant id, ?8 status, ?9
 	// parked, ?10 now, ?11 payload.
-	r.update = stmt{db: w, query: `UPDATE records SET
-		tenant_id = ?7, status = ?8, parked = ?9, payload = ?11, version = version + 1, updated_at = ?10,
-		lease_owner = ?4, lease_expiry = CASE WHEN ?4 = '' THEN ?6 ELSE lease_expiry END
-		WHERE id = ?1 AND grp = ?2 AND version = ?3 AND (?4 = '' OR (lease_owner = ?4 AND lease_incarnation = ?5))
-		RETURNING lease_incarnation, lease_expiry`}
-	// ?5 id.
-	r.claim = stmt{db: w, query: "UPDATE records " + claimSet +
-		"WHERE id = ?5 AND grp = ?4 AND (lease_owner IN ('', ?1) OR lease_expiry <= ?3) RETURNING " + returningCols}
-	// ?4 group, ?5 n. Expired leases first, then unleased records.
-	r.claimNext = stmt{db: w, query: "UPDATE records " + claimSet +
-		"WHERE id IN (SELECT id FROM (SELECT id" + expired(4, 3) + " ORDER BY lease_expiry, id LIMIT ?5) " +
-		"UNION ALL SELECT id FROM (SELECT id" + unleased(4) + " ORDER BY id LIMIT ?5) LIMIT ?5) RETURNING " + returningCols}
+	sqlRecordUpdate = `UPDATE records SET
+	tenant_id = ?7, status = ?8, parked = ?9, payload = ?11, version = version + 1, updated_at = ?10,
+	lease_owner = ?4, lease_expiry = CASE WHEN ?4 = '' THEN ?6 ELSE lease_expiry END
+WHERE id = ?1 AND grp = ?2 AND version = ?3 AND (?4 = '' OR (lease_owner = ?4 AND lease_incarnation = ?5))
+RETURNING lease_incarnation, lease_expiry`
+
+	// ?1 owner, ?2 expiry, ?3 now, ?4 group, ?5 id.
+	sqlRecordClaim = `UPDATE records
+SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3
+WHERE id = ?5 AND grp = ?4 AND (lease_owner IN ('', ?1) OR lease_expiry <= ?3)
+RETURNING id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version,
+	lease_owner, lease_incarnation, lease_expiry, updated_at, payload`
+
+	// ?1 owner, ?2 expiry, ?3 now, ?4 group, ?5 n. Expired leases first,
+	// then unleased records.
+	sqlRecordClaimNext = `UPDATE records
+SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3
+WHERE id IN (
+	SELECT id FROM (
+		SELECT id FROM records WHERE grp = ?4 AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?3
+		ORDER BY lease_expiry, id LIMIT ?5
+	)
+	UNION ALL
+	SELECT id FROM (
+		SELECT id FROM records WHERE grp = ?4 AND parked = 0 AND lease_owner = ''
+		ORDER BY id LIMIT ?5
+	)
+	LIMIT ?5
+)
+RETURNING id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version,
+	lease_owner, lease_incarnation, lease_expiry, updated_at, payload`
+
 	// ?1 expiry, ?2 id, ?3 group, ?4 owner, ?5 incarnation.
-	r.renew = stmt{db: w, query: `UPDATE records SET lease_expiry = ?1
-		WHERE id = ?2 AND grp = ?3 AND lease_owner = ?4 AND lease_incarnation = ?5 RETURNING lease_expiry`}
-	r.del = stmt{db: w, query: "DELETE FROM records WHERE id = ?"}
-	r.groupExists = stmt{db: rd, query: "SELECT EXISTS (SELECT 1 FROM record_groups WHERE name = ?)"}
-	r.load = stmt{db: rd, query: "SELECT " + recordCols + " FROM records r JOIN record_tenants t ON t.id = r.tenant_id WHERE r.id = ?"}
+	sqlRecordRenew = `UPDATE records SET lease_expiry = ?1
+WHERE id = ?2 AND grp = ?3 AND lease_owner = ?4 AND lease_incarnation = ?5
+RETURNING lease_expiry`
+	sqlRecordDelete      = `DELETE FROM records WHERE id = ?`
+	sqlRecordGroupExists = `SELECT EXISTS (SELECT 1 FROM record_groups WHERE name = ?)`
+
+	// A record's columns, in scanRecord's order.
+	sqlRecordLoad = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
+FROM records r JOIN record_tenants t ON t.id = r.tenant_id
+WHERE r.id = ?`
+
 	// ?1 group, ?2 now, ?3 limit.
-	r.list = stmt{db: rd, query: "SELECT " + recordCols + " FROM (SELECT * FROM (SELECT *" + unleased(1) + " ORDER BY id LIMIT ?3) " +
-		"UNION ALL SELECT *" + expired(1, 2) + ") r JOIN record_tenants t ON t.id = r.tenant_id ORDER BY r.id LIMIT ?3"}
+	sqlRecordList = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
+FROM (
+	SELECT * FROM (SELECT * FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner = '' ORDER BY id LIMIT ?3)
+	UNION ALL
+	SELECT * FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?2
+) r JOIN record_tenants t ON t.id = r.tenant_id
+ORDER BY r.id LIMIT ?3`
+
 	// ?1 group. The first unleased record, and the earliest lease:
-	// expired, the group has recovery work; else it is when the next
-	// lease lapses.
-	r.probe = stmt{db: rd, query: "SELECT EXISTS (SELECT 1" + unleased(1) + "), " +
-		"(SELECT lease_expiry FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1)"}
+	// expired, the group has recovery work; else it is when the next lease
+	// lapses.
+	sqlRecordProbe = `SELECT
+	EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner = ''),
+	(SELECT lease_expiry FROM records WHERE grp = ?1 AND parked = 0 AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1)`
+)
+
+func (r *records) init(e *Engine) {
+	r.e = e
+	r.commit = groupcommit.NewOnce(1, maxBatchSaves, maxBatchSaveBytes, r.flush)
+	w, rd := e.writer, e.reader
+	r.registerGroup = stmt{db: w, query: sqlRecordRegisterGroup}
+	r.ensureTenant = stmt{db: w, query: sqlRecordEnsureTenant}
+	r.tenantID = stmt{db: w, query: sqlRecordTenantID}
+	r.create = stmt{db: w, query: sqlRecordCreate}
+	r.update = stmt{db: w, query: sqlRecordUpdate}
+	r.claim = stmt{db: w, query: sqlRecordClaim}
+	r.claimNext = stmt{db: w, query: sqlRecordClaimNext}
+	r.renew = stmt{db: w, query: sqlRecordRenew}
+	r.del = stmt{db: w, query: sqlRecordDelete}
+	r.groupExists = stmt{db: rd, query: sqlRecordGroupExists}
+	r.load = stmt{db: rd, query: sqlRecordLoad}
+	r.list = stmt{db: rd, query: sqlRecordList}
+	r.probe = stmt{db: rd, query: sqlRecordProbe}
 }
 
 func (r *records) close() error {
@@ -171,56 +209,243 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 	return ok, err
 }
 
-// resolveTenant finds or creates tenant in group and returns its id.
-func (r *records) resolveTenant(ctx context.Context, group, tenant string) (int64, error) {
-	err := r.exec(ctx, &r.ensureTenant, group, tenantName(tenant))
-	if isForeignKey(err) {
-		return 0, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, group)
-	}
-	if err != nil {
-		return 0, err
-	}
-	var id int64
-	row, err := r.queryRow(ctx, &r.tenantID, group, tenantName(tenant))
-	if err == nil {
-		err = interpretError(ctx, row.Scan(&id))
-	}
-	return id, err
+// saveReq is one save through the group commit: rec with its tenant's
+// id, and once flushed, whether it matched and the record as stored.
+type saveReq struct {
+	rec      record.Record
+	tenantID int64
+	now      time.Time
+	matched  bool
+	saved    record.Record
 }
+
+func (q *saveReq) Size() int { return len(q.rec.Payload) }
+
+// BatchKey implements groupcommit.Item: a batch runs its saves one after
+// another, in queue order, so one record may appear in it twice.
+func (q *saveReq) BatchKey() string { return "" }
+
+// Group commit bounds of saves: the single writer runs one batch at a
+// time.
+const (
+	maxBatchSaves     = 64
+	maxBatchSaveBytes = 4 << 20
+)
 
 func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
 	rec, now := p.Record, clock.OrNow(p.Now)
-	tid, err := r.tenants.ID(ctx, rec.Group, rec.Tenant, r.resolveTenant)
-	if err != nil {
-		return record.Record{}, err
-	}
 	return cas.Do(ctx, func() (record.Record, bool, error) {
-		saved, ok, err := r.write(ctx, rec, tid, now)
-		if isForeignKey(err) { // the cached tenant is gone: look it up next time
-			r.tenants.Forget(rec.Group, rec.Tenant)
+		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
+		if !ok {
+			return r.saveResolving(ctx, rec, now)
 		}
-		return saved, ok, interpretError(ctx, err)
+		q := &saveReq{rec: rec, tenantID: tid, now: now}
+		err := r.commit.Put(ctx, q)
+		if isForeignKey(err) { // the cached tenant is gone: resolve it again
+			r.tenants.Forget(rec.Group, rec.Tenant)
+			return r.saveResolving(ctx, rec, now)
+		}
+		return q.saved, q.matched, err
 	}, func() error {
 		stored, exists, err := r.lookup(ctx, rec.ID)
 		if err != nil {
 			return err
 		}
-		return record.CheckSave(rec, stored, exists)
+		return check.Save(rec, stored, exists)
 	})
 }
 
-// write runs Save's create or conditional update; ok is false when it
-// matched no row.
-func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, now time.Time) (_ record.Record, ok bool, err error) {
+// flush runs a batch of saves in one write transaction, in queue order.
+// A save the database refuses (a foreign key: a tenant gone) fails alone.
+func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveReq]) error {
+	err := r.inTx(ctx, func(tx *sql.Tx) error {
+		for _, req := range batch {
+			q := req.Item
+			var err error
+			q.saved, q.matched, err = r.write(ctx, tx, q.rec, q.tenantID, q.now)
+			switch {
+			case isForeignKey(err):
+				req.Err = interpretError(ctx, err)
+			case err != nil:
+				return err
+			}
+		}
+		return nil
+	})
+	return interpretError(ctx, err)
+}
+
+func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
+	out := make([]record.SaveResult, len(p.Records))
+	now := clock.OrNow(p.Now)
+	var added []int // indexes of records whose tenant the transaction resolved
+	tids := make([]int64, len(p.Records))
+	err := r.e.check(ctx)
+	if err == nil {
+		err = r.inTx(ctx, func(tx *sql.Tx) error {
+			for i, rec := range p.Records {
+				err := r.saveInTx(ctx, tx, rec, now, &out[i], &tids[i])
+				if err != nil {
+					return err
+				}
+				if out[i].Err == nil && tids[i] != 0 {
+					added = append(added, i)
+				}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		err = interpretError(ctx, err)
+		for i := range out {
+			out[i] = record.SaveResult{Err: err}
+		}
+		return out
+	}
+	for _, i := range added {
+		r.tenants.Add(p.Records[i].Group, p.Records[i].Tenant, tids[i])
+	}
+	return out
+}
+
+// saveInTx saves rec in tx, a transaction of SaveAll, and sets its
+// outcome in o. A tenant not cached is resolved under a savepoint, rolled
+// back with the write when the write does not apply, and its id set in
+// *resolved. The error returned fails the whole transaction.
+func (r *records) saveInTx(ctx context.Context, tx *sql.Tx, rec record.Record, now time.Time, o *record.SaveResult, resolved *int64) error {
+	tid, cached := r.tenants.ID(rec.Group, rec.Tenant)
+	if !cached {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT save_all"); err != nil {
+			return err
+		}
+		var err error
+		tid, err = r.resolveTenant(ctx, tx, rec.Group, rec.Tenant)
+		if errors.Is(err, steaderr.ErrUnknownGroup) {
+			o.Err = err
+			return r.rollbackTo(ctx, tx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	saved, matched, err := r.write(ctx, tx, rec, tid, now)
+	switch {
+	case isForeignKey(err):
+		o.Err = interpretError(ctx, err)
+	case err != nil:
+		return err
+	case matched:
+		o.Record = saved
+	default:
+		stored, serr := scanRecord(tx.QueryRowContext(ctx, r.load.query, rec.ID))
+		exists := serr == nil
+		if serr != nil && !errors.Is(serr, sql.ErrNoRows) {
+			return serr
+		}
+		if o.Err = check.Save(rec, stored, exists); o.Err == nil {
+			o.Err = fmt.Errorf("%w: the write did not apply", steaderr.ErrConflict)
+		}
+	}
+	if cached {
+		return nil
+	}
+	if o.Err != nil {
+		return r.rollbackTo(ctx, tx)
+	}
+	*resolved = tid
+	_, err = tx.ExecContext(ctx, "RELEASE save_all")
+	return err
+}
+
+// rollbackTo undoes tx's work since its savepoint save_all, and ends it.
+func (r *records) rollbackTo(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO save_all"); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE save_all")
+	return err
+}
+
+// saveResolving finds or creates rec's tenant and writes rec in one
+// transaction, so a write that matches no row leaves no tenant behind.
+func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (saved record.Record, matched bool, err error) {
+	var tid int64
+	err = r.inTx(ctx, func(tx *sql.Tx) error {
+		if tid, err = r.resolveTenant(ctx, tx, rec.Group, rec.Tenant); err != nil {
+			return err
+		}
+		saved, matched, err = r.write(ctx, tx, rec, tid, now)
+		if err == nil && !matched {
+			return errNoMatch
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, errNoMatch):
+		return saved, false, nil
+	case err != nil:
+		return saved, false, interpretError(ctx, err)
+	}
+	r.tenants.Add(rec.Group, rec.Tenant, tid)
+	return saved, true, nil
+}
+
+// errNoMatch rolls back a transaction whose conditional write matched no
+// row.
+var errNoMatch = errors.New("no row matched")
+
+// inTx runs fn in a write transaction, committed if fn returns nil and
+// rolled back otherwise.
+func (r *records) inTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	// Prepare first: preparing takes the writer's one connection, which
+	// the transaction holds.
+	for _, s := range []*stmt{&r.ensureTenant, &r.tenantID, &r.create, &r.update, &r.claim, &r.claimNext} {
+		if _, err := s.get(ctx); err != nil {
+			return err
+		}
+	}
+	tx, err := r.e.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, ignoreDone(tx.Rollback()))
+	}
+	return tx.Commit()
+}
+
+// resolveTenant finds or creates tenant in group, in tx, and returns its
+// id.
+func (r *records) resolveTenant(ctx context.Context, tx *sql.Tx, group, tenant string) (int64, error) {
+	ensure, err := r.ensureTenant.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.StmtContext(ctx, ensure).ExecContext(ctx, group, tenantName(tenant)); isForeignKey(err) {
+		return 0, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, group)
+	} else if err != nil {
+		return 0, err
+	}
+	sel, err := r.tenantID.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	return id, tx.StmtContext(ctx, sel).QueryRowContext(ctx, group, tenantName(tenant)).Scan(&id)
+}
+
+// write runs Save's create or conditional update in tx; matched is false
+// when it matched no row.
+func (r *records) write(ctx context.Context, tx *sql.Tx, rec record.Record, tenantID int64, now time.Time) (_ record.Record, matched bool, err error) {
 	if rec.Version == 0 {
 		s, err := r.create.get(ctx)
 		if err != nil {
 			return rec, false, err
 		}
-		res, err := s.ExecContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
+		res, err := tx.StmtContext(ctx, s).ExecContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
 			rec.Lease.Owner, rec.Lease.Incarnation, micros(rec.Lease.Expiry), micros(now), rec.Payload)
 		if err != nil {
 			return rec, false, err
@@ -234,7 +459,7 @@ func (r *records) write(ctx context.Context, rec record.Record, tenantID int64, 
 		return rec, false, err
 	}
 	var expiry int64
-	err = s.QueryRowContext(ctx, rec.ID, rec.Group, rec.Version, rec.Lease.Owner, rec.Lease.Incarnation,
+	err = tx.StmtContext(ctx, s).QueryRowContext(ctx, rec.ID, rec.Group, rec.Version, rec.Lease.Owner, rec.Lease.Incarnation,
 		micros(rec.Lease.Expiry), tenantID, rec.Status, rec.Status.Parked(), micros(now), rec.Payload,
 	).Scan(&rec.Lease.Incarnation, &expiry)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -280,15 +505,19 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	recs, err := r.queryRecords(ctx, &r.list, p.Group, micros(clock.OrNow(p.Now)), p.Limit)
+	recs, err := r.queryRecords(ctx, nil, &r.list, p.Group, micros(clock.OrNow(p.Now)), p.Limit)
 	return recs, listError(ctx, err)
 }
 
-// queryRecords runs s with args and reads the records it returns.
-func (r *records) queryRecords(ctx context.Context, s *stmt, args ...any) (_ []record.Record, err error) {
+// queryRecords runs s, in tx if not nil, with args and reads the records
+// it returns.
+func (r *records) queryRecords(ctx context.Context, tx *sql.Tx, s *stmt, args ...any) (_ []record.Record, err error) {
 	p, err := s.get(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if tx != nil {
+		p = tx.StmtContext(ctx, p)
 	}
 	rows, err := p.QueryContext(ctx, args...)
 	if err != nil {
@@ -306,15 +535,25 @@ func (r *records) queryRecords(ctx context.Context, s *stmt, args ...any) (_ []r
 	return out, rows.Err()
 }
 
+// claimRecords runs the claim statement s with args in a transaction: a
+// claim the engine fails to read back is rolled back, never left held.
+func (r *records) claimRecords(ctx context.Context, s *stmt, args ...any) (recs []record.Record, err error) {
+	err = r.inTx(ctx, func(tx *sql.Tx) error {
+		recs, err = r.queryRecords(ctx, tx, s, args...)
+		return err
+	})
+	return recs, interpretError(ctx, err)
+}
+
 func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
 	now := clock.OrNow(p.Now)
 	return cas.Do(ctx, func() (record.Record, bool, error) {
-		recs, err := r.queryRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
+		recs, err := r.claimRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
 		if err != nil || len(recs) != 1 {
-			return record.Record{}, false, interpretError(ctx, err)
+			return record.Record{}, false, err
 		}
 		return recs[0], true, nil
 	}, func() error {
@@ -322,7 +561,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		if err != nil {
 			return err
 		}
-		return record.CheckClaim(p.Group, p.Owner, now, stored, exists)
+		return check.Claim(p.Group, p.Owner, now, stored, exists)
 	})
 }
 
@@ -331,9 +570,9 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 		return nil, err
 	}
 	now := clock.OrNow(p.Now)
-	recs, err := r.queryRecords(ctx, &r.claimNext, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.N)
+	recs, err := r.claimRecords(ctx, &r.claimNext, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.N)
 	if err != nil {
-		return nil, interpretError(ctx, err)
+		return nil, err
 	}
 	slices.SortFunc(recs, func(a, b record.Record) int { return strings.Compare(a.ID, b.ID) })
 	return recs, nil
@@ -359,7 +598,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		if err != nil {
 			return err
 		}
-		return record.CheckRenew(p, stored, exists)
+		return check.Renew(p, stored, exists)
 	})
 }
 
@@ -387,8 +626,8 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return record.Probe{}, nil
 }
 
-// Subscribe implements record.Engine: SQLite has no wake channel, so
-// waiters poll.
-func (r *records) Subscribe(string) (<-chan struct{}, bool, func()) {
-	return nil, false, func() {}
+// WatchClaimable returns a nil channel: SQLite has none, so waiters
+// poll.
+func (r *records) WatchClaimable(ctx context.Context, _ string) (<-chan struct{}, bool, func(), error) {
+	return nil, false, func() {}, r.e.check(ctx)
 }

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // TestRecordClaimingUsesGroupIndex checks with EXPLAIN QUERY PLAN that the
@@ -64,5 +66,61 @@ func TestRecordDefaultTenantIsUnique(t *testing.T) {
 	var sqliteErr *sqlite.Error
 	if !errors.As(err, &sqliteErr) || sqliteErr.Code() != sqlite3.SQLITE_CONSTRAINT_UNIQUE {
 		t.Fatalf("a second default tenant: %v, want a unique constraint violation", err)
+	}
+}
+
+// TestRecordFailedClaimCommitsNothing stores a row the engine cannot read
+// (a float incarnation, as a claim past the top of the range once left):
+// a ClaimNext that fails on it must not commit its claim of the others.
+func TestRecordFailedClaimCommitsNothing(t *testing.T) {
+	t.Parallel()
+	e, _ := setup(t)
+	ctx := t.Context()
+	s := record.NewStore(e.Records(), record.Options{})
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, err := s.Save(ctx, record.Record{ID: id, Group: "g", Status: record.Active}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.writer.ExecContext(ctx, "UPDATE records SET lease_incarnation = 9.3e18 WHERE id = 'b'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimNext(ctx, "g", "o", time.Minute, 2); err == nil {
+		t.Fatal("ClaimNext over an unreadable row succeeded")
+	}
+	var version int64
+	if err := e.writer.QueryRowContext(ctx, "SELECT version FROM records WHERE id = 'a'").Scan(&version); err != nil || version != 1 {
+		t.Fatalf("record a after the failed ClaimNext: version %d, %v; want 1 (unclaimed)", version, err)
+	}
+}
+
+// TestRecordFailedSaveCreatesNoTenant: a save refused by its
+// compare-and-swap leaves no tenant row behind.
+func TestRecordFailedSaveCreatesNoTenant(t *testing.T) {
+	t.Parallel()
+	e, _ := setup(t)
+	ctx := t.Context()
+	s := record.NewStore(e.Records(), record.Options{})
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, record.Record{ID: "r", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []record.Record{
+		{ID: "r", Group: "g", Tenant: "new", Status: record.Active},               // create of an existing id
+		{ID: "r", Group: "g", Tenant: "newer", Status: record.Active, Version: 7}, // stale version
+		{ID: "absent", Group: "g", Tenant: "newest", Status: record.Active, Version: 1},
+	} {
+		if _, err := s.Save(ctx, rec); !errors.Is(err, steaderr.ErrConflict) {
+			t.Fatalf("Save(%q, tenant %q): %v, want ErrConflict", rec.ID, rec.Tenant, err)
+		}
+	}
+	var n int
+	if err := e.writer.QueryRowContext(ctx, "SELECT count(*) FROM record_tenants WHERE name IS NOT NULL").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("named tenants after failed saves: %d, %v; want 0", n, err)
 	}
 }

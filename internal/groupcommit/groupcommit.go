@@ -1,6 +1,6 @@
-// Package groupcommit coalesces concurrent puts into shared statements and
-// commits. Engines supply the flush; the queueing, leadership and
-// cancellation rules live here, once.
+// Package groupcommit coalesces concurrent writes (blob puts, record
+// saves) into shared statements and commits. Engines supply the flush; the
+// queueing, leadership and cancellation rules live here, once.
 package groupcommit
 
 import (
@@ -10,7 +10,38 @@ import (
 	"time"
 )
 
-// Committer coalesces concurrent puts into shared statements and commits
+// Item is one write: Size is what it counts against a batch's byte bound,
+// and two items with the same non-empty BatchKey never share a batch, so
+// that the later, queued behind the earlier, sees its outcome.
+type Item interface {
+	Size() int
+	BatchKey() string
+}
+
+// Put is a blob put: Value stored under Key, pinned by Pin in the same
+// commit. Puts of one key may share a batch: a content-addressed value
+// stored twice is stored once.
+type Put struct {
+	Key   string
+	Value []byte
+	Pin   Pin
+}
+
+// Pin is the pin a put takes on its key in the commit that stores it:
+// Owner's pin, expiring TTL after Now (zero Now: the engine's clock).
+type Pin struct {
+	Owner string
+	TTL   time.Duration
+	Now   time.Time
+}
+
+// Size implements Item.
+func (p Put) Size() int { return len(p.Value) }
+
+// BatchKey implements Item: any puts may share a batch.
+func (p Put) BatchKey() string { return "" }
+
+// Committer coalesces concurrent writes into shared statements and commits
 // (group commit). Callers take turns leading: a caller holding one of the
 // slots takes the queued requests, flushes them in one statement, and hands
 // each its outcome; the others wait. A put returns only after the commit
@@ -20,14 +51,16 @@ import (
 // runs. A request cancelled while its batch runs cancels the batch; the
 // batch's other requests are queued again, and the cancelled one reports
 // success only if the commit won the race.
-type Committer struct {
-	flush    func(ctx context.Context, batch []*Request) error
+type Committer[T Item] struct {
+	flush    func(ctx context.Context, batch []*Request[T]) error
+	once     bool          // never cancel or rerun a batch (NewOnce)
 	slots    chan struct{} // one token per batch in flight
 	maxBatch int           // requests
-	maxBytes int           // values' bytes; a single larger request still runs
+	maxBytes int           // items' sizes; a single larger request still runs
 
 	mu    sync.Mutex
-	queue []*Request
+	queue []*Request[T]
+	pool  sync.Pool // of *Request[T]
 }
 
 type reqState uint8
@@ -38,20 +71,13 @@ const (
 	stateDone
 )
 
-// Pin is the pin a put takes on its key in the commit that stores it:
-// Owner's pin, expiring TTL after Now (zero Now: the engine's clock).
-type Pin struct {
-	Owner string
-	TTL   time.Duration
-	Now   time.Time
-}
-
-// Request is one put waiting for a batch. A flush reads Key, Value and Pin
-// and must not keep Value after it returns.
-type Request struct {
-	Key   string
-	Value []byte
-	Pin   Pin
+// Request is one write waiting for a batch. A flush must not keep Item
+// after it returns.
+type Request[T Item] struct {
+	Item T
+	// Err is the request's own outcome, set by a flush that returns nil:
+	// a batch may commit while one of its writes does not apply.
+	Err error
 
 	done     chan error    // receives the outcome once; buffered
 	requeued chan struct{} // nudges the caller to lead again; buffered
@@ -62,27 +88,38 @@ type Request struct {
 	cancel    context.CancelFunc // cancels the batch it was taken into
 }
 
-var reqPool = sync.Pool{New: func() any {
-	return &Request{done: make(chan error, 1), requeued: make(chan struct{}, 1)}
-}}
-
 // New returns a Committer that runs up to slots flushes at once, each of at
 // most maxBatch requests and, unless a single request is larger, maxBytes of
-// values. flush stores a batch in one commit; a batch of one should cost no
-// more than an unbatched put.
-func New(slots, maxBatch, maxBytes int, flush func(ctx context.Context, batch []*Request) error) *Committer {
-	return &Committer{flush: flush, slots: make(chan struct{}, slots), maxBatch: maxBatch, maxBytes: maxBytes}
+// items' sizes. flush stores a batch in one commit; a batch of one should
+// cost no more than an unbatched write.
+func New[T Item](slots, maxBatch, maxBytes int, flush func(ctx context.Context, batch []*Request[T]) error) *Committer[T] {
+	c := &Committer[T]{flush: flush, slots: make(chan struct{}, slots), maxBatch: maxBatch, maxBytes: maxBytes}
+	c.pool.New = func() any { return &Request[T]{done: make(chan error, 1), requeued: make(chan struct{}, 1)} }
+	return c
 }
 
-// Put stores value under key, pinned by pin, through a batch and returns
-// the outcome of the commit that held it. value is not used after Put
-// returns.
-func (c *Committer) Put(ctx context.Context, key string, value []byte, pin Pin) error {
-	r := reqPool.Get().(*Request)
-	r.Key, r.Value, r.Pin, r.state, r.withdrawn, r.cancel = key, value, pin, stateQueued, false, nil
+// NewOnce is New for writes that must not run twice, such as a
+// compare-and-swap, whose second run would fail where the first succeeded:
+// its callers' contexts never cancel a batch that has started, and a batch
+// is never run again. A caller whose context ends while its batch runs
+// waits for the batch, then gets nil if its write committed, else its
+// context's error.
+func NewOnce[T Item](slots, maxBatch, maxBytes int, flush func(ctx context.Context, batch []*Request[T]) error) *Committer[T] {
+	c := New(slots, maxBatch, maxBytes, flush)
+	c.once = true
+	return c
+}
+
+// Put writes item through a batch and returns the outcome of the commit
+// that held it: the flush's error, or else the request's own Err. item is
+// not used after Put returns.
+func (c *Committer[T]) Put(ctx context.Context, item T) error {
+	var zero T
+	r := c.pool.Get().(*Request[T])
+	r.Item, r.Err, r.state, r.withdrawn, r.cancel = item, nil, stateQueued, false, nil
 	defer func() {
-		r.Key, r.Value, r.Pin, r.cancel = "", nil, Pin{}, nil
-		reqPool.Put(r)
+		r.Item, r.Err, r.cancel = zero, nil, nil
+		c.pool.Put(r)
 	}()
 
 	c.mu.Lock()
@@ -112,11 +149,11 @@ func (c *Committer) Put(ctx context.Context, key string, value []byte, pin Pin) 
 }
 
 // withdraw gives up on r after its caller's context ended.
-func (c *Committer) withdraw(ctx context.Context, r *Request) error {
+func (c *Committer[T]) withdraw(ctx context.Context, r *Request[T]) error {
 	c.mu.Lock()
 	switch r.state {
 	case stateQueued:
-		c.queue = slices.DeleteFunc(c.queue, func(q *Request) bool { return q == r })
+		c.queue = slices.DeleteFunc(c.queue, func(q *Request[T]) bool { return q == r })
 		c.mu.Unlock()
 		return ctx.Err()
 	case stateTaken:
@@ -134,24 +171,21 @@ func (c *Committer) withdraw(ctx context.Context, r *Request) error {
 }
 
 // lead flushes one batch of queued requests on behalf of their callers.
-func (c *Committer) lead(ctx context.Context, own *Request) {
+func (c *Committer[T]) lead(ctx context.Context, own *Request[T]) {
 	if ctx.Err() != nil {
 		return // a batch under this ctx would only fail; Put withdraws own
 	}
 	c.mu.Lock()
-	n, size := 0, 0
-	for n < len(c.queue) && n < c.maxBatch && (n == 0 || size+len(c.queue[n].Value) <= c.maxBytes) {
-		size += len(c.queue[n].Value)
-		n++
-	}
-	if n == 0 {
+	batch := c.take()
+	if len(batch) == 0 {
 		c.mu.Unlock()
 		return
 	}
-	batch := slices.Clone(c.queue[:n])
-	c.queue = append(c.queue[:0], c.queue[n:]...)
 	flushCtx := ctx
-	if len(batch) > 1 || batch[0] != own {
+	switch {
+	case c.once:
+		flushCtx = context.WithoutCancel(ctx)
+	case len(batch) > 1 || batch[0] != own:
 		var cancel context.CancelFunc
 		flushCtx, cancel = context.WithCancel(ctx)
 		defer cancel()
@@ -171,7 +205,7 @@ func (c *Committer) lead(ctx context.Context, own *Request) {
 	if ctx.Err() != nil && own.state == stateTaken {
 		own.withdrawn = true
 	}
-	var retry []*Request
+	var retry []*Request[T]
 	for _, r := range batch {
 		r.cancel = nil
 		if err != nil && flushCtx.Err() != nil && !r.withdrawn {
@@ -186,9 +220,45 @@ func (c *Committer) lead(ctx context.Context, own *Request) {
 			continue
 		}
 		r.state = stateDone
-		r.done <- err
+		if err == nil {
+			r.done <- r.Err
+		} else {
+			r.done <- err
+		}
 	}
 	if len(retry) > 0 {
 		c.queue = append(retry, c.queue...)
 	}
+}
+
+// take removes the next batch from the queue, in queue order: up to
+// maxBatch requests and, past the first, maxBytes of sizes, passing over
+// (and leaving queued, in order) any whose key an earlier one in the batch
+// has. The caller holds mu.
+func (c *Committer[T]) take() []*Request[T] {
+	var batch []*Request[T]
+	var keys map[string]bool
+	size, kept := 0, 0
+	for i, r := range c.queue {
+		if len(batch) == c.maxBatch || len(batch) > 0 && size+r.Item.Size() > c.maxBytes {
+			kept += copy(c.queue[kept:], c.queue[i:])
+			break
+		}
+		if k := r.Item.BatchKey(); k != "" {
+			if keys[k] {
+				c.queue[kept] = r
+				kept++
+				continue
+			}
+			if keys == nil {
+				keys = make(map[string]bool)
+			}
+			keys[k] = true
+		}
+		size += r.Item.Size()
+		batch = append(batch, r)
+	}
+	clear(c.queue[kept:])
+	c.queue = c.queue[:kept]
+	return batch
 }

@@ -27,14 +27,24 @@ type fakeStore struct {
 	waitCancel string
 }
 
+// put is a test write named by name. Its BatchKey is empty: puts of one name
+// may share a batch, as blob puts do.
+type put struct {
+	name  string
+	value []byte
+}
+
+func (p put) Size() int        { return len(p.value) }
+func (p put) BatchKey() string { return "" }
+
 func newFakeStore() *fakeStore {
 	return &fakeStore{stored: map[string]bool{}, entered: make(chan string, 1024)}
 }
 
-func (f *fakeStore) flush(ctx context.Context, batch []*Request) error {
+func (f *fakeStore) flush(ctx context.Context, batch []*Request[put]) error {
 	keys := make([]string, len(batch))
 	for i, r := range batch {
-		keys[i] = r.Key
+		keys[i] = r.Item.name
 	}
 	f.entered <- keys[0]
 	f.gate.RLock()
@@ -66,19 +76,19 @@ func (f *fakeStore) batchSizes() []int {
 }
 
 // putAsync starts a put and returns its outcome channel.
-func putAsync(ctx context.Context, c *Committer, key string) <-chan error {
+func putAsync(ctx context.Context, c *Committer[put], key string) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- c.Put(ctx, key, []byte(key), Pin{}) }()
+	go func() { done <- c.Put(ctx, put{key, []byte(key)}) }()
 	return done
 }
 
 // waitQueued waits until n requests are queued behind the running flush.
-func waitQueued(t *testing.T, c *Committer, n int) {
+func waitQueued(t *testing.T, c *Committer[put], n int) {
 	t.Helper()
 	poll.Until(t, fmt.Sprintf("%d requests queued", n), func() bool { return queued(c) >= n })
 }
 
-func queued(c *Committer) int {
+func queued(c *Committer[put]) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.queue)
@@ -88,7 +98,7 @@ func TestLonePut(t *testing.T) {
 	t.Parallel()
 	f := newFakeStore()
 	c := New(2, 8, 1<<20, f.flush)
-	if err := c.Put(t.Context(), "a", []byte("a"), Pin{}); err != nil {
+	if err := c.Put(t.Context(), put{"a", []byte("a")}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.batchSizes(); !slices.Equal(got, []int{1}) {
@@ -263,7 +273,7 @@ func TestStress(t *testing.T) {
 	t.Parallel()
 	f := newFakeStore()
 	f.entered = make(chan string, 1<<16)
-	c := New(3, 8, 1<<20, func(ctx context.Context, batch []*Request) error {
+	c := New(3, 8, 1<<20, func(ctx context.Context, batch []*Request[put]) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -280,7 +290,7 @@ func TestStress(t *testing.T) {
 				if rand.IntN(4) == 0 {
 					time.AfterFunc(time.Duration(rand.IntN(300))*time.Microsecond, cancel)
 				}
-				err := c.Put(ctx, key, []byte(key), Pin{})
+				err := c.Put(ctx, put{key, []byte(key)})
 				switch {
 				case err == nil:
 					f.mu.Lock()
@@ -311,7 +321,7 @@ func TestStress(t *testing.T) {
 func TestStressFewCallers(t *testing.T) {
 	t.Parallel()
 	for round := range 100 {
-		c := New(2, 8, 1<<20, func(ctx context.Context, batch []*Request) error {
+		c := New(2, 8, 1<<20, func(ctx context.Context, batch []*Request[put]) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -327,7 +337,7 @@ func TestStressFewCallers(t *testing.T) {
 					if rand.IntN(3) == 0 {
 						time.AfterFunc(time.Duration(rand.IntN(1000))*time.Microsecond, cancel)
 					}
-					err := c.Put(ctx, fmt.Sprintf("%d-%d-%d", round, w, i), nil, Pin{})
+					err := c.Put(ctx, put{fmt.Sprintf("%d-%d-%d", round, w, i), nil})
 					if err != nil && ctx.Err() == nil {
 						t.Errorf("put failed without being cancelled: %v", err)
 					}
@@ -336,5 +346,130 @@ func TestStressFewCallers(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	}
+}
+
+// keyed is a test write whose BatchKey is its name, with an outcome of its own.
+type keyed struct {
+	name  string
+	fails bool
+}
+
+func (k keyed) Size() int        { return 1 }
+func (k keyed) BatchKey() string { return k.name }
+
+// TestKeysNeverShareABatch queues writes of overlapping keys behind a held
+// flush: each batch holds a key once, later writes of a key stay queued in
+// order, and each caller gets its own request's Err.
+func TestKeysNeverShareABatch(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var batches [][]string
+	c := New(1, 64, 1<<20, func(ctx context.Context, batch []*Request[keyed]) error {
+		if batch[0].Item.name == "hold" {
+			<-gate
+		}
+		var names []string
+		for _, r := range batch {
+			names = append(names, r.Item.name)
+			if r.Item.fails {
+				r.Err = errors.New("refused")
+			}
+		}
+		mu.Lock()
+		batches = append(batches, names)
+		mu.Unlock()
+		return nil
+	})
+	ctx := t.Context()
+	held := make(chan error, 1)
+	go func() { held <- c.Put(ctx, keyed{name: "hold"}) }()
+	poll.Until(t, "the held flush to start", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.slots) == 1 && len(c.queue) == 0
+	})
+	// Queued one at a time, so the queue's order is known: a a b a b c.
+	names := []string{"a", "a", "b", "a", "b", "c"}
+	errs := make([]chan error, len(names))
+	for i, n := range names {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- c.Put(ctx, keyed{name: n, fails: i == 1}) }()
+		poll.Until(t, fmt.Sprintf("%d queued", i+1), func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.queue) == i+1
+		})
+	}
+	close(gate)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for i := range names {
+		err := <-errs[i]
+		if (i == 1) != (err != nil) {
+			t.Fatalf("put %d (%s): %v; only put 1 has an error of its own", i, names[i], err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := [][]string{{"hold"}, {"a", "b", "c"}, {"a", "b"}, {"a"}}
+	if fmt.Sprint(batches) != fmt.Sprint(want) {
+		t.Fatalf("batches %v, want %v", batches, want)
+	}
+}
+
+// TestOnceNeverCancelsOrRerunsABatch cancels a caller while its batch
+// runs: the batch is not cancelled, runs each write once, and the
+// cancelled caller learns its write committed.
+func TestOnceNeverCancelsOrRerunsABatch(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	started := make(chan struct{}, 8)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	c := NewOnce(1, 64, 1<<20, func(ctx context.Context, batch []*Request[keyed]) error {
+		started <- struct{}{}
+		<-gate
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range batch {
+			runs[r.Item.name]++
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	first := make(chan error, 1)
+	go func() { first <- c.Put(ctx, keyed{name: "a"}) }()
+	<-started
+	others := make(chan error, 2)
+	for _, n := range []string{"b", "c"} {
+		go func() { others <- c.Put(t.Context(), keyed{name: n}) }()
+	}
+	poll.Until(t, "b and c queued", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue) == 2
+	})
+	cancel() // a's batch is running
+	close(gate)
+	if err := <-first; err != nil {
+		t.Fatalf("cancelled while its batch ran, which committed: %v, want nil", err)
+	}
+	for range 2 {
+		if err := <-others; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range []string{"a", "b", "c"} {
+		if runs[n] != 1 {
+			t.Fatalf("write %s ran %d times, want once (runs %v)", n, runs[n], runs)
+		}
 	}
 }

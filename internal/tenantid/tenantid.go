@@ -1,14 +1,12 @@
 // Package tenantid caches the ids of record tenants for the SQL engines,
-// which store a record's tenant as an id. stead never renames or deletes a
-// tenant row, so an id once read stays right for the engine's life; should
-// one vanish all the same (a foreign-key error on use), Forget it and
-// resolve it again.
+// which store a record's tenant as an id. An engine resolves a tenant it
+// has not cached in the transaction of the save that uses it, and caches
+// the id once that save commits. stead never renames or deletes a tenant
+// row, so an id once cached stays right for the engine's life; should one
+// vanish all the same (a foreign-key error on use), Forget it.
 package tenantid
 
-import (
-	"context"
-	"sync"
-)
+import "sync"
 
 // maxEntries bounds the cache; when full it starts over.
 const maxEntries = 10_000
@@ -22,27 +20,22 @@ type Cache struct {
 
 type key struct{ group, tenant string }
 
-// ID returns the id of tenant in group, calling resolve (which finds or
-// creates the tenant row) on a miss.
-func (c *Cache) ID(ctx context.Context, group, tenant string, resolve func(ctx context.Context, group, tenant string) (int64, error)) (int64, error) {
-	k := key{group, tenant}
+// ID returns the cached id of tenant in group, if any.
+func (c *Cache) ID(group, tenant string) (int64, bool) {
 	c.mu.RLock()
-	id, ok := c.ids[k]
+	id, ok := c.ids[key{group, tenant}]
 	c.mu.RUnlock()
-	if ok {
-		return id, nil
-	}
-	id, err := resolve(ctx, group, tenant)
-	if err != nil {
-		return 0, err
-	}
+	return id, ok
+}
+
+// Add caches id as the id of tenant in group: a committed row's.
+func (c *Cache) Add(group, tenant string, id int64) {
 	c.mu.Lock()
 	if c.ids == nil || len(c.ids) >= maxEntries {
 		c.ids = make(map[key]int64)
 	}
-	c.ids[k] = id
+	c.ids[key{group, tenant}] = id
 	c.mu.Unlock()
-	return id, nil
 }
 
 // Forget drops the cached id of tenant in group.

@@ -1,19 +1,22 @@
-package record
+// Package check holds the rules of record.Engine's conditional writes, for
+// engine authors: an engine decides a write with them, or explains with
+// them why a conditional statement matched no row. Users of records never
+// need it.
+package check
 
 import (
 	"fmt"
 	"time"
 
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
 
-// The Check functions hold the rules of Engine's conditional writes, for
-// engines to decide a write with, or to explain why a conditional
-// statement matched no row. stored is the stored record, exists whether
-// there is one. A nil error means the write may proceed.
+// In every function stored is the stored record and exists whether there
+// is one. A nil error means the write may proceed.
 
-// CheckSave decides whether Save may write rec over stored.
-func CheckSave(rec, stored Record, exists bool) error {
+// Save decides whether Save may write rec over stored.
+func Save(rec, stored record.Record, exists bool) error {
 	if rec.Version == 0 {
 		if exists {
 			return fmt.Errorf("%w: create of an existing record (stored version %d)", steaderr.ErrConflict, stored.Version)
@@ -34,8 +37,8 @@ func CheckSave(rec, stored Record, exists bool) error {
 	return nil
 }
 
-// CheckClaim decides whether owner may claim stored, in group, at now.
-func CheckClaim(group, owner string, now time.Time, stored Record, exists bool) error {
+// Claim decides whether owner may claim stored, in group, at now.
+func Claim(group, owner string, now time.Time, stored record.Record, exists bool) error {
 	switch {
 	case !exists:
 		return steaderr.ErrNotFound
@@ -47,8 +50,8 @@ func CheckClaim(group, owner string, now time.Time, stored Record, exists bool) 
 	return nil
 }
 
-// CheckRenew decides whether p may renew the lease on stored.
-func CheckRenew(p RenewParams, stored Record, exists bool) error {
+// Renew decides whether p may renew the lease on stored.
+func Renew(p record.RenewParams, stored record.Record, exists bool) error {
 	switch {
 	case !exists:
 		return steaderr.ErrNotFound
