@@ -27,6 +27,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/remote"
 	"github.com/steadkit/stead/engine/sqlite"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
@@ -68,9 +69,15 @@ type Store struct {
 	// id (InstanceID, stable across restarts with WithInstanceID), and
 	// processes that share work share a group name.
 	Records *record.Store
+	// GC collects unreferenced blobs: Sweep runs one sweep, WithGC runs
+	// them in the background. See docs/guides/gc.md.
+	GC *gc.Collector
 
 	eng        engine.Engine
 	instanceID string
+	// stopGC ends the background sweeps (WithGC) and waits for them; nil
+	// without them.
+	stopGC func()
 }
 
 // Option configures Open and New.
@@ -81,13 +88,18 @@ type config struct {
 	migrate    bool
 	now        func() time.Time
 	blobs      blob.Options
+	gc         gc.Options
+	gcInterval time.Duration
+	gcReport   func(gc.Report, error)
 	token      string
 }
 
 // WithInstanceID sets the store's instance id (InstanceID): a name for this
-// process that stays the same across restarts. Nothing derives a record
-// group from it; a process working alone may pass it as its group. It must
-// be a valid name (see ValidateName). Defaults to a random id per Store.
+// process that stays the same across restarts, and the owner of its blob
+// pins. Two stores open at once must not share an id: one's releases would
+// end the other's pins. Nothing derives a record group from it; a process
+// working alone may pass it as its group. It must be a valid name (see
+// ValidateName). Defaults to a random id per Store.
 func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }
 
 // WithoutMigrate makes Open and New leave the schema alone: run
@@ -95,12 +107,31 @@ func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = 
 // reads then answer absent or empty and writes fail with ErrSchema.
 func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 
-// WithClock replaces the clock that lock and record leases are measured
-// against; tests use it to move time without sleeping. Defaults to nil: the
-// database's clock (now()) on PostgreSQL, time.Now elsewhere. A stead
-// server accepts a client's clock only when started with
+// WithClock replaces the clock that lock and record leases and blob pins
+// are measured against; tests use it to move time without sleeping.
+// Defaults to nil: the database's clock (now()) on PostgreSQL, time.Now
+// elsewhere. A stead server accepts a client's clock only when started with
 // --allow-client-clock (tests).
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithPinTTL sets how long a blob put stays pinned (safe from garbage
+// collection and Delete) after it returns, and how long a Blobs.Pin guard
+// lasts between renewals, which come every third of it. It must be at least
+// a millisecond; it is rounded down to whole microseconds. Defaults to
+// blob.DefaultPinTTL (60 s).
+func WithPinTTL(d time.Duration) Option { return func(c *config) { c.blobs.PinTTL = d } }
+
+// WithGC runs a garbage-collection sweep every interval in the background
+// until Close, reporting each sweep's outcome to report (nil: ignored).
+// Defaults to none: sweeps run only when called (Store.GC.Sweep, stead gc).
+func WithGC(interval time.Duration, report func(gc.Report, error)) Option {
+	return func(c *config) { c.gcInterval, c.gcReport = interval, report }
+}
+
+// WithGCGrace sets how long an unreferenced, unpinned blob waits after a
+// sweep finds it before a later sweep may delete it. Defaults to
+// gc.DefaultGrace (1 h).
+func WithGCGrace(d time.Duration) Option { return func(c *config) { c.gc.Grace = d } }
 
 // WithMaxBlobSize sets the largest blob Put accepts, in bytes. Defaults to
 // blob.DefaultMaxSize (4 GiB).
@@ -192,6 +223,15 @@ func newConfig(opts []Option) (config, error) {
 	} else if err := validate.Name("instance id", cfg.instanceID); err != nil {
 		return config{}, fmt.Errorf("stead: %w", err)
 	}
+	if cfg.blobs.PinTTL != 0 && cfg.blobs.PinTTL < time.Millisecond {
+		return config{}, fmt.Errorf("stead: %w: pin TTL %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.blobs.PinTTL)
+	}
+	if cfg.gcInterval < 0 || (cfg.gcInterval > 0 && cfg.gcInterval < time.Millisecond) {
+		return config{}, fmt.Errorf("stead: %w: GC interval %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.gcInterval)
+	}
+	if cfg.gc.Grace < 0 {
+		return config{}, fmt.Errorf("stead: %w: GC grace %v", steaderr.ErrInvalidArgument, cfg.gc.Grace)
+	}
 	if cfg.blobs.MaxSize < 0 {
 		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
 	}
@@ -206,13 +246,26 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 	} else if err := checkSchema(ctx, eng); err != nil {
 		return nil, err
 	}
-	return &Store{
+	cfg.blobs.Owner, cfg.blobs.Now = cfg.instanceID, cfg.now
+	cfg.gc.Holder, cfg.gc.Now = cfg.instanceID, cfg.now
+	st := &Store{
 		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
 		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
+		GC:         gc.New(eng.GC(), cfg.gc),
 		eng:        eng,
 		instanceID: cfg.instanceID,
-	}, nil
+	}
+	if cfg.gcInterval > 0 {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = st.GC.Run(ctx, cfg.gcInterval, cfg.gcReport)
+		}()
+		st.stopGC = func() { cancel(); <-done }
+	}
+	return st, nil
 }
 
 // checkSchema refuses a database whose schema is newer than this binary.
@@ -257,7 +310,13 @@ func (s *Store) Engine() engine.Engine { return s.eng }
 
 // Close closes the store and its engine. It is idempotent; afterwards every
 // operation fails with ErrClosed.
-func (s *Store) Close() error { return s.eng.Close() }
+func (s *Store) Close() error {
+	if s.stopGC != nil {
+		s.stopGC()
+	}
+	s.Blobs.Close()
+	return s.eng.Close()
+}
 
 // ValidateName checks a lock name, owner, group, tenant, record id or
 // instance id: 1 to 255 bytes of valid UTF-8 holding no control

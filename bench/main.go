@@ -29,7 +29,7 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "how long each steady scenario runs per round")
 	drainCap = flag.Duration("draincap", 2*time.Minute, "the longest a drain scenario may take to empty its queue")
 	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite, record-pg); empty runs all but inline-pg")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep); empty runs all but inline-pg and gc-sweep")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
@@ -87,7 +87,7 @@ func main() {
 	all := allScenarios()
 	var scs []scenario
 	for _, sc := range all {
-		if *only == "" && sc.group != "inline-pg" || slices.Contains(strings.Split(*only, ","), sc.group) {
+		if *only == "" && !slices.Contains([]string{"inline-pg", "gc-sweep"}, sc.group) || slices.Contains(strings.Split(*only, ","), sc.group) {
 			scs = append(scs, sc)
 		}
 	}
@@ -133,7 +133,7 @@ func main() {
 				for i := range perRound {
 					perRound[i] = r.opsPerS[i] / b.opsPerS[i]
 				}
-				paired = fmt.Sprintf("%.2fx", median(perRound))
+				paired = fmt.Sprintf("%.2fx (%.2f-%.2f)", median(perRound), slices.Min(perRound), slices.Max(perRound))
 			}
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
@@ -285,5 +285,6 @@ func allScenarios() []scenario {
 	all = append(all, lockPostgres()...)
 	all = append(all, lockSQLite()...)
 	all = append(all, recordPostgres()...)
+	all = append(all, gcPostgres()...)
 	return all
 }

@@ -4,13 +4,16 @@ package blob
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"iter"
 	"sync"
+	"time"
 
 	"github.com/steadkit/stead/steaderr"
 )
@@ -41,7 +44,21 @@ type Options struct {
 	// PageSize is how many blobs All reads from the engine at a time (one
 	// statement each). Defaults to DefaultPageSize.
 	PageSize int
+	// Owner owns the store's pins: the stead store's instance id. Defaults
+	// to a random id.
+	Owner string
+	// PinTTL is how long a put's pin lasts, and a Pin guard's between
+	// renewals (every PinTTL/3). Defaults to DefaultPinTTL.
+	PinTTL time.Duration
+	// Now is the clock pins are measured against, for tests that move
+	// time without sleeping. Defaults to nil: the engine's clock (the
+	// database's now() on PostgreSQL) for stored expiries, the system
+	// clock's monotonic reading for the deadlines kept in process.
+	Now func() time.Time
 }
+
+// DefaultPinTTL is the default for Options.PinTTL.
+const DefaultPinTTL = 60 * time.Second
 
 // Store is the blob capability of a stead store. It is safe for concurrent
 // use.
@@ -50,10 +67,11 @@ type Store struct {
 	maxSize  int64
 	verify   bool
 	pageSize int
+	pins     pinTable
 }
 
-// NewStore returns a Store over eng. A non-positive MaxSize or PageSize
-// means the default.
+// NewStore returns a Store over eng. A non-positive MaxSize, PageSize or
+// PinTTL means the default; a PinTTL is rounded down to whole microseconds.
 func NewStore(eng Engine, opts Options) *Store {
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
@@ -61,11 +79,37 @@ func NewStore(eng Engine, opts Options) *Store {
 	if opts.PageSize <= 0 {
 		opts.PageSize = DefaultPageSize
 	}
-	return &Store{eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads, pageSize: opts.PageSize}
+	if opts.PinTTL = opts.PinTTL.Truncate(time.Microsecond); opts.PinTTL <= 0 {
+		opts.PinTTL = DefaultPinTTL
+	}
+	if opts.Owner == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		opts.Owner = hex.EncodeToString(b[:])
+	}
+	s := &Store{eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads, pageSize: opts.PageSize}
+	s.pins = pinTable{owner: opts.Owner, ttl: opts.PinTTL, now: opts.Now, held: map[Key]*held{}, closed: make(chan struct{})}
+	return s
 }
 
-// Put stores the content of r and returns its key. Storing content that is
-// already stored succeeds and changes nothing. On error nothing is stored.
+// Close stops the renewals of every Pin guard, which are then lost. The
+// engine is closed by its owner (stead.Store.Close). Close is idempotent.
+func (s *Store) Close() {
+	s.pins.closeOnce.Do(func() { close(s.pins.closed) })
+}
+
+// Put stores the content of r and returns its key, pinned by this store's
+// owner: no garbage-collection sweep or Delete removes it until at least
+// half of Options.PinTTL after the put was sent. Storing content that is
+// already stored succeeds and renews the pin for a whole PinTTL, unless
+// this store's pin on the key has more than half its TTL left: then the
+// put writes nothing and that pin protects it. To keep a key protected
+// longer (while referencing it), hold a Pin. An error means the put may
+// or may not have taken effect (a statement cancelled while it waits can
+// still commit), never partially: the key is then either absent or stored
+// whole, and retrying is safe. Errors found before anything is written
+// (invalid input, a digest mismatch, a failing reader, a context ended
+// before the write) store nothing.
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
 	key, err := s.put(ctx, Key{}, r)
 	if err != nil {
@@ -113,7 +157,7 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
-	if err := s.eng.Put(ctx, key, value); err != nil {
+	if err := s.pins.put(ctx, s.eng, key, value); err != nil {
 		return Key{}, err
 	}
 	return key, nil
@@ -264,12 +308,15 @@ func (s *Store) All(ctx context.Context, after Key) iter.Seq2[Info, error] {
 	}
 }
 
-// Delete removes key, or returns an error wrapping ErrNotFound.
+// Delete removes key after arbitrating it like a garbage-collection sweep:
+// it fails with an error wrapping ErrProtected while a live pin (this
+// store's too) or a liveness source references key, and with ErrNotFound
+// when key is absent.
 func (s *Store) Delete(ctx context.Context, key Key) error {
 	if err := checkKey(ctx, key); err != nil {
 		return fmt.Errorf("blob delete: %w", err)
 	}
-	if err := s.eng.Delete(ctx, key); err != nil {
+	if err := s.eng.Delete(ctx, DeleteParams{Key: key, Now: s.pins.engineNow()}); err != nil {
 		return fmt.Errorf("blob delete %s: %w", key, err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"context"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 )
@@ -28,6 +29,10 @@ import (
 type Engine interface {
 	// Blobs returns the engine's blob mechanics.
 	Blobs() blob.Engine
+	// GC returns the engine's garbage-collection mechanics, or nil for an
+	// engine whose data is collected elsewhere (remote: by the server's
+	// store); the store's GC then reports errors.ErrUnsupported.
+	GC() gc.Engine
 	// Locks returns the engine's named-lock mechanics.
 	Locks() lock.Engine
 	// Records returns the engine's record mechanics.

@@ -59,16 +59,26 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 	defer body.done()
 	res := &putResult{}
 	ctx := context.WithValue(r.Context(), putResultKey{}, res)
-	var err error
+	blobs, err := s.blobsAt(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	key := want
 	if want.IsZero() {
-		key, err = s.blobs.Put(ctx, body)
+		key, err = blobs.Put(ctx, body)
 	} else {
-		err = s.blobs.PutExpect(ctx, want, body)
+		err = blobs.PutExpect(ctx, want, body)
 	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if !res.written {
+		// A re-put this store's live pin answered without writing: the
+		// blob was there.
+		res.existed = true
+		s.metrics.blobPut(true, int(body.n))
 	}
 	status := http.StatusCreated
 	if res.existed {
@@ -111,21 +121,21 @@ type putSpy struct {
 
 type putResultKey struct{}
 
-type putResult struct{ existed bool }
+type putResult struct{ written, existed bool }
 
-func (p *putSpy) Put(ctx context.Context, key blob.Key, value []byte) error {
-	_, err := p.Engine.Stat(ctx, key)
+func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
+	_, err := p.Engine.Stat(ctx, pp.Key)
 	existed := err == nil
 	if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
 	}
-	if err := p.Engine.Put(ctx, key, value); err != nil {
+	if err := p.Engine.Put(ctx, pp); err != nil {
 		return err
 	}
 	if res, ok := ctx.Value(putResultKey{}).(*putResult); ok {
-		res.existed = existed
+		res.written, res.existed = true, existed
 	}
-	p.m.blobPut(existed, len(value))
+	p.m.blobPut(existed, len(pp.Value))
 	return nil
 }
 
@@ -225,8 +235,12 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
 	key, err := blob.ParseKey(r.PathValue("key"))
+	var blobs *blob.Store
 	if err == nil {
-		err = s.blobs.Delete(r.Context(), key)
+		blobs, err = s.blobsAt(r)
+	}
+	if err == nil {
+		err = blobs.Delete(r.Context(), key)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -388,4 +402,15 @@ func checkRange(header string) (rangeVerdict, string) {
 		return rangeUnsatisfiable, ""
 	}
 	return rangeServe, "bytes=" + strings.Join(kept, ",")
+}
+
+// blobsAt returns the blob store to serve a request naming now (its now
+// query parameter): the server's own, or one pinning on that fixed
+// instant.
+func (s *Server) blobsAt(r *http.Request) (*blob.Store, error) {
+	now, err := s.queryNow(r)
+	if err != nil || now.IsZero() {
+		return s.blobs, err
+	}
+	return blob.NewStore(s.blobEng, blob.Options{MaxSize: s.opts.MaxBlobSize, VerifyReads: s.opts.VerifyReads, Now: func() time.Time { return now }}), nil
 }

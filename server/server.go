@@ -106,6 +106,7 @@ const (
 type Server struct {
 	eng     engine.Engine
 	blobs   *blob.Store
+	blobEng blob.Engine // under blobs, for stores on a client's clock
 	locks   *lock.Store
 	records *record.Store
 	opts    Options
@@ -169,7 +170,8 @@ func New(st *stead.Store, opts Options) *Server {
 	if pg, ok := eng.(*postgres.Engine); ok {
 		registerPool(opts.Registerer, pg)
 	}
-	s.blobs = blob.NewStore(&putSpy{Engine: eng.Blobs(), m: s.metrics}, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads})
+	s.blobEng = &putSpy{Engine: eng.Blobs(), m: s.metrics}
+	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads})
 	s.token = sha256.Sum256([]byte(opts.Token))
 	s.routes()
 	return s

@@ -180,8 +180,9 @@ func TestServeProcess(t *testing.T) {
 	if a := c.do("GET", "/v1/blobs?limit=10", ""); a.status != 200 || !strings.Contains(a.body, key) {
 		t.Errorf("list = %d %s", a.status, a.body)
 	}
-	check(t, "delete", c.do("DELETE", "/v1/blobs/"+key, ""), 204, "")
-	check(t, "get deleted", c.do("GET", "/v1/blobs/"+key, ""), 404, "not_found")
+	// The upload's pin protects the blob: a delete is refused.
+	check(t, "delete of a pinned blob", c.do("DELETE", "/v1/blobs/"+key, ""), 409, "protected")
+	check(t, "get after a refused delete", c.do("GET", "/v1/blobs/"+key, ""), 200, "")
 
 	// A body slower than the minimum rate is cut off.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(p.base, "http://"))

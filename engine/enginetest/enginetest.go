@@ -32,6 +32,8 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/lock"
 )
 
@@ -52,6 +54,12 @@ type Harness struct {
 	// so that the suite's isolation check means something; the suite opens
 	// each name at most once per test. nil: the engine has no namespaces.
 	Namespace func(t *testing.T, name string) (engine.Engine, error)
+	// RefTable creates, in eng's database, a table the suite owns named
+	// table with a text column named column (the suite passes hostile
+	// names), and returns the gc.Source naming it and set, which adds
+	// (true) or removes (false) a reference to key. nil: the engine takes
+	// Go-function liveness sources, which the suite uses instead.
+	RefTable func(t *testing.T, eng engine.Engine, table, column string) (src gc.Source, set func(key blob.Key, referenced bool))
 	// CancelMayCommit says a call whose context ends in flight may still
 	// have taken effect, as over a network (the remote engine); the suite
 	// then cancels no write in flight. Local engines leave it false: a
@@ -72,6 +80,7 @@ func Run(t *testing.T, h Harness) {
 // areas are the suite's parts, one file each.
 var areas = []suiteTest{
 	{"Blob", testBlob},
+	{"GC", testGC},
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
@@ -103,7 +112,13 @@ type bundle struct {
 	blobs blob.Engine
 	store *blob.Store
 	locks *lock.Store
+	// clock is the store's pin clock: expirePins moves it past every pin
+	// the store took.
+	clock *clock.Fake
 }
+
+// expirePins moves the store's clock past the expiry of every pin it took.
+func (b *bundle) expirePins() { b.clock.Advance(2 * blob.DefaultPinTTL) }
 
 // setup returns a bundle over a fresh engine from h.New with default store
 // options.
@@ -133,7 +148,11 @@ func newEngine(t *testing.T, h Harness) engine.Engine {
 func bundleOf(t *testing.T, eng engine.Engine, opts blob.Options) *bundle {
 	t.Helper()
 	t.Cleanup(func() { _ = eng.Close() })
-	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{})}
+	fake := clock.NewFake(wholeMicroStart)
+	if opts.Now == nil {
+		opts.Now = fake.Now
+	}
+	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{}), clock: fake}
 }
 
 // testValue returns n pseudo-random bytes determined by label.

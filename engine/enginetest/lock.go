@@ -58,9 +58,9 @@ const (
 	holdTTL = 90 * time.Millisecond
 )
 
-// lockClockStart is where lock tests' clocks start: a whole microsecond,
-// as the lock seam requires of Now.
-var lockClockStart = time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)
+// wholeMicroStart is where lock and pin tests' clocks start: a whole
+// microsecond, as the lock and blob seams require of Now.
+var wholeMicroStart = time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)
 
 // spyLocks wraps a lock.Engine, counting acquire attempts and running
 // afterRenew (if set before use) after each successful renewal.
@@ -98,7 +98,7 @@ func setupLocks(t *testing.T, h Harness) *lockBundle {
 }
 
 func lockBundleOf(eng engine.Engine) *lockBundle {
-	b := &lockBundle{eng: eng, spy: &spyLocks{Engine: eng.Locks()}, clock: clock.NewFake(lockClockStart)}
+	b := &lockBundle{eng: eng, spy: &spyLocks{Engine: eng.Locks()}, clock: clock.NewFake(wholeMicroStart)}
 	b.store = lock.NewStore(b.spy, lock.Options{Now: b.clock.Now})
 	return b
 }
@@ -503,7 +503,7 @@ func lockVirgin(t *testing.T, h Harness) {
 func lockSeam(t *testing.T, h Harness) {
 	seam := newEngine(t, h).Locks()
 	ctx := t.Context()
-	now := clock.NewFake(lockClockStart).Now()
+	now := clock.NewFake(wholeMicroStart).Now()
 	res, err := seam.Acquire(ctx, lock.AcquireParams{Name: "job", Owner: "alice", TTL: ttl, Now: now})
 	want := lock.Grant{Name: "job", Owner: "alice", Token: 1, Expiry: now.Add(ttl)}
 	if err != nil || !res.Granted || res.Grant != want || !res.Now.Equal(now) {

@@ -24,7 +24,7 @@ func lockMetamorphic(t *testing.T, h Harness) {
 
 	names := []string{"a", "b", "c"}
 	owners := []string{"x", "y", "z"}
-	now := lockClockStart
+	now := wholeMicroStart
 	var grants []lock.Grant // every grant so far, stale ones included
 	pickGrant := func() lock.Grant {
 		if len(grants) == 0 || rng.IntN(10) == 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -78,7 +79,10 @@ func runMetamorphic(t *testing.T, seed int64, n int, step func(i int) metamorphi
 // whole listing.
 func testMetamorphic(t *testing.T, h Harness) {
 	seed := metamorphicSeed()
-	opts := blob.Options{MaxSize: metamorphicMaxSize}
+	// Both stores pin on one clock; an Expire op moves it past every pin,
+	// so deletes meet both protected and unprotected blobs.
+	fake := clock.NewFake(wholeMicroStart)
+	opts := blob.Options{MaxSize: metamorphicMaxSize, Now: fake.Now}
 	subject := setupWith(t, h, opts).store
 	ref := bundleOf(t, memory.New(), opts).store
 	g := newGen(t, seed)
@@ -87,6 +91,10 @@ func testMetamorphic(t *testing.T, h Harness) {
 		o := g.next()
 		if (i+1)%(metamorphicCheckEvery+1) == 0 || i == n-1 {
 			o = op{kind: opAll}
+		}
+		if o.kind == opExpire {
+			fake.Advance(2 * blob.DefaultPinTTL)
+			return metamorphicStep{name: o.String()}
 		}
 		return metamorphicStep{
 			name:    o.String(),
@@ -108,9 +116,10 @@ const (
 	opDelete
 	opList
 	opAll
+	opExpire
 )
 
-var opNames = [...]string{"Put", "PutExpect", "Get", "Stat", "Has", "Delete", "List", "All"}
+var opNames = [...]string{"Put", "PutExpect", "Get", "Stat", "Has", "Delete", "List", "All", "Expire"}
 
 // op is one random operation.
 type op struct {
@@ -190,8 +199,10 @@ func (g *gen) next() op {
 		return op{kind: opStat, key: g.key()}
 	case n < 66:
 		return op{kind: opHas, key: g.key()}
-	case n < 78:
+	case n < 75:
 		return op{kind: opDelete, key: g.key()}
+	case n < 78:
+		return op{kind: opExpire}
 	case n < 92:
 		o := op{kind: opList, key: g.cursor(), limit: 1 + g.rng.IntN(12)}
 		if g.rng.IntN(20) == 0 {
@@ -260,6 +271,7 @@ const (
 	classUnknownGroup    = "ErrUnknownGroup"
 	classLeased          = "ErrLeased"
 	classInvalidName     = "ErrInvalidName"
+	classProtected       = "ErrProtected"
 	classOther           = "other error"
 )
 
@@ -269,6 +281,8 @@ func errClass(err error) string {
 		return classOK
 	case errors.Is(err, steaderr.ErrNotFound):
 		return classNotFound
+	case errors.Is(err, steaderr.ErrProtected):
+		return classProtected
 	case errors.Is(err, steaderr.ErrDigestMismatch):
 		return classDigestMismatch
 	case errors.Is(err, steaderr.ErrInvalidKey):

@@ -7,9 +7,11 @@ package memory
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -30,6 +32,8 @@ func New() *Engine {
 	e := &Engine{}
 	e.blobs.e = e
 	e.blobs.values = make(map[blob.Key][]byte)
+	e.blobs.pins = make(map[blob.Key]map[string]time.Time)
+	e.blobs.window = make(map[blob.Key]time.Time)
 	e.locks.e = e
 	e.locks.rows = make(map[string]*lockRow)
 	e.records.init(e)
@@ -38,6 +42,9 @@ func New() *Engine {
 
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// GC implements engine.Engine.
+func (e *Engine) GC() gc.Engine { return gcMech{&e.blobs} }
 
 // Locks implements engine.Engine.
 func (e *Engine) Locks() lock.Engine { return &e.locks }
@@ -62,7 +69,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.blobs.mu.Lock()
-	e.blobs.values, e.blobs.keys = nil, nil
+	e.blobs.values, e.blobs.keys, e.blobs.pins, e.blobs.window = nil, nil, nil, nil
 	e.blobs.mu.Unlock()
 	e.locks.mu.Lock()
 	e.locks.rows = nil

@@ -1,10 +1,15 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/groupcommit"
@@ -21,47 +26,148 @@ const (
 	maxBatchBytes = 4 << 20
 )
 
+// The blob statements. A put is one statement per batch: the blobs are
+// inserted with ON CONFLICT DO UPDATE … WHERE false, which locks an existing
+// row against arbitration's FOR UPDATE without writing a new row version
+// (and inserts again a row arbitration deleted first), and the pins are
+// upserted only after every blob row is locked (the scalar subquery runs
+// the blob insert to completion first), so batches lock rows in one order:
+// blobs by key, then pins by (key, owner). docs/decisions/0006-put-statement.md.
+const (
+	sqlPut = `WITH b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
+	RETURNING 1
+)
+INSERT INTO {schema}.pins AS p (key, owner, expiry)
+SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
+FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, d, n)
+WHERE (SELECT count(*) FROM b) >= 0
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
+
+	// sqlPutNaive is the known-unsafe put, for tests that prove the
+	// torture test sees the race: ON CONFLICT DO NOTHING does not wait on
+	// arbitration's row lock, so its pin can commit beside a deletion.
+	sqlPutNaive = `WITH b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+	ON CONFLICT (key) DO NOTHING
+	RETURNING 1
+)
+INSERT INTO {schema}.pins AS p (key, owner, expiry)
+SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
+FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, d, n)
+WHERE (SELECT count(*) FROM b) >= 0
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
+
+	sqlGet      = `SELECT value FROM {schema}.blobs WHERE key = $1`
+	sqlStat     = `SELECT size FROM {schema}.blobs WHERE key = $1`
+	sqlListPage = `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`
+
+	// sqlPin locks the blob row as a put does, then pins it; 0 rows: the
+	// blob is absent.
+	sqlPin = `WITH b AS (
+	SELECT key FROM {schema}.blobs WHERE key = $1 FOR NO KEY UPDATE
+), p AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT key, $2, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond' FROM b
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
+	RETURNING 1
+)
+SELECT count(*) FROM b`
+
+	// sqlRenewPin extends a live pin only: an expired or absent one stays
+	// so. Liveness is judged at clock_timestamp(), the instant the row is
+	// read, not at now(), the statement's start: a renewal that started
+	// before the pin expired but reached the row after an arbitration had
+	// judged it expired (and deleted the blob) would otherwise resurrect
+	// it. The new expiry runs from now(), the earlier instant.
+	sqlRenewPin = `UPDATE {schema}.pins
+SET expiry = greatest(expiry, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond')
+WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, clock_timestamp())`
+
+	sqlUnpin = `DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2`
+)
+
 type blobs struct {
 	e      *Engine
 	commit *groupcommit.Committer[groupcommit.Put]
-	sql    struct {
-		put, putMany, get, stat, page, del string
+	// naive selects sqlPutNaive (tests only).
+	naive atomic.Bool
+	sql   struct {
+		put, putNaive, get, stat, page, pin, renewPin, unpin string
 	}
 }
 
 func (b *blobs) init(e *Engine) {
 	b.e = e
 	b.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
-	t := e.ident + ".blobs"
-	b.sql.put = "INSERT INTO " + t + " (key, size, value) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
-	b.sql.putMany = "INSERT INTO " + t + " (key, size, value) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[]) ON CONFLICT (key) DO NOTHING"
-	b.sql.get = "SELECT value FROM " + t + " WHERE key = $1"
-	b.sql.stat = "SELECT size FROM " + t + " WHERE key = $1"
-	b.sql.page = "SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key LIMIT $2"
-	b.sql.del = "DELETE FROM " + t + " WHERE key = $1"
+	b.sql.put = e.render(sqlPut)
+	b.sql.putNaive = e.render(sqlPutNaive)
+	b.sql.get = e.render(sqlGet)
+	b.sql.stat = e.render(sqlStat)
+	b.sql.page = e.render(sqlListPage)
+	b.sql.pin = e.render(sqlPin)
+	b.sql.renewPin = e.render(sqlRenewPin)
+	b.sql.unpin = e.render(sqlUnpin)
 }
 
-func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	return b.commit.Put(ctx, groupcommit.Put{Key: key.String(), Value: value})
+	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: p.Value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}})
 }
 
-// flush stores one batch in one statement: one round trip, one commit.
+// flush stores one batch, blobs and pins, in one statement: one round
+// trip, one commit. The batch is sorted and de-duplicated by key (pins by
+// key and owner), so that concurrent batches lock the rows they share in
+// one order; a deadlock or serialization failure that still happens (with
+// another writer of the schema) is retried here, not handed to every
+// caller of the batch.
 func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcommit.Put]) error {
-	if len(batch) == 1 {
-		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].Item.Key, len(batch[0].Item.Value), batch[0].Item.Value)
-		return interpretError(err)
-	}
-	keys := make([]string, len(batch))
-	sizes := make([]int64, len(batch))
-	values := make([][]byte, len(batch))
-	for i, r := range batch {
+	pins := slices.Clone(batch)
+	slices.SortFunc(pins, func(x, y *groupcommit.Request[groupcommit.Put]) int {
+		return cmp.Or(strings.Compare(x.Item.Key, y.Item.Key), strings.Compare(x.Item.Pin.Owner, y.Item.Pin.Owner), -laterPin(x.Item.Pin, y.Item.Pin))
+	})
+	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request[groupcommit.Put]) bool {
+		return x.Item.Key == y.Item.Key && x.Item.Pin.Owner == y.Item.Pin.Owner
+	})
+	// Requests with equal keys carry equal values (the key is their digest).
+	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request[groupcommit.Put]) bool { return x.Item.Key == y.Item.Key })
+
+	keys := make([]string, len(blobRows))
+	sizes := make([]int64, len(blobRows))
+	values := make([][]byte, len(blobRows))
+	for i, r := range blobRows {
 		keys[i], sizes[i], values[i] = r.Item.Key, int64(len(r.Item.Value)), r.Item.Value
 	}
-	_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
-	return interpretError(err)
+	pinKeys := make([]string, len(pins))
+	owners := make([]string, len(pins))
+	ttls := make([]int64, len(pins))
+	nows := make([]pgtype.Timestamptz, len(pins))
+	for i, r := range pins {
+		pinKeys[i], owners[i], ttls[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds()
+		nows[i] = pgtype.Timestamptz{Time: r.Item.Pin.Now, Valid: !r.Item.Pin.Now.IsZero()}
+	}
+	stmt := b.sql.put
+	if b.naive.Load() {
+		stmt = b.sql.putNaive
+	}
+	return retryTransient(ctx, func() error {
+		_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, pinKeys, owners, ttls, nows)
+		return err
+	})
+}
+
+// laterPin compares two pins of one key and owner by the expiry they ask
+// for: positive when x's is later.
+func laterPin(x, y groupcommit.Pin) int {
+	if x.Now.Equal(y.Now) {
+		return cmp.Compare(x.TTL, y.TTL)
+	}
+	return x.Now.Add(x.TTL).Compare(y.Now.Add(y.TTL))
 }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
@@ -123,16 +229,38 @@ func yieldRows(rows pgx.Rows, yield func(blob.Info) bool) error {
 	return rows.Err()
 }
 
-func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
+func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	tag, err := b.e.pool.Exec(ctx, b.sql.del, key.String())
-	if err != nil {
-		return interpretError(err)
-	}
-	if tag.RowsAffected() == 0 {
+	var n int
+	err := retryTransient(ctx, func() error {
+		return b.e.pool.QueryRow(ctx, b.sql.pin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n)
+	})
+	switch {
+	case err != nil:
+		return readError(err)
+	case n == 0:
 		return steaderr.ErrNotFound
 	}
 	return nil
+}
+
+func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
+	if err := b.e.check(ctx); err != nil {
+		return false, err
+	}
+	tag, err := b.e.pool.Exec(ctx, b.sql.renewPin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now))
+	if err != nil {
+		return false, interpretError(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	_, err := b.e.pool.Exec(ctx, b.sql.unpin, p.Key.String(), p.Owner)
+	return interpretError(err)
 }

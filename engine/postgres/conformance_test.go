@@ -7,9 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
 )
 
@@ -45,7 +47,8 @@ func TestConformance(t *testing.T) {
 	t.Run("owner", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			New: func(t *testing.T) engine.Engine { return open(t, pgtest.NewOwned(t), "") },
+			New:      func(t *testing.T) engine.Engine { return open(t, pgtest.NewOwned(t), "") },
+			RefTable: refTable,
 		})
 	})
 }
@@ -61,6 +64,7 @@ func harness(nsDB *pgtest.DB, params string, via func(testing.TB, *pgtest.DB) *p
 		Virgin: func(t *testing.T) engine.Engine {
 			return openVirgin(t, via(t, pgtest.New(t)), params)
 		},
+		RefTable: refTable,
 		Namespace: func(t *testing.T, name string) (engine.Engine, error) {
 			cfg, err := postgres.ParseURL(setSchema(via(t, nsDB).URL, name) + params)
 			if err != nil {
@@ -87,4 +91,27 @@ func setSchema(u, name string) string {
 		return u + "?schema=" + url.QueryEscape(name)
 	}
 	return u + "&schema=" + url.QueryEscape(name)
+}
+
+// refTable creates a reference table in the engine's schema, the names
+// quoted, and returns it as a liveness source with a setter.
+func refTable(t *testing.T, eng engine.Engine, table, column string) (gc.Source, func(blob.Key, bool)) {
+	t.Helper()
+	e := eng.(*postgres.Engine)
+	ident := pgx.Identifier{e.Schema(), table}.Sanitize()
+	col := pgx.Identifier{column}.Sanitize()
+	if _, err := e.Pool().Exec(context.Background(), "CREATE TABLE "+ident+" ("+col+" text NOT NULL)"); err != nil {
+		t.Fatalf("creating reference table: %v", err)
+	}
+	set := func(key blob.Key, referenced bool) {
+		t.Helper()
+		stmt := "DELETE FROM " + ident + " WHERE " + col + " = $1"
+		if referenced {
+			stmt = "INSERT INTO " + ident + " (" + col + ") VALUES ($1)"
+		}
+		if _, err := e.Pool().Exec(context.Background(), stmt, key.String()); err != nil {
+			t.Fatalf("setting a reference: %v", err)
+		}
+	}
+	return gc.Source{Schema: e.Schema(), Table: table, Column: column}, set
 }

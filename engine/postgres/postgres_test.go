@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,12 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(tortureChildEnv) != "" {
+		os.Exit(tortureChild())
+	}
+	pgtest.Main(m)
+}
 
 // open returns a migrated engine in db's schema, with extra URL parameters
 // (each starting with "&") appended.
@@ -192,7 +198,7 @@ func TestStatDoesNotReadValue(t *testing.T) {
 		value[i] = byte(rand.Uint32()) // incompressible
 	}
 	key := blob.KeyOf(value)
-	if err := e.Blobs().Put(ctx, key, value); err != nil {
+	if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	table := pgx.Identifier{db.Schema, "blobs"}.Sanitize()
@@ -418,7 +424,7 @@ func TestGroupCommitCancellation(t *testing.T) {
 				if rand.IntN(3) == 0 {
 					time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
 				}
-				err := e.Blobs().Put(putCtx, key, value)
+				err := e.Blobs().Put(putCtx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})
 				if err != nil && putCtx.Err() == nil {
 					t.Errorf("put failed without being cancelled: %v", err)
 				}

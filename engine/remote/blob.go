@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,10 +17,23 @@ import (
 
 type blobs struct{ e *Engine }
 
-func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
-	_, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+key.String(), &request{body: bytes.NewReader(value)}, nil, nil)
+// Put uploads the value; the server's store pins it under the server's
+// owner and TTL (p.Owner and p.TTL do not cross the wire yet), from p.Now
+// when the server accepts client clocks.
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
+	req := &request{body: bytes.NewReader(p.Value), query: query("now", timeText(p.Now))}
+	_, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+p.Key.String(), req, nil, nil)
 	return err
 }
+
+// errNoPins: the HTTP API has no pin endpoint yet.
+var errNoPins = fmt.Errorf("remote: pins over HTTP: %w", errors.ErrUnsupported)
+
+func (b *blobs) Pin(context.Context, blob.PinParams) error { return errNoPins }
+
+func (b *blobs) RenewPin(context.Context, blob.PinParams) (bool, error) { return false, errNoPins }
+
+func (b *blobs) Unpin(context.Context, blob.UnpinParams) error { return errNoPins }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
 	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs/"+key.String(), nil, nil)
@@ -137,7 +151,7 @@ func expect(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
-	_, err := b.e.do(ctx, http.MethodDelete, "/v1/blobs/"+key.String(), nil, nil, nil)
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
+	_, err := b.e.do(ctx, http.MethodDelete, "/v1/blobs/"+p.Key.String(), &request{query: query("now", timeText(p.Now))}, nil, nil)
 	return err
 }

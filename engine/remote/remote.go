@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
@@ -84,6 +85,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 
 // Blobs returns the engine's blob mechanics.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// GC returns nil: the server's store collects its data.
+func (e *Engine) GC() gc.Engine { return nil }
 
 // Locks returns the engine's lock mechanics.
 func (e *Engine) Locks() lock.Engine { return &e.locks }

@@ -2,10 +2,13 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/groupcommit"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -18,33 +21,48 @@ import (
 type blobs struct {
 	e                    *Engine
 	commit               *groupcommit.Committer[groupcommit.Put]
-	put, del             stmt
+	put, putPin          stmt
 	get, stat, listAfter stmt
+	pin, renewPin, unpin stmt
+	// sources are the Go-function liveness sources, and lease is the
+	// sweep lease: one process uses a database file, so both live in
+	// process.
+	sources gc.FuncSources
+	lease   gc.ProcessLease
 }
 
 func (b *blobs) init(e *Engine) {
 	b.e = e
 	b.commit = groupcommit.New(1, maxBatchPuts, maxBatchBytes, b.flush)
 	b.put = stmt{db: e.writer, query: "INSERT INTO blobs (key, size, value) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING"}
-	b.del = stmt{db: e.writer, query: "DELETE FROM blobs WHERE key = ?"}
+	// ?1 key, ?2 owner, ?3 expiry: a pin's expiry only ever grows.
+	b.putPin = stmt{db: e.writer, query: "INSERT INTO pins (key, owner, expiry) VALUES (?1, ?2, ?3) ON CONFLICT (key, owner) DO UPDATE SET expiry = max(expiry, excluded.expiry)"}
 	b.get = stmt{db: e.reader, query: "SELECT value FROM blobs WHERE key = ?"}
 	b.stat = stmt{db: e.reader, query: "SELECT size FROM blobs WHERE key = ?"}
 	// Every key sorts after '', so one statement serves every cursor.
 	b.listAfter = stmt{db: e.reader, query: "SELECT key, size FROM blobs WHERE key > ? ORDER BY key LIMIT ?"}
+	// A pin of a stored blob only; the single writer orders it with every
+	// put and arbitration.
+	b.pin = stmt{db: e.writer, query: "INSERT INTO pins (key, owner, expiry) SELECT key, ?2, ?3 FROM blobs WHERE key = ?1 ON CONFLICT (key, owner) DO UPDATE SET expiry = max(expiry, excluded.expiry)"}
+	// ?4 now: only a live pin is renewed.
+	b.renewPin = stmt{db: e.writer, query: "UPDATE pins SET expiry = max(expiry, ?3) WHERE key = ?1 AND owner = ?2 AND expiry > ?4"}
+	b.unpin = stmt{db: e.writer, query: "DELETE FROM pins WHERE key = ?1 AND owner = ?2"}
 }
 
 func (b *blobs) close() error {
-	return errors.Join(b.put.close(), b.del.close(), b.get.close(), b.stat.close(), b.listAfter.close())
+	return errors.Join(b.put.close(), b.putPin.close(), b.get.close(), b.stat.close(), b.listAfter.close(),
+		b.pin.close(), b.renewPin.close(), b.unpin.close())
 }
 
-func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	value := p.Value
 	if value == nil {
 		value = []byte{} // nil binds as NULL
 	}
-	return b.commit.Put(ctx, groupcommit.Put{Key: key.String(), Value: value})
+	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}})
 }
 
 // Group commit bounds: the single writer runs one batch at a time.
@@ -53,20 +71,18 @@ const (
 	maxBatchBytes = 4 << 20
 )
 
-// flush stores a batch of puts: alone as one autocommit statement, else in
-// one write transaction.
+// flush stores a batch of puts and their pins in one write transaction.
 func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) error {
 	return interpretError(ctx, b.insert(ctx, group))
 }
 
 func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) (err error) {
-	s, err := b.put.get(ctx)
+	put, err := b.put.get(ctx)
 	if err != nil {
 		return err
 	}
-	if len(group) == 1 {
-		r := group[0]
-		_, err := s.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value)
+	putPin, err := b.putPin.get(ctx)
+	if err != nil {
 		return err
 	}
 	tx, err := b.e.writer.BeginTx(ctx, nil)
@@ -78,13 +94,76 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupco
 			err = errors.Join(err, ignoreDone(tx.Rollback()))
 		}
 	}()
-	ts := tx.StmtContext(ctx, s)
+	tput, tpin := tx.StmtContext(ctx, put), tx.StmtContext(ctx, putPin)
 	for _, r := range group {
-		if _, err := ts.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value); err != nil {
+		if _, err := tput.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value); err != nil {
+			return err
+		}
+		expiry := clock.OrNow(r.Item.Pin.Now).Add(r.Item.Pin.TTL).UnixMicro()
+		if _, err := tpin.ExecContext(ctx, r.Item.Key, r.Item.Pin.Owner, expiry); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
+	n, err := b.exec(ctx, &b.pin, p.Key.String(), p.Owner, clock.OrNow(p.Now).Add(p.TTL).UnixMicro())
+	switch {
+	case errors.Is(err, errNoSchema):
+		return fmt.Errorf("%w (%w)", steaderr.ErrNotFound, err)
+	case err != nil:
+		return err
+	case n == 0:
+		return steaderr.ErrNotFound
+	}
+	return nil
+}
+
+// RenewPin reads the clock once it holds the writer, after any
+// arbitration before it has committed: a renewal judged live on a clock
+// read earlier could resurrect a pin that arbitration found expired.
+func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
+	if err := b.e.check(ctx); err != nil {
+		return false, err
+	}
+	s, err := b.renewPin.get(ctx)
+	if err != nil {
+		return false, interpretError(ctx, err)
+	}
+	var n int64
+	err = b.e.writeTx(ctx, func(tx *sql.Tx) error {
+		now := clock.OrNow(p.Now)
+		res, err := tx.StmtContext(ctx, s).ExecContext(ctx, p.Key.String(), p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n == 1, err
+}
+
+func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
+	_, err := b.exec(ctx, &b.unpin, p.Key.String(), p.Owner)
+	return err
+}
+
+// exec runs a write statement and returns how many rows it changed.
+func (b *blobs) exec(ctx context.Context, s *stmt, args ...any) (int64, error) {
+	if err := b.e.check(ctx); err != nil {
+		return 0, err
+	}
+	p, err := s.get(ctx)
+	if err != nil {
+		return 0, interpretError(ctx, err)
+	}
+	res, err := p.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, interpretError(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	return n, interpretError(ctx, err)
 }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
@@ -154,24 +233,10 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	return interpretError(ctx, rows.Err())
 }
 
-func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
-	if err := b.e.check(ctx); err != nil {
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
+	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
+	if err != nil {
 		return err
 	}
-	s, err := b.del.get(ctx)
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	res, err := s.ExecContext(ctx, key.String())
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	if n == 0 {
-		return steaderr.ErrNotFound
-	}
-	return nil
+	return v.Err()
 }

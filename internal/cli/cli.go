@@ -45,6 +45,8 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"lock":    lockCommand,
 	"records": recordsCommand,
 	"bench":   benchCommand,
+	"gc":      gcCommand,
+	"pins":    pinsCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -33,11 +34,27 @@ type Op string
 // The operations an Injector is asked about, one per engine method that
 // can fail.
 const (
-	BlobPut    Op = "blob.Put"
-	BlobGet    Op = "blob.Get"
-	BlobStat   Op = "blob.Stat"
-	BlobList   Op = "blob.List"
-	BlobDelete Op = "blob.Delete"
+	BlobPut      Op = "blob.Put"
+	BlobGet      Op = "blob.Get"
+	BlobStat     Op = "blob.Stat"
+	BlobList     Op = "blob.List"
+	BlobDelete   Op = "blob.Delete"
+	BlobPin      Op = "blob.Pin"
+	BlobRenewPin Op = "blob.RenewPin"
+	BlobUnpin    Op = "blob.Unpin"
+
+	GCReapPins          Op = "gc.ReapPins"
+	GCStage             Op = "gc.Stage"
+	GCStageUnreferenced Op = "gc.StageUnreferenced"
+	GCTake              Op = "gc.Take"
+	GCArbitrate         Op = "gc.Arbitrate"
+	GCAcquireSweep      Op = "gc.AcquireSweep"
+	GCRegisterSource    Op = "gc.RegisterSource"
+	GCUnregisterSource  Op = "gc.UnregisterSource"
+	GCSources           Op = "gc.Sources"
+	GCExplain           Op = "gc.Explain"
+	GCPins              Op = "gc.Pins"
+	GCWindow            Op = "gc.Window"
 
 	LockAcquire       Op = "lock.Acquire"
 	LockRenew         Op = "lock.Renew"
@@ -173,6 +190,7 @@ type Engine struct {
 	blobs   blobs
 	locks   locks
 	records records
+	gc      gcEngine
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -183,6 +201,7 @@ func New(inner engine.Engine, inj Injector) *Engine {
 	e.blobs = blobs{inner.Blobs(), inj}
 	e.locks = locks{inner.Locks(), inj}
 	e.records = records{inner.Records(), inj}
+	e.gc = gcEngine{inner.GC(), inj}
 	return e
 }
 
@@ -194,6 +213,9 @@ func (e *Engine) Locks() lock.Engine { return &e.locks }
 
 // Records implements engine.Engine.
 func (e *Engine) Records() record.Engine { return &e.records }
+
+// GC implements engine.Engine.
+func (e *Engine) GC() gc.Engine { return &e.gc }
 
 // Migrate implements engine.Engine.
 func (e *Engine) Migrate(ctx context.Context) error {
@@ -222,11 +244,11 @@ type blobs struct {
 	inj   Injector
 }
 
-func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.inj.Inject(BlobPut); err != nil {
 		return err
 	}
-	return b.inner.Put(ctx, key, value)
+	return b.inner.Put(ctx, p)
 }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
@@ -250,11 +272,122 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	return b.inner.List(ctx, after, limit, yield)
 }
 
-func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 	if err := b.inj.Inject(BlobDelete); err != nil {
 		return err
 	}
-	return b.inner.Delete(ctx, key)
+	return b.inner.Delete(ctx, p)
+}
+
+func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
+	if err := b.inj.Inject(BlobPin); err != nil {
+		return err
+	}
+	return b.inner.Pin(ctx, p)
+}
+
+func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
+	if err := b.inj.Inject(BlobRenewPin); err != nil {
+		return false, err
+	}
+	return b.inner.RenewPin(ctx, p)
+}
+
+func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
+	if err := b.inj.Inject(BlobUnpin); err != nil {
+		return err
+	}
+	return b.inner.Unpin(ctx, p)
+}
+
+type gcEngine struct {
+	inner gc.Engine
+	inj   Injector
+}
+
+func (g *gcEngine) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
+	if err := g.inj.Inject(GCReapPins); err != nil {
+		return 0, err
+	}
+	return g.inner.ReapPins(ctx, p)
+}
+
+func (g *gcEngine) Stage(ctx context.Context, key blob.Key, visibleAfter time.Time) error {
+	if err := g.inj.Inject(GCStage); err != nil {
+		return err
+	}
+	return g.inner.Stage(ctx, key, visibleAfter)
+}
+
+func (g *gcEngine) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64, error) {
+	if err := g.inj.Inject(GCStageUnreferenced); err != nil {
+		return 0, err
+	}
+	return g.inner.StageUnreferenced(ctx, p)
+}
+
+func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
+	if err := g.inj.Inject(GCTake); err != nil {
+		return nil, err
+	}
+	return g.inner.Take(ctx, p)
+}
+
+func (g *gcEngine) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
+	if err := g.inj.Inject(GCArbitrate); err != nil {
+		var zero gc.Verdict
+		return zero, err
+	}
+	return g.inner.Arbitrate(ctx, p)
+}
+
+func (g *gcEngine) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool, error) {
+	if err := g.inj.Inject(GCAcquireSweep); err != nil {
+		return nil, false, err
+	}
+	return g.inner.AcquireSweep(ctx, holder)
+}
+
+func (g *gcEngine) RegisterSource(ctx context.Context, src gc.Source) error {
+	if err := g.inj.Inject(GCRegisterSource); err != nil {
+		return err
+	}
+	return g.inner.RegisterSource(ctx, src)
+}
+
+func (g *gcEngine) UnregisterSource(ctx context.Context, src gc.Source) error {
+	if err := g.inj.Inject(GCUnregisterSource); err != nil {
+		return err
+	}
+	return g.inner.UnregisterSource(ctx, src)
+}
+
+func (g *gcEngine) Sources(ctx context.Context) ([]gc.Source, error) {
+	if err := g.inj.Inject(GCSources); err != nil {
+		return nil, err
+	}
+	return g.inner.Sources(ctx)
+}
+
+func (g *gcEngine) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Explanation, error) {
+	if err := g.inj.Inject(GCExplain); err != nil {
+		return gc.Explanation{}, err
+	}
+	return g.inner.Explain(ctx, key, now)
+}
+
+func (g *gcEngine) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error {
+	if err := g.inj.Inject(GCPins); err != nil {
+		return err
+	}
+	return g.inner.Pins(ctx, yield)
+}
+
+func (g *gcEngine) Window(ctx context.Context, yield func(gc.Candidate) bool) error {
+	if err := g.inj.Inject(GCWindow); err != nil {
+		return err
+	}
+	return g.inner.Window(ctx, yield)
 }
 
 type locks struct {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Item is one write: Size is what it counts against a batch's byte bound,
@@ -17,11 +18,21 @@ type Item interface {
 	BatchKey() string
 }
 
-// Put is a blob put: Value stored under Key. Puts of one key may share a
-// batch: a content-addressed value stored twice is stored once.
+// Put is a blob put: Value stored under Key, pinned by Pin in the same
+// commit. Puts of one key may share a batch: a content-addressed value
+// stored twice is stored once.
 type Put struct {
 	Key   string
 	Value []byte
+	Pin   Pin
+}
+
+// Pin is the pin a put takes on its key in the commit that stores it:
+// Owner's pin, expiring TTL after Now (zero Now: the engine's clock).
+type Pin struct {
+	Owner string
+	TTL   time.Duration
+	Now   time.Time
 }
 
 // Size implements Item.

@@ -1,0 +1,6 @@
+WITH pause AS (SELECT pg_sleep($3::float8))
+DELETE FROM "St""ead. sch;ema-ñ".blobs b WHERE key = $1
+AND EXISTS (SELECT FROM pause)
+AND NOT EXISTS (SELECT 1 FROM "St""ead. sch;ema-ñ".pins p WHERE p.key = b.key AND p.expiry > coalesce($2::timestamptz, now()))
+AND NOT EXISTS (SELECT 1 FROM "St""ead. sch;ema-ñ".gc_references($1))
+RETURNING size

@@ -1,0 +1,1 @@
+SELECT coalesce($1::timestamptz, now())

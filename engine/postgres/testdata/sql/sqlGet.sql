@@ -1,0 +1,1 @@
+SELECT value FROM "St""ead. sch;ema-ñ".blobs WHERE key = $1

@@ -1,0 +1,1 @@
+DELETE FROM "St""ead. sch;ema-ñ".pins WHERE key = $1 AND owner = $2

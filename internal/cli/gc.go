@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+)
+
+// gcCommand runs one garbage-collection sweep and prints its report;
+// "gc explain KEY" says why a blob is kept or not.
+func gcCommand(e *env) *cobra.Command {
+	var dryRun bool
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Collect unreferenced blobs (also: explain KEY)",
+		Long: `Run one garbage-collection sweep: reap expired pins, delete the window's
+overdue candidates that nothing pins or references, and stage the blobs
+now unreferenced. Another sweep running is reported, not an error. See
+docs/guides/gc.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			return e.withStore(ctx, func(st *stead.Store) error {
+				opts := gc.SweepOptions{DryRun: dryRun}
+				if bar := progress(e.stderr); bar != nil {
+					opts.Progress = func(r gc.Report) {
+						bar.Describe(fmt.Sprintf("reaped %d, taken %d, deleted %d, rescued %d, staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged))
+						_ = bar.Set64(r.Taken)
+					}
+					defer func() { _ = bar.Finish(); fmt.Fprintln(e.stderr) }()
+				}
+				rep, err := st.GC.Sweep(ctx, opts)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, rep)
+				return nil
+			}, stead.WithGCGrace(grace))
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing; report what a sweep would do")
+	cmd.Flags().DurationVar(&grace, "grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "explain KEY",
+		Short: "Say why a blob is kept or not: its pins, sources and window deadline",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := parseKey(args[0])
+			if err != nil {
+				return err
+			}
+			return e.withStore(cmd.Context(), func(st *stead.Store) error { return gcExplain(cmd.Context(), e, st, key) })
+		},
+	})
+	return cmd
+}
+
+// progress returns a spinner on w when w is a terminal, else nil.
+func progress(w io.Writer) *progressbar.ProgressBar {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return progressbar.NewOptions64(-1,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSpinnerType(14),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond))
+}
+
+func gcExplain(ctx context.Context, e *env, st *stead.Store, key blob.Key) error {
+	x, err := st.GC.Explain(ctx, key)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "key\t%s\n", key)
+	if x.Stored {
+		fmt.Fprintf(w, "stored\t%d bytes\n", x.Size)
+	} else {
+		fmt.Fprintf(w, "stored\tno\n")
+	}
+	for _, p := range x.Pins {
+		state := "live"
+		if !p.Expiry.After(x.Now) {
+			state = "expired"
+		}
+		fmt.Fprintf(w, "pin\t%s until %s (%s)\n", p.Owner, p.Expiry.UTC().Format(time.RFC3339Nano), state)
+	}
+	for _, s := range x.Sources {
+		fmt.Fprintf(w, "referenced by\t%s\n", s)
+	}
+	if x.Staged {
+		fmt.Fprintf(w, "window\tdeletable from %s\n", x.VisibleAfter.UTC().Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(w, "verdict\t%s\n", x.Verdict())
+	return w.Flush()
+}
+
+// pinsCommand lists pins and the delete window.
+func pinsCommand(e *env) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "pins",
+		Short: "List live pins and the delete window",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return e.withStore(cmd.Context(), func(st *stead.Store) error { return listPins(cmd.Context(), e, st, all) })
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "list expired pins too")
+	return cmd
+}
+
+func listPins(ctx context.Context, e *env, st *stead.Store, all bool) error {
+	now := time.Now()
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KEY\tOWNER\tEXPIRES")
+	err := st.GC.Pins(ctx, func(p gc.PinInfo) bool {
+		if all || p.Expiry.After(now) {
+			fmt.Fprintf(w, "%s\t%s\t%s\n", p.Key, p.Owner, p.Expiry.UTC().Format(time.RFC3339Nano))
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nWINDOW\tDELETABLE FROM\t")
+	err = st.GC.Window(ctx, func(c gc.Candidate) bool {
+		fmt.Fprintf(w, "%s\t%s\t\n", c.Key, c.VisibleAfter.UTC().Format(time.RFC3339Nano))
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return w.Flush()
+}
