@@ -41,8 +41,9 @@ func overlapWindows(n, w int) [][]int {
 }
 
 // Writers put overlapping key sets at once: every put succeeds and every
-// value reads back whole; then they delete overlapping sets at once: each
-// key is deleted exactly once, the other attempt finding it gone.
+// value reads back whole; then, their pins expired, they delete
+// overlapping sets at once: each key is deleted exactly once, the other
+// attempt finding it gone.
 func overlapBlobWriters(t *testing.T, h Harness) {
 	const workers, width = 6, 8
 	b := setup(t, h)
@@ -68,6 +69,7 @@ func overlapBlobWriters(t *testing.T, h Harness) {
 		t.Fatalf("%d blobs after overlapping puts, want %d", n, total)
 	}
 
+	b.expirePins()
 	deleted := make([]int, total)
 	var mu sync.Mutex
 	for _, win := range windows {
