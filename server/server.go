@@ -209,6 +209,9 @@ func (s *Server) table() []route {
 		{"PUT /v1/blobs/{key}", false, s.putBlob},
 		{"GET /v1/blobs/{key}", false, s.getBlob}, // GET also serves HEAD
 		{"DELETE /v1/blobs/{key}", false, s.deleteBlob},
+		{"POST /v1/blobs/{key}/pins", false, s.pinBlob},
+		{"PUT /v1/blobs/{key}/pins/{owner}", false, s.renewPin},
+		{"DELETE /v1/blobs/{key}/pins/{owner}", false, s.unpinBlob},
 
 		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},
 		{"POST /v1/locks/{name}/renew", false, s.renewLock},
