@@ -85,12 +85,21 @@ func wirePin(p gc.PinInfo, now time.Time) wire.Pin {
 	return wire.Pin{Key: p.Key.String(), Owner: p.Owner, Expiry: p.Expiry, Live: p.Expiry.After(now)}
 }
 
-// explain says why a blob is kept or not: GET /v1/gc/explain/{key}.
+// explain says why a blob is kept or not: GET /v1/gc/explain/{key},
+// judged at the query's now when the server allows client clocks.
 func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	key, err := blob.ParseKey(r.PathValue("key"))
-	var x gc.Explanation
+	var now time.Time
 	if err == nil {
+		now, err = s.queryNow(r)
+	}
+	var x gc.Explanation
+	switch {
+	case err != nil:
+	case now.IsZero():
 		x, err = s.gc.Explain(r.Context(), key)
+	default:
+		x, err = s.eng.GC().Explain(r.Context(), key, now.Truncate(time.Microsecond))
 	}
 	if err != nil {
 		s.fail(w, r, err)

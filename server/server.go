@@ -111,6 +111,7 @@ type Server struct {
 	locks   *lock.Store
 	records *record.Store
 	gc      *gc.Collector
+	leases  leaseTable // sweep leases clients hold
 	opts    Options
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -225,6 +226,14 @@ func (s *Server) table() []route {
 		{"PUT /v1/gc/sources", false, s.registerSource},
 		{"DELETE /v1/gc/sources", false, s.unregisterSource},
 		{"GET /v1/pins", false, s.listPins},
+		{"POST /v1/gc/reap", false, s.reapPins},
+		{"PUT /v1/gc/window/{key}", false, s.stageKey},
+		{"POST /v1/gc/stage", false, s.stageUnreferenced},
+		{"POST /v1/gc/take", false, s.takeCandidates},
+		{"POST /v1/gc/arbitrate/{key}", false, s.arbitrate},
+		{"POST /v1/gc/lease", false, s.acquireLease},
+		{"PUT /v1/gc/lease/{id}", false, s.renewLease},
+		{"DELETE /v1/gc/lease/{id}", false, s.releaseLease},
 
 		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},
 		{"POST /v1/locks/{name}/renew", false, s.renewLock},

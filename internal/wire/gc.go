@@ -71,3 +71,37 @@ type Sources struct {
 	Sources []Source `json:"sources"`
 	Funcs   []string `json:"funcs,omitempty"`
 }
+
+// GCStep is the body of the garbage-collection mechanics a remote engine
+// drives (reap, stage, take, arbitrate): the members each step uses.
+type GCStep struct {
+	Now          time.Time `json:"now,omitzero"`
+	DryRun       bool      `json:"dry_run,omitempty"`
+	Grace        Duration  `json:"grace,omitempty"`
+	Limit        int       `json:"limit,omitempty"`
+	VisibleAfter time.Time `json:"visible_after,omitzero"`
+}
+
+// GCCount answers a step that counts: pins reaped, blobs staged.
+type GCCount struct {
+	Count int64 `json:"count"`
+}
+
+// GCKeys answers a take: the candidates taken, in key order.
+type GCKeys struct {
+	Keys []string `json:"keys"`
+}
+
+// Verdict answers an arbitration: deleted, protected, busy or absent,
+// and the deleted blob's size.
+type Verdict struct {
+	Outcome string `json:"outcome"`
+	Size    int64  `json:"size,omitempty"`
+}
+
+// SweepLease is the body and answer of POST /v1/gc/lease.
+type SweepLease struct {
+	Holder   string `json:"holder,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Acquired bool   `json:"acquired"`
+}
