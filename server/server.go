@@ -116,12 +116,12 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics
-	// gcMetrics count the sweeps run through the API.
+	gather  prometheus.Gatherer
+	token   [sha256.Size]byte
+	uploads chan struct{}
+	drain   drainSet
+
 	gcMetrics *gcMetrics
-	gather    prometheus.Gatherer
-	token     [sha256.Size]byte
-	uploads   chan struct{}
-	drain     drainSet
 }
 
 // New returns a Server for st. st stays the caller's to close.
