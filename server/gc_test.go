@@ -130,11 +130,25 @@ func TestGCOverHTTP(t *testing.T) {
 		{"POST", "/v1/gc/sweep", `{"unknown":1}`, "bad_request"},
 		{"PUT", "/v1/gc/sources", `{"schema":"public","table":"t","column":"k"}`, "invalid_argument"},
 		{"PUT", "/v1/gc/sources", `{"name":"func"}`, "invalid_argument"},
+		{"POST", "/v1/gc/take", `{"limit":-1}`, "invalid_argument"},
+		{"POST", "/v1/gc/stage", `{"grace":"-1s"}`, "invalid_argument"},
+		{"POST", "/v1/gc/reap", `{"now":"2030-01-01T00:00:00Z"}`, "bad_request"}, // no client clocks here
+		{"PUT", "/v1/gc/window/" + key, `{}`, "bad_request"},
+		{"POST", "/v1/gc/arbitrate/sha256:00", `{}`, "invalid_key"},
+		{"POST", "/v1/gc/lease", `{"holder":""}`, "invalid_name"},
+		{"POST", "/v1/gc/lease", `{"holder":"a\u0000b"}`, "invalid_name"},
+		{"GET", "/v1/gc/explain/" + key + "?now=2030-01-01T00:00:00Z", "", "bad_request"},
 	} {
 		a := do(t, bad.method, srv.URL+bad.path, bad.body, nil)
 		if a.status != 400 || a.errCode(t) != bad.code {
 			t.Errorf("%s %s %s: %d %s, want 400 %s", bad.method, bad.path, bad.body, a.status, a.body, bad.code)
 		}
+	}
+	if a := do(t, "PUT", srv.URL+"/v1/gc/lease/nosuchlease", "", nil); a.status != 404 || a.errCode(t) != "not_found" {
+		t.Errorf("renewing an unknown sweep lease: %d %s, want 404 not_found", a.status, a.body)
+	}
+	if a := do(t, "DELETE", srv.URL+"/v1/gc/lease/nosuchlease", "", nil); a.status != 204 {
+		t.Errorf("releasing an unknown sweep lease: %d %s, want 204", a.status, a.body)
 	}
 	if a := do(t, "PUT", srv.URL+"/v1/gc/sources", `{"name":"func"}`, nil); !strings.Contains(a.body, "Go-function") {
 		t.Errorf("a Go-function source over HTTP: %s, want an error naming it", a.body)
