@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // run runs the CLI in process and returns its exit code and output.
@@ -137,5 +138,32 @@ func TestUsageHidesSecrets(t *testing.T) {
 	}
 	if got := redacted("mem://"); got != "mem://" {
 		t.Errorf("redacted(mem://) = %q", got)
+	}
+}
+
+// TestErrorsHideSecrets runs commands against store URLs that fail to open
+// or parse and checks no printed error carries the password or token.
+func TestErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	dbs := []string{
+		"postgres://u:SECRETPW%ZZ@127.0.0.1/x",
+		"postgres://u:SECRETPW@[::1/x",
+		"postgres://u@127.0.0.1:1/x?password=SECRETPW%ZZ",
+		"host=127.0.0.1 port=1 password=SECRETPW",
+		"http://127.0.0.1:1?token=SECRETPW",
+		"http://u:SECRETPW@127.0.0.1:1",
+	}
+	for _, db := range dbs {
+		for _, args := range [][]string{{"stat", "k"}, {"doctor"}, {"migrate", "status"}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			code, stdout, stderr := run(t, ctx, append([]string{"--db", db}, args...)...)
+			cancel()
+			if code == 0 {
+				t.Errorf("stead --db %q %v succeeded", db, args)
+			}
+			if out := stdout + stderr; strings.Contains(out, "SECRETPW") {
+				t.Errorf("stead --db %q %v printed the secret: %q", db, args, out)
+			}
+		}
 	}
 }
