@@ -189,6 +189,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // startDrain cuts off, within drainStall, every upload that stops
 // sending.
 func (s *Server) startDrain() {
+	s.stop()
 	s.drain.mu.Lock()
 	defer s.drain.mu.Unlock()
 	s.drain.draining = true

@@ -275,3 +275,57 @@ func TestLongPollOutlivesRequestTimeout(t *testing.T) {
 		t.Fatalf("lock wait past the request timeout = %d %s", resp.StatusCode, b)
 	}
 }
+
+// metricsSay polls /metrics until it holds line.
+func metricsSay(t *testing.T, addr, line string) {
+	t.Helper()
+	poll.Until(t, line, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(b), line+"\n")
+	})
+}
+
+// TestShutdownEndsStalledJSONAndWaits: at shutdown a stalled record save
+// and a stalled lock request are cut off with 408, and a long poll and a
+// lock wait answer their "not yet" at once; Serve returns nil instead of
+// running out its grace.
+func TestShutdownEndsStalledJSONAndWaits(t *testing.T) {
+	t.Parallel()
+	addr, shutdown := serveReal(t, server.Options{ShutdownGrace: 20 * time.Second, BodyGrace: 5 * time.Minute, RequestTimeout: time.Minute})
+	holder := dial(t, addr)
+	post := func(c net.Conn, path, body string) {
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+	}
+	post(holder, "/v1/locks/l/acquire", `{"owner":"a","ttl":"1m0s"}`)
+	if status, body := readAnswer(t, holder); status != http.StatusOK {
+		t.Fatalf("acquire = %d %s", status, body)
+	}
+	record := dial(t, addr)
+	fmt.Fprintf(record, "PUT /v1/records/r HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	lockBody := dial(t, addr)
+	fmt.Fprintf(lockBody, "POST /v1/locks/m/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"owner\":")
+	longPoll := dial(t, addr)
+	fmt.Fprintf(longPoll, "GET /v1/groups/g/wait?timeout=60s HTTP/1.1\r\nHost: x\r\n\r\n")
+	lockWait := dial(t, addr)
+	post(lockWait, "/v1/locks/l/acquire", `{"owner":"b","ttl":"1m0s","wait":"1m0s"}`)
+	metricsSay(t, addr, "stead_http_requests_in_flight 5") // the four and /metrics
+	if err := shutdown(); err != nil {
+		t.Fatalf("Serve: %v, want nil: nothing in flight should hold shutdown", err)
+	}
+	for name, c := range map[string]net.Conn{"stalled record save": record, "stalled lock body": lockBody} {
+		if status, body := readAnswer(t, c); status != http.StatusRequestTimeout {
+			t.Errorf("%s = %d %s, want 408", name, status, body)
+		}
+	}
+	if status, body := readAnswer(t, longPoll); status != http.StatusOK || body != `{"claimable":false}`+"\n" {
+		t.Errorf("long poll = %d %s, want 200 claimable false", status, body)
+	}
+	if status, body := readAnswer(t, lockWait); status != http.StatusConflict || !strings.Contains(body, `"code":"held"`) {
+		t.Errorf("lock wait = %d %s, want 409 held", status, body)
+	}
+}

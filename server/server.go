@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -117,6 +116,9 @@ type Server struct {
 	token   [sha256.Size]byte
 	uploads chan struct{}
 	drain   drainSet
+	// stopping ends when the server starts shutting down, ending waits.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // New returns a Server for st. st stays the caller's to close.
@@ -170,6 +172,7 @@ func New(st *stead.Store, opts Options) *Server {
 	if pg, ok := eng.(*postgres.Engine); ok {
 		registerPool(opts.Registerer, pg)
 	}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.blobEng = &putSpy{Engine: eng.Blobs(), m: s.metrics}
 	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads})
 	s.token = sha256.Sum256([]byte(opts.Token))
@@ -252,7 +255,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern == "" {
 		pattern = "unmatched"
 	}
+	s.metrics.inFlight.Inc()
 	defer func() {
+		s.metrics.inFlight.Dec()
 		s.metrics.observe(pattern, rw.status, time.Since(start))
 	}()
 	s.mux.ServeHTTP(rw, r)
@@ -344,6 +349,16 @@ func (s *Server) wait(w http.ResponseWriter, d time.Duration) {
 	deadline := time.Now().Add(d + s.opts.RequestTimeout)
 	_ = rc.SetReadDeadline(deadline)
 	_ = rc.SetWriteDeadline(deadline)
+}
+
+// waitContext is the context of a wait of up to d in r: it ends at d, with
+// r, or when the server starts shutting down, so that a wait answers its
+// "not yet" at once instead of holding shutdown. The wait ran out (rather
+// than the request ending) when ctx.Err() != nil and r.Context().Err() == nil.
+func (s *Server) waitContext(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	stop := context.AfterFunc(s.stopping, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -538,12 +553,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // readJSON decodes a request body of at most maxJSONBody bytes into v,
 // refusing unknown fields and trailing data.
-func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	return readJSONLimit(w, r, v, maxJSONBody)
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.readJSONLimit(w, r, v, maxJSONBody)
 }
 
-func readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
-	dec := json.NewDecoder(bodyErrors{http.MaxBytesReader(w, r.Body, limit)})
+// readJSONLimit is readJSON with a limit. The body is read like an
+// upload's: at MinBodyRate after BodyGrace, and cut off when it stalls
+// during shutdown.
+func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	body := s.newBodyReader(w, r)
+	defer body.done()
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	body.r = r.Body
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var body *bodyError
@@ -564,17 +586,6 @@ type bodyError struct{ err error }
 
 func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
-
-// bodyErrors marks the errors of reading r, but io.EOF, as bodyErrors.
-type bodyErrors struct{ r io.Reader }
-
-func (b bodyErrors) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = &bodyError{err}
-	}
-	return n, err
-}
 
 // badRequest is a request the server could not parse.
 type badRequest struct{ msg string }
