@@ -329,3 +329,18 @@ func TestShutdownEndsStalledJSONAndWaits(t *testing.T) {
 		t.Errorf("lock wait = %d %s, want 409 held", status, body)
 	}
 }
+
+// TestSlowRecordSave: a record save whose body stalls is cut off at the
+// minimum body rate, like an upload, so it cannot hold an upload slot for
+// the whole request timeout.
+func TestSlowRecordSave(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{BodyGrace: 200 * time.Millisecond, MinBodyRate: 1000, MaxUploads: 1, RequestTimeout: 5 * time.Minute})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "PUT /v1/records/slot HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	status, body := readAnswer(t, c)
+	if status != http.StatusRequestTimeout || !strings.Contains(body, `"code":"timeout"`) {
+		t.Fatalf("stalled record save = %d %s, want 408 timeout", status, body)
+	}
+	metricsSay(t, addr, "stead_http_uploads_in_progress 0")
+}
