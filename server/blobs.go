@@ -178,6 +178,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	}
 	b.s.drain.mu.Unlock()
 	_ = b.rc.SetReadDeadline(deadline)
+	// The answer gets RequestTimeout after the body, however long the
+	// body took.
+	_ = b.rc.SetWriteDeadline(deadline.Add(b.s.opts.RequestTimeout))
 	n, err := b.r.Read(p)
 	b.n += int64(n)
 	if err != nil && err != io.EOF {

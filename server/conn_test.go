@@ -344,3 +344,40 @@ func TestSlowRecordSave(t *testing.T) {
 	}
 	metricsSay(t, addr, "stead_http_uploads_in_progress 0")
 }
+
+// pacedReader yields n bytes, chunk at a time, one chunk every "every".
+type pacedReader struct {
+	n, chunk int
+	every    time.Duration
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if p.n == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(p.every)
+	k := min(p.chunk, p.n, len(b))
+	for i := range k {
+		b[i] = 'a'
+	}
+	p.n -= k
+	return k, nil
+}
+
+// TestUploadLongerThanRequestTimeout: an upload that keeps above the
+// minimum rate but lasts longer than the request timeout gets its answer.
+func TestUploadLongerThanRequestTimeout(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{RequestTimeout: time.Second, BodyGrace: time.Second, MinBodyRate: 1024})
+	body := &pacedReader{n: 8 << 10, chunk: 2 << 10, every: 500 * time.Millisecond} // 4 KiB/s for 2s
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/blobs", body)
+	req.ContentLength = 8 << 10
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("upload: %v, want 201", err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload = %d %s, want 201", resp.StatusCode, b)
+	}
+}

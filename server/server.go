@@ -48,16 +48,17 @@ type Options struct {
 	// MaxUploads caps the blob uploads in progress at once; one more is
 	// refused with 503 busy and Retry-After. Defaults to 64.
 	MaxUploads int
-	// MinBodyRate is the slowest an upload body may arrive, in bytes per
-	// second, after BodyGrace; a slower one is cut off with 408 timeout.
+	// MinBodyRate is the slowest a request body (an upload or JSON) may
+	// arrive, in bytes per second, after BodyGrace; a slower one is cut
+	// off with 408 timeout.
 	// Defaults to 16 KiB/s.
 	MinBodyRate int64
-	// BodyGrace is how long an upload may take before MinBodyRate
+	// BodyGrace is how long a request body may take before MinBodyRate
 	// applies. Defaults to 10s.
 	BodyGrace time.Duration
-	// RequestTimeout bounds reading a JSON request and writing any
-	// response that is not a stream, and the stall of any single write of
-	// a stream. Defaults to 30s.
+	// RequestTimeout bounds writing any response that is not a stream,
+	// counted from the end of the request body, and the stall of any
+	// single write of a stream. Defaults to 30s.
 	RequestTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Defaults
 	// to 30s.
