@@ -144,6 +144,7 @@ func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
 type bodyReader struct {
 	s     *Server
 	r     io.Reader
+	w     http.ResponseWriter
 	rc    *http.ResponseController
 	start time.Time
 	n     int64
@@ -154,7 +155,7 @@ type bodyReader struct {
 const drainStall = time.Second
 
 func (s *Server) newBodyReader(w http.ResponseWriter, r *http.Request) *bodyReader {
-	b := &bodyReader{s: s, r: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+	b := &bodyReader{s: s, r: r.Body, w: w, rc: http.NewResponseController(w), start: time.Now()}
 	s.drain.mu.Lock()
 	if s.drain.active == nil {
 		s.drain.active = make(map[*bodyReader]struct{})
@@ -181,7 +182,10 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	// The answer gets RequestTimeout after the body, however long the
 	// body took.
 	_ = b.rc.SetWriteDeadline(deadline.Add(b.s.opts.RequestTimeout))
+	// The database deadline runs from the body's end, not while reading.
+	moreDBTime(b.w, -1)
 	n, err := b.r.Read(p)
+	moreDBTime(b.w, b.s.dbTimeout())
 	b.n += int64(n)
 	if err != nil && err != io.EOF {
 		err = &bodyError{err}

@@ -369,7 +369,7 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 func TestUploadLongerThanRequestTimeout(t *testing.T) {
 	t.Parallel()
 	addr, _ := serveReal(t, server.Options{RequestTimeout: time.Second, BodyGrace: time.Second, MinBodyRate: 1024})
-	body := &pacedReader{n: 8 << 10, chunk: 2 << 10, every: 500 * time.Millisecond} // 4 KiB/s for 2s
+	body := &pacedReader{n: 8 << 10, chunk: 2 << 10, every: 700 * time.Millisecond} // about 3 KiB/s for 2.8s, each wait longer than the database deadline
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/blobs", body)
 	req.ContentLength = 8 << 10
 	resp, err := http.DefaultClient.Do(req)

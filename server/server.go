@@ -58,7 +58,9 @@ type Options struct {
 	BodyGrace time.Duration
 	// RequestTimeout bounds writing any response that is not a stream,
 	// counted from the end of the request body, and the stall of any
-	// single write of a stream. Defaults to 30s.
+	// single write of a stream. A request's database work gets half of
+	// it (after its body, besides any wait it asks for); a database that
+	// does not answer in time gets 503 unavailable. Defaults to 30s.
 	RequestTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Defaults
 	// to 30s.
@@ -256,6 +258,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern == "" {
 		pattern = "unmatched"
 	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	rw.dbTimer = time.AfterFunc(s.dbTimeout(), func() { cancel(errDatabaseTimeout) })
+	defer rw.dbTimer.Stop()
+	r = r.WithContext(ctx)
 	s.metrics.inFlight.Inc()
 	defer func() {
 		s.metrics.inFlight.Dec()
@@ -273,6 +280,29 @@ type responseWriter struct {
 	swallow     bool // the plain-text body being replaced
 	n           int64
 	stall       time.Duration // when set, each write must finish within it
+	dbTimer     *time.Timer   // ends the request's context with errDatabaseTimeout
+}
+
+// errDatabaseTimeout ends a request's context when its database work
+// outlasts dbTimeout.
+var errDatabaseTimeout = errors.New("database did not answer in time")
+
+// dbTimeout is how long a request's database work may take: half the
+// request timeout, so that its 503 is written before the write deadline.
+func (s *Server) dbTimeout() time.Duration { return s.opts.RequestTimeout / 2 }
+
+// moreDBTime restarts w's database deadline at d from now; d < 0 removes
+// it.
+func moreDBTime(w http.ResponseWriter, d time.Duration) {
+	rw, ok := w.(*responseWriter)
+	if !ok || rw.dbTimer == nil {
+		return
+	}
+	if d < 0 {
+		rw.dbTimer.Stop()
+		return
+	}
+	rw.dbTimer.Reset(d)
 }
 
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -334,6 +364,7 @@ func (w *responseWriter) Flush() {
 // reads on in the background to notice a client leaving, and a deadline
 // there would cancel the request mid-stream.
 func (s *Server) stream(w http.ResponseWriter) {
+	moreDBTime(w, -1)
 	if rw, ok := w.(*responseWriter); ok {
 		rw.stall = s.opts.RequestTimeout
 		rc := http.NewResponseController(rw.ResponseWriter)
@@ -350,6 +381,7 @@ func (s *Server) wait(w http.ResponseWriter, d time.Duration) {
 	deadline := time.Now().Add(d + s.opts.RequestTimeout)
 	_ = rc.SetReadDeadline(deadline)
 	_ = rc.SetWriteDeadline(deadline)
+	moreDBTime(w, d+s.dbTimeout())
 }
 
 // waitContext is the context of a wait of up to d in r: it ends at d, with
@@ -395,11 +427,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // readyz answers 200 when the database answers and its schema is the one
 // this binary knows, 503 otherwise.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeoutCause(r.Context(), min(2*time.Second, s.dbTimeout()), errDatabaseTimeout)
 	defer cancel()
 	current, latest, err := s.eng.SchemaVersion(ctx)
 	if err != nil {
-		s.writeStoreError(w, r, err)
+		s.writeStoreError(w, r.WithContext(ctx), err)
 		return
 	}
 	if current != latest {
@@ -458,6 +490,11 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		return
 	}
 	switch {
+	case errors.Is(context.Cause(r.Context()), errDatabaseTimeout):
+		s.log.Warn("stead: database did not answer in time", "route", r.Pattern, "err", err)
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "database did not answer in time")
+		return
 	case r.Context().Err() != nil:
 		// The client is gone; whatever we write is lost.
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
