@@ -194,3 +194,22 @@ func TestDatabaseHangs(t *testing.T) {
 		}
 	}
 }
+
+// TestNotFoundHidesDriverText: a missing record or blob over PostgreSQL
+// answers 404 without the driver's words.
+func TestNotFoundHidesDriverText(t *testing.T) {
+	t.Parallel()
+	st, err := stead.Open(context.Background(), pgtest.New(t).StoreURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	t.Cleanup(srv.Close)
+	for _, path := range []string{"/v1/records/x", "/v1/groups/g"} {
+		a := do(t, "GET", srv.URL+path, "", nil)
+		if a.status != 404 || strings.Contains(a.body, "rows") {
+			t.Errorf("GET %s = %d %s, want 404 without driver text", path, a.status, a.body)
+		}
+	}
+}

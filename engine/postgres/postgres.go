@@ -389,7 +389,8 @@ func interval(d time.Duration) pgtype.Interval {
 var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
 
 // interpretError maps driver errors to stead's sentinels, keeping the
-// driver's error in the chain.
+// driver's error in the chain, but for pgx.ErrNoRows, which becomes
+// steaderr.ErrNotFound alone.
 func interpretError(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
@@ -398,7 +399,7 @@ func interpretError(err error) error {
 	case errors.Is(err, steaderr.ErrNotFound), errors.Is(err, steaderr.ErrClosed), errors.Is(err, steaderr.ErrSchema):
 		return err // already interpreted
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, err)
+		return steaderr.ErrNotFound // the driver's words are no use to a caller
 	case errors.Is(err, puddle.ErrClosedPool):
 		return fmt.Errorf("%w: %w", steaderr.ErrClosed, err)
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"): // undefined_table, invalid_schema_name

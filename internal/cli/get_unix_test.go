@@ -77,3 +77,17 @@ func TestGetOutputKeepsTarget(t *testing.T) {
 		t.Errorf("new file = %q", b)
 	}
 }
+
+// TestNotFoundHidesDriverText: get and records show of something missing
+// say not found without the driver's words.
+func TestNotFoundHidesDriverText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	for _, args := range [][]string{{"get", "sha256:" + strings.Repeat("0", 64)}, {"records", "show", "x"}} {
+		code, _, stderr := run(t, ctx, append([]string{"--db", db}, args...)...)
+		if code == 0 || !strings.Contains(stderr, "not found") || strings.Contains(stderr, "rows") || strings.Contains(stderr, "sql:") {
+			t.Errorf("stead %v = %d %q, want not found without driver text", args, code, stderr)
+		}
+	}
+}
