@@ -191,7 +191,7 @@ func openEngine(ctx context.Context, url string, opts config) (engine.Engine, er
 	case "http", "https":
 		token := opts.token
 		if token == "" {
-			token = os.Getenv("STEAD_TOKEN")
+			token = strings.TrimSpace(os.Getenv("STEAD_TOKEN")) // as stead serve reads it
 		}
 		return remote.Open(ctx, remote.Config{URL: url, Token: token})
 	}

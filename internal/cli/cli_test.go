@@ -167,3 +167,36 @@ func TestErrorsHideSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestServeTrimsEnvToken: STEAD_TOKEN is trimmed like a token file, so a
+// trailing newline does not lock every client out.
+func TestServeTrimsEnvToken(t *testing.T) {
+	t.Setenv("STEAD_TOKEN", "tok\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, pw, &stderr)
+		pw.Close()
+	})
+	defer wg.Wait()
+	defer cancel()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed nothing: %v; stderr %q", err, stderr.String())
+	}
+	go io.Copy(io.Discard, pr)
+	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	req, _ := http.NewRequest("GET", base+"/v1/info", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/info with the trimmed token = %d, want 200", resp.StatusCode)
+	}
+}
