@@ -26,6 +26,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/notfound"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -390,7 +391,7 @@ var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", st
 
 // interpretError maps driver errors to stead's sentinels, keeping the
 // driver's error in the chain, but for pgx.ErrNoRows, which becomes
-// steaderr.ErrNotFound alone.
+// steaderr.ErrNotFound without its text.
 func interpretError(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
@@ -399,7 +400,7 @@ func interpretError(err error) error {
 	case errors.Is(err, steaderr.ErrNotFound), errors.Is(err, steaderr.ErrClosed), errors.Is(err, steaderr.ErrSchema):
 		return err // already interpreted
 	case errors.Is(err, pgx.ErrNoRows):
-		return steaderr.ErrNotFound // the driver's words are no use to a caller
+		return notfound.Wrap(err) // the driver's words are no use to a caller
 	case errors.Is(err, puddle.ErrClosedPool):
 		return fmt.Errorf("%w: %w", steaderr.ErrClosed, err)
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"): // undefined_table, invalid_schema_name

@@ -24,6 +24,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/notfound"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -160,7 +161,7 @@ var errNoSchema = errors.New("schema not initialized: run stead migrate")
 
 // interpretError maps a database/sql or driver error to stead's sentinels,
 // keeping the original in the chain (errors.As reaches *sqlite.Error):
-// sql.ErrNoRows becomes steaderr.ErrNotFound alone, a missing table is
+// sql.ErrNoRows becomes steaderr.ErrNotFound without its text, a missing table is
 // steaderr.ErrSchema (and errNoSchema), a closed database is
 // steaderr.ErrClosed, and a statement interrupted because ctx ended is ctx's
 // error.
@@ -172,7 +173,7 @@ func interpretError(ctx context.Context, err error) error {
 	isSQLite := errors.As(err, &sqliteErr)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return steaderr.ErrNotFound // the driver's words are no use to a caller
+		return notfound.Wrap(err) // the driver's words are no use to a caller
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case isSQLite && sqliteErr.Code()&0xff == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
