@@ -381,3 +381,24 @@ func TestUploadLongerThanRequestTimeout(t *testing.T) {
 		t.Fatalf("upload = %d %s, want 201", resp.StatusCode, b)
 	}
 }
+
+// TestRecordSaveMemoryBudget: large record saves in flight are bounded by
+// a byte budget: past it a save is refused at once with 503 busy rather
+// than read into memory.
+func TestRecordSaveMemoryBudget(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{BodyGrace: 5 * time.Minute})
+	save := func(id string, length int) net.Conn {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "PUT /v1/records/%s HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", id, length)
+		return c
+	}
+	for i := range 4 {
+		save(fmt.Sprint("big", i), 32<<20)
+	}
+	metricsSay(t, addr, "stead_http_uploads_in_progress 4")
+	status, body := readAnswer(t, save("one-more", 32<<20))
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"busy"`) {
+		t.Fatalf("a fifth large save = %d %s, want 503 busy", status, body)
+	}
+}

@@ -66,6 +66,19 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	// A save holds its declared length (the most it may be, when chunked)
+	// of the record body budget, so a burst of large saves cannot take
+	// the server's memory.
+	weight := r.ContentLength
+	if weight < 0 || weight > maxRecordBody {
+		weight = maxRecordBody
+	}
+	if !s.recordBytes.TryAcquire(weight) {
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, wire.CodeBusy, "too many large record saves in progress")
+		return
+	}
+	defer s.recordBytes.Release(weight)
 	var body wire.Record
 	if err := s.readJSONLimit(w, r, &body, maxRecordBody); err != nil {
 		s.fail(w, r, err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -45,8 +46,10 @@ type Options struct {
 	MaxBlobSize int64
 	// VerifyReads re-hashes every blob read (stead.WithVerifyReads).
 	VerifyReads bool
-	// MaxUploads caps the blob uploads in progress at once; one more is
-	// refused with 503 busy and Retry-After. Defaults to 64.
+	// MaxUploads caps the blob uploads and record saves in progress at
+	// once; one more is refused with 503 busy and Retry-After. Defaults to
+	// 64. Record saves also share a memory budget of four saves of the
+	// largest size (by declared length): past it, 503 busy too.
 	MaxUploads int
 	// MinBodyRate is the slowest a request body (an upload or JSON) may
 	// arrive, in bytes per second, after BodyGrace; a slower one is cut
@@ -88,6 +91,10 @@ const (
 	// maxRecordBody bounds a record save: the largest payload,
 	// base64-encoded, and its fields. Saves share the upload slots.
 	maxRecordBody = record.DefaultMaxPayload/3*4 + 64<<10
+	// recordBodyBudget bounds the bytes of record save bodies being read
+	// or saved at once (each costs about three times its size in memory
+	// while decoded): four saves of the largest size.
+	recordBodyBudget = 4 * maxRecordBody
 	// maxLockWait and maxPoll bound a request's waits.
 	maxLockWait = time.Minute
 	maxPoll     = time.Minute
@@ -118,7 +125,10 @@ type Server struct {
 	gather  prometheus.Gatherer
 	token   [sha256.Size]byte
 	uploads chan struct{}
-	drain   drainSet
+	// recordBytes is what the record saves in flight hold of
+	// recordBodyBudget.
+	recordBytes *semaphore.Weighted
+	drain       drainSet
 	// stopping ends when the server starts shutting down, ending waits.
 	stopping context.Context
 	stop     context.CancelFunc
@@ -163,14 +173,15 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	eng := st.Engine()
 	s := &Server{
-		eng:     eng,
-		opts:    opts,
-		log:     opts.Logger,
-		metrics: newMetrics(opts.Registerer),
-		gather:  opts.Gatherer,
-		uploads: make(chan struct{}, opts.MaxUploads),
-		locks:   lock.NewStore(eng.Locks(), lock.Options{}),
-		records: record.NewStore(eng.Records(), record.Options{}),
+		eng:         eng,
+		opts:        opts,
+		log:         opts.Logger,
+		metrics:     newMetrics(opts.Registerer),
+		gather:      opts.Gatherer,
+		uploads:     make(chan struct{}, opts.MaxUploads),
+		recordBytes: semaphore.NewWeighted(recordBodyBudget),
+		locks:       lock.NewStore(eng.Locks(), lock.Options{}),
+		records:     record.NewStore(eng.Records(), record.Options{}),
 	}
 	if pg, ok := eng.(*postgres.Engine); ok {
 		registerPool(opts.Registerer, pg)
