@@ -89,11 +89,14 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseContentDigest returns the key a Content-Digest header (RFC 9530)
-// claims with its sha-256 member, or the zero key when it has none.
+// claims with its sha-256 members, or the zero key when it has none.
+// Algorithm names are lower case (structured-field keys); every sha-256
+// member must be well formed and all must agree.
 func parseContentDigest(header string) (blob.Key, error) {
+	var key blob.Key
 	for member := range strings.SplitSeq(header, ",") {
 		alg, value, ok := strings.Cut(strings.TrimSpace(member), "=")
-		if !ok {
+		if !ok || alg != strings.ToLower(alg) {
 			return blob.Key{}, &badRequest{"Content-Digest: want sha-256=:BASE64:"}
 		}
 		if alg != "sha-256" {
@@ -106,9 +109,16 @@ func parseContentDigest(header string) (blob.Key, error) {
 		if err != nil || len(digest) != 32 {
 			return blob.Key{}, &badRequest{"Content-Digest: sha-256 is not 32 bytes of base64"}
 		}
-		return blob.ParseKey("sha256:" + hex.EncodeToString(digest))
+		k, err := blob.ParseKey("sha256:" + hex.EncodeToString(digest))
+		if err != nil {
+			return blob.Key{}, err
+		}
+		if !key.IsZero() && k != key {
+			return blob.Key{}, &badRequest{"Content-Digest: sha-256 members disagree"}
+		}
+		key = k
 	}
-	return blob.Key{}, nil
+	return key, nil
 }
 
 // putSpy tells a put whether its key was already stored, for the 200/201
