@@ -402,3 +402,17 @@ func TestRecordSaveMemoryBudget(t *testing.T) {
 		t.Fatalf("a fifth large save = %d %s, want 503 busy", status, body)
 	}
 }
+
+// TestUncleanPath: a path with dot segments or doubled slashes answers
+// JSON 404, not net/http's redirect with an HTML body.
+func TestUncleanPath(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{})
+	for _, p := range []string{"/v1/blobs/../healthz", "/v1//blobs", "/./healthz"} {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", p)
+		if status, body := readAnswer(t, c); status != http.StatusNotFound || !strings.Contains(body, `"code":"route_not_found"`) {
+			t.Errorf("GET %s = %d %s, want 404 route_not_found", p, status, body)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -279,7 +280,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.inFlight.Dec()
 		s.metrics.observe(pattern, rw.status, time.Since(start))
 	}()
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+		// net/http would redirect to the clean path with an HTML body.
+		writeError(rw, http.StatusNotFound, wire.CodeNotFoundRoute, "no such route")
+		return
+	}
 	s.mux.ServeHTTP(rw, r)
+}
+
+// cleanPath is p without dot segments or doubled slashes, keeping a
+// trailing slash, as net/http's mux cleans it.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	cp := path.Clean(p)
+	if strings.HasSuffix(p, "/") && cp != "/" {
+		cp += "/"
+	}
+	return cp
 }
 
 // responseWriter records the status and turns net/http's plain-text
