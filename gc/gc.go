@@ -51,7 +51,7 @@ type Collector struct {
 }
 
 // errNoGC is what a Collector over a nil Engine answers.
-var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere (a stead server collects its own data)", errors.ErrUnsupported)
+var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
 
 // New returns a Collector over eng (nil: see Collector). Non-positive
 // Grace or Batch mean the defaults.
