@@ -172,11 +172,11 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 }
 
 func openEngine(ctx context.Context, url string, opts config) (engine.Engine, error) {
-	scheme, rest, _ := strings.Cut(url, "://")
+	scheme, rest, found := strings.Cut(url, "://")
 	switch scheme {
 	case "mem":
 		if rest != "" {
-			return nil, fmt.Errorf("%w: mem:// takes no path or parameters, got %q", steaderr.ErrInvalidArgument, url)
+			return nil, fmt.Errorf("%w: mem:// takes no path or parameters", steaderr.ErrInvalidArgument)
 		}
 		return memory.New(), nil
 	case "sqlite":
@@ -194,11 +194,33 @@ func openEngine(ctx context.Context, url string, opts config) (engine.Engine, er
 	case "http", "https":
 		token := opts.token
 		if token == "" {
-			token = os.Getenv("STEAD_TOKEN")
+			token = strings.TrimSpace(os.Getenv("STEAD_TOKEN")) // as stead serve reads it
 		}
 		return remote.Open(ctx, remote.Config{URL: url, Token: token})
 	}
+	// The URL is not echoed: one that is not understood may still hold a
+	// password (a libpq "host=… password=…" string, say).
+	if !found || !validScheme(scheme) {
+		return nil, fmt.Errorf("%w: not a store URL: want mem://, sqlite://, postgres:// or http(s)://", steaderr.ErrInvalidArgument)
+	}
 	return nil, fmt.Errorf("%w: unknown URL scheme %q: want mem://, sqlite://, postgres:// or http(s)://", steaderr.ErrInvalidArgument, scheme)
+}
+
+// validScheme reports whether s is a URL scheme (RFC 3986 section 3.1) of
+// a sensible length, safe to print.
+func validScheme(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // New returns a store over an engine the caller built, such as a PostgreSQL

@@ -236,3 +236,32 @@ func TestWithClock(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenErrorHidesSecrets checks that no error from Open repeats a
+// password or token in the URL it could not use.
+func TestOpenErrorHidesSecrets(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"postgres://u:SECRETPW%ZZ@127.0.0.1/x",
+		"postgres://u:SECRETPW@[::1/x",
+		"postgres://u@127.0.0.1/x?password=SECRETPW%ZZ",
+		"postgres://u@127.0.0.1/x?listen_url=postgres%3A%2F%2Fu%3ASECRETPW%25ZZ%40h%2Fx",
+		"host=127.0.0.1 port=1 password=SECRETPW",
+		"SECRETPW",
+		"http://127.0.0.1:1?token=SECRETPW",
+		"mem://SECRETPW",
+		"sqlite://./x.db?password=SECRETPW",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := stead.Open(ctx, u)
+		cancel()
+		if err == nil {
+			st.Close()
+			t.Errorf("Open(%q) succeeded", u)
+			continue
+		}
+		if strings.Contains(err.Error(), "SECRETPW") {
+			t.Errorf("Open(%q) = %v, repeats the secret", u, err)
+		}
+	}
+}

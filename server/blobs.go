@@ -94,11 +94,14 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseContentDigest returns the key a Content-Digest header (RFC 9530)
-// claims with its sha-256 member, or the zero key when it has none.
+// claims with its sha-256 members, or the zero key when it has none.
+// Algorithm names are lower case (structured-field keys); every sha-256
+// member must be well formed and all must agree.
 func parseContentDigest(header string) (blob.Key, error) {
+	var key blob.Key
 	for member := range strings.SplitSeq(header, ",") {
 		alg, value, ok := strings.Cut(strings.TrimSpace(member), "=")
-		if !ok {
+		if !ok || alg != strings.ToLower(alg) {
 			return blob.Key{}, &badRequest{"Content-Digest: want sha-256=:BASE64:"}
 		}
 		if alg != "sha-256" {
@@ -111,9 +114,16 @@ func parseContentDigest(header string) (blob.Key, error) {
 		if err != nil || len(digest) != 32 {
 			return blob.Key{}, &badRequest{"Content-Digest: sha-256 is not 32 bytes of base64"}
 		}
-		return blob.ParseKey("sha256:" + hex.EncodeToString(digest))
+		k, err := blob.ParseKey("sha256:" + hex.EncodeToString(digest))
+		if err != nil {
+			return blob.Key{}, err
+		}
+		if !key.IsZero() && k != key {
+			return blob.Key{}, &badRequest{"Content-Digest: sha-256 members disagree"}
+		}
+		key = k
 	}
-	return blob.Key{}, nil
+	return key, nil
 }
 
 // putSpy tells a put whether its key was already stored, for the 200/201
@@ -149,6 +159,7 @@ func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
 type bodyReader struct {
 	s     *Server
 	r     io.Reader
+	w     http.ResponseWriter
 	rc    *http.ResponseController
 	start time.Time
 	n     int64
@@ -159,7 +170,7 @@ type bodyReader struct {
 const drainStall = time.Second
 
 func (s *Server) newBodyReader(w http.ResponseWriter, r *http.Request) *bodyReader {
-	b := &bodyReader{s: s, r: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+	b := &bodyReader{s: s, r: r.Body, w: w, rc: http.NewResponseController(w), start: time.Now()}
 	s.drain.mu.Lock()
 	if s.drain.active == nil {
 		s.drain.active = make(map[*bodyReader]struct{})
@@ -183,7 +194,13 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	}
 	b.s.drain.mu.Unlock()
 	_ = b.rc.SetReadDeadline(deadline)
+	// The answer gets RequestTimeout after the body, however long the
+	// body took.
+	_ = b.rc.SetWriteDeadline(deadline.Add(b.s.opts.RequestTimeout))
+	// The database deadline runs from the body's end, not while reading.
+	moreDBTime(b.w, -1)
 	n, err := b.r.Read(p)
+	moreDBTime(b.w, b.s.dbTimeout())
 	b.n += int64(n)
 	if err != nil && err != io.EOF {
 		err = &bodyError{err}
@@ -194,6 +211,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // startDrain cuts off, within drainStall, every upload that stops
 // sending.
 func (s *Server) startDrain() {
+	s.stop()
 	s.drain.mu.Lock()
 	defer s.drain.mu.Unlock()
 	s.drain.draining = true

@@ -275,3 +275,144 @@ func TestLongPollOutlivesRequestTimeout(t *testing.T) {
 		t.Fatalf("lock wait past the request timeout = %d %s", resp.StatusCode, b)
 	}
 }
+
+// metricsSay polls /metrics until it holds line.
+func metricsSay(t *testing.T, addr, line string) {
+	t.Helper()
+	poll.Until(t, line, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(b), line+"\n")
+	})
+}
+
+// TestShutdownEndsStalledJSONAndWaits: at shutdown a stalled record save
+// and a stalled lock request are cut off with 408, and a long poll and a
+// lock wait answer their "not yet" at once; Serve returns nil instead of
+// running out its grace.
+func TestShutdownEndsStalledJSONAndWaits(t *testing.T) {
+	t.Parallel()
+	addr, shutdown := serveReal(t, server.Options{ShutdownGrace: 20 * time.Second, BodyGrace: 5 * time.Minute, RequestTimeout: time.Minute})
+	holder := dial(t, addr)
+	post := func(c net.Conn, path, body string) {
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+	}
+	post(holder, "/v1/locks/l/acquire", `{"owner":"a","ttl":"1m0s"}`)
+	if status, body := readAnswer(t, holder); status != http.StatusOK {
+		t.Fatalf("acquire = %d %s", status, body)
+	}
+	record := dial(t, addr)
+	fmt.Fprintf(record, "PUT /v1/records/r HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	lockBody := dial(t, addr)
+	fmt.Fprintf(lockBody, "POST /v1/locks/m/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"owner\":")
+	longPoll := dial(t, addr)
+	fmt.Fprintf(longPoll, "GET /v1/groups/g/wait?timeout=60s HTTP/1.1\r\nHost: x\r\n\r\n")
+	lockWait := dial(t, addr)
+	post(lockWait, "/v1/locks/l/acquire", `{"owner":"b","ttl":"1m0s","wait":"1m0s"}`)
+	metricsSay(t, addr, "stead_http_requests_in_flight 5") // the four and /metrics
+	if err := shutdown(); err != nil {
+		t.Fatalf("Serve: %v, want nil: nothing in flight should hold shutdown", err)
+	}
+	for name, c := range map[string]net.Conn{"stalled record save": record, "stalled lock body": lockBody} {
+		if status, body := readAnswer(t, c); status != http.StatusRequestTimeout {
+			t.Errorf("%s = %d %s, want 408", name, status, body)
+		}
+	}
+	if status, body := readAnswer(t, longPoll); status != http.StatusOK || body != `{"claimable":false}`+"\n" {
+		t.Errorf("long poll = %d %s, want 200 claimable false", status, body)
+	}
+	if status, body := readAnswer(t, lockWait); status != http.StatusConflict || !strings.Contains(body, `"code":"held"`) {
+		t.Errorf("lock wait = %d %s, want 409 held", status, body)
+	}
+}
+
+// TestSlowRecordSave: a record save whose body stalls is cut off at the
+// minimum body rate, like an upload, so it cannot hold an upload slot for
+// the whole request timeout.
+func TestSlowRecordSave(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{BodyGrace: 200 * time.Millisecond, MinBodyRate: 1000, MaxUploads: 1, RequestTimeout: 5 * time.Minute})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "PUT /v1/records/slot HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	status, body := readAnswer(t, c)
+	if status != http.StatusRequestTimeout || !strings.Contains(body, `"code":"timeout"`) {
+		t.Fatalf("stalled record save = %d %s, want 408 timeout", status, body)
+	}
+	metricsSay(t, addr, "stead_http_uploads_in_progress 0")
+}
+
+// pacedReader yields n bytes, chunk at a time, one chunk every "every".
+type pacedReader struct {
+	n, chunk int
+	every    time.Duration
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if p.n == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(p.every)
+	k := min(p.chunk, p.n, len(b))
+	for i := range k {
+		b[i] = 'a'
+	}
+	p.n -= k
+	return k, nil
+}
+
+// TestUploadLongerThanRequestTimeout: an upload that keeps above the
+// minimum rate but lasts longer than the request timeout gets its answer.
+func TestUploadLongerThanRequestTimeout(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{RequestTimeout: time.Second, BodyGrace: time.Second, MinBodyRate: 1024})
+	body := &pacedReader{n: 8 << 10, chunk: 2 << 10, every: 700 * time.Millisecond} // about 3 KiB/s for 2.8s, each wait longer than the database deadline
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/blobs", body)
+	req.ContentLength = 8 << 10
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("upload: %v, want 201", err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload = %d %s, want 201", resp.StatusCode, b)
+	}
+}
+
+// TestRecordSaveMemoryBudget: large record saves in flight are bounded by
+// a byte budget: past it a save is refused at once with 503 busy rather
+// than read into memory.
+func TestRecordSaveMemoryBudget(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{BodyGrace: 5 * time.Minute})
+	save := func(id string, length int) net.Conn {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "PUT /v1/records/%s HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", id, length)
+		return c
+	}
+	for i := range 4 {
+		save(fmt.Sprint("big", i), 32<<20)
+	}
+	metricsSay(t, addr, "stead_http_uploads_in_progress 4")
+	status, body := readAnswer(t, save("one-more", 32<<20))
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"busy"`) {
+		t.Fatalf("a fifth large save = %d %s, want 503 busy", status, body)
+	}
+}
+
+// TestUncleanPath: a path with dot segments or doubled slashes answers
+// JSON 404, not net/http's redirect with an HTML body.
+func TestUncleanPath(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{})
+	for _, p := range []string{"/v1/blobs/../healthz", "/v1//blobs", "/./healthz"} {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", p)
+		if status, body := readAnswer(t, c); status != http.StatusNotFound || !strings.Contains(body, `"code":"route_not_found"`) {
+			t.Errorf("GET %s = %d %s, want 404 route_not_found", p, status, body)
+		}
+	}
+}

@@ -58,7 +58,7 @@ func (m *gcMetrics) sweep(rep gc.Report, err error) {
 func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 	var req wire.SweepRequest
 	if r.ContentLength != 0 {
-		if err := readJSON(w, r, &req); err != nil {
+		if err := s.readJSON(w, r, &req); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -155,7 +155,7 @@ func (s *Server) readSource(w http.ResponseWriter, r *http.Request) (gc.Source, 
 		wire.Source
 		Name string `json:"name,omitempty"`
 	}
-	err := readJSON(w, r, &req)
+	err := s.readJSON(w, r, &req)
 	switch {
 	case err != nil:
 	case req.Name != "":

@@ -23,7 +23,7 @@ import (
 // readStep reads a mechanics request and checks its now.
 func (s *Server) readStep(w http.ResponseWriter, r *http.Request) (wire.GCStep, bool) {
 	var req wire.GCStep
-	err := readJSON(w, r, &req)
+	err := s.readJSON(w, r, &req)
 	if err == nil {
 		req.Now, err = s.clock(req.Now)
 	}
@@ -167,7 +167,7 @@ func (t *leaseTable) drop(ctx context.Context, id string) (bool, error) {
 // with acquired false when another sweep holds it.
 func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	var req wire.SweepLease
-	err := readJSON(w, r, &req)
+	err := s.readJSON(w, r, &req)
 	if err == nil {
 		err = validate.Name("sweep holder", req.Holder)
 	}

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -43,7 +41,7 @@ func (s *Server) lockArgs(r *http.Request, req *wire.LockRequest, ttl bool) (nam
 // readLock reads and checks a lock request, answering any error; ok is
 // false when it did.
 func (s *Server) readLock(w http.ResponseWriter, r *http.Request, ttl bool) (req wire.LockRequest, name string, now time.Time, ok bool) {
-	err := readJSON(w, r, &req)
+	err := s.readJSON(w, r, &req)
 	if err == nil {
 		name, now, err = s.lockArgs(r, &req, ttl)
 	}
@@ -74,15 +72,16 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Wait > 0 {
 		s.wait(w, time.Duration(req.Wait))
-		ctx, cancel := context.WithTimeout(r.Context(), time.Duration(req.Wait))
+		ctx, cancel := s.waitContext(r, time.Duration(req.Wait))
 		lk, err := s.locks.Lock(ctx, name, req.Owner, time.Duration(req.TTL))
+		waitOver := ctx.Err() != nil && r.Context().Err() == nil
 		cancel()
 		switch {
 		case err == nil:
 			s.metrics.lockAcquired(true)
 			writeJSON(w, http.StatusOK, wire.LockGrant{Granted: true, Name: name, Owner: req.Owner, Token: lk.Token(), Expiry: lk.Expiry()})
 			return
-		case !errors.Is(err, context.DeadlineExceeded) || r.Context().Err() != nil:
+		case !waitOver:
 			s.fail(w, r, err)
 			return
 		}

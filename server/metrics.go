@@ -16,6 +16,7 @@ type metrics struct {
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
 	uploads       prometheus.Gauge
+	inFlight      prometheus.Gauge
 	blobPuts      *prometheus.CounterVec
 	blobPutBytes  prometheus.Counter
 	blobGets      prometheus.Counter
@@ -37,6 +38,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"route", "code"}),
 		uploads: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stead_http_uploads_in_progress", Help: "Blob uploads being read.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stead_http_requests_in_flight", Help: "HTTP requests being served.",
 		}),
 		blobPuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stead_blob_puts_total", Help: "Blobs stored, by whether the key was new or already stored (a dedup hit).",
@@ -63,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "stead_record_claims_total", Help: "Records claimed.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.uploads, m.blobPuts, m.blobPutBytes, m.blobGets, m.blobGetBytes,
+	reg.MustRegister(m.requests, m.latency, m.uploads, m.inFlight, m.blobPuts, m.blobPutBytes, m.blobGets, m.blobGetBytes,
 		m.lockAcquires, m.lockLosses, m.recordSaves, m.recordClaimed)
 	return m
 }

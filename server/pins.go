@@ -118,7 +118,7 @@ func (s *Server) readPin(w http.ResponseWriter, r *http.Request, owner string) (
 	var req wire.PinRequest
 	key, err := blob.ParseKey(r.PathValue("key"))
 	if err == nil {
-		err = readJSON(w, r, &req)
+		err = s.readJSON(w, r, &req)
 	}
 	if err == nil && owner != "" {
 		if req.Owner != "" && req.Owner != owner {

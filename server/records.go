@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,8 +66,21 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	// A save holds its declared length (the most it may be, when chunked)
+	// of the record body budget, so a burst of large saves cannot take
+	// the server's memory.
+	weight := r.ContentLength
+	if weight < 0 || weight > maxRecordBody {
+		weight = maxRecordBody
+	}
+	if !s.recordBytes.TryAcquire(weight) {
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, wire.CodeBusy, "too many large record saves in progress")
+		return
+	}
+	defer s.recordBytes.Release(weight)
 	var body wire.Record
-	if err := readJSONLimit(w, r, &body, maxRecordBody); err != nil {
+	if err := s.readJSONLimit(w, r, &body, maxRecordBody); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -176,7 +188,7 @@ func (s *Server) listClaimable(w http.ResponseWriter, r *http.Request) {
 // readClaim reads a claim, claim-next or renew request and returns the
 // record store on its clock, answering any error; ok is false when it did.
 func (s *Server) readClaim(w http.ResponseWriter, r *http.Request) (req wire.ClaimRequest, st *record.Store, ok bool) {
-	err := readJSON(w, r, &req)
+	err := s.readJSON(w, r, &req)
 	if err == nil {
 		st, err = s.recordsAt(req.Now)
 	}
@@ -267,10 +279,10 @@ func (s *Server) waitClaimable(w http.ResponseWriter, r *http.Request) {
 		timeout = d
 	}
 	s.wait(w, timeout)
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := s.waitContext(r, timeout)
 	defer cancel()
 	err := s.records.WaitClaimable(ctx, r.PathValue("group"))
-	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
 		writeJSON(w, http.StatusOK, map[string]bool{"claimable": false})
 		return
 	}

@@ -24,10 +24,11 @@ const maxHeaderBytes = 64 << 10
 // cuts off uploads that stall meanwhile, and closes what is left.
 //
 // Every connection is bounded in time: headers within 10s (or
-// RequestTimeout, if shorter), a JSON body
-// and a non-streamed answer within RequestTimeout, upload bodies at
-// MinBodyRate after BodyGrace, each write of a stream within
-// RequestTimeout, and an idle keep-alive within IdleTimeout.
+// RequestTimeout, if shorter), request bodies (uploads and JSON) at
+// MinBodyRate after BodyGrace, a non-streamed answer within RequestTimeout
+// of its body, each write of a stream within RequestTimeout, and an idle
+// keep-alive within IdleTimeout. Shutdown cuts off bodies that stall and
+// ends long polls and lock waits with their "not yet" answer.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s,

@@ -12,15 +12,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -47,19 +48,24 @@ type Options struct {
 	MaxBlobSize int64
 	// VerifyReads re-hashes every blob read (stead.WithVerifyReads).
 	VerifyReads bool
-	// MaxUploads caps the blob uploads in progress at once; one more is
-	// refused with 503 busy and Retry-After. Defaults to 64.
+	// MaxUploads caps the blob uploads and record saves in progress at
+	// once; one more is refused with 503 busy and Retry-After. Defaults to
+	// 64. Record saves also share a memory budget of four saves of the
+	// largest size (by declared length): past it, 503 busy too.
 	MaxUploads int
-	// MinBodyRate is the slowest an upload body may arrive, in bytes per
-	// second, after BodyGrace; a slower one is cut off with 408 timeout.
+	// MinBodyRate is the slowest a request body (an upload or JSON) may
+	// arrive, in bytes per second, after BodyGrace; a slower one is cut
+	// off with 408 timeout.
 	// Defaults to 16 KiB/s.
 	MinBodyRate int64
-	// BodyGrace is how long an upload may take before MinBodyRate
+	// BodyGrace is how long a request body may take before MinBodyRate
 	// applies. Defaults to 10s.
 	BodyGrace time.Duration
-	// RequestTimeout bounds reading a JSON request and writing any
-	// response that is not a stream, and the stall of any single write of
-	// a stream. Defaults to 30s.
+	// RequestTimeout bounds writing any response that is not a stream,
+	// counted from the end of the request body, and the stall of any
+	// single write of a stream. A request's database work gets half of
+	// it (after its body, besides any wait it asks for); a database that
+	// does not answer in time gets 503 unavailable. Defaults to 30s.
 	RequestTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Defaults
 	// to 30s.
@@ -87,6 +93,10 @@ const (
 	// maxRecordBody bounds a record save: the largest payload,
 	// base64-encoded, and its fields. Saves share the upload slots.
 	maxRecordBody = record.DefaultMaxPayload/3*4 + 64<<10
+	// recordBodyBudget bounds the bytes of record save bodies being read
+	// or saved at once (each costs about three times its size in memory
+	// while decoded): four saves of the largest size.
+	recordBodyBudget = 4 * maxRecordBody
 	// maxLockWait and maxPoll bound a request's waits.
 	maxLockWait = time.Minute
 	maxPoll     = time.Minute
@@ -119,7 +129,13 @@ type Server struct {
 	gather  prometheus.Gatherer
 	token   [sha256.Size]byte
 	uploads chan struct{}
-	drain   drainSet
+	// recordBytes is what the record saves in flight hold of
+	// recordBodyBudget.
+	recordBytes *semaphore.Weighted
+	drain       drainSet
+	// stopping ends when the server starts shutting down, ending waits.
+	stopping context.Context
+	stop     context.CancelFunc
 
 	gcMetrics *gcMetrics
 }
@@ -163,20 +179,22 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	eng := st.Engine()
 	s := &Server{
-		eng:     eng,
-		opts:    opts,
-		log:     opts.Logger,
-		metrics: newMetrics(opts.Registerer),
-		gather:  opts.Gatherer,
-		uploads: make(chan struct{}, opts.MaxUploads),
-		locks:   lock.NewStore(eng.Locks(), lock.Options{}),
-		records: record.NewStore(eng.Records(), record.Options{}),
-		gc:      st.GC,
+		eng:         eng,
+		opts:        opts,
+		log:         opts.Logger,
+		metrics:     newMetrics(opts.Registerer),
+		gather:      opts.Gatherer,
+		uploads:     make(chan struct{}, opts.MaxUploads),
+		recordBytes: semaphore.NewWeighted(recordBodyBudget),
+		locks:       lock.NewStore(eng.Locks(), lock.Options{}),
+		records:     record.NewStore(eng.Records(), record.Options{}),
+		gc:          st.GC,
 	}
 	s.gcMetrics = newGCMetrics(opts.Registerer)
 	if pg, ok := eng.(*postgres.Engine); ok {
 		registerPool(opts.Registerer, pg)
 	}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.blobEng = &putSpy{Engine: eng.Blobs(), m: s.metrics}
 	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads, Owner: st.InstanceID()})
 	s.token = sha256.Sum256([]byte(opts.Token))
@@ -277,10 +295,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern == "" {
 		pattern = "unmatched"
 	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	rw.dbTimer = time.AfterFunc(s.dbTimeout(), func() { cancel(errDatabaseTimeout) })
+	defer rw.dbTimer.Stop()
+	r = r.WithContext(ctx)
+	s.metrics.inFlight.Inc()
 	defer func() {
+		s.metrics.inFlight.Dec()
 		s.metrics.observe(pattern, rw.status, time.Since(start))
 	}()
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+		// net/http would redirect to the clean path with an HTML body.
+		writeError(rw, http.StatusNotFound, wire.CodeNotFoundRoute, "no such route")
+		return
+	}
 	s.mux.ServeHTTP(rw, r)
+}
+
+// cleanPath is p without dot segments or doubled slashes, keeping a
+// trailing slash, as net/http's mux cleans it.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	cp := path.Clean(p)
+	if strings.HasSuffix(p, "/") && cp != "/" {
+		cp += "/"
+	}
+	return cp
 }
 
 // responseWriter records the status and turns net/http's plain-text
@@ -292,6 +335,29 @@ type responseWriter struct {
 	swallow     bool // the plain-text body being replaced
 	n           int64
 	stall       time.Duration // when set, each write must finish within it
+	dbTimer     *time.Timer   // ends the request's context with errDatabaseTimeout
+}
+
+// errDatabaseTimeout ends a request's context when its database work
+// outlasts dbTimeout.
+var errDatabaseTimeout = errors.New("database did not answer in time")
+
+// dbTimeout is how long a request's database work may take: half the
+// request timeout, so that its 503 is written before the write deadline.
+func (s *Server) dbTimeout() time.Duration { return s.opts.RequestTimeout / 2 }
+
+// moreDBTime restarts w's database deadline at d from now; d < 0 removes
+// it.
+func moreDBTime(w http.ResponseWriter, d time.Duration) {
+	rw, ok := w.(*responseWriter)
+	if !ok || rw.dbTimer == nil {
+		return
+	}
+	if d < 0 {
+		rw.dbTimer.Stop()
+		return
+	}
+	rw.dbTimer.Reset(d)
 }
 
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -353,6 +419,7 @@ func (w *responseWriter) Flush() {
 // reads on in the background to notice a client leaving, and a deadline
 // there would cancel the request mid-stream.
 func (s *Server) stream(w http.ResponseWriter) {
+	moreDBTime(w, -1)
 	if rw, ok := w.(*responseWriter); ok {
 		rw.stall = s.opts.RequestTimeout
 		rc := http.NewResponseController(rw.ResponseWriter)
@@ -369,6 +436,17 @@ func (s *Server) wait(w http.ResponseWriter, d time.Duration) {
 	deadline := time.Now().Add(d + s.opts.RequestTimeout)
 	_ = rc.SetReadDeadline(deadline)
 	_ = rc.SetWriteDeadline(deadline)
+	moreDBTime(w, d+s.dbTimeout())
+}
+
+// waitContext is the context of a wait of up to d in r: it ends at d, with
+// r, or when the server starts shutting down, so that a wait answers its
+// "not yet" at once instead of holding shutdown. The wait ran out (rather
+// than the request ending) when ctx.Err() != nil and r.Context().Err() == nil.
+func (s *Server) waitContext(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	stop := context.AfterFunc(s.stopping, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -404,11 +482,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // readyz answers 200 when the database answers and its schema is the one
 // this binary knows, 503 otherwise.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeoutCause(r.Context(), min(2*time.Second, s.dbTimeout()), errDatabaseTimeout)
 	defer cancel()
 	current, latest, err := s.eng.SchemaVersion(ctx)
 	if err != nil {
-		s.writeStoreError(w, r, err)
+		s.writeStoreError(w, r.WithContext(ctx), err)
 		return
 	}
 	if current != latest {
@@ -467,6 +545,11 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		return
 	}
 	switch {
+	case errors.Is(context.Cause(r.Context()), errDatabaseTimeout):
+		s.log.Warn("stead: database did not answer in time", "route", r.Pattern, "err", err)
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "database did not answer in time")
+		return
 	case r.Context().Err() != nil:
 		// The client is gone; whatever we write is lost.
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
@@ -563,12 +646,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // readJSON decodes a request body of at most maxJSONBody bytes into v,
 // refusing unknown fields and trailing data.
-func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	return readJSONLimit(w, r, v, maxJSONBody)
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.readJSONLimit(w, r, v, maxJSONBody)
 }
 
-func readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
-	dec := json.NewDecoder(bodyErrors{http.MaxBytesReader(w, r.Body, limit)})
+// readJSONLimit is readJSON with a limit. The body is read like an
+// upload's: at MinBodyRate after BodyGrace, and cut off when it stalls
+// during shutdown.
+func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	body := s.newBodyReader(w, r)
+	defer body.done()
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	body.r = r.Body
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var body *bodyError
@@ -589,17 +679,6 @@ type bodyError struct{ err error }
 
 func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
-
-// bodyErrors marks the errors of reading r, but io.EOF, as bodyErrors.
-type bodyErrors struct{ r io.Reader }
-
-func (b bodyErrors) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = &bodyError{err}
-	}
-	return n, err
-}
 
 // badRequest is a request the server could not parse.
 type badRequest struct{ msg string }

@@ -131,6 +131,8 @@ func TestBlobs(t *testing.T) {
 		{"content digest mismatch", "POST", "/v1/blobs", map[string]string{"Content-Digest": contentDigest("not it")}, other, 400, "", "digest_mismatch"},
 		{"content digest malformed", "POST", "/v1/blobs", map[string]string{"Content-Digest": "sha-256=abc"}, other, 400, "", "bad_request"},
 		{"content digest short", "POST", "/v1/blobs", map[string]string{"Content-Digest": "sha-256=:AAAA:"}, other, 400, "", "bad_request"},
+		{"content digest second member malformed", "POST", "/v1/blobs", map[string]string{"Content-Digest": contentDigest(other) + ", sha-256=abc"}, other, 400, "", "bad_request"},
+		{"content digest uppercase", "POST", "/v1/blobs", map[string]string{"Content-Digest": "SHA-256" + strings.TrimPrefix(contentDigest(other), "sha-256")}, other, 400, "", "bad_request"},
 		{"unknown route", "GET", "/v2/nothing", nil, "", 404, "", "route_not_found"},
 		{"wrong method", "PATCH", "/v1/blobs/" + key, nil, "", 405, "", "method_not_allowed"},
 		{"list bad limit", "GET", "/v1/blobs?limit=-1", nil, "", 400, "", "invalid_argument"},

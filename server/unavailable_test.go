@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/pgtest"
@@ -27,6 +28,7 @@ type proxy struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	cut    bool
+	hole   bool // accept and hold new connections, forwarding nothing
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -47,6 +49,11 @@ func newProxy(t *testing.T, target string) *proxy {
 				return
 			}
 			p.mu.Lock()
+			if p.hole {
+				p.conns = append(p.conns, c)
+				p.mu.Unlock()
+				continue
+			}
 			if p.cut {
 				p.mu.Unlock()
 				c.Close()
@@ -72,6 +79,15 @@ func (p *proxy) restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+}
+
+// blackhole drops the connections open and accepts new ones that never
+// answer, as a database host that hangs.
+func (p *proxy) blackhole() {
+	p.cutOff()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hole = true
 }
 
 func (p *proxy) cutOff() {
@@ -141,5 +157,62 @@ func TestDatabaseDown(t *testing.T) {
 	})
 	if a := do(t, "PUT", srv.URL+"/v1/blobs", "value", nil); a.status != 201 {
 		t.Fatalf("put after the database came back = %d %s", a.status, a.body)
+	}
+}
+
+// TestDatabaseHangs: a database that accepts connections but never
+// answers gets 503 unavailable with Retry-After from probes and data
+// routes, within the request's database deadline, not an empty reply.
+func TestDatabaseHangs(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	u, err := url.Parse(db.StoreURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	if !strings.Contains(target, ":") {
+		target += ":5432"
+	}
+	p := newProxy(t, target)
+	u.Host = p.ln.Addr().String()
+	st, err := stead.Open(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet, RequestTimeout: 3 * time.Second}))
+	t.Cleanup(srv.Close)
+	p.blackhole()
+	for _, req := range []struct{ method, path, body string }{
+		{"GET", "/readyz", ""},
+		{"PUT", "/v1/blobs", "value"},
+		{"GET", "/v1/blobs/sha256:" + strings.Repeat("0", 64), ""},
+		{"POST", "/v1/locks/job/acquire", `{"owner":"a","ttl":"30s"}`},
+		{"GET", "/v1/records/r", ""},
+	} {
+		a := do(t, req.method, srv.URL+req.path, req.body, nil)
+		if a.status != 503 || a.errCode(t) != "unavailable" || a.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s with the database hanging = %d %v %s, want 503 unavailable with Retry-After", req.method, req.path, a.status, a.header, a.body)
+		}
+	}
+}
+
+// TestNotFoundHidesDriverText: a missing record or blob over PostgreSQL
+// answers 404 without the driver's words.
+func TestNotFoundHidesDriverText(t *testing.T) {
+	t.Parallel()
+	st, err := stead.Open(context.Background(), pgtest.New(t).StoreURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	t.Cleanup(srv.Close)
+	for _, path := range []string{"/v1/records/x", "/v1/groups/g"} {
+		a := do(t, "GET", srv.URL+path, "", nil)
+		if a.status != 404 || strings.Contains(a.body, "rows") {
+			t.Errorf("GET %s = %d %s, want 404 without driver text", path, a.status, a.body)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/steadkit/stead/internal/engineerr"
+	"github.com/steadkit/stead/internal/notfound"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -77,7 +78,7 @@ func interpretError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return de
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, de)
+		return notfound.Wrap(err) // the driver's words are no use to a caller
 	case errors.Is(err, puddle.ErrClosedPool):
 		return fmt.Errorf("%w: %w", steaderr.ErrClosed, de)
 	case isPg && (pgErr.Code == sqlstateUndefinedTable || pgErr.Code == sqlstateInvalidSchemaName):

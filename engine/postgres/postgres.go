@@ -6,6 +6,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/url"
@@ -103,6 +104,10 @@ var synchronousCommitValues = []string{"on", "off", "local", "remote_write", "re
 func ParseURL(rawURL string) (Config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		// A *url.Error repeats the URL, password included: keep its cause.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return Config{}, fmt.Errorf("%w: postgres URL: %v", steaderr.ErrInvalidArgument, err)
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {

@@ -38,15 +38,21 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, errorOf(resp)
 	}
-	value := make([]byte, 0, max(resp.ContentLength, 0))
-	buf := bytes.NewBuffer(value)
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		return nil, fmt.Errorf("remote: blob %s: %w", key, err)
+	// The declared length is not trusted: read at most one byte more than
+	// the largest value the engine holds.
+	if resp.ContentLength > blob.InlineLimit {
+		return nil, fmt.Errorf("remote: blob %s: the server declares %d bytes, more than a blob holds", key, resp.ContentLength)
 	}
-	if resp.ContentLength >= 0 && int64(buf.Len()) != resp.ContentLength {
+	value, err := io.ReadAll(io.LimitReader(resp.Body, blob.InlineLimit+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("remote: blob %s: %w", key, err)
+	case len(value) > blob.InlineLimit:
+		return nil, fmt.Errorf("remote: blob %s: the server sent more than a blob holds", key)
+	case resp.ContentLength >= 0 && int64(len(value)) != resp.ContentLength:
 		return nil, fmt.Errorf("remote: blob %s: %w", key, io.ErrUnexpectedEOF)
 	}
-	return buf.Bytes(), nil
+	return value, nil
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {

@@ -80,30 +80,31 @@ func (c Config) withDefaults() (Config, error) {
 func ParseURL(rawURL string) (Config, error) {
 	rest, ok := strings.CutPrefix(rawURL, scheme)
 	if !ok {
-		return Config{}, fmt.Errorf("%w: %.100q is not a %s URL", steaderr.ErrInvalidArgument, rawURL, scheme)
+		return Config{}, fmt.Errorf("%w: not a %s URL", steaderr.ErrInvalidArgument, scheme)
 	}
 	rawPath, rawQuery, _ := strings.Cut(rest, "?")
+	shown := scheme + rawPath // errors leave the query out: it is not echoed
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %.100q: path: %w", steaderr.ErrInvalidArgument, rawURL, err)
+		return Config{}, fmt.Errorf("%w: %.100q: path: %w", steaderr.ErrInvalidArgument, shown, err)
 	}
 	cfg := Config{Path: path}
 	if path == "" {
-		return Config{}, fmt.Errorf("%w: %.100q: empty database path", steaderr.ErrInvalidArgument, rawURL)
+		return Config{}, fmt.Errorf("%w: %.100q: empty database path", steaderr.ErrInvalidArgument, shown)
 	}
 	query, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %.100q: query: %w", steaderr.ErrInvalidArgument, rawURL, err)
+		return Config{}, fmt.Errorf("%w: %.100q: query: %w", steaderr.ErrInvalidArgument, shown, err)
 	}
 	seen := make(map[string]bool, len(query))
 	for name, values := range query {
 		key := strings.ToLower(name)
 		if seen[key] || len(values) != 1 {
-			return Config{}, fmt.Errorf("%w: %.100q: parameter %q given more than once", steaderr.ErrInvalidArgument, rawURL, name)
+			return Config{}, fmt.Errorf("%w: %.100q: parameter %q given more than once", steaderr.ErrInvalidArgument, shown, name)
 		}
 		seen[key] = true
 		if err := cfg.setParam(key, values[0]); err != nil {
-			return Config{}, fmt.Errorf("%w: %.100q: %w", steaderr.ErrInvalidArgument, rawURL, err)
+			return Config{}, fmt.Errorf("%w: %.100q: %w", steaderr.ErrInvalidArgument, shown, err)
 		}
 	}
 	if _, err := cfg.withDefaults(); err != nil {

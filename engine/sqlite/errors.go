@@ -11,6 +11,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/steadkit/stead/internal/engineerr"
+	"github.com/steadkit/stead/internal/notfound"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -61,7 +62,7 @@ func interpretError(ctx context.Context, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return de
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%w: %w", steaderr.ErrNotFound, de)
+		return notfound.Wrap(err) // the driver's words are no use to a caller
 	case primary == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ctx.Err(), de)
 	case primary == sqlite3.SQLITE_ERROR && strings.Contains(sqliteErr.Error(), "no such table"):

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -122,24 +123,59 @@ func getCommand(e *env) *cobra.Command {
 				_, err = io.Copy(e.stdout, rd)
 				return err
 			}
-			// Write next to the target and rename, so a failed get leaves
-			// no half-written file.
-			tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
-			if err != nil {
-				return err
-			}
-			defer os.Remove(tmp.Name())
 			r, done := e.progress(rd, rd.Size(), "get")
-			_, err = io.Copy(tmp, r)
-			done()
-			if err = errors.Join(err, tmp.Close()); err != nil {
-				return err
-			}
-			return os.Rename(tmp.Name(), out)
+			defer done()
+			return writeOutput(out, r)
 		}),
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
 	return cmd
+}
+
+// writeOutput writes r to path so that a failed get leaves no half-written
+// file: a new file is removed on failure, and an existing regular file is
+// replaced by a renamed sibling that keeps its mode. Anything else the path
+// names (a symlink, a FIFO, a device) is opened and written through.
+func writeOutput(path string, r io.Reader) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if err != nil {
+			return err
+		}
+		if err := copyClose(f, r); err != nil {
+			os.Remove(path)
+			return err
+		}
+		return nil
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			return err
+		}
+		return copyClose(f, r)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := copyClose(tmp, r); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func copyClose(f *os.File, r io.Reader) error {
+	_, err := io.Copy(f, r)
+	return errors.Join(err, f.Close())
 }
 
 func statCommand(e *env) *cobra.Command {

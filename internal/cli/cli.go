@@ -158,35 +158,18 @@ func (e *env) setup() error {
 	return nil
 }
 
-// redacted returns db with any password masked, for printing: the URL's
-// own, a password or sslpassword parameter, and one in a URL-valued
-// parameter such as listen_url.
+// redacted returns db fit for printing: scheme, user, host and path, with
+// any password masked and the query (which may carry a password or a
+// token) left out; anything that does not parse as a URL is not printed.
 func redacted(db string) string {
 	u, err := url.Parse(db)
-	if err != nil {
+	if err != nil || !strings.Contains(db, "://") {
 		return "(unparsable URL)"
 	}
-	q := u.Query()
-	masked := false
-	for key, values := range q {
-		for i, v := range values {
-			inner, err := url.Parse(v)
-			switch {
-			case key == "password" || key == "sslpassword":
-				values[i], masked = "xxxxx", true
-			case err == nil && inner.User != nil:
-				if _, ok := inner.User.Password(); ok {
-					values[i], masked = inner.Redacted(), true
-				}
-			}
-		}
-	}
-	if masked {
-		u.RawQuery = q.Encode()
-	}
-	if _, hasPassword := u.User.Password(); !hasPassword && !masked {
+	if u.User == nil && u.RawQuery == "" && u.Fragment == "" {
 		return db // url.URL would print mem:// as mem:
 	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
 	return u.Redacted()
 }
 

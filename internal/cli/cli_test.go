@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // run runs the CLI in process and returns its exit code and output.
@@ -137,5 +138,65 @@ func TestUsageHidesSecrets(t *testing.T) {
 	}
 	if got := redacted("mem://"); got != "mem://" {
 		t.Errorf("redacted(mem://) = %q", got)
+	}
+}
+
+// TestErrorsHideSecrets runs commands against store URLs that fail to open
+// or parse and checks no printed error carries the password or token.
+func TestErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	dbs := []string{
+		"postgres://u:SECRETPW%ZZ@127.0.0.1/x",
+		"postgres://u:SECRETPW@[::1/x",
+		"postgres://u@127.0.0.1:1/x?password=SECRETPW%ZZ",
+		"host=127.0.0.1 port=1 password=SECRETPW",
+		"http://127.0.0.1:1?token=SECRETPW",
+		"http://u:SECRETPW@127.0.0.1:1",
+	}
+	for _, db := range dbs {
+		for _, args := range [][]string{{"stat", "k"}, {"doctor"}, {"migrate", "status"}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			code, stdout, stderr := run(t, ctx, append([]string{"--db", db}, args...)...)
+			cancel()
+			if code == 0 {
+				t.Errorf("stead --db %q %v succeeded", db, args)
+			}
+			if out := stdout + stderr; strings.Contains(out, "SECRETPW") {
+				t.Errorf("stead --db %q %v printed the secret: %q", db, args, out)
+			}
+		}
+	}
+}
+
+// TestServeTrimsEnvToken: STEAD_TOKEN is trimmed like a token file, so a
+// trailing newline does not lock every client out.
+func TestServeTrimsEnvToken(t *testing.T) {
+	t.Setenv("STEAD_TOKEN", "tok\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, pw, &stderr)
+		pw.Close()
+	})
+	defer wg.Wait()
+	defer cancel()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed nothing: %v; stderr %q", err, stderr.String())
+	}
+	go io.Copy(io.Discard, pr)
+	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	req, _ := http.NewRequest("GET", base+"/v1/info", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/info with the trimmed token = %d, want 200", resp.StatusCode)
 	}
 }

@@ -34,7 +34,8 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 /metrics when set, and must be set when --addr is not a loopback address.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token := os.Getenv("STEAD_TOKEN")
+			// Both sources are trimmed alike: a token is never whitespace.
+			token := strings.TrimSpace(os.Getenv("STEAD_TOKEN"))
 			if tokenFile != "" {
 				b, err := os.ReadFile(tokenFile)
 				if err != nil {

@@ -1,0 +1,75 @@
+package remote_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/remote"
+)
+
+// hostileServer answers /v1/info and then every request with answer.
+func hostileServer(t *testing.T, answer string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if req.URL.Path == "/v1/info" {
+						body := `{"cluster":false,"reason":"x"}`
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+						continue
+					}
+					fmt.Fprint(c, answer)
+					return
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestGetDistrustsContentLength: a server that declares a huge or a
+// too-long body gets an error from Get, which reads no more than a blob
+// can hold, whatever the header says.
+func TestGetDistrustsContentLength(t *testing.T) {
+	t.Parallel()
+	for name, answer := range map[string]string{
+		"huge declared length": "HTTP/1.1 200 OK\r\nContent-Length: 4000000000000\r\n\r\nhello",
+		"endless body":         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + strings.Repeat(fmt.Sprintf("%x\r\n%s\r\n", 64<<10, strings.Repeat("a", 64<<10)), (blob.InlineLimit>>16)+4),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e, err := remote.Open(ctx, remote.Config{URL: hostileServer(t, answer)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			key, _ := blob.ParseKey("sha256:" + strings.Repeat("ab", 32))
+			if v, err := e.Blobs().Get(ctx, key); err == nil {
+				t.Fatalf("Get = %d bytes, want an error", len(v))
+			}
+		})
+	}
+}
