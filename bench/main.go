@@ -29,7 +29,7 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "how long each steady scenario runs per round")
 	drainCap = flag.Duration("draincap", 2*time.Minute, "the longest a drain scenario may take to empty its queue")
 	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite, record-pg); empty runs all but inline-pg")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, lock-pg, lock-sqlite, record-pg); empty runs all but inline-pg and chunkstore-pg")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
@@ -87,7 +87,7 @@ func main() {
 	all := allScenarios()
 	var scs []scenario
 	for _, sc := range all {
-		if *only == "" && sc.group != "inline-pg" || slices.Contains(strings.Split(*only, ","), sc.group) {
+		if *only == "" && sc.group != "inline-pg" && sc.group != "chunkstore-pg" || slices.Contains(strings.Split(*only, ","), sc.group) {
 			scs = append(scs, sc)
 		}
 	}
@@ -110,7 +110,7 @@ func main() {
 			if err := runGroup(ctx, group, n, func(sc scenario, round int, ops float64) {
 				id := fmt.Sprintf("%s/%s/%d", sc.group, sc.name, n)
 				results[id].opsPerS = append(results[id].opsPerS, ops)
-				fmt.Fprintf(os.Stderr, "round %d %-40s %10.0f ops/s\n", round+1, id, ops)
+				fmt.Fprintf(os.Stderr, "round %d %-40s %10.2f ops/s\n", round+1, id, ops)
 			}); err != nil {
 				fatalf("%s at %d callers: %v", group[0].group, n, err)
 			}
@@ -136,7 +136,7 @@ func main() {
 				paired = fmt.Sprintf("%.2fx", median(perRound))
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
 	}
 	w.Flush()
 }
@@ -282,6 +282,7 @@ func allScenarios() []scenario {
 	all = append(all, blobPostgres()...)
 	all = append(all, blobSQLite()...)
 	all = append(all, inlinePostgres()...)
+	all = append(all, chunkStorePostgres()...)
 	all = append(all, lockPostgres()...)
 	all = append(all, lockSQLite()...)
 	all = append(all, recordPostgres()...)

@@ -3,6 +3,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"iter"
 	"sync"
+	"time"
 
 	"github.com/steadkit/stead/steaderr"
 )
@@ -21,11 +23,15 @@ const (
 	InlineLimit = 256 << 10
 	// DefaultMaxSize is the default for Options.MaxSize: 4 GiB.
 	DefaultMaxSize = 4 << 30
+	// DefaultChunkSize is the default for Options.ChunkSize. See
+	// docs/decisions/0011-large-blobs.md for how it was chosen.
+	DefaultChunkSize = 1 << 20
+	// DefaultUploadLease is the default for Options.UploadLease.
+	DefaultUploadLease = 5 * time.Minute
+	// abortTimeout bounds the clean-up of a failed put, which runs even
+	// when the put's context is done.
+	abortTimeout = 30 * time.Second
 )
-
-// errLargeUnsupported is returned for values above InlineLimit until the
-// chunked tier exists.
-var errLargeUnsupported = fmt.Errorf("values over the inline limit (%d bytes) are not supported yet: %w", InlineLimit, errors.ErrUnsupported)
 
 // Options configures a Store.
 type Options struct {
@@ -36,27 +42,59 @@ type Options struct {
 	// ErrDigestMismatch when the stored bytes no longer match their key.
 	// Defaults to false.
 	VerifyReads bool
+	// InlineLimit is the largest value stored whole in its blob row; larger
+	// values are stored in chunks of ChunkSize bytes and stream in both
+	// directions. Defaults to InlineLimit; tests set it tiny so that every
+	// value takes the chunked path.
+	InlineLimit int
+	// ChunkSize is the size of the chunks of a value over InlineLimit, and
+	// so the memory a streaming put or get holds. Defaults to
+	// DefaultChunkSize.
+	ChunkSize int
+	// UploadLease is how long a chunked put may go without writing a chunk
+	// before its staged chunks may be reaped (ReapUploads), for instance
+	// after its process was killed. Defaults to DefaultUploadLease.
+	UploadLease time.Duration
 }
 
 // Store is the blob capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng     Engine
-	maxSize int64
-	verify  bool
+	eng       Engine
+	maxSize   int64
+	verify    bool
+	inline    int64
+	chunkSize int
+	lease     time.Duration
 }
 
-// NewStore returns a Store over eng. A non-positive MaxSize means the
+// NewStore returns a Store over eng. A non-positive option means its
 // default.
 func NewStore(eng Engine, opts Options) *Store {
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
 	}
-	return &Store{eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads}
+	if opts.InlineLimit <= 0 {
+		opts.InlineLimit = InlineLimit
+	}
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.UploadLease <= 0 {
+		opts.UploadLease = DefaultUploadLease
+	}
+	return &Store{
+		eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads,
+		inline: int64(opts.InlineLimit), chunkSize: opts.ChunkSize, lease: opts.UploadLease,
+	}
 }
 
-// Put stores the content of r and returns its key. Storing content that is
-// already stored succeeds and changes nothing. On error nothing is stored.
+// Put stores the content of r and returns its key, streaming: a value over
+// the inline limit is hashed and written chunk by chunk, so memory stays
+// bounded by the chunk size, and becomes visible only once it is whole.
+// Storing content that is already stored succeeds and changes nothing. On
+// error nothing is stored (but see docs/decisions/0011-large-blobs.md: an
+// error from a cancelled final commit may hide a put that took effect).
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
 	key, err := s.put(ctx, Key{}, r)
 	if err != nil {
@@ -85,13 +123,13 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	pb := putBufs.Get().(*putBuf)
 	defer putBufs.Put(pb)
 	pb.hash.Reset()
-	value, err := readAtMost(r, pb.buf[:0], min(s.maxSize, InlineLimit), pb.hash)
+	value, err := readAtMost(r, pb.buf[:0], min(s.maxSize, s.inline), pb.hash)
 	pb.buf = value[:0]
 	switch {
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
 		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
 	case errors.Is(err, errOverLimit):
-		return Key{}, errLargeUnsupported
+		return s.putChunked(ctx, want, io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash)), pb.hash)
 	case err != nil:
 		return Key{}, fmt.Errorf("read content: %w", err)
 	}
@@ -105,6 +143,61 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
 	if err := s.eng.Put(ctx, key, value); err != nil {
+		return Key{}, err
+	}
+	return key, nil
+}
+
+// putChunked stages r's content chunk by chunk under an upload and
+// publishes it once whole and hashed. h has been fed every byte r yields.
+// On any failure the upload is aborted, even when ctx is done; if the
+// abort fails too, the upload's lease lapses and ReapUploads discards it.
+func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Hash) (key Key, err error) {
+	set, err := s.eng.BeginUpload(ctx, s.lease)
+	if err != nil {
+		return Key{}, err
+	}
+	defer func() {
+		if err != nil {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+			defer cancel()
+			if aerr := s.eng.AbortUpload(actx, set); aerr != nil {
+				err = errors.Join(err, fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr))
+			}
+		}
+	}()
+	buf := make([]byte, s.chunkSize)
+	var size int64
+	for {
+		// Read at most one byte past MaxSize, so an endless source is
+		// refused after MaxSize+1 bytes.
+		n, rerr := io.ReadFull(r, buf[:min(int64(len(buf)), s.maxSize-size+1)])
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+			return Key{}, fmt.Errorf("read content: %w", rerr)
+		}
+		if size+int64(n) > s.maxSize {
+			return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
+		}
+		if n > 0 {
+			if err := s.eng.WriteChunk(ctx, set, size, buf[:n], s.lease); err != nil {
+				return Key{}, err
+			}
+			size += int64(n)
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	// Reading may take long; a context cancelled meanwhile stores nothing.
+	if err := ctx.Err(); err != nil {
+		return Key{}, err
+	}
+	key = Key{valid: true}
+	h.Sum(key.digest[:0])
+	if !want.IsZero() && key != want {
+		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
+	}
+	if err := s.eng.Publish(ctx, set, key, size); err != nil {
 		return Key{}, err
 	}
 	return key, nil
@@ -155,16 +248,53 @@ func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
 	if err := checkKey(ctx, key); err != nil {
 		return nil, fmt.Errorf("blob get: %w", err)
 	}
-	value, err := s.eng.Get(ctx, key)
+	st, err := s.eng.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("blob get %s: %w", key, err)
 	}
-	if s.verify {
-		if got := KeyOf(value); got != key {
+	if s.verify && st.Chunks == 0 {
+		if got := KeyOf(st.Value); got != key {
 			return nil, fmt.Errorf("blob get %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
 		}
 	}
-	return newReader(key, value), nil
+	return newReader(ctx, s.eng, key, st, s.verify), nil
+}
+
+// Verify re-hashes key's stored value, streaming, and returns an error
+// wrapping ErrDigestMismatch when it no longer matches its key, or
+// ErrNotFound when key is absent.
+func (s *Store) Verify(ctx context.Context, key Key) error {
+	if err := checkKey(ctx, key); err != nil {
+		return fmt.Errorf("blob verify: %w", err)
+	}
+	st, err := s.eng.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("blob verify %s: %w", key, err)
+	}
+	if st.Chunks == 0 {
+		if got := KeyOf(st.Value); got != key {
+			return fmt.Errorf("blob verify %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
+		}
+		return nil
+	}
+	if _, err := newReader(ctx, s.eng, key, st, true).WriteTo(io.Discard); err != nil {
+		return fmt.Errorf("blob verify: %w", err)
+	}
+	return nil
+}
+
+// ReapUploads discards the staged chunks of every chunked put whose
+// upload lease lapsed (its process died or stalled) and reports how many
+// uploads it discarded. Opening a store and each GC sweep call it.
+func (s *Store) ReapUploads(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("blob reap uploads: %w", err)
+	}
+	n, err := s.eng.ReapUploads(ctx)
+	if err != nil {
+		return n, fmt.Errorf("blob reap uploads: %w", err)
+	}
+	return n, nil
 }
 
 // Stat returns key's size without reading its value, or an error wrapping

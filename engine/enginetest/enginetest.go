@@ -52,7 +52,18 @@ type Harness struct {
 	// so that the suite's isolation check means something; the suite opens
 	// each name at most once per test. nil: the engine has no namespaces.
 	Namespace func(t *testing.T, name string) (engine.Engine, error)
+
+	// chunked makes setup's stores use tinyInline and tinyChunk, so that
+	// every value over a few bytes takes the chunked path.
+	chunked bool
 }
+
+// The limits of the chunked run of the blob tests: tiny, so that every test
+// value is chunked, and the chunk size no power of two.
+const (
+	tinyInline = 16
+	tinyChunk  = 4000
+)
 
 // Run runs the whole suite against h. Subtests call t.Parallel() where
 // safe; every test gets engines of its own.
@@ -67,6 +78,7 @@ func Run(t *testing.T, h Harness) {
 // areas are the suite's parts, one file each.
 var areas = []suiteTest{
 	{"Blob", testBlob},
+	{"BlobChunked", func(t *testing.T, h Harness) { h.chunked = true; testBlob(t, h) }},
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
@@ -109,6 +121,9 @@ func setup(t *testing.T, h Harness) *bundle {
 // setupWith returns a bundle over a fresh engine from h.New with opts.
 func setupWith(t *testing.T, h Harness, opts blob.Options) *bundle {
 	t.Helper()
+	if h.chunked {
+		opts.InlineLimit, opts.ChunkSize = tinyInline, tinyChunk
+	}
 	return bundleOf(t, newEngine(t, h), opts)
 }
 

@@ -29,7 +29,9 @@ var _ engine.Engine = (*Engine)(nil)
 func New() *Engine {
 	e := &Engine{}
 	e.blobs.e = e
-	e.blobs.values = make(map[blob.Key][]byte)
+	e.blobs.values = make(map[blob.Key]blob.Stored)
+	e.blobs.uploads = make(map[blob.ChunkSet]*upload)
+	e.blobs.sets = make(map[blob.ChunkSet][]chunk)
 	e.locks.e = e
 	e.locks.rows = make(map[string]*lockRow)
 	e.records.init(e)
@@ -62,7 +64,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.blobs.mu.Lock()
-	e.blobs.values, e.blobs.keys = nil, nil
+	e.blobs.values, e.blobs.keys, e.blobs.uploads, e.blobs.sets = nil, nil, nil, nil
 	e.blobs.mu.Unlock()
 	e.locks.mu.Lock()
 	e.locks.rows = nil

@@ -25,10 +25,11 @@ const (
 )
 
 type blobs struct {
-	e      *Engine
-	commit *groupcommit.Committer
-	sql    struct {
-		put, putMany, get, stat, page, declare, del string
+	e        *Engine
+	commit   *groupcommit.Committer
+	chunkSQL chunkSQL
+	sql      struct {
+		put, putMany, stat, page, declare, del string
 	}
 }
 
@@ -38,11 +39,11 @@ func (b *blobs) init(e *Engine) {
 	t := e.ident + ".blobs"
 	b.sql.put = "INSERT INTO " + t + " (key, size, value) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
 	b.sql.putMany = "INSERT INTO " + t + " (key, size, value) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[]) ON CONFLICT (key) DO NOTHING"
-	b.sql.get = "SELECT value FROM " + t + " WHERE key = $1"
 	b.sql.stat = "SELECT size FROM " + t + " WHERE key = $1"
 	b.sql.page = "SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key LIMIT $2"
 	b.sql.declare = "DECLARE stead_list NO SCROLL CURSOR FOR SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key"
 	b.sql.del = "DELETE FROM " + t + " WHERE key = $1"
+	b.chunkSQL.init(e)
 }
 
 func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
@@ -66,18 +67,6 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request) error {
 	}
 	_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
 	return interpretError(err)
-}
-
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
-	if err := b.e.check(ctx); err != nil {
-		return nil, err
-	}
-	var value []byte
-	err := interpretError(b.e.pool.QueryRow(ctx, b.sql.get, key.String()).Scan(&value))
-	if errors.Is(err, errNoSchema) {
-		return nil, steaderr.ErrNotFound
-	}
-	return value, err
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {

@@ -19,7 +19,8 @@ type blobs struct {
 	e                    *Engine
 	commit               *groupcommit.Committer
 	put, del             stmt
-	get, stat, listAfter stmt
+	getStored, stat      stmt
+	listAfter, readChunk stmt
 }
 
 func (b *blobs) init(e *Engine) {
@@ -27,7 +28,8 @@ func (b *blobs) init(e *Engine) {
 	b.commit = groupcommit.New(1, maxBatchPuts, maxBatchBytes, b.flush)
 	b.put = stmt{db: e.writer, query: "INSERT INTO blobs (key, size, value) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING"}
 	b.del = stmt{db: e.writer, query: "DELETE FROM blobs WHERE key = ?"}
-	b.get = stmt{db: e.reader, query: "SELECT value FROM blobs WHERE key = ?"}
+	b.getStored = stmt{db: e.reader, query: sqlGet}
+	b.readChunk = stmt{db: e.reader, query: sqlReadChunk}
 	b.stat = stmt{db: e.reader, query: "SELECT size FROM blobs WHERE key = ?"}
 	// Every key sorts after '' and LIMIT -1 is no limit, so one statement
 	// serves every cursor and limit.
@@ -35,7 +37,7 @@ func (b *blobs) init(e *Engine) {
 }
 
 func (b *blobs) close() error {
-	return errors.Join(b.put.close(), b.del.close(), b.get.close(), b.stat.close(), b.listAfter.close())
+	return errors.Join(b.put.close(), b.del.close(), b.getStored.close(), b.stat.close(), b.listAfter.close(), b.readChunk.close())
 }
 
 // readError interprets err from a read; on a database never migrated the
@@ -106,24 +108,6 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request) (err e
 		}
 	}
 	return tx.Commit()
-}
-
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
-	if err := b.e.check(ctx); err != nil {
-		return nil, err
-	}
-	s, err := b.get.get(ctx)
-	if err != nil {
-		return nil, readError(ctx, err)
-	}
-	var value []byte // Scan into *[]byte copies: the caller owns the bytes
-	if err := s.QueryRowContext(ctx, key.String()).Scan(&value); err != nil {
-		return nil, readError(ctx, err)
-	}
-	if value == nil {
-		value = []byte{} // the driver reads an empty blob as nil
-	}
-	return value, nil
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
