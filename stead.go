@@ -103,6 +103,12 @@ func WithMaxBlobSize(n int64) Option { return func(c *config) { c.blobs.MaxSize 
 // ErrDigestMismatch on corruption. Defaults to off.
 func WithVerifyReads() Option { return func(c *config) { c.blobs.VerifyReads = true } }
 
+// WithUploadLease sets how long a streaming put of a large blob may go
+// without writing a chunk before its staged chunks may be reaped (by the
+// next Open or GC sweep), as after its process was killed. Defaults to
+// blob.DefaultUploadLease (5 minutes).
+func WithUploadLease(d time.Duration) Option { return func(c *config) { c.blobs.UploadLease = d } }
+
 // Open opens the store at url:
 //
 //	mem://                                   in-memory, gone on Close
@@ -176,6 +182,9 @@ func newConfig(opts []Option) (config, error) {
 	if cfg.blobs.MaxSize < 0 {
 		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
 	}
+	if cfg.blobs.UploadLease < 0 {
+		return config{}, fmt.Errorf("stead: %w: upload lease %v", steaderr.ErrInvalidArgument, cfg.blobs.UploadLease)
+	}
 	return cfg, nil
 }
 
@@ -187,13 +196,19 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 	} else if err := checkSchema(ctx, eng); err != nil {
 		return nil, err
 	}
-	return &Store{
+	st := &Store{
 		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
 		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
 		eng:        eng,
 		instanceID: cfg.instanceID,
-	}, nil
+	}
+	// A put whose process died left its staged chunks behind; those whose
+	// lease lapsed go now.
+	if _, err := st.Blobs.ReapUploads(ctx); err != nil {
+		return nil, fmt.Errorf("stead: %w", err)
+	}
+	return st, nil
 }
 
 // checkSchema refuses a database whose schema is newer than this binary.

@@ -34,6 +34,11 @@ func testBlob(t *testing.T, h Harness) {
 		{"ListDuringPuts", blobListDuringPuts},
 		{"Concurrent", blobConcurrent},
 		{"Delete", blobDelete},
+		{"RangeReads", blobRangeReads},
+		{"DeletedWhileReading", blobDeletedWhileReading},
+		{"SameContentRace", blobSameContentRace},
+		{"PutDeleteRace", blobPutDeleteRace},
+		{"Verify", blobVerify},
 	})
 }
 
