@@ -36,14 +36,15 @@ type Engine interface {
 	// steaderr.ErrNotFound.
 	Delete(ctx context.Context, key Key) error
 
-	// BeginUpload starts staging a chunked value and returns its chunk
-	// set. The upload holds a lease of the given length, renewed by every
-	// WriteChunk; once it lapses, ReapUploads may discard it.
-	BeginUpload(ctx context.Context, lease time.Duration) (ChunkSet, error)
+	// BeginUpload draws a fresh chunk set id for an upload. It stores
+	// nothing an abort would have to undo.
+	BeginUpload(ctx context.Context) (ChunkSet, error)
 	// WriteChunk stores data as the chunk starting at byte off of the
-	// upload's value and renews the upload's lease, in one short
-	// transaction. data is only valid until WriteChunk returns. An upload
-	// already published, aborted or reaped is an error wrapping
+	// upload's value, in one short transaction. The first chunk (off 0)
+	// starts the upload with a lease of the given length; each later one
+	// renews it, and once it lapses ReapUploads may discard the upload.
+	// data is only valid until WriteChunk returns. A later chunk of an
+	// upload already published, aborted or reaped is an error wrapping
 	// steaderr.ErrLost.
 	WriteChunk(ctx context.Context, set ChunkSet, off int64, data []byte, lease time.Duration) error
 	// Publish ends the upload atomically: key becomes visible with size

@@ -153,7 +153,7 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 // On any failure the upload is aborted, even when ctx is done; if the
 // abort fails too, the upload's lease lapses and ReapUploads discards it.
 func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx, s.lease)
+	set, err := s.eng.BeginUpload(ctx)
 	if err != nil {
 		return Key{}, err
 	}

@@ -140,14 +140,13 @@ func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
 	return nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
 	b.lastSet++
-	b.uploads[b.lastSet] = &upload{expires: time.Now().Add(lease)}
 	return b.lastSet, nil
 }
 
@@ -158,7 +157,11 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 		return err
 	}
 	u, ok := b.uploads[set]
-	if !ok {
+	switch {
+	case off == 0 && !ok:
+		u = &upload{}
+		b.uploads[set] = u
+	case !ok:
 		return steaderr.ErrLost
 	}
 	u.expires = time.Now().Add(lease)

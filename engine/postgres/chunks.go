@@ -16,9 +16,17 @@ import (
 // serialize on it: a chunk write renews the lease the reaper re-checks, and
 // a reaped upload accepts no chunk and publishes nothing.
 const (
-	sqlBeginUpload = `INSERT INTO {schema}.blob_uploads (expires_at)
-VALUES (now() + $1::bigint * interval '1 microsecond')
-RETURNING id`
+	// sqlBeginUpload takes the sequence's name as a parameter
+	// ({schema}.blob_chunk_sets), so no quoting is spliced into a literal.
+	sqlBeginUpload = `SELECT nextval($1::regclass)`
+
+	sqlStartUpload = `WITH up AS (
+    INSERT INTO {schema}.blob_uploads (id, expires_at)
+    VALUES ($1, now() + $4::bigint * interval '1 microsecond')
+    RETURNING id
+)
+INSERT INTO {schema}.blob_chunks (chunks, off, data)
+SELECT id, $2, $3 FROM up`
 
 	sqlWriteChunk = `WITH up AS (
     UPDATE {schema}.blob_uploads SET expires_at = now() + $4::bigint * interval '1 microsecond'
@@ -70,11 +78,15 @@ LIMIT 1`
 
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
-	begin, write, publish, abort, reap, read, get string
+	begin, start, write, publish, abort, reap, read, get string
+	// sequence is the chunk set sequence's name, sqlBeginUpload's argument.
+	sequence string
 }
 
 func (c *chunkSQL) init(e *Engine) {
 	c.begin = e.render(sqlBeginUpload)
+	c.start = e.render(sqlStartUpload)
+	c.sequence = e.ident + ".blob_chunk_sets"
 	c.write = e.render(sqlWriteChunk)
 	c.publish = e.render(sqlPublish)
 	c.abort = e.render(sqlAbortUpload)
@@ -101,12 +113,12 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return st, nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
 	var id int64
-	if err := b.e.pool.QueryRow(ctx, b.chunkSQL.begin, lease.Microseconds()).Scan(&id); err != nil {
+	if err := b.e.pool.QueryRow(ctx, b.chunkSQL.begin, b.chunkSQL.sequence).Scan(&id); err != nil {
 		return 0, interpretError(err)
 	}
 	return blob.ChunkSet(id), nil
@@ -116,7 +128,11 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	tag, err := b.e.pool.Exec(ctx, b.chunkSQL.write, int64(set), off, data, lease.Microseconds())
+	query := b.chunkSQL.write
+	if off == 0 {
+		query = b.chunkSQL.start
+	}
+	tag, err := b.e.pool.Exec(ctx, query, int64(set), off, data, lease.Microseconds())
 	if err != nil {
 		return interpretError(err)
 	}

@@ -16,7 +16,8 @@ import (
 // writes, publishing and reaping never interleave; reads use the reader
 // pool, one statement each.
 const (
-	sqlBeginUpload  = `INSERT INTO blob_uploads (expires_at) VALUES (?)`
+	sqlBeginUpload  = `UPDATE blob_chunk_sets SET last = last + 1 RETURNING last`
+	sqlStartUpload  = `INSERT INTO blob_uploads (id, expires_at) VALUES (?, ?)`
 	sqlRenewUpload  = `UPDATE blob_uploads SET expires_at = ? WHERE id = ?`
 	sqlInsertChunk  = `INSERT INTO blob_chunks (chunks, off, data) VALUES (?, ?, ?)`
 	sqlEndUpload    = `DELETE FROM blob_uploads WHERE id = ?`
@@ -84,29 +85,27 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return st, nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
 	var id int64
 	err := b.writeTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, sqlBeginUpload, time.Now().Add(lease).UnixNano())
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
-		return err
+		return tx.QueryRowContext(ctx, sqlBeginUpload).Scan(&id)
 	})
 	return blob.ChunkSet(id), err
 }
 
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
 	return b.writeTx(ctx, func(tx *sql.Tx) error {
-		found, err := changed(ctx, tx, sqlRenewUpload, time.Now().Add(lease).UnixNano(), int64(set))
-		if err != nil {
+		expires := time.Now().Add(lease).UnixNano()
+		if off == 0 {
+			if _, err := tx.ExecContext(ctx, sqlStartUpload, int64(set), expires); err != nil {
+				return err
+			}
+		} else if found, err := changed(ctx, tx, sqlRenewUpload, expires, int64(set)); err != nil {
 			return err
-		}
-		if !found {
+		} else if !found {
 			return errUploadLost
 		}
-		_, err = tx.ExecContext(ctx, sqlInsertChunk, int64(set), off, data)
+		_, err := tx.ExecContext(ctx, sqlInsertChunk, int64(set), off, data)
 		return err
 	})
 }
