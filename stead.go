@@ -80,8 +80,9 @@ type config struct {
 	blobs      blob.Options
 }
 
-// WithInstanceID sets the store's instance id, which owns its pins and
-// names its solo record group. It must be a valid name (see
+// WithInstanceID sets the store's instance id, which owns its blob pins.
+// Two stores open at once must not share an id: one's releases would end
+// the other's pins. It must be a valid name (see
 // ValidateName). Defaults to a random id per Store.
 func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }
 
@@ -90,10 +91,17 @@ func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = 
 // reads then answer absent or empty and writes fail with ErrSchema.
 func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 
-// WithClock replaces the clock that lock and record leases are measured
-// against; tests use it to move time without sleeping. Defaults to nil: the
+// WithClock replaces the clock that lock and record leases and blob pins
+// are measured against; tests use it to move time without sleeping. Defaults to nil: the
 // database's clock (now()) on PostgreSQL, time.Now elsewhere.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithPinTTL sets how long a blob put stays pinned (safe from garbage
+// collection and Delete) after it returns, and how long a Blobs.Pin guard
+// lasts between renewals, which come every third of it. It must be at least
+// a millisecond; it is rounded down to whole microseconds. Defaults to
+// blob.DefaultPinTTL (60 s).
+func WithPinTTL(d time.Duration) Option { return func(c *config) { c.blobs.PinTTL = d } }
 
 // WithMaxBlobSize sets the largest blob Put accepts, in bytes. Defaults to
 // blob.DefaultMaxSize (4 GiB).
@@ -179,6 +187,9 @@ func newConfig(opts []Option) (config, error) {
 	} else if err := validate.Name("instance id", cfg.instanceID); err != nil {
 		return config{}, fmt.Errorf("stead: %w", err)
 	}
+	if cfg.blobs.PinTTL != 0 && cfg.blobs.PinTTL < time.Millisecond {
+		return config{}, fmt.Errorf("stead: %w: pin TTL %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.blobs.PinTTL)
+	}
 	if cfg.blobs.MaxSize < 0 {
 		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
 	}
@@ -196,6 +207,7 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 	} else if err := checkSchema(ctx, eng); err != nil {
 		return nil, err
 	}
+	cfg.blobs.Owner, cfg.blobs.Now = cfg.instanceID, cfg.now
 	st := &Store{
 		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),

@@ -7,18 +7,36 @@ import (
 
 // Engine is what a storage engine does for blobs: mechanics only. The
 // portable Store validates every argument, hashes values and enforces size
-// limits before calling it, so an engine may trust its inputs. Every method
-// returns steaderr.ErrClosed once the engine is closed.
+// limits before calling it, so an engine may trust its inputs: keys are
+// valid, owners are valid names, TTLs are positive whole microseconds and
+// Now, when set, is a whole microsecond. Every method returns
+// steaderr.ErrClosed once the engine is closed.
+//
+// A pin protects a key from deletion: the row (key, owner) with an expiry.
+// It is live while now < expiry and expired from its expiry instant on.
+// While a live pin or a liveness source references a key, no delete of it
+// (Delete, or a garbage-collection sweep) commits.
 //
 // A value is stored in one of two forms: inline, whole in its blob row, or
 // as a chunk set, written chunk by chunk under an upload and then published
-// under its key (docs/decisions/0011-large-blobs.md).
+// under its key by Put (docs/decisions/0011-large-blobs.md).
 type Engine interface {
-	// Put stores value inline under key unless key is already stored: the
+	// Put stores p.Value under p.Key unless the key is already stored (the
 	// first writer wins and a repeat is a successful no-op, never an
-	// overwrite. value is only valid until Put returns. A failed or
-	// cancelled Put leaves nothing behind.
-	Put(ctx context.Context, key Key, value []byte) error
+	// overwrite), and pins the key for (p.Owner) until at least p.Now +
+	// p.TTL, in the same commit that publishes the blob (a pin's expiry is
+	// only ever extended by a put). p.Value is only valid until Put returns.
+	// An error means the put may or may not have taken effect, never
+	// partially: blob and pin are then both absent or both stored, and
+	// retrying is safe. A context already ended when Put is called stores
+	// nothing.
+	//
+	// With p.Chunks set, Put publishes that upload's chunks as the value
+	// (p.Size bytes, p.Value unused) and ends the upload in the same
+	// commit; when the key is already stored the staged chunks are
+	// discarded instead. An upload already reaped is an error wrapping
+	// steaderr.ErrLost, and nothing is published or pinned.
+	Put(ctx context.Context, p PutParams) error
 	// Get returns the stored form of key's value: its size and either the
 	// inline value (a copy) or its chunk set. An absent key is an error
 	// wrapping steaderr.ErrNotFound.
@@ -32,9 +50,23 @@ type Engine interface {
 	// stops when yield returns false. Memory use must not grow with the
 	// number of blobs listed.
 	List(ctx context.Context, after Key, limit int, yield func(Info) bool) error
-	// Delete removes key and its chunks, or returns an error wrapping
-	// steaderr.ErrNotFound.
-	Delete(ctx context.Context, key Key) error
+	// Delete removes p.Key (and its chunks) after arbitrating it like a
+	// garbage-collection delete: it fails with an error wrapping steaderr.ErrProtected while a
+	// live pin or a liveness source references the key, and with
+	// steaderr.ErrNotFound when the key is absent.
+	Delete(ctx context.Context, p DeleteParams) error
+	// Pin pins the stored key p.Key for p.Owner until at least p.Now +
+	// p.TTL, taking the same row lock a put does, so it cannot interleave
+	// with an arbitration of the key: either the pin commits first and the
+	// key is kept, or the key is deleted first and Pin fails with an error
+	// wrapping steaderr.ErrNotFound.
+	Pin(ctx context.Context, p PinParams) error
+	// RenewPin extends the live pin (p.Key, p.Owner) to at least p.Now +
+	// p.TTL and reports true; an expired or absent pin is left alone (never
+	// resurrected) and RenewPin reports false.
+	RenewPin(ctx context.Context, p PinParams) (bool, error)
+	// Unpin removes the pin (p.Key, p.Owner), if any.
+	Unpin(ctx context.Context, p UnpinParams) error
 
 	// BeginUpload draws a fresh chunk set id for an upload. It stores
 	// nothing an abort would have to undo.
@@ -47,13 +79,8 @@ type Engine interface {
 	// upload already published, aborted or reaped is an error wrapping
 	// steaderr.ErrLost.
 	WriteChunk(ctx context.Context, set ChunkSet, off int64, data []byte, lease time.Duration) error
-	// Publish ends the upload atomically: key becomes visible with size
-	// bytes read from the chunk set, or, when key is already stored, the
-	// staged chunks are discarded (first writer wins). An upload already
-	// reaped is an error wrapping steaderr.ErrLost and publishes nothing.
-	Publish(ctx context.Context, set ChunkSet, key Key, size int64) error
 	// AbortUpload discards an unpublished upload and its chunks; an upload
-	// already gone is not an error.
+	// already gone (published, aborted or reaped) is not an error.
 	AbortUpload(ctx context.Context, set ChunkSet) error
 	// ReapUploads discards every upload whose lease has lapsed, with its
 	// chunks, and reports how many it discarded.
@@ -77,6 +104,46 @@ type Stored struct {
 	Value []byte
 	// Chunks is the value's chunk set, or 0 when it is stored inline.
 	Chunks ChunkSet
+}
+
+// PutParams are the arguments of Engine.Put.
+type PutParams struct {
+	Key   Key
+	Value []byte
+	// Chunks, when not 0, is the upload whose chunks are the value, and
+	// Size its size; Value is then nil.
+	Chunks ChunkSet
+	Size   int64
+	// Owner and TTL name the pin the put takes.
+	Owner string
+	TTL   time.Duration
+	// Now is the instant the pin's TTL runs from. Zero means the engine's
+	// clock: the database's now() on PostgreSQL, the system clock
+	// elsewhere.
+	Now time.Time
+}
+
+// PinParams are the arguments of Engine.Pin and Engine.RenewPin.
+type PinParams struct {
+	Key   Key
+	Owner string
+	TTL   time.Duration
+	// Now is the instant the pin is judged at and its TTL runs from; zero:
+	// the engine's clock.
+	Now time.Time
+}
+
+// UnpinParams are the arguments of Engine.Unpin.
+type UnpinParams struct {
+	Key   Key
+	Owner string
+}
+
+// DeleteParams are the arguments of Engine.Delete.
+type DeleteParams struct {
+	Key Key
+	// Now is the instant pins are judged at; zero: the engine's clock.
+	Now time.Time
 }
 
 // Info describes a stored blob.

@@ -5,7 +5,9 @@ package blob
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -55,7 +57,21 @@ type Options struct {
 	// before its staged chunks may be reaped (ReapUploads), for instance
 	// after its process was killed. Defaults to DefaultUploadLease.
 	UploadLease time.Duration
+	// Owner owns the store's pins: the stead store's instance id. Defaults
+	// to a random id.
+	Owner string
+	// PinTTL is how long a put's pin lasts, and a Pin guard's between
+	// renewals (every PinTTL/3). Defaults to DefaultPinTTL.
+	PinTTL time.Duration
+	// Now is the clock pins are measured against, for tests that move
+	// time without sleeping. Defaults to nil: the engine's clock (the
+	// database's now() on PostgreSQL) for stored expiries, the system
+	// clock's monotonic reading for the deadlines kept in process.
+	Now func() time.Time
 }
+
+// DefaultPinTTL is the default for Options.PinTTL.
+const DefaultPinTTL = 60 * time.Second
 
 // Store is the blob capability of a stead store. It is safe for concurrent
 // use.
@@ -66,10 +82,11 @@ type Store struct {
 	inline    int64
 	chunkSize int
 	lease     time.Duration
+	pins      pinTable
 }
 
 // NewStore returns a Store over eng. A non-positive option means its
-// default.
+// default; a PinTTL is rounded down to whole microseconds.
 func NewStore(eng Engine, opts Options) *Store {
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
@@ -83,18 +100,35 @@ func NewStore(eng Engine, opts Options) *Store {
 	if opts.UploadLease <= 0 {
 		opts.UploadLease = DefaultUploadLease
 	}
-	return &Store{
+	if opts.PinTTL = opts.PinTTL.Truncate(time.Microsecond); opts.PinTTL <= 0 {
+		opts.PinTTL = DefaultPinTTL
+	}
+	if opts.Owner == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		opts.Owner = hex.EncodeToString(b[:])
+	}
+	s := &Store{
 		eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads,
 		inline: int64(opts.InlineLimit), chunkSize: opts.ChunkSize, lease: opts.UploadLease,
 	}
+	s.pins = pinTable{owner: opts.Owner, ttl: opts.PinTTL, now: opts.Now, held: map[Key]*held{}}
+	return s
 }
 
-// Put stores the content of r and returns its key, streaming: a value over
+// Put stores the content of r and returns its key, pinned by this store's
+// owner for Options.PinTTL from before the put was sent: until then no
+// garbage-collection sweep or Delete removes it. It streams: a value over
 // the inline limit is hashed and written chunk by chunk, so memory stays
 // bounded by the chunk size, and becomes visible only once it is whole.
-// Storing content that is already stored succeeds and changes nothing. On
-// error nothing is stored (but see docs/decisions/0011-large-blobs.md: an
-// error from a cancelled final commit may hide a put that took effect).
+// Storing content that is already stored succeeds and renews the pin; a
+// re-put while this store's pin on the key has more than half its TTL left
+// writes nothing. An error means the put may or may not have taken effect
+// (a statement cancelled while it waits can still commit), never partially:
+// the key is then either absent or stored whole, and retrying is safe.
+// Errors found before anything is published (invalid input, a digest
+// mismatch, a failing reader, a context ended before the write) store
+// nothing, and discard any chunks staged.
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
 	key, err := s.put(ctx, Key{}, r)
 	if err != nil {
@@ -142,15 +176,17 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
-	if err := s.eng.Put(ctx, key, value); err != nil {
+	if err := s.pins.put(ctx, s.eng, PutParams{Key: key, Value: value}); err != nil {
 		return Key{}, err
 	}
 	return key, nil
 }
 
 // putChunked stages r's content chunk by chunk under an upload and
-// publishes it once whole and hashed. h has been fed every byte r yields.
-// On any failure the upload is aborted, even when ctx is done; if the
+// publishes it, pinned, once whole and hashed. h has been fed every byte r
+// yields. The upload is then aborted, even when ctx is done: after a
+// failure, or when the publish was skipped because this store already
+// pins the stored key (after a publish, the abort finds nothing). If the
 // abort fails too, the upload's lease lapses and ReapUploads discards it.
 func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Hash) (key Key, err error) {
 	set, err := s.eng.BeginUpload(ctx)
@@ -158,12 +194,10 @@ func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Ha
 		return Key{}, err
 	}
 	defer func() {
-		if err != nil {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
-			defer cancel()
-			if aerr := s.eng.AbortUpload(actx, set); aerr != nil {
-				err = errors.Join(err, fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr))
-			}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		defer cancel()
+		if aerr := s.eng.AbortUpload(actx, set); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr))
 		}
 	}()
 	buf := make([]byte, s.chunkSize)
@@ -197,7 +231,7 @@ func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Ha
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
-	if err := s.eng.Publish(ctx, set, key, size); err != nil {
+	if err := s.pins.put(ctx, s.eng, PutParams{Key: key, Chunks: set, Size: size}); err != nil {
 		return Key{}, err
 	}
 	return key, nil
@@ -363,12 +397,15 @@ func (s *Store) All(ctx context.Context, after Key) iter.Seq2[Info, error] {
 	}
 }
 
-// Delete removes key, or returns an error wrapping ErrNotFound.
+// Delete removes key after arbitrating it like a garbage-collection sweep:
+// it fails with an error wrapping ErrProtected while a live pin (this
+// store's too) or a liveness source references key, and with ErrNotFound
+// when key is absent.
 func (s *Store) Delete(ctx context.Context, key Key) error {
 	if err := checkKey(ctx, key); err != nil {
 		return fmt.Errorf("blob delete: %w", err)
 	}
-	if err := s.eng.Delete(ctx, key); err != nil {
+	if err := s.eng.Delete(ctx, DeleteParams{Key: key, Now: s.pins.engineNow()}); err != nil {
 		return fmt.Errorf("blob delete %s: %w", key, err)
 	}
 	return nil

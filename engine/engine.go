@@ -10,6 +10,7 @@ import (
 	"context"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 )
@@ -18,6 +19,8 @@ import (
 type Engine interface {
 	// Blobs returns the engine's blob mechanics.
 	Blobs() blob.Engine
+	// GC returns the engine's garbage-collection mechanics.
+	GC() gc.Engine
 	// Locks returns the engine's named-lock mechanics.
 	Locks() lock.Engine
 	// Records returns the engine's record mechanics.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/steaderr"
@@ -198,7 +199,7 @@ func blobDedup(t *testing.T, h Harness) {
 	if err := b.store.PutExpect(t.Context(), key, bytes.NewReader(value)); err != nil {
 		t.Fatalf("PutExpect of stored content: %v", err)
 	}
-	if err := b.blobs.Put(t.Context(), key, value); err != nil {
+	if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatalf("engine Put of stored content: %v", err)
 	}
 	page := mustList(t, b.store, blob.Key{}, 10)
@@ -281,7 +282,7 @@ func blobAbsent(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrNotFound, "engine Get(absent)")
 	_, err = b.blobs.Stat(ctx, key)
 	wantErr(t, err, steaderr.ErrNotFound, "engine Stat(absent)")
-	wantErr(t, b.blobs.Delete(ctx, key), steaderr.ErrNotFound, "engine Delete(absent)")
+	wantErr(t, b.blobs.Delete(ctx, blob.DeleteParams{Key: key}), steaderr.ErrNotFound, "engine Delete(absent)")
 	if n := len(mustList(t, b.store, blob.Key{}, 10)); n != 1 {
 		t.Fatalf("List after operations on an absent key holds %d blobs, want 1", n)
 	}
@@ -448,10 +449,48 @@ func blobCancel(t *testing.T, h Harness) {
 	t.Run("EnginePut", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		err := b.blobs.Put(cancelled(t), key, value)
+		err := b.blobs.Put(cancelled(t), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})
 		wantErr(t, err, context.Canceled, "engine Put(cancelled ctx)")
 		wantHas(t, b.store, key, false)
 		wantNothingStored(t, b.store)
+	})
+
+	// A put whose context ends while it runs may or may not take effect,
+	// never partially: afterwards each key is absent or whole.
+	t.Run("PutCancelledMidStatement", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		const puts = 60
+		var wg sync.WaitGroup
+		failed := make([]bool, puts)
+		for i := range puts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				time.AfterFunc(time.Duration(i*50)*time.Microsecond, cancel)
+				_, err := b.store.Put(ctx, bytes.NewReader(testValue(fmt.Sprint("mid-statement", i), 1000+i)))
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("Put %d: %v, want success or an error wrapping context.Canceled", i, err)
+				}
+				failed[i] = err != nil
+			}()
+		}
+		wg.Wait()
+		for i := range puts {
+			value := testValue(fmt.Sprint("mid-statement", i), 1000+i)
+			key := blob.KeyOf(value)
+			has, err := b.store.Has(t.Context(), key)
+			switch {
+			case err != nil:
+				t.Fatalf("Has(%s): %v", key, err)
+			case has:
+				wantValue(t, b.store, key, value) // whole, whatever the put reported
+			case !failed[i]:
+				t.Fatalf("put %d succeeded but %s is absent", i, key)
+			}
+		}
 	})
 
 	// Reads and deletes with a cancelled context fail; deletes delete
@@ -482,7 +521,7 @@ func blobCancel(t *testing.T, h Harness) {
 			{"EngineList", func(ctx context.Context) error {
 				return b.blobs.List(ctx, blob.Key{}, 0, func(blob.Info) bool { return true })
 			}},
-			{"EngineDelete", func(ctx context.Context) error { return b.blobs.Delete(ctx, key) }},
+			{"EngineDelete", func(ctx context.Context) error { return b.blobs.Delete(ctx, blob.DeleteParams{Key: key}) }},
 		} {
 			wantErr(t, tc.call(cancelled(t)), context.Canceled, tc.name+" with a cancelled ctx")
 		}
@@ -524,7 +563,7 @@ func blobIsolation(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		buf := bytes.Clone(value)
-		if err := b.blobs.Put(t.Context(), key, buf); err != nil {
+		if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: buf, Owner: "test", TTL: time.Minute}); err != nil {
 			t.Fatalf("engine Put: %v", err)
 		}
 		for i := range buf {
@@ -708,6 +747,7 @@ func blobAll(t *testing.T, h Harness) {
 		value := testValue("after the breaks", 10)
 		key := mustPut(t, b.store, value)
 		wantValue(t, b.store, key, value)
+		b.expirePins()
 		if err := b.store.Delete(t.Context(), key); err != nil {
 			t.Fatalf("Delete after breaking out of All: %v", err)
 		}
@@ -719,6 +759,7 @@ func blobAll(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		keys := sortedKeys(mustPutN(t, b.store, "all snapshot", n))
+		b.expirePins()
 		var got []blob.Info
 		var added []blob.Key
 		for info, err := range b.store.All(t.Context(), blob.Key{}) {
@@ -915,6 +956,9 @@ func blobDelete(t *testing.T, h Harness) {
 		keepKey := mustPut(t, b.store, keep)
 		value := testValue("delete", 10)
 		key := mustPut(t, b.store, value)
+		wantErr(t, b.store.Delete(t.Context(), key), steaderr.ErrProtected, "Delete while the put's pin lasts")
+		wantValue(t, b.store, key, value)
+		b.expirePins()
 		if err := b.store.Delete(t.Context(), key); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
@@ -930,17 +974,19 @@ func blobDelete(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		key := mustPut(t, b.store, testValue("delete twice", 10))
+		b.expirePins()
 		if err := b.store.Delete(t.Context(), key); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
 		wantErr(t, b.store.Delete(t.Context(), key), steaderr.ErrNotFound, "second Delete")
-		wantErr(t, b.blobs.Delete(t.Context(), key), steaderr.ErrNotFound, "engine Delete after Delete")
+		wantErr(t, b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key}), steaderr.ErrNotFound, "engine Delete after Delete")
 	})
 	t.Run("RePut", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
 		value := testValue("re-put", 10)
 		key := mustPut(t, b.store, value)
+		b.expirePins()
 		if err := b.store.Delete(t.Context(), key); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
@@ -952,7 +998,8 @@ func blobDelete(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		key := mustPut(t, b.store, testValue("engine delete", 10))
-		if err := b.blobs.Delete(t.Context(), key); err != nil {
+		b.expirePins()
+		if err := b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key, Now: b.clock.Now()}); err != nil {
 			t.Fatalf("engine Delete: %v", err)
 		}
 		_, err := b.blobs.Stat(t.Context(), key)

@@ -32,7 +32,7 @@ func chunkedStore(t *testing.T, h Harness, chunk int, opts blob.Options) (*bundl
 	t.Helper()
 	b := setup(t, h)
 	counter := &chunkCounter{Engine: b.blobs}
-	opts.InlineLimit, opts.ChunkSize = tinyInline, chunk
+	opts.InlineLimit, opts.ChunkSize, opts.Now = tinyInline, chunk, b.clock.Now
 	return b, blob.NewStore(counter, opts), counter
 }
 
@@ -126,7 +126,7 @@ func blobRangeReads(t *testing.T, h Harness) {
 // never returns other bytes.
 func blobDeletedWhileReading(t *testing.T, h Harness) {
 	const chunk = 1000
-	_, store, _ := chunkedStore(t, h, chunk, blob.Options{})
+	b, store, _ := chunkedStore(t, h, chunk, blob.Options{})
 	value := testValue("deleted while reading", 5*chunk)
 	key := mustPut(t, store, value)
 	rd, err := store.Get(t.Context(), key)
@@ -137,6 +137,7 @@ func blobDeletedWhileReading(t *testing.T, h Harness) {
 	if _, err := io.ReadFull(rd, p); err != nil || !bytes.Equal(p, value[:chunk]) {
 		t.Fatalf("reading the first chunk: %v", err)
 	}
+	b.expirePins()
 	if err := store.Delete(t.Context(), key); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
@@ -177,11 +178,12 @@ func blobSameContentRace(t *testing.T, h Harness) {
 }
 
 // blobPutDeleteRace races chunked puts of one value against deletes of its
-// key: each put either leaves the value readable whole or lost to a
-// later delete, and a read never sees a partial value.
+// key, each after the pins expired: a delete either removes the value
+// whole or is refused while a fresh put's pin protects it, and a read
+// never sees a partial value.
 func blobPutDeleteRace(t *testing.T, h Harness) {
 	const chunk, rounds = 1000, 20
-	_, store, _ := chunkedStore(t, h, chunk, blob.Options{VerifyReads: true})
+	b, store, _ := chunkedStore(t, h, chunk, blob.Options{VerifyReads: true})
 	value := testValue("put delete race", 3*chunk+5)
 	key := blob.KeyOf(value)
 	ctx := t.Context()
@@ -196,7 +198,8 @@ func blobPutDeleteRace(t *testing.T, h Harness) {
 	})
 	wg.Go(func() {
 		for range rounds {
-			if err := store.Delete(ctx, key); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+			b.expirePins()
+			if err := store.Delete(ctx, key); err != nil && !errors.Is(err, steaderr.ErrNotFound) && !errors.Is(err, steaderr.ErrProtected) {
 				t.Errorf("Delete: %v", err)
 				return
 			}

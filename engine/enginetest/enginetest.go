@@ -109,7 +109,13 @@ type bundle struct {
 	blobs blob.Engine
 	store *blob.Store
 	locks *lock.Store
+	// clock is the store's pin clock: expirePins moves it past every pin
+	// the store took.
+	clock *fakeClock
 }
+
+// expirePins moves the store's clock past the expiry of every pin it took.
+func (b *bundle) expirePins() { b.clock.Advance(2 * blob.DefaultPinTTL) }
 
 // setup returns a bundle over a fresh engine from h.New with default store
 // options.
@@ -142,7 +148,11 @@ func newEngine(t *testing.T, h Harness) engine.Engine {
 func bundleOf(t *testing.T, eng engine.Engine, opts blob.Options) *bundle {
 	t.Helper()
 	t.Cleanup(func() { _ = eng.Close() })
-	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{})}
+	clock := newFakeClock()
+	if opts.Now == nil {
+		opts.Now = clock.Now
+	}
+	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{}), clock: clock}
 }
 
 // testValue returns n pseudo-random bytes determined by label.

@@ -70,7 +70,9 @@ func lifecycleClosed(t *testing.T, h Harness) {
 			return errors.New("All yielded nothing, not even an error")
 		}},
 		{"Delete", func(ctx context.Context) error { return b.store.Delete(ctx, key) }},
-		{"EnginePut", func(ctx context.Context) error { return b.eng.Blobs().Put(ctx, blob.KeyOf(fresh), fresh) }},
+		{"EnginePut", func(ctx context.Context) error {
+			return b.eng.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(fresh), Value: fresh, Owner: "test", TTL: time.Minute})
+		}},
 		{"EngineGet", func(ctx context.Context) error { _, err := b.eng.Blobs().Get(ctx, key); return err }},
 		{"EngineStat", func(ctx context.Context) error { _, err := b.eng.Blobs().Stat(ctx, key); return err }},
 		{"EngineList", func(ctx context.Context) error {
@@ -84,7 +86,7 @@ func lifecycleClosed(t *testing.T, h Harness) {
 			}
 			return err
 		}},
-		{"EngineDelete", func(ctx context.Context) error { return b.eng.Blobs().Delete(ctx, key) }},
+		{"EngineDelete", func(ctx context.Context) error { return b.eng.Blobs().Delete(ctx, blob.DeleteParams{Key: key}) }},
 		{"EngineGetFromEarlierHandle", func(ctx context.Context) error { _, err := b.blobs.Get(ctx, key); return err }},
 		{"Migrate", func(ctx context.Context) error { return b.eng.Migrate(ctx) }},
 		{"SchemaVersion", func(ctx context.Context) error { _, _, err := b.eng.SchemaVersion(ctx); return err }},
@@ -311,8 +313,8 @@ func lifecycleVirgin(t *testing.T, h Harness) {
 		wantSchemaErr(t, err, "Put on a virgin database")
 		wantSchemaErr(t, b.store.PutExpect(ctx, key, bytes.NewReader(value)), "PutExpect on a virgin database")
 		wantSchemaErr(t, b.store.Delete(ctx, key), "Delete on a virgin database")
-		wantSchemaErr(t, b.blobs.Put(ctx, key, value), "engine Put on a virgin database")
-		wantSchemaErr(t, b.blobs.Delete(ctx, key), "engine Delete on a virgin database")
+		wantSchemaErr(t, b.blobs.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}), "engine Put on a virgin database")
+		wantSchemaErr(t, b.blobs.Delete(ctx, blob.DeleteParams{Key: key}), "engine Delete on a virgin database")
 		if current, _ := schemaVersion(t, b.eng, "after failed writes"); current != 0 {
 			t.Fatalf("writes on a virgin database migrated it to version %d", current)
 		}
@@ -413,6 +415,7 @@ func lifecycleNamespaces(t *testing.T, h Harness) {
 			key := mustPut(t, b.store, value)
 			wantValue(t, b.store, key, value)
 			wantKeys(t, fmt.Sprintf("List in namespace %q", tc.name), mustList(t, b.store, blob.Key{}, 10), []blob.Key{key})
+			b.expirePins()
 			if err := b.store.Delete(t.Context(), key); err != nil {
 				t.Fatalf("Delete in namespace %q: %v", tc.name, err)
 			}

@@ -50,7 +50,10 @@ func testMetamorphic(t *testing.T, h Harness) {
 	replay := fmt.Sprintf("seed %d; replay with: go test ./path/to/engine -run '^%s$' -enginetest.seed=%d (flags after the package)", seed, t.Name(), seed)
 	t.Log(replay)
 
-	opts := blob.Options{MaxSize: metamorphicMaxSize}
+	// Both stores pin on one clock; an Expire op moves it past every pin,
+	// so deletes meet both protected and unprotected blobs.
+	clock := newFakeClock()
+	opts := blob.Options{MaxSize: metamorphicMaxSize, Now: clock.Now}
 	subject := setupWith(t, h, opts).store
 	ref := bundleOf(t, memory.New(), opts).store
 
@@ -58,6 +61,10 @@ func testMetamorphic(t *testing.T, h Harness) {
 	history := make([]string, 0, metamorphicOps)
 	compare := func(i int, o op) {
 		t.Helper()
+		if o.kind == opExpire {
+			clock.Advance(2 * blob.DefaultPinTTL)
+			return
+		}
 		got := apply(t.Context(), subject, g.pool, o)
 		want := apply(t.Context(), ref, g.pool, o)
 		if got.class == classOther || want.class == classOther || got.class != want.class || got.out != want.out {
@@ -89,9 +96,10 @@ const (
 	opDelete
 	opList
 	opAll
+	opExpire
 )
 
-var opNames = [...]string{"Put", "PutExpect", "Get", "Stat", "Has", "Delete", "List", "All"}
+var opNames = [...]string{"Put", "PutExpect", "Get", "Stat", "Has", "Delete", "List", "All", "Expire"}
 
 // op is one random operation.
 type op struct {
@@ -171,8 +179,10 @@ func (g *gen) next() op {
 		return op{kind: opStat, key: g.key()}
 	case n < 66:
 		return op{kind: opHas, key: g.key()}
-	case n < 78:
+	case n < 75:
 		return op{kind: opDelete, key: g.key()}
+	case n < 78:
+		return op{kind: opExpire}
 	case n < 92:
 		o := op{kind: opList, key: g.cursor(), limit: 1 + g.rng.IntN(12)}
 		if g.rng.IntN(20) == 0 {
@@ -241,6 +251,7 @@ const (
 	classUnknownGroup    = "ErrUnknownGroup"
 	classLeased          = "ErrLeased"
 	classInvalidName     = "ErrInvalidName"
+	classProtected       = "ErrProtected"
 	classOther           = "other error"
 )
 
@@ -250,6 +261,8 @@ func errClass(err error) string {
 		return classOK
 	case errors.Is(err, steaderr.ErrNotFound):
 		return classNotFound
+	case errors.Is(err, steaderr.ErrProtected):
+		return classProtected
 	case errors.Is(err, steaderr.ErrDigestMismatch):
 		return classDigestMismatch
 	case errors.Is(err, steaderr.ErrInvalidKey):

@@ -8,9 +8,14 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
 
+// blobs holds blobs and everything garbage collection keeps about them,
+// under one mutex: a put and its pin, an arbitration's check and its
+// delete, each happen atomically.
 type blobs struct {
 	e *Engine
 	// mu guards every field below. Every method checks for Close while
@@ -22,6 +27,12 @@ type blobs struct {
 	uploads map[blob.ChunkSet]*upload
 	sets    map[blob.ChunkSet][]chunk // published chunk sets
 	lastSet blob.ChunkSet
+	pins    map[blob.Key]map[string]time.Time
+	window  map[blob.Key]time.Time
+	// sources are the Go-function liveness sources, by name.
+	sources map[string]gc.Source
+	// sweeping is the sweep lease.
+	sweeping bool
 }
 
 // upload is a chunk set being staged.
@@ -36,13 +47,25 @@ type chunk struct {
 	data []byte
 }
 
-func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	b.insert(key, blob.Stored{Size: int64(len(value)), Value: bytes.Clone(value)})
+	if p.Chunks != 0 {
+		u, ok := b.uploads[p.Chunks]
+		if !ok {
+			return steaderr.ErrLost
+		}
+		delete(b.uploads, p.Chunks)
+		if b.insert(p.Key, blob.Stored{Size: p.Size, Chunks: p.Chunks}) {
+			b.sets[p.Chunks] = u.chunks
+		}
+	} else {
+		b.insert(p.Key, blob.Stored{Size: int64(len(p.Value)), Value: bytes.Clone(p.Value)})
+	}
+	b.pin(p.Key, p.Owner, clock.OrNow(p.Now).Add(p.TTL))
 	return nil
 }
 
@@ -56,6 +79,64 @@ func (b *blobs) insert(key blob.Key, st blob.Stored) bool {
 	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
 	b.keys = slices.Insert(b.keys, i, key)
 	return true
+}
+
+// pin sets (key, owner)'s expiry to at least expiry. Called with mu held.
+func (b *blobs) pin(key blob.Key, owner string, expiry time.Time) {
+	owners := b.pins[key]
+	if owners == nil {
+		owners = map[string]time.Time{}
+		b.pins[key] = owners
+	}
+	if old, ok := owners[owner]; !ok || expiry.After(old) {
+		owners[owner] = expiry
+	}
+}
+
+func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	if _, ok := b.values[p.Key]; !ok {
+		return steaderr.ErrNotFound
+	}
+	b.pin(p.Key, p.Owner, clock.OrNow(p.Now).Add(p.TTL))
+	return nil
+}
+
+func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.e.check(ctx); err != nil {
+		return false, err
+	}
+	now := clock.OrNow(p.Now)
+	expiry, ok := b.pins[p.Key][p.Owner]
+	if !ok || !expiry.After(now) {
+		return false, nil
+	}
+	b.pin(p.Key, p.Owner, now.Add(p.TTL))
+	return true, nil
+}
+
+func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	b.unpin(p.Key, p.Owner)
+	return nil
+}
+
+// unpin removes (key, owner). Called with mu held.
+func (b *blobs) unpin(key blob.Key, owner string) {
+	delete(b.pins[key], owner)
+	if len(b.pins[key]) == 0 {
+		delete(b.pins, key)
+	}
 }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
@@ -123,20 +204,16 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	return nil
 }
 
-func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.e.check(ctx); err != nil {
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
+	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
+	switch {
+	case err != nil:
 		return err
-	}
-	st, ok := b.values[key]
-	if !ok {
+	case v.Outcome == gc.Absent:
 		return steaderr.ErrNotFound
+	case v.Outcome == gc.Protected:
+		return steaderr.ErrProtected
 	}
-	delete(b.values, key)
-	delete(b.sets, st.Chunks)
-	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
-	b.keys = slices.Delete(b.keys, i, i+1)
 	return nil
 }
 
@@ -166,23 +243,6 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	}
 	u.expires = time.Now().Add(lease)
 	u.chunks = append(u.chunks, chunk{off: off, data: bytes.Clone(data)})
-	return nil
-}
-
-func (b *blobs) Publish(ctx context.Context, set blob.ChunkSet, key blob.Key, size int64) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.e.check(ctx); err != nil {
-		return err
-	}
-	u, ok := b.uploads[set]
-	if !ok {
-		return steaderr.ErrLost
-	}
-	delete(b.uploads, set)
-	if b.insert(key, blob.Stored{Size: size, Chunks: set}) {
-		b.sets[set] = u.chunks
-	}
 	return nil
 }
 

@@ -7,9 +7,11 @@ package memory
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -32,6 +34,9 @@ func New() *Engine {
 	e.blobs.values = make(map[blob.Key]blob.Stored)
 	e.blobs.uploads = make(map[blob.ChunkSet]*upload)
 	e.blobs.sets = make(map[blob.ChunkSet][]chunk)
+	e.blobs.pins = make(map[blob.Key]map[string]time.Time)
+	e.blobs.window = make(map[blob.Key]time.Time)
+	e.blobs.sources = make(map[string]gc.Source)
 	e.locks.e = e
 	e.locks.rows = make(map[string]*lockRow)
 	e.records.init(e)
@@ -40,6 +45,9 @@ func New() *Engine {
 
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// GC implements engine.Engine.
+func (e *Engine) GC() gc.Engine { return gcMech{&e.blobs} }
 
 // Locks implements engine.Engine.
 func (e *Engine) Locks() lock.Engine { return &e.locks }
@@ -64,7 +72,8 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.blobs.mu.Lock()
-	e.blobs.values, e.blobs.keys, e.blobs.uploads, e.blobs.sets = nil, nil, nil, nil
+	e.blobs.values, e.blobs.keys, e.blobs.pins, e.blobs.window, e.blobs.sources = nil, nil, nil, nil, nil
+	e.blobs.uploads, e.blobs.sets = nil, nil
 	e.blobs.mu.Unlock()
 	e.locks.mu.Lock()
 	e.locks.rows = nil

@@ -1,11 +1,16 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/groupcommit"
@@ -24,49 +29,152 @@ const (
 	listFetch = 1000
 )
 
+// The blob statements. A put is one statement per batch: the blobs are
+// inserted with ON CONFLICT DO UPDATE … WHERE false, which locks an existing
+// row against arbitration's FOR UPDATE without writing a new row version
+// (and inserts again a row arbitration deleted first), and the pins are
+// upserted only after every blob row is locked (the scalar subquery runs
+// the blob insert to completion first), so batches lock rows in one order:
+// blobs by key, then pins by (key, owner). docs/decisions/0006-put-statement.md.
+const (
+	sqlPut = `WITH b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
+	RETURNING 1
+)
+INSERT INTO {schema}.pins AS p (key, owner, expiry)
+SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
+FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, d, n)
+WHERE (SELECT count(*) FROM b) >= 0
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
+
+	// sqlPutNaive is the known-unsafe put, for tests that prove the
+	// torture test sees the race: ON CONFLICT DO NOTHING does not wait on
+	// arbitration's row lock, so its pin can commit beside a deletion.
+	sqlPutNaive = `WITH b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+	ON CONFLICT (key) DO NOTHING
+	RETURNING 1
+)
+INSERT INTO {schema}.pins AS p (key, owner, expiry)
+SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
+FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, d, n)
+WHERE (SELECT count(*) FROM b) >= 0
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
+
+	sqlStat         = `SELECT size FROM {schema}.blobs WHERE key = $1`
+	sqlListPage     = `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`
+	sqlListDeclare  = `DECLARE stead_list NO SCROLL CURSOR FOR SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key`
+	sqlListReadOnly = `SET TRANSACTION READ ONLY`
+	sqlListFetch    = `FETCH 1000 FROM stead_list` // listFetch rows
+
+	// sqlPin locks the blob row as a put does, then pins it; 0 rows: the
+	// blob is absent.
+	sqlPin = `WITH b AS (
+	SELECT key FROM {schema}.blobs WHERE key = $1 FOR NO KEY UPDATE
+), p AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT key, $2, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond' FROM b
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
+	RETURNING 1
+)
+SELECT count(*) FROM b`
+
+	// sqlRenewPin extends a live pin only: an expired or absent one stays
+	// so.
+	sqlRenewPin = `UPDATE {schema}.pins
+SET expiry = greatest(expiry, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond')
+WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, now())`
+
+	sqlUnpin = `DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2`
+)
+
 type blobs struct {
-	e        *Engine
-	commit   *groupcommit.Committer
-	chunkSQL chunkSQL
-	sql      struct {
-		put, putMany, stat, page, declare, del string
+	e      *Engine
+	commit *groupcommit.Committer
+	// naive selects sqlPutNaive (tests only).
+	naive atomic.Bool
+	sql   struct {
+		put, putNaive, stat, page, declare, pin, renewPin, unpin string
 	}
+	chunkSQL chunkSQL
 }
 
 func (b *blobs) init(e *Engine) {
 	b.e = e
 	b.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
-	t := e.ident + ".blobs"
-	b.sql.put = "INSERT INTO " + t + " (key, size, value) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
-	b.sql.putMany = "INSERT INTO " + t + " (key, size, value) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[]) ON CONFLICT (key) DO NOTHING"
-	b.sql.stat = "SELECT size FROM " + t + " WHERE key = $1"
-	b.sql.page = "SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key LIMIT $2"
-	b.sql.declare = "DECLARE stead_list NO SCROLL CURSOR FOR SELECT key, size FROM " + t + " WHERE key > $1 ORDER BY key"
-	b.sql.del = "DELETE FROM " + t + " WHERE key = $1"
+	b.sql.put = e.render(sqlPut)
+	b.sql.putNaive = e.render(sqlPutNaive)
+	b.sql.stat = e.render(sqlStat)
+	b.sql.page = e.render(sqlListPage)
+	b.sql.declare = e.render(sqlListDeclare)
+	b.sql.pin = e.render(sqlPin)
+	b.sql.renewPin = e.render(sqlRenewPin)
+	b.sql.unpin = e.render(sqlUnpin)
 	b.chunkSQL.init(e)
 }
 
-func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+// Put batches inline values; a chunked value is published on its own, its
+// statement the batch's for one row plus the upload's end
+// (engine/postgres/chunks.go).
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	return b.commit.Put(ctx, key.String(), value)
+	if p.Chunks != 0 {
+		return b.publish(ctx, p)
+	}
+	return b.commit.Put(ctx, p.Key.String(), p.Value, groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now})
 }
 
-// flush stores one batch in one statement: one round trip, one commit.
+// flush stores one batch, blobs and pins, in one statement: one round
+// trip, one commit. The batch is sorted and de-duplicated by key (pins by
+// key and owner), so that concurrent batches lock the rows they share in
+// one order; a deadlock or serialization failure that still happens (with
+// another writer of the schema) is retried here, not handed to every
+// caller of the batch.
 func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request) error {
-	if len(batch) == 1 {
-		_, err := b.e.pool.Exec(ctx, b.sql.put, batch[0].Key, len(batch[0].Value), batch[0].Value)
-		return interpretError(err)
-	}
-	keys := make([]string, len(batch))
-	sizes := make([]int64, len(batch))
-	values := make([][]byte, len(batch))
-	for i, r := range batch {
+	pins := slices.Clone(batch)
+	slices.SortFunc(pins, func(x, y *groupcommit.Request) int {
+		return cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.Pin.Owner, y.Pin.Owner), -laterPin(x.Pin, y.Pin))
+	})
+	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request) bool { return x.Key == y.Key && x.Pin.Owner == y.Pin.Owner })
+	// Requests with equal keys carry equal values (the key is their digest).
+	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request) bool { return x.Key == y.Key })
+
+	keys := make([]string, len(blobRows))
+	sizes := make([]int64, len(blobRows))
+	values := make([][]byte, len(blobRows))
+	for i, r := range blobRows {
 		keys[i], sizes[i], values[i] = r.Key, int64(len(r.Value)), r.Value
 	}
-	_, err := b.e.pool.Exec(ctx, b.sql.putMany, keys, sizes, values)
-	return interpretError(err)
+	pinKeys := make([]string, len(pins))
+	owners := make([]string, len(pins))
+	ttls := make([]int64, len(pins))
+	nows := make([]pgtype.Timestamptz, len(pins))
+	for i, r := range pins {
+		pinKeys[i], owners[i], ttls[i] = r.Key, r.Pin.Owner, r.Pin.TTL.Microseconds()
+		nows[i] = pgtype.Timestamptz{Time: r.Pin.Now, Valid: !r.Pin.Now.IsZero()}
+	}
+	stmt := b.sql.put
+	if b.naive.Load() {
+		stmt = b.sql.putNaive
+	}
+	return retryTransient(ctx, func() error {
+		_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, pinKeys, owners, ttls, nows)
+		return err
+	})
+}
+
+// laterPin compares two pins of one key and owner by the expiry they ask
+// for: positive when x's is later.
+func laterPin(x, y groupcommit.Pin) int {
+	if x.Now.Equal(y.Now) {
+		return cmp.Compare(x.TTL, y.TTL)
+	}
+	return x.Now.Add(x.TTL).Compare(y.Now.Add(y.TTL))
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
@@ -101,15 +209,14 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 		}
 	} else {
 		err = b.e.inTx(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET TRANSACTION READ ONLY"); err != nil {
+			if _, err := tx.Exec(ctx, sqlListReadOnly); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, b.sql.declare, after.String()); err != nil {
 				return err
 			}
-			fetch := fmt.Sprintf("FETCH %d FROM stead_list", listFetch)
 			for {
-				rows, err := tx.Query(ctx, fetch)
+				rows, err := tx.Query(ctx, sqlListFetch)
 				if err != nil {
 					return err
 				}
@@ -150,16 +257,40 @@ func yieldRows(rows pgx.Rows, yield func(blob.Info) bool) (int, error) {
 	return n, rows.Err()
 }
 
-func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
+func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	tag, err := b.e.pool.Exec(ctx, b.sql.del, key.String())
-	if err != nil {
-		return interpretError(err)
-	}
-	if tag.RowsAffected() == 0 {
+	var n int
+	err := retryTransient(ctx, func() error {
+		return b.e.pool.QueryRow(ctx, b.sql.pin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n)
+	})
+	switch {
+	case errors.Is(err, errNoSchema):
+		return fmt.Errorf("%w (%w)", steaderr.ErrNotFound, err)
+	case err != nil:
+		return err
+	case n == 0:
 		return steaderr.ErrNotFound
 	}
 	return nil
+}
+
+func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
+	if err := b.e.check(ctx); err != nil {
+		return false, err
+	}
+	tag, err := b.e.pool.Exec(ctx, b.sql.renewPin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now))
+	if err != nil {
+		return false, interpretError(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	_, err := b.e.pool.Exec(ctx, b.sql.unpin, p.Key.String(), p.Owner)
+	return interpretError(err)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -36,21 +38,28 @@ SELECT id, $2, $3 FROM up`
 INSERT INTO {schema}.blob_chunks (chunks, off, data)
 SELECT id, $2, $3 FROM up`
 
-	// sqlPublish ends an upload and inserts its blob row in one statement.
-	// The row takes the same lock as an inline put's (ON CONFLICT DO
-	// UPDATE … WHERE false locks an existing row without writing it);
-	// when the key is already stored, the staged chunks are deleted
-	// instead. It answers whether the upload was still there.
+	// sqlPublish is sqlPut (engine/postgres/blob.go) for one chunked
+	// value: the upload's row is deleted first (none: reaped, nothing
+	// happens), the blob row is inserted naming the chunk set with the
+	// same row lock, the staged chunks are deleted when the key was
+	// already stored, and the pin is upserted after the blob row is locked.
+	// It answers whether the upload was still there.
 	sqlPublish = `WITH up AS (
-    DELETE FROM {schema}.blob_uploads WHERE id = $3 RETURNING id
-), ins AS (
-    INSERT INTO {schema}.blobs (key, size, value, chunks)
-    SELECT $1, $2, '\x'::bytea, id FROM up
-    ON CONFLICT (key) DO UPDATE SET size = excluded.size WHERE false
-    RETURNING chunks
+	DELETE FROM {schema}.blob_uploads WHERE id = $3 RETURNING id
+), b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value, chunks)
+	SELECT $1, $2, '\x'::bytea, id FROM up
+	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
+	RETURNING 1
 ), discard AS (
-    DELETE FROM {schema}.blob_chunks
-    WHERE chunks = (SELECT id FROM up) AND NOT EXISTS (SELECT FROM ins)
+	DELETE FROM {schema}.blob_chunks
+	WHERE chunks = (SELECT id FROM up) AND NOT EXISTS (SELECT FROM b)
+), p AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT $1, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond'
+	FROM up
+	WHERE (SELECT count(*) FROM b) >= 0
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
 SELECT EXISTS (SELECT FROM up)`
 
@@ -145,12 +154,14 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 // errUploadLost reports an upload whose lease lapsed and which was reaped.
 var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
 
-func (b *blobs) Publish(ctx context.Context, set blob.ChunkSet, key blob.Key, size int64) error {
-	if err := b.e.check(ctx); err != nil {
-		return err
-	}
+// publish stores the chunked value p names; see sqlPublish.
+func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
+	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
 	var found bool
-	if err := b.e.pool.QueryRow(ctx, b.chunkSQL.publish, key.String(), size, int64(set)).Scan(&found); err != nil {
+	err := retryTransient(ctx, func() error {
+		return b.e.pool.QueryRow(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now).Scan(&found)
+	})
+	if err != nil {
 		return interpretError(err)
 	}
 	if !found {

@@ -15,3 +15,11 @@ func ListenQuery(e *Engine) string { return e.listen.query }
 func RecordSQL(e *Engine) (list, claimNext, probe string) {
 	return e.records.sql.list, e.records.sql.claimNext, e.records.sql.probe
 }
+
+// SetNaivePut makes e's puts use the known-unsafe statement (ON CONFLICT DO
+// NOTHING beside the pin), so tests can prove they see the race it loses.
+func SetNaivePut(e *Engine, on bool) { e.blobs.naive.Store(on) }
+
+// SetNaiveArbitration makes e's sweeps arbitrate with the known-unsafe
+// one-statement DELETE … WHERE NOT EXISTS (pins).
+func SetNaiveArbitration(e *Engine, on bool) { e.gc.naiveArbitration.Store(on) }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -180,6 +181,7 @@ type Engine struct {
 	ident    string // schema, quoted
 	closed   atomic.Bool
 	blobs    blobs
+	gc       gcMech
 	locks    locks
 	records  records
 	// listen is the one LISTEN connection for lock and record waiters;
@@ -230,6 +232,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
 	e.blobs.init(e)
+	e.gc.init(e, cfg.PgBouncer)
 	e.locks.init(e)
 	e.records.init(e)
 	if listenConfig == nil && !cfg.PgBouncer {
@@ -297,6 +300,9 @@ func (e *Engine) Schema() string { return e.schema }
 
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// GC implements engine.Engine.
+func (e *Engine) GC() gc.Engine { return &e.gc }
 
 // Locks implements engine.Engine.
 func (e *Engine) Locks() lock.Engine { return &e.locks }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/groupcommit"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -18,26 +21,42 @@ import (
 type blobs struct {
 	e                    *Engine
 	commit               *groupcommit.Committer
-	put, del             stmt
-	getStored, stat      stmt
-	listAfter, readChunk stmt
+	put, putPin          stmt
+	get, stat, listAfter stmt
+	readChunk            stmt
+	pin, renewPin, unpin stmt
+	// sources are the Go-function liveness sources, by name, and sweeping
+	// is the sweep lease: one process uses a database file, so both live
+	// in process.
+	mu       sync.Mutex
+	sources  map[string]gc.Source
+	sweeping bool
 }
 
 func (b *blobs) init(e *Engine) {
 	b.e = e
+	b.sources = map[string]gc.Source{}
 	b.commit = groupcommit.New(1, maxBatchPuts, maxBatchBytes, b.flush)
 	b.put = stmt{db: e.writer, query: "INSERT INTO blobs (key, size, value) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING"}
-	b.del = stmt{db: e.writer, query: "DELETE FROM blobs WHERE key = ?"}
-	b.getStored = stmt{db: e.reader, query: sqlGet}
+	// ?1 key, ?2 owner, ?3 expiry: a pin's expiry only ever grows.
+	b.putPin = stmt{db: e.writer, query: "INSERT INTO pins (key, owner, expiry) VALUES (?1, ?2, ?3) ON CONFLICT (key, owner) DO UPDATE SET expiry = max(expiry, excluded.expiry)"}
+	b.get = stmt{db: e.reader, query: sqlGet}
 	b.readChunk = stmt{db: e.reader, query: sqlReadChunk}
 	b.stat = stmt{db: e.reader, query: "SELECT size FROM blobs WHERE key = ?"}
 	// Every key sorts after '' and LIMIT -1 is no limit, so one statement
 	// serves every cursor and limit.
 	b.listAfter = stmt{db: e.reader, query: "SELECT key, size FROM blobs WHERE key > ? ORDER BY key LIMIT ?"}
+	// A pin of a stored blob only; the single writer orders it with every
+	// put and arbitration.
+	b.pin = stmt{db: e.writer, query: "INSERT INTO pins (key, owner, expiry) SELECT key, ?2, ?3 FROM blobs WHERE key = ?1 ON CONFLICT (key, owner) DO UPDATE SET expiry = max(expiry, excluded.expiry)"}
+	// ?4 now: only a live pin is renewed.
+	b.renewPin = stmt{db: e.writer, query: "UPDATE pins SET expiry = max(expiry, ?3) WHERE key = ?1 AND owner = ?2 AND expiry > ?4"}
+	b.unpin = stmt{db: e.writer, query: "DELETE FROM pins WHERE key = ?1 AND owner = ?2"}
 }
 
 func (b *blobs) close() error {
-	return errors.Join(b.put.close(), b.del.close(), b.getStored.close(), b.stat.close(), b.listAfter.close(), b.readChunk.close())
+	return errors.Join(b.put.close(), b.putPin.close(), b.get.close(), b.stat.close(), b.listAfter.close(),
+		b.pin.close(), b.renewPin.close(), b.unpin.close(), b.readChunk.close())
 }
 
 // readError interprets err from a read; on a database never migrated the
@@ -60,14 +79,18 @@ func listError(ctx context.Context, err error) error {
 	return err
 }
 
-func (b *blobs) Put(ctx context.Context, key blob.Key, value []byte) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	if p.Chunks != 0 {
+		return b.publish(ctx, p)
+	}
+	value := p.Value
 	if value == nil {
 		value = []byte{} // nil binds as NULL
 	}
-	return b.commit.Put(ctx, key.String(), value)
+	return b.commit.Put(ctx, p.Key.String(), value, groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now})
 }
 
 // Group commit bounds: the single writer runs one batch at a time.
@@ -76,20 +99,18 @@ const (
 	maxBatchBytes = 4 << 20
 )
 
-// flush stores a batch of puts: alone as one autocommit statement, else in
-// one write transaction.
+// flush stores a batch of puts and their pins in one write transaction.
 func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request) error {
 	return interpretError(ctx, b.insert(ctx, group))
 }
 
 func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request) (err error) {
-	s, err := b.put.get(ctx)
+	put, err := b.put.get(ctx)
 	if err != nil {
 		return err
 	}
-	if len(group) == 1 {
-		r := group[0]
-		_, err := s.ExecContext(ctx, r.Key, len(r.Value), r.Value)
+	putPin, err := b.putPin.get(ctx)
+	if err != nil {
 		return err
 	}
 	tx, err := b.e.writer.BeginTx(ctx, nil)
@@ -101,13 +122,58 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request) (err e
 			err = errors.Join(err, ignoreDone(tx.Rollback()))
 		}
 	}()
-	ts := tx.StmtContext(ctx, s)
+	tput, tpin := tx.StmtContext(ctx, put), tx.StmtContext(ctx, putPin)
 	for _, r := range group {
-		if _, err := ts.ExecContext(ctx, r.Key, len(r.Value), r.Value); err != nil {
+		if _, err := tput.ExecContext(ctx, r.Key, len(r.Value), r.Value); err != nil {
+			return err
+		}
+		expiry := clock.OrNow(r.Pin.Now).Add(r.Pin.TTL).UnixMicro()
+		if _, err := tpin.ExecContext(ctx, r.Key, r.Pin.Owner, expiry); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
+	n, err := b.exec(ctx, &b.pin, p.Key.String(), p.Owner, clock.OrNow(p.Now).Add(p.TTL).UnixMicro())
+	switch {
+	case errors.Is(err, errNoSchema):
+		return fmt.Errorf("%w (%w)", steaderr.ErrNotFound, err)
+	case err != nil:
+		return err
+	case n == 0:
+		return steaderr.ErrNotFound
+	}
+	return nil
+}
+
+func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
+	now := clock.OrNow(p.Now)
+	n, err := b.exec(ctx, &b.renewPin, p.Key.String(), p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro())
+	return n == 1, err
+}
+
+func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
+	_, err := b.exec(ctx, &b.unpin, p.Key.String(), p.Owner)
+	return err
+}
+
+// exec runs a write statement and returns how many rows it changed.
+func (b *blobs) exec(ctx context.Context, s *stmt, args ...any) (int64, error) {
+	if err := b.e.check(ctx); err != nil {
+		return 0, err
+	}
+	p, err := s.get(ctx)
+	if err != nil {
+		return 0, interpretError(ctx, err)
+	}
+	res, err := p.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, interpretError(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	return n, interpretError(ctx, err)
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
@@ -159,24 +225,15 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	return interpretError(ctx, rows.Err())
 }
 
-func (b *blobs) Delete(ctx context.Context, key blob.Key) error {
-	if err := b.e.check(ctx); err != nil {
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
+	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
+	switch {
+	case err != nil:
 		return err
-	}
-	s, err := b.del.get(ctx)
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	res, err := s.ExecContext(ctx, key.String())
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	if n == 0 {
+	case v.Outcome == gc.Absent:
 		return steaderr.ErrNotFound
+	case v.Outcome == gc.Protected:
+		return steaderr.ErrProtected
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -66,7 +67,7 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	if err := b.e.check(ctx); err != nil {
 		return blob.Stored{}, err
 	}
-	s, err := b.getStored.get(ctx)
+	s, err := b.get.get(ctx)
 	if err != nil {
 		return blob.Stored{}, readError(ctx, err)
 	}
@@ -110,20 +111,34 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	})
 }
 
-func (b *blobs) Publish(ctx context.Context, set blob.ChunkSet, key blob.Key, size int64) error {
+// publish stores the chunked value p names and its pin in one write
+// transaction: the upload ends (none: reaped, nothing happens), the blob
+// row names the chunk set unless the key was already stored, in which case
+// the staged chunks are deleted, and the pin is upserted as a put's is.
+func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
+	putPin, err := b.putPin.get(ctx)
+	if err != nil {
+		return interpretError(ctx, err)
+	}
 	return b.writeTx(ctx, func(tx *sql.Tx) error {
-		found, err := changed(ctx, tx, sqlEndUpload, int64(set))
+		found, err := changed(ctx, tx, sqlEndUpload, int64(p.Chunks))
 		if err != nil {
 			return err
 		}
 		if !found {
 			return errUploadLost
 		}
-		inserted, err := changed(ctx, tx, sqlPublishBlob, key.String(), size, int64(set))
-		if err != nil || inserted {
+		inserted, err := changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
+		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, sqlDeleteChunks, int64(set)) // key was stored already
+		if !inserted {
+			if _, err := tx.ExecContext(ctx, sqlDeleteChunks, int64(p.Chunks)); err != nil {
+				return err
+			}
+		}
+		expiry := clock.OrNow(p.Now).Add(p.TTL).UnixMicro()
+		_, err = tx.StmtContext(ctx, putPin).ExecContext(ctx, p.Key.String(), p.Owner, expiry)
 		return err
 	})
 }

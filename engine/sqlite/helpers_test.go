@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/steaderr"
@@ -82,7 +83,7 @@ func TestPutRacingClose(t *testing.T) {
 					once.Do(func() { close(running) })
 				}
 				v := fmt.Appendf(nil, "%d-%d", i, j)
-				if err := e.blobs.Put(t.Context(), blob.KeyOf(v), v); err != nil {
+				if err := e.blobs.Put(t.Context(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
 					if !errors.Is(err, steaderr.ErrClosed) {
 						t.Errorf("Put: %v", err)
 					}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -109,6 +110,9 @@ func dsn(path string, q url.Values) string {
 
 // Blobs implements engine.Engine.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+
+// GC implements engine.Engine.
+func (e *Engine) GC() gc.Engine { return gcMech{&e.blobs} }
 
 // Locks implements engine.Engine.
 func (e *Engine) Locks() lock.Engine { return &e.locks }

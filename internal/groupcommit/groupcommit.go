@@ -7,6 +7,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Committer coalesces concurrent puts into shared statements and commits
@@ -37,11 +38,20 @@ const (
 	stateDone
 )
 
-// Request is one put waiting for a batch. A flush reads Key and Value and
-// must not keep them after it returns.
+// Pin is the pin a put takes on its key in the commit that stores it:
+// Owner's pin, expiring TTL after Now (zero Now: the engine's clock).
+type Pin struct {
+	Owner string
+	TTL   time.Duration
+	Now   time.Time
+}
+
+// Request is one put waiting for a batch. A flush reads Key, Value and Pin
+// and must not keep Value after it returns.
 type Request struct {
 	Key   string
 	Value []byte
+	Pin   Pin
 
 	done     chan error    // receives the outcome once; buffered
 	requeued chan struct{} // nudges the caller to lead again; buffered
@@ -64,13 +74,14 @@ func New(slots, maxBatch, maxBytes int, flush func(ctx context.Context, batch []
 	return &Committer{flush: flush, slots: make(chan struct{}, slots), maxBatch: maxBatch, maxBytes: maxBytes}
 }
 
-// Put stores value under key through a batch and returns the outcome of
-// the commit that held it. value is not used after Put returns.
-func (c *Committer) Put(ctx context.Context, key string, value []byte) error {
+// Put stores value under key, pinned by pin, through a batch and returns
+// the outcome of the commit that held it. value is not used after Put
+// returns.
+func (c *Committer) Put(ctx context.Context, key string, value []byte, pin Pin) error {
 	r := reqPool.Get().(*Request)
-	r.Key, r.Value, r.state, r.withdrawn, r.cancel = key, value, stateQueued, false, nil
+	r.Key, r.Value, r.Pin, r.state, r.withdrawn, r.cancel = key, value, pin, stateQueued, false, nil
 	defer func() {
-		r.Key, r.Value, r.cancel = "", nil, nil
+		r.Key, r.Value, r.Pin, r.cancel = "", nil, Pin{}, nil
 		reqPool.Put(r)
 	}()
 

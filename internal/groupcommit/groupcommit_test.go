@@ -68,7 +68,7 @@ func (f *fakeStore) batchSizes() []int {
 // putAsync starts a put and returns its outcome channel.
 func putAsync(ctx context.Context, c *Committer, key string) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- c.Put(ctx, key, []byte(key)) }()
+	go func() { done <- c.Put(ctx, key, []byte(key), Pin{}) }()
 	return done
 }
 
@@ -88,7 +88,7 @@ func TestLonePut(t *testing.T) {
 	t.Parallel()
 	f := newFakeStore()
 	c := New(2, 8, 1<<20, f.flush)
-	if err := c.Put(t.Context(), "a", []byte("a")); err != nil {
+	if err := c.Put(t.Context(), "a", []byte("a"), Pin{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.batchSizes(); !slices.Equal(got, []int{1}) {
@@ -280,7 +280,7 @@ func TestStress(t *testing.T) {
 				if rand.IntN(4) == 0 {
 					time.AfterFunc(time.Duration(rand.IntN(300))*time.Microsecond, cancel)
 				}
-				err := c.Put(ctx, key, []byte(key))
+				err := c.Put(ctx, key, []byte(key), Pin{})
 				switch {
 				case err == nil:
 					f.mu.Lock()
@@ -327,7 +327,7 @@ func TestStressFewCallers(t *testing.T) {
 					if rand.IntN(3) == 0 {
 						time.AfterFunc(time.Duration(rand.IntN(1000))*time.Microsecond, cancel)
 					}
-					err := c.Put(ctx, fmt.Sprintf("%d-%d-%d", round, w, i), nil)
+					err := c.Put(ctx, fmt.Sprintf("%d-%d-%d", round, w, i), nil, Pin{})
 					if err != nil && ctx.Err() == nil {
 						t.Errorf("put failed without being cancelled: %v", err)
 					}
