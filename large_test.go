@@ -370,3 +370,44 @@ func TestLargeCorruption(t *testing.T) {
 		})
 	}
 }
+
+// TestLargePoolOfOne streams a chunked value through an engine whose pool
+// has one connection while the reading loop makes other store calls: a
+// reader holds no connection between chunk fetches, so nothing waits on it.
+func TestLargePoolOfOne(t *testing.T) {
+	t.Parallel()
+	url, _ := openPostgresRaw(t, "&pool_max_conns=1")
+	store := blob.NewStore(openEngine(t, url).Blobs(), tinyChunks)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	value := bytes.Repeat([]byte("pool of one "), 1000) // 12 chunks
+	key, err := store.Put(ctx, bytes.NewReader(value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := store.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	p := make([]byte, 700)
+	for i := 0; ; i++ {
+		n, err := rd.Read(p)
+		got = append(got, p[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if _, err := store.Stat(ctx, key); err != nil {
+			t.Fatalf("Stat between reads: %v", err)
+		}
+		if _, err := store.Put(ctx, bytes.NewReader(fmt.Appendf(nil, "another value, number %d", i))); err != nil {
+			t.Fatalf("Put between reads: %v", err)
+		}
+	}
+	if !bytes.Equal(got, value) {
+		t.Fatal("read the wrong bytes")
+	}
+}
