@@ -25,6 +25,7 @@ var commands = map[string]command{
 	"serve":   {"run the HTTP server", serve},
 	"migrate": {"bring the database schema up to date", migrate},
 	"lock":    {"run a command while holding a named lock", lockCommand},
+	"scrub":   {"re-hash every stored blob and list the corrupt ones", scrub},
 }
 
 // env is what every command gets: the store URL and the output streams.
