@@ -6,9 +6,12 @@ import (
 	"io"
 	"log"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/record"
 )
 
@@ -76,4 +79,76 @@ func Example_records() {
 	}
 	// Output:
 	// order-42: completed at version 4, incarnation 1
+}
+
+// Example_gc shows the application's side of garbage collection: pin a
+// key, reference it, release the pin; a sweep deletes only what nothing
+// pins or references. (A test clock stands in for waiting; on PostgreSQL
+// the references would be a table registered as a SQL source.)
+func Example_gc() {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st, err := stead.Open(ctx, "mem://", stead.WithClock(clock), stead.WithGCGrace(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+
+	// The application's references: here a set, consulted in process.
+	var mu sync.Mutex
+	refs := map[blob.Key]bool{}
+	err = st.GC.RegisterSource(ctx, gc.Source{Name: "manifests", Referenced: func(_ context.Context, k blob.Key) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return refs[k], nil
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Put pins the new blob; Pin keeps it pinned while we reference it.
+	key, err := st.Blobs.Put(ctx, strings.NewReader("layer"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	pin, err := st.Blobs.Pin(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	mu.Lock()
+	refs[key] = true // reference only what you hold a pin on ...
+	mu.Unlock()
+	if err := pin.Release(ctx); err != nil { // ... then release it
+		log.Fatal(err)
+	}
+	orphan, err := st.Blobs.Put(ctx, strings.NewReader("never referenced"))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	now = now.Add(2 * time.Minute) // the puts' pins expire
+	rep, err := st.GC.Sweep(ctx, gc.SweepOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("staged:", rep.Staged)
+	now = now.Add(time.Hour) // the grace passes
+	rep, err = st.GC.Sweep(ctx, gc.SweepOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("deleted:", rep.Deleted)
+	for _, k := range []blob.Key{key, orphan} {
+		has, err := st.Blobs.Has(ctx, k)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(k == key, has)
+	}
+	// Output:
+	// staged: 1
+	// deleted: 1
+	// true true
+	// false false
 }

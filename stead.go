@@ -25,6 +25,7 @@ import (
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/sqlite"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
@@ -65,9 +66,15 @@ type Store struct {
 	// id (InstanceID, stable across restarts with WithInstanceID), and
 	// processes that share work share a group name.
 	Records *record.Store
+	// GC collects unreferenced blobs: Sweep runs one sweep, WithGC runs
+	// them in the background. See docs/guides/gc.md.
+	GC *gc.Collector
 
 	eng        engine.Engine
 	instanceID string
+	// stopGC ends the background sweeps (WithGC) and waits for them; nil
+	// without them.
+	stopGC func()
 }
 
 // Option configures Open and New.
@@ -78,6 +85,9 @@ type config struct {
 	migrate    bool
 	now        func() time.Time
 	blobs      blob.Options
+	gc         gc.Options
+	gcInterval time.Duration
+	gcReport   func(gc.Report, error)
 }
 
 // WithInstanceID sets the store's instance id, which owns its blob pins.
@@ -102,6 +112,18 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // a millisecond; it is rounded down to whole microseconds. Defaults to
 // blob.DefaultPinTTL (60 s).
 func WithPinTTL(d time.Duration) Option { return func(c *config) { c.blobs.PinTTL = d } }
+
+// WithGC runs a garbage-collection sweep every interval in the background
+// until Close, reporting each sweep's outcome to report (nil: ignored).
+// Defaults to none: sweeps run only when called (Store.GC.Sweep, stead gc).
+func WithGC(interval time.Duration, report func(gc.Report, error)) Option {
+	return func(c *config) { c.gcInterval, c.gcReport = interval, report }
+}
+
+// WithGCGrace sets how long an unreferenced, unpinned blob waits after a
+// sweep finds it before a later sweep may delete it. Defaults to
+// gc.DefaultGrace (1 h).
+func WithGCGrace(d time.Duration) Option { return func(c *config) { c.gc.Grace = d } }
 
 // WithMaxBlobSize sets the largest blob Put accepts, in bytes. Defaults to
 // blob.DefaultMaxSize (4 GiB).
@@ -190,6 +212,12 @@ func newConfig(opts []Option) (config, error) {
 	if cfg.blobs.PinTTL != 0 && cfg.blobs.PinTTL < time.Millisecond {
 		return config{}, fmt.Errorf("stead: %w: pin TTL %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.blobs.PinTTL)
 	}
+	if cfg.gcInterval < 0 || (cfg.gcInterval > 0 && cfg.gcInterval < time.Millisecond) {
+		return config{}, fmt.Errorf("stead: %w: GC interval %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.gcInterval)
+	}
+	if cfg.gc.Grace < 0 {
+		return config{}, fmt.Errorf("stead: %w: GC grace %v", steaderr.ErrInvalidArgument, cfg.gc.Grace)
+	}
 	if cfg.blobs.MaxSize < 0 {
 		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
 	}
@@ -208,10 +236,14 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 		return nil, err
 	}
 	cfg.blobs.Owner, cfg.blobs.Now = cfg.instanceID, cfg.now
+	cfg.gc.Holder, cfg.gc.Now = cfg.instanceID, cfg.now
+	blobs := blob.NewStore(eng.Blobs(), cfg.blobs)
+	cfg.gc.ReapUploads = blobs.ReapUploads
 	st := &Store{
-		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
+		Blobs:      blobs,
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
 		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
+		GC:         gc.New(eng.GC(), cfg.gc),
 		eng:        eng,
 		instanceID: cfg.instanceID,
 	}
@@ -219,6 +251,15 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 	// lease lapsed go now.
 	if _, err := st.Blobs.ReapUploads(ctx); err != nil {
 		return nil, fmt.Errorf("stead: %w", err)
+	}
+	if cfg.gcInterval > 0 {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = st.GC.Run(ctx, cfg.gcInterval, cfg.gcReport)
+		}()
+		st.stopGC = func() { cancel(); <-done }
 	}
 	return st, nil
 }
@@ -260,7 +301,12 @@ func (s *Store) SchemaVersion(ctx context.Context) (current, latest int, err err
 
 // Close closes the store and its engine. It is idempotent; afterwards every
 // operation fails with ErrClosed.
-func (s *Store) Close() error { return s.eng.Close() }
+func (s *Store) Close() error {
+	if s.stopGC != nil {
+		s.stopGC()
+	}
+	return s.eng.Close()
+}
 
 // ValidateName checks a lock name, owner, group, tenant, record id or
 // instance id: 1 to 255 bytes of valid UTF-8 holding no control

@@ -138,7 +138,12 @@ func (t *pinTable) put(ctx context.Context, eng Engine, p PutParams) error {
 	if hot {
 		_, err := eng.Stat(ctx, key)
 		if !errors.Is(err, steaderr.ErrNotFound) {
-			t.end(key, h, false, time.Time{}, false, false)
+			// The live pin stands in for this put's: a guard's release
+			// must not end it before its deadline.
+			t.mu.Lock()
+			deadline := h.deadline
+			t.mu.Unlock()
+			t.end(key, h, err == nil, deadline, false, true)
 			return err
 		}
 	}

@@ -117,18 +117,19 @@ func NewStore(eng Engine, opts Options) *Store {
 }
 
 // Put stores the content of r and returns its key, pinned by this store's
-// owner for Options.PinTTL from before the put was sent: until then no
-// garbage-collection sweep or Delete removes it. It streams: a value over
+// owner: no garbage-collection sweep or Delete removes it until at least
+// half of Options.PinTTL after the put was sent. It streams: a value over
 // the inline limit is hashed and written chunk by chunk, so memory stays
 // bounded by the chunk size, and becomes visible only once it is whole.
-// Storing content that is already stored succeeds and renews the pin; a
-// re-put while this store's pin on the key has more than half its TTL left
-// writes nothing. An error means the put may or may not have taken effect
-// (a statement cancelled while it waits can still commit), never partially:
-// the key is then either absent or stored whole, and retrying is safe.
-// Errors found before anything is published (invalid input, a digest
-// mismatch, a failing reader, a context ended before the write) store
-// nothing, and discard any chunks staged.
+// Storing content that is already stored succeeds and renews the pin for a
+// whole PinTTL, unless this store's pin on the key has more than half its
+// TTL left: then the put writes nothing and that pin protects it. To keep a
+// key protected longer (while referencing it), hold a Pin. An error means
+// the put may or may not have taken effect (a statement cancelled while it
+// waits can still commit), never partially: the key is then either absent
+// or stored whole, and retrying is safe. Errors found before anything is
+// published (invalid input, a digest mismatch, a failing reader, a context
+// ended before the write) store nothing, and discard any chunks staged.
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
 	key, err := s.put(ctx, Key{}, r)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 )
 
@@ -52,6 +53,12 @@ type Harness struct {
 	// so that the suite's isolation check means something; the suite opens
 	// each name at most once per test. nil: the engine has no namespaces.
 	Namespace func(t *testing.T, name string) (engine.Engine, error)
+	// RefTable creates, in eng's database, a table the suite owns named
+	// table with a text column named column (the suite passes hostile
+	// names), and returns the gc.Source naming it and set, which adds
+	// (true) or removes (false) a reference to key. nil: the engine takes
+	// Go-function liveness sources, which the suite uses instead.
+	RefTable func(t *testing.T, eng engine.Engine, table, column string) (src gc.Source, set func(key blob.Key, referenced bool))
 
 	// chunked makes setup's stores use tinyInline and tinyChunk, so that
 	// every value over a few bytes takes the chunked path.
@@ -79,6 +86,7 @@ func Run(t *testing.T, h Harness) {
 var areas = []suiteTest{
 	{"Blob", testBlob},
 	{"BlobChunked", func(t *testing.T, h Harness) { h.chunked = true; testBlob(t, h) }},
+	{"GC", testGC},
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},

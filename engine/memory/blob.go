@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -52,6 +53,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return err
+	}
+	if p.Owner == "" { // the SQL engines' check constraint
+		return fmt.Errorf("%w: empty pin owner", steaderr.ErrInvalidName)
 	}
 	if p.Chunks != 0 {
 		u, ok := b.uploads[p.Chunks]

@@ -7,9 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
 )
 
@@ -39,6 +41,7 @@ func harness(nsDB *pgtest.DB, params string) enginetest.Harness {
 		Virgin: func(t *testing.T) engine.Engine {
 			return openVirgin(t, pgtest.New(t), params)
 		},
+		RefTable: refTable,
 		Namespace: func(t *testing.T, name string) (engine.Engine, error) {
 			cfg, err := postgres.ParseURL(nsDB.URL + params + "&schema=" + url.QueryEscape(name))
 			if err != nil {
@@ -55,4 +58,27 @@ func harness(nsDB *pgtest.DB, params string) enginetest.Harness {
 			return e, e.Migrate(context.Background())
 		},
 	}
+}
+
+// refTable creates a reference table in the engine's schema, the names
+// quoted, and returns it as a liveness source with a setter.
+func refTable(t *testing.T, eng engine.Engine, table, column string) (gc.Source, func(blob.Key, bool)) {
+	t.Helper()
+	e := eng.(*postgres.Engine)
+	ident := pgx.Identifier{e.Schema(), table}.Sanitize()
+	col := pgx.Identifier{column}.Sanitize()
+	if _, err := e.Pool().Exec(context.Background(), "CREATE TABLE "+ident+" ("+col+" text NOT NULL)"); err != nil {
+		t.Fatalf("creating reference table: %v", err)
+	}
+	set := func(key blob.Key, referenced bool) {
+		t.Helper()
+		stmt := "DELETE FROM " + ident + " WHERE " + col + " = $1"
+		if referenced {
+			stmt = "INSERT INTO " + ident + " (" + col + ") VALUES ($1)"
+		}
+		if _, err := e.Pool().Exec(context.Background(), stmt, key.String()); err != nil {
+			t.Fatalf("setting a reference: %v", err)
+		}
+	}
+	return gc.Source{Schema: e.Schema(), Table: table, Column: column}, set
 }

@@ -1,5 +1,11 @@
 package postgres
 
+import (
+	"time"
+
+	"github.com/steadkit/stead/blob"
+)
+
 // LockChannel returns the channel e announces lock releases on.
 func LockChannel(e *Engine) string { return e.locks.channel }
 
@@ -21,5 +27,19 @@ func RecordSQL(e *Engine) (list, claimNext, probe string) {
 func SetNaivePut(e *Engine, on bool) { e.blobs.naive.Store(on) }
 
 // SetNaiveArbitration makes e's sweeps arbitrate with the known-unsafe
-// one-statement DELETE … WHERE NOT EXISTS (pins).
-func SetNaiveArbitration(e *Engine, on bool) { e.gc.naiveArbitration.Store(on) }
+// one-statement DELETE … WHERE NOT EXISTS (pins), pausing inside it (after
+// its snapshot is taken) for pause.
+func SetNaiveArbitration(e *Engine, pause time.Duration) { e.gc.naiveArbitration.Store(&pause) }
+
+// SweepLockKey returns the advisory lock key of e's sweep lease.
+func SweepLockKey(e *Engine) int64 { return e.lockKey("sweep") }
+
+// SetBeforeDelete makes e's arbitrations run hook between their checks and
+// their delete, or before the naive arbitration's statement (nil: nothing).
+func SetBeforeDelete(e *Engine, hook func(blob.Key)) {
+	if hook == nil {
+		e.gc.beforeDelete.Store(nil)
+		return
+	}
+	e.gc.beforeDelete.Store(&hook)
+}

@@ -32,8 +32,13 @@ const (
 DELETE FROM {schema}.blobs WHERE key = $1`
 
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration, for
-	// tests that prove the torture test sees the race.
-	sqlArbitrateNaive = `DELETE FROM {schema}.blobs b WHERE key = $1
+	// tests that prove the torture test sees the race: its pin check keeps
+	// the statement's snapshot, so a pin committed after the statement
+	// began is not seen. The test widens that window with a pause of $3
+	// seconds inside the statement.
+	sqlArbitrateNaive = `WITH pause AS (SELECT pg_sleep($3::float8))
+DELETE FROM {schema}.blobs b WHERE key = $1
+AND EXISTS (SELECT FROM pause)
 AND NOT EXISTS (SELECT 1 FROM {schema}.pins p WHERE p.key = b.key AND p.expiry > coalesce($2::timestamptz, now()))
 AND NOT EXISTS (SELECT 1 FROM {schema}.gc_references($1))
 RETURNING size`
@@ -103,8 +108,14 @@ type gcMech struct {
 		explainBlob, explainPins, explainSources, explainWindow, explainNow                string
 		listPins, listWindow                                                               string
 	}
-	naiveArbitration atomic.Bool // tests only
-	pgBouncer        bool
+	// naiveArbitration, when set (tests only), selects sqlArbitrateNaive
+	// with a pause of that many nanoseconds.
+	naiveArbitration atomic.Pointer[time.Duration]
+	// beforeDelete, when set (tests only), runs between an arbitration's
+	// checks and its delete (before the naive arbitration's statement), so
+	// a test can race a put of the key against the delete.
+	beforeDelete atomic.Pointer[func(blob.Key)]
+	pgBouncer    bool
 }
 
 func (g *gcMech) init(e *Engine, pgBouncer bool) {
@@ -149,8 +160,11 @@ func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, ski
 	err := retryTransient(ctx, func() error {
 		return g.e.inTx(ctx, func(tx pgx.Tx) error {
 			v = gc.Verdict{}
-			if g.naiveArbitration.Load() && !dry {
-				err := tx.QueryRow(ctx, g.sql.arbitrateNaive, k, nowArg(now)).Scan(&v.Size)
+			if pause := g.naiveArbitration.Load(); pause != nil && !dry {
+				if hook := g.beforeDelete.Load(); hook != nil {
+					(*hook)(key)
+				}
+				err := tx.QueryRow(ctx, g.sql.arbitrateNaive, k, nowArg(now), pause.Seconds()).Scan(&v.Size)
 				if errors.Is(err, pgx.ErrNoRows) {
 					v.Outcome = gc.Protected
 					return nil
@@ -199,6 +213,9 @@ func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, ski
 			v.Outcome = gc.Deleted
 			if dry {
 				return nil
+			}
+			if hook := g.beforeDelete.Load(); hook != nil {
+				(*hook)(key)
 			}
 			_, err = tx.Exec(ctx, g.sql.deleteBlob, k)
 			return err

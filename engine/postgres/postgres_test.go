@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,12 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(tortureChildEnv) != "" {
+		os.Exit(tortureChild())
+	}
+	pgtest.Main(m)
+}
 
 // open returns a migrated engine in db's schema, with extra URL parameters
 // (each starting with "&") appended.

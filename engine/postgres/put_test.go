@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,3 +61,5 @@ func TestOverlappingPuts(t *testing.T) {
 		t.Fatal("no put stored anything")
 	}
 }
+
+func bytesReader(i int) io.Reader { return strings.NewReader(fmt.Sprint("value ", i)) }

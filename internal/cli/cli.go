@@ -25,6 +25,8 @@ var commands = map[string]command{
 	"serve":   {"run the HTTP server", serve},
 	"migrate": {"bring the database schema up to date", migrate},
 	"lock":    {"run a command while holding a named lock", lockCommand},
+	"gc":      {"collect unreferenced blobs; gc explain KEY says why one is kept", gcCommand},
+	"pins":    {"list live pins and the delete window", pinsCommand},
 	"scrub":   {"re-hash every stored blob and list the corrupt ones", scrub},
 }
 

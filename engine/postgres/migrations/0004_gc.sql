@@ -6,7 +6,7 @@
 -- key: an expired pin may outlive its blob until it is reaped.
 CREATE TABLE pins (
     key    text COLLATE "C" NOT NULL,
-    owner  text COLLATE "C" NOT NULL,
+    owner  text COLLATE "C" NOT NULL CHECK (owner <> ''),
     expiry timestamptz NOT NULL,
     PRIMARY KEY (key, owner)
 ) WITH (fillfactor = 70);

@@ -4,7 +4,7 @@
 -- inserts or extends its row in the transaction that publishes the blob.
 CREATE TABLE pins (
     key    TEXT    NOT NULL,
-    owner  TEXT    NOT NULL,
+    owner  TEXT    NOT NULL CHECK (owner <> ''),
     expiry INTEGER NOT NULL,
     PRIMARY KEY (key, owner)
 ) WITHOUT ROWID;

@@ -1,0 +1,646 @@
+package enginetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// testGC covers garbage collection: the window, pins, arbitration with
+// pins and liveness sources, the sweep lease and whole sweeps, through
+// the gc.Engine and blob.Engine seams and the portable stores.
+func testGC(t *testing.T, h Harness) {
+	runTests(t, h, []suiteTest{
+		{"StageIdempotent", gcStageIdempotent},
+		{"Take", gcTake},
+		{"TakeConcurrent", gcTakeConcurrent},
+		{"Times", gcTimes},
+		{"PinRenew", gcPinRenew},
+		{"PinAbsent", gcPinAbsent},
+		{"HotKeySkip", gcHotKeySkip},
+		{"SharedRow", gcSharedRow},
+		{"Guard", gcGuard},
+		{"PutFailure", gcPutFailure},
+		{"Sweep", gcSweep},
+		{"Sources", gcSources},
+		{"Lease", gcLease},
+		{"Explain", gcExplain},
+		{"Closed", gcClosed},
+	})
+}
+
+// gcBundle is a bundle with a collector on the bundle's clock.
+type gcBundle struct {
+	*bundle
+	gce engine.Engine
+	col *gc.Collector
+}
+
+// testGrace is shorter than the pin TTL: a guard taken on the test clock
+// outlives a grace period or two.
+const testGrace = 20 * time.Second
+
+func setupGC(t *testing.T, h Harness) *gcBundle {
+	t.Helper()
+	b := setup(t, h)
+	return &gcBundle{bundle: b, gce: b.eng, col: gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Batch: 7, Holder: "enginetest", Now: b.clock.Now})}
+}
+
+func (b *gcBundle) sweep(t *testing.T) gc.Report {
+	t.Helper()
+	rep, err := b.col.Sweep(t.Context(), gc.SweepOptions{})
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if rep.Aborted != "" {
+		t.Fatalf("Sweep aborted: %s", rep.Aborted)
+	}
+	return rep
+}
+
+func window(t *testing.T, g gc.Engine) map[blob.Key]time.Time {
+	t.Helper()
+	out := map[blob.Key]time.Time{}
+	if err := g.Window(t.Context(), func(c gc.Candidate) bool { out[c.Key] = c.VisibleAfter; return true }); err != nil {
+		t.Fatalf("Window: %v", err)
+	}
+	return out
+}
+
+func take(t *testing.T, g gc.Engine, now time.Time) []blob.Key {
+	t.Helper()
+	keys, err := g.Take(t.Context(), gc.TakeParams{Now: now, Limit: 1000})
+	if err != nil {
+		t.Fatalf("Take(%v): %v", now, err)
+	}
+	return keys
+}
+
+func gcStageIdempotent(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	g := b.eng.GC()
+	key := absentKey("stage")
+	d1 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for range 2 {
+		if err := g.Stage(t.Context(), key, d1); err != nil {
+			t.Fatalf("Stage: %v", err)
+		}
+	}
+	if w := window(t, g); len(w) != 1 || !w[key].Equal(d1) {
+		t.Fatalf("window after staging twice = %v, want %s at %v", w, key, d1)
+	}
+	d2 := d1.Add(time.Hour)
+	if err := g.Stage(t.Context(), key, d2); err != nil {
+		t.Fatalf("re-Stage: %v", err)
+	}
+	if w := window(t, g); len(w) != 1 || !w[key].Equal(d2) {
+		t.Fatalf("window after a new deadline = %v, want %s at %v", w, key, d2)
+	}
+}
+
+func gcTake(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	g := b.eng.GC()
+	t0 := time.Date(2030, 5, 6, 7, 8, 9, 123000, time.UTC)
+	if keys := take(t, g, t0.Add(100*365*24*time.Hour)); len(keys) != 0 {
+		t.Fatalf("Take on a fresh store = %v, want none", keys)
+	}
+	keys := sortedKeys([]blob.Key{absentKey("t1"), absentKey("t2"), absentKey("t3"), absentKey("t4")})
+	deadlines := []time.Time{t0.Add(-time.Second), t0, t0.Add(time.Microsecond), t0.Add(time.Hour)}
+	for i, k := range keys {
+		if err := g.Stage(t.Context(), k, deadlines[i]); err != nil {
+			t.Fatalf("Stage: %v", err)
+		}
+	}
+	// visible_after <= now: the one at exactly t0 is overdue, the one a
+	// microsecond later is not.
+	if got := take(t, g, t0); !slices.Equal(got, keys[:2]) {
+		t.Fatalf("Take(t0) = %v, want %v", got, keys[:2])
+	}
+	if got := take(t, g, t0); len(got) != 0 {
+		t.Fatalf("second Take(t0) = %v, want none: a candidate is handed out once", got)
+	}
+	dry, err := g.Take(t.Context(), gc.TakeParams{Now: t0.Add(time.Hour), Limit: 10, DryRun: true})
+	if err != nil || !slices.Equal(dry, keys[2:]) {
+		t.Fatalf("dry Take = %v, %v; want %v", dry, err, keys[2:])
+	}
+	if got := take(t, g, t0.Add(time.Hour)); !slices.Equal(got, keys[2:]) {
+		t.Fatalf("Take(t0+1h) = %v, want %v (a dry take removes nothing)", got, keys[2:])
+	}
+	if w := window(t, g); len(w) != 0 {
+		t.Fatalf("window after taking everything = %v", w)
+	}
+}
+
+func gcTakeConcurrent(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	g := b.eng.GC()
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	const n = 120
+	for i := range n {
+		if err := g.Stage(t.Context(), absentKey(fmt.Sprint("concurrent take ", i)), at); err != nil {
+			t.Fatalf("Stage: %v", err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[blob.Key]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				keys, err := g.Take(t.Context(), gc.TakeParams{Now: at, Limit: 7})
+				if err != nil {
+					t.Errorf("Take: %v", err)
+					return
+				}
+				if len(keys) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, k := range keys {
+					seen[k]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("concurrent takes returned %d distinct keys, want %d", len(seen), n)
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s taken %d times", k, c)
+		}
+	}
+}
+
+func gcTimes(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	g := b.eng.GC()
+	old := time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
+	far := time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+	kOld, kFar := absentKey("pre-epoch"), absentKey("far future")
+	for k, d := range map[blob.Key]time.Time{kOld: old, kFar: far} {
+		if err := g.Stage(t.Context(), k, d); err != nil {
+			t.Fatalf("Stage(%v): %v", d, err)
+		}
+	}
+	if w := window(t, g); !w[kOld].Equal(old) || !w[kFar].Equal(far) {
+		t.Fatalf("window = %v, want %v and %v", w, old, far)
+	}
+	if got := take(t, g, old); !slices.Equal(got, []blob.Key{kOld}) {
+		t.Fatalf("Take(1900) = %v, want the pre-epoch key", got)
+	}
+	if got := take(t, g, far); !slices.Equal(got, []blob.Key{kFar}) {
+		t.Fatalf("Take(9999) = %v, want the far-future key", got)
+	}
+	// Pins at both ends of time.
+	value := testValue("times", 10)
+	key := blob.KeyOf(value)
+	for _, now := range []time.Time{old, far.Add(-time.Hour)} {
+		if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "o", TTL: time.Minute, Now: now}); err != nil {
+			t.Fatalf("Put at %v: %v", now, err)
+		}
+		ok, err := b.blobs.RenewPin(t.Context(), blob.PinParams{Key: key, Owner: "o", TTL: time.Minute, Now: now.Add(30 * time.Second)})
+		if err != nil || !ok {
+			t.Fatalf("RenewPin at %v = %v, %v; want true", now, ok, err)
+		}
+	}
+}
+
+func gcPinRenew(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	value := testValue("renew", 10)
+	key := blob.KeyOf(value)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "a", TTL: time.Minute, Now: t0}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	renew := func(owner string, now time.Time) bool {
+		t.Helper()
+		ok, err := b.blobs.RenewPin(t.Context(), blob.PinParams{Key: key, Owner: owner, TTL: time.Minute, Now: now})
+		if err != nil {
+			t.Fatalf("RenewPin(%s, %v): %v", owner, now, err)
+		}
+		return ok
+	}
+	if !renew("a", t0.Add(59*time.Second)) {
+		t.Fatal("renewing a live pin failed")
+	}
+	wantPin := func(owner string, expiry time.Time) {
+		t.Helper()
+		x, err := b.eng.GC().Explain(t.Context(), key, t0)
+		if err != nil {
+			t.Fatalf("Explain: %v", err)
+		}
+		for _, p := range x.Pins {
+			if p.Owner == owner {
+				if !p.Expiry.Equal(expiry) {
+					t.Fatalf("pin %s expires %v, want %v", owner, p.Expiry, expiry)
+				}
+				return
+			}
+		}
+		t.Fatalf("no pin of %s in %v", owner, x.Pins)
+	}
+	wantPin("a", t0.Add(119*time.Second))
+	// An expired pin (expiry <= now) is never resurrected, nor an absent one.
+	if renew("a", t0.Add(119*time.Second)) {
+		t.Fatal("renewing a pin at its expiry instant succeeded")
+	}
+	wantPin("a", t0.Add(119*time.Second))
+	if renew("nobody", t0) {
+		t.Fatal("renewing an absent pin succeeded")
+	}
+	// A renewal never shortens: a shorter TTL keeps the later expiry.
+	if err := b.blobs.Pin(t.Context(), blob.PinParams{Key: key, Owner: "a", TTL: time.Hour, Now: t0}); err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	if !renew("a", t0.Add(time.Second)) {
+		t.Fatal("renewing a re-pinned key failed")
+	}
+	wantPin("a", t0.Add(time.Hour))
+	// Unpin removes it; Delete then goes through.
+	if err := b.blobs.Unpin(t.Context(), blob.UnpinParams{Key: key, Owner: "a"}); err != nil {
+		t.Fatalf("Unpin: %v", err)
+	}
+	if err := b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key, Now: t0}); err != nil {
+		t.Fatalf("Delete after Unpin: %v", err)
+	}
+}
+
+func gcPinAbsent(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	key := absentKey("pin absent")
+	err := b.blobs.Pin(t.Context(), blob.PinParams{Key: key, Owner: "a", TTL: time.Minute})
+	wantErr(t, err, steaderr.ErrNotFound, "engine Pin of an absent blob")
+	_, err = b.store.Pin(t.Context(), key)
+	wantErr(t, err, steaderr.ErrNotFound, "Pin of an absent blob")
+	var pins int
+	if err := b.eng.GC().Pins(t.Context(), func(gc.PinInfo) bool { pins++; return true }); err != nil || pins != 0 {
+		t.Fatalf("Pins = %d, %v; want none after pinning an absent blob", pins, err)
+	}
+}
+
+// countingBlobs counts the puts that reach the engine.
+type countingBlobs struct {
+	blob.Engine
+	puts atomic.Int64
+}
+
+func (c *countingBlobs) Put(ctx context.Context, p blob.PutParams) error {
+	c.puts.Add(1)
+	return c.Engine.Put(ctx, p)
+}
+
+func gcHotKeySkip(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	spy := &countingBlobs{Engine: b.blobs}
+	s := blob.NewStore(spy, blob.Options{Now: b.clock.Now, PinTTL: time.Minute})
+	value := testValue("hot", 10)
+	for range 5 {
+		mustPut(t, s, value)
+	}
+	if n := spy.puts.Load(); n != 1 {
+		t.Fatalf("5 puts within half the pin TTL reached the engine %d times, want 1", n)
+	}
+	b.clock.Advance(31 * time.Second) // less than half the TTL left
+	mustPut(t, s, value)
+	if n := spy.puts.Load(); n != 2 {
+		t.Fatalf("a put with less than half the TTL left reached the engine %d times in all, want 2", n)
+	}
+	// The skip answers for a closed engine too.
+	b.eng.Close()
+	_, err := s.Put(t.Context(), bytes.NewReader(value))
+	wantErr(t, err, steaderr.ErrClosed, "hot Put after Close")
+}
+
+func gcSharedRow(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	value := testValue("shared", 10)
+	key := mustPut(t, b.store, value)
+	guard, err := b.store.Pin(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	if err := guard.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// The put's pin still protects the key: the row stays.
+	wantErr(t, b.store.Delete(t.Context(), key), steaderr.ErrProtected, "Delete after releasing a guard while the put's pin lasts")
+
+	// Two guards share the row: releasing one keeps the other's protection.
+	b.expirePins()
+	g1, err := b.store.Pin(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Pin 1: %v", err)
+	}
+	g2, err := b.store.Pin(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Pin 2: %v", err)
+	}
+	if err := g1.Release(t.Context()); err != nil {
+		t.Fatalf("Release 1: %v", err)
+	}
+	wantErr(t, b.store.Delete(t.Context(), key), steaderr.ErrProtected, "Delete while a second guard holds the key")
+	if err := g2.Release(t.Context()); err != nil {
+		t.Fatalf("Release 2: %v", err)
+	}
+	if err := b.store.Delete(t.Context(), key); err != nil {
+		t.Fatalf("Delete after both guards are released: %v", err)
+	}
+	wantErr(t, g2.Release(t.Context()), steaderr.ErrInvalidArgument, "second Release")
+}
+
+func gcGuard(t *testing.T, h Harness) {
+	// Real time: a guard renews every TTL/3.
+	const ttl = 900 * time.Millisecond
+	b := setupGC(t, h)
+	s := blob.NewStore(b.blobs, blob.Options{PinTTL: ttl})
+	key := mustPut(t, s, testValue("guard", 10))
+	guard, err := s.Pin(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	time.Sleep(2 * ttl)
+	select {
+	case <-guard.Lost():
+		t.Fatal("a renewing guard was lost")
+	default:
+	}
+	err = b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key})
+	wantErr(t, err, steaderr.ErrProtected, "Delete while a guard renews")
+	if err := guard.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// A guard whose pin is removed under it is lost, and says so.
+	g2, err := s.Pin(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	x, err := b.eng.GC().Explain(t.Context(), key, time.Time{})
+	if err != nil || len(x.Pins) != 1 {
+		t.Fatalf("Explain = %+v, %v; want one pin", x, err)
+	}
+	if err := b.blobs.Unpin(t.Context(), blob.UnpinParams{Key: key, Owner: x.Pins[0].Owner}); err != nil {
+		t.Fatalf("Unpin: %v", err)
+	}
+	select {
+	case <-g2.Lost():
+	case <-time.After(10 * ttl):
+		t.Fatal("a guard whose pin was removed was not lost")
+	}
+	wantErr(t, g2.Release(t.Context()), steaderr.ErrLost, "Release of a lost guard")
+}
+
+func gcPutFailure(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	value := testValue("put failure", 10)
+	key := blob.KeyOf(value)
+	// An empty owner fails the pin inside the put, after the blob row.
+	err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "", TTL: time.Minute})
+	if err == nil {
+		t.Fatal("Put with an empty pin owner succeeded")
+	}
+	wantHas(t, b.store, key, false)
+	var pins int
+	if err := b.eng.GC().Pins(t.Context(), func(gc.PinInfo) bool { pins++; return true }); err != nil || pins != 0 {
+		t.Fatalf("Pins = %d, %v; want none after a failed put", pins, err)
+	}
+}
+
+// refs is a liveness source the test owns: a SQL table with hostile names
+// where the harness makes one, else a Go function over a set.
+type refs struct {
+	src gc.Source
+	set func(key blob.Key, referenced bool)
+}
+
+func newRefs(t *testing.T, h Harness, eng engine.Engine, label string) refs {
+	t.Helper()
+	if h.RefTable != nil {
+		src, set := h.RefTable(t, eng, `ref "`+label+`"; DROP TABLE x; --`, `key") OR true --`)
+		return refs{src, set}
+	}
+	var mu sync.Mutex
+	set := map[blob.Key]bool{}
+	return refs{
+		src: gc.Source{Name: "enginetest " + label, Referenced: func(_ context.Context, key blob.Key) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return set[key], nil
+		}},
+		set: func(key blob.Key, referenced bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			set[key] = referenced
+		},
+	}
+}
+
+func gcSweep(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	r := newRefs(t, h, b.eng, "sweep")
+	if err := b.col.RegisterSource(t.Context(), r.src); err != nil {
+		t.Fatalf("RegisterSource: %v", err)
+	}
+	pinned := mustPut(t, b.store, testValue("pinned", 10))
+	referenced := mustPut(t, b.store, testValue("referenced", 20))
+	loose := mustPut(t, b.store, testValue("loose", 30))
+	// Every put's pin protects: nothing is staged.
+	if rep := b.sweep(t); rep.Staged != 0 || rep.Taken != 0 {
+		t.Fatalf("sweep right after puts = %+v, want nothing staged or taken", rep)
+	}
+	b.expirePins()
+	guard, err := b.store.Pin(t.Context(), pinned)
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	r.set(referenced, true)
+	rep := b.sweep(t)
+	if rep.Reaped != 2 || rep.Staged != 1 || rep.Taken != 0 {
+		t.Fatalf("sweep = %+v, want 2 pins reaped, 1 staged (the loose blob)", rep)
+	}
+	if w := window(t, b.eng.GC()); len(w) != 1 || !w[loose].Equal(b.clock.Now().Add(testGrace)) {
+		t.Fatalf("window = %v, want %s at now + grace", w, loose)
+	}
+	// Not overdue yet.
+	if rep := b.sweep(t); rep.Taken != 0 || rep.Deleted != 0 {
+		t.Fatalf("sweep before the grace ends = %+v, want nothing taken", rep)
+	}
+	dry, err := b.col.Sweep(t.Context(), gc.SweepOptions{DryRun: true})
+	if err != nil || dry.Deleted != 0 {
+		t.Fatalf("dry sweep before the grace ends = %+v, %v", dry, err)
+	}
+	b.clock.Advance(testGrace)
+	dry, err = b.col.Sweep(t.Context(), gc.SweepOptions{DryRun: true})
+	if err != nil || dry.Deleted != 1 || !dry.DryRun {
+		t.Fatalf("dry sweep = %+v, %v; want 1 deletion reported", dry, err)
+	}
+	wantHas(t, b.store, loose, true)
+	rep = b.sweep(t)
+	if rep.Taken != 1 || rep.Deleted != 1 || rep.BytesFreed != 30 {
+		t.Fatalf("sweep after the grace = %+v, want the loose blob (30 bytes) deleted", rep)
+	}
+	wantHas(t, b.store, loose, false)
+	wantHas(t, b.store, pinned, true)
+	wantHas(t, b.store, referenced, true)
+
+	// A candidate that became protected after staging is rescued.
+	if err := b.eng.GC().Stage(t.Context(), pinned, b.clock.Now()); err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	if err := b.eng.GC().Stage(t.Context(), referenced, b.clock.Now()); err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	rep = b.sweep(t)
+	if rep.Taken != 2 || rep.Rescued != 2 || rep.Deleted != 0 {
+		t.Fatalf("sweep of protected candidates = %+v, want 2 rescued", rep)
+	}
+	// Released and unreferenced, they go: staged, then deleted after grace.
+	if err := guard.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	r.set(referenced, false)
+	if rep := b.sweep(t); rep.Staged != 2 {
+		t.Fatalf("sweep after release = %+v, want 2 staged", rep)
+	}
+	b.clock.Advance(testGrace)
+	if rep := b.sweep(t); rep.Deleted != 2 {
+		t.Fatalf("sweep = %+v, want 2 deleted", rep)
+	}
+	wantNothingStored(t, b.store)
+}
+
+func gcSources(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	r := newRefs(t, h, b.eng, "sources")
+	ctx := t.Context()
+	if err := b.col.RegisterSource(ctx, r.src); err != nil {
+		t.Fatalf("RegisterSource: %v", err)
+	}
+	if err := b.col.RegisterSource(ctx, r.src); err != nil {
+		t.Fatalf("RegisterSource again: %v", err)
+	}
+	if srcs, err := b.col.Sources(ctx); err != nil || len(srcs) != 1 || srcs[0].String() != r.src.String() {
+		t.Fatalf("Sources = %v, %v; want [%s]", srcs, err, r.src)
+	}
+	key := mustPut(t, b.store, testValue("source", 10))
+	b.expirePins()
+	r.set(key, true)
+	wantErr(t, b.store.Delete(ctx, key), steaderr.ErrProtected, "Delete of a referenced key")
+	if x, err := b.col.Explain(ctx, key); err != nil || len(x.Sources) != 1 {
+		t.Fatalf("Explain = %+v, %v; want one source", x, err)
+	}
+	if err := b.col.UnregisterSource(ctx, r.src); err != nil {
+		t.Fatalf("UnregisterSource: %v", err)
+	}
+	if srcs, err := b.col.Sources(ctx); err != nil || len(srcs) != 0 {
+		t.Fatalf("Sources after Unregister = %v, %v", srcs, err)
+	}
+	if err := b.store.Delete(ctx, key); err != nil {
+		t.Fatalf("Delete once the source is unregistered: %v", err)
+	}
+	// Bad sources change nothing.
+	for _, bad := range []gc.Source{
+		{},
+		{Schema: "s", Table: "t"},
+		{Schema: "s", Table: string(make([]byte, 64)), Column: "c"},
+		{Schema: "s\x00", Table: "t", Column: "c"},
+		{Name: "f"},
+		{Name: "f", Referenced: func(context.Context, blob.Key) (bool, error) { return false, nil }, Table: "t"},
+	} {
+		err := b.col.RegisterSource(ctx, bad)
+		if !errors.Is(err, steaderr.ErrInvalidArgument) && !errors.Is(err, steaderr.ErrInvalidName) {
+			t.Errorf("RegisterSource(%+v) = %v, want ErrInvalidArgument or ErrInvalidName", bad, err)
+		}
+	}
+	if h.RefTable != nil {
+		err := b.col.RegisterSource(ctx, gc.Source{Schema: "public", Table: "no such table; --", Column: "k"})
+		wantErr(t, err, steaderr.ErrInvalidArgument, "RegisterSource of a missing table")
+	}
+	if srcs, err := b.col.Sources(ctx); err != nil || len(srcs) != 0 {
+		t.Fatalf("Sources after bad registrations = %v, %v", srcs, err)
+	}
+}
+
+func gcLease(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	g := b.eng.GC()
+	lease, ok, err := g.AcquireSweep(t.Context(), "one")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v; want the lease", ok, err)
+	}
+	if _, ok, err := g.AcquireSweep(t.Context(), "two"); err != nil || ok {
+		t.Fatalf("second AcquireSweep = %v, %v; want contention", ok, err)
+	}
+	rep, err := b.col.Sweep(t.Context(), gc.SweepOptions{})
+	if err != nil || rep.Aborted != gc.SweeperBusy {
+		t.Fatalf("Sweep while the lease is held = %+v, %v; want Aborted: SweeperBusy", rep, err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	lease, ok, err = g.AcquireSweep(t.Context(), "two")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep after release = %v, %v", ok, err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func gcExplain(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	value := testValue("explain", 12)
+	key := mustPut(t, b.store, value)
+	x, err := b.col.Explain(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Explain: %v", err)
+	}
+	if !x.Stored || x.Size != 12 || len(x.Pins) != 1 || !x.Pins[0].Expiry.Equal(b.clock.Now().Add(blob.DefaultPinTTL)) || x.Staged {
+		t.Fatalf("Explain = %+v, want stored, 12 bytes, one pin until now + TTL, not staged", x)
+	}
+	b.expirePins()
+	b.sweep(t)
+	x, err = b.col.Explain(t.Context(), key)
+	if err != nil || !x.Staged || !x.VisibleAfter.Equal(b.clock.Now().Add(testGrace)) || len(x.Pins) != 0 {
+		t.Fatalf("Explain after a sweep = %+v, %v; want staged at now + grace, no pins", x, err)
+	}
+	x, err = b.col.Explain(t.Context(), absentKey("explain"))
+	if err != nil || x.Stored {
+		t.Fatalf("Explain(absent) = %+v, %v", x, err)
+	}
+	_, err = b.col.Explain(t.Context(), blob.Key{})
+	wantErr(t, err, steaderr.ErrInvalidKey, "Explain(zero key)")
+}
+
+func gcClosed(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	key := mustPut(t, b.store, testValue("closed", 10))
+	b.eng.Close()
+	ctx := t.Context()
+	g := b.eng.GC()
+	_, err := b.col.Sweep(ctx, gc.SweepOptions{})
+	wantErr(t, err, steaderr.ErrClosed, "Sweep after Close")
+	_, err = b.store.Pin(ctx, key)
+	wantErr(t, err, steaderr.ErrClosed, "Pin after Close")
+	wantErr(t, g.Stage(ctx, key, time.Now()), steaderr.ErrClosed, "Stage after Close")
+	_, err = g.Take(ctx, gc.TakeParams{Limit: 1})
+	wantErr(t, err, steaderr.ErrClosed, "Take after Close")
+	_, err = b.col.Explain(ctx, key)
+	wantErr(t, err, steaderr.ErrClosed, "Explain after Close")
+	wantErr(t, b.store.Delete(ctx, key), steaderr.ErrClosed, "Delete after Close")
+}

@@ -1,0 +1,134 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// leaseBackend returns the pid of the backend holding e's sweep lease, or 0.
+func leaseBackend(t *testing.T, db *pgtest.DB, e *postgres.Engine) int {
+	t.Helper()
+	key := postgres.SweepLockKey(e)
+	var pid int
+	err := db.Admin.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND classid::bigint = ($1::bigint >> 32) & 4294967295 AND objid::bigint = $1::bigint & 4294967295`, key).Scan(&pid)
+	if err != nil {
+		t.Fatalf("finding the lease's backend: %v", err)
+	}
+	return pid
+}
+
+// TestSweepLeaseSession: the lease is a session lock on a connection of its
+// own; killing that backend frees it, and Release unlocks on that same
+// connection (the pool's sessions never hold it).
+func TestSweepLeaseSession(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e1, e2 := open(t, db, ""), open(t, db, "")
+	ctx := context.Background()
+	lease, ok, err := e1.GC().AcquireSweep(ctx, "one")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	pid := leaseBackend(t, db, e1)
+	if pid == 0 {
+		t.Fatal("no backend holds the lease")
+	}
+	var poolPids []int
+	rows, _ := e1.Pool().Query(ctx, "SELECT pg_backend_pid()")
+	for rows.Next() {
+		var p int
+		rows.Scan(&p)
+		poolPids = append(poolPids, p)
+	}
+	for _, p := range poolPids {
+		if p == pid {
+			t.Fatal("the lease is held by a pooled connection")
+		}
+	}
+	if _, ok, _ := e2.GC().AcquireSweep(ctx, "two"); ok {
+		t.Fatal("a second engine took a held lease")
+	}
+	if _, err := db.Admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatalf("pg_terminate_backend: %v", err)
+	}
+	var lease2 gc.Lease
+	poll.Until(t, "the lease to be free after its backend died", func() bool {
+		var err error
+		lease2, ok, err = e2.GC().AcquireSweep(ctx, "two")
+		if err != nil {
+			t.Fatalf("AcquireSweep: %v", err)
+		}
+		return ok
+	})
+	if err := lease.Release(ctx); err == nil {
+		t.Error("releasing a lease whose session died reported success")
+	}
+	if leaseBackend(t, db, e1) == 0 {
+		t.Fatal("releasing the dead lease released the live one")
+	}
+	if err := lease2.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if pid := leaseBackend(t, db, e1); pid != 0 {
+		t.Fatalf("backend %d still holds the lease after Release", pid)
+	}
+}
+
+// TestSweepPoolOfOne: the lease's connection is not taken from the pool,
+// so a sweep on a pool of one connection runs to its end.
+func TestSweepPoolOfOne(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "&pool_max_conns=1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: time.Millisecond})
+	for i := range 20 {
+		if _, err := s.Put(ctx, bytesReader(i)); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 3})
+	for range 2 {
+		rep, err := col.Sweep(ctx, gc.SweepOptions{})
+		if err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+		t.Log(rep)
+		time.Sleep(time.Millisecond)
+	}
+	var n int
+	if err := e.Blobs().List(ctx, blob.Key{}, 0, func(blob.Info) bool { n++; return true }); err != nil || n != 0 {
+		t.Fatalf("%d blobs left, %v; want every unpinned blob deleted", n, err)
+	}
+}
+
+// TestGoSourceRefused: a sweep in another process could not consult a Go
+// function, so PostgreSQL refuses it, pointing to SQL sources and pins.
+func TestGoSourceRefused(t *testing.T) {
+	t.Parallel()
+	e := open(t, pgtest.New(t), "")
+	col := gc.New(e.GC(), gc.Options{})
+	err := col.RegisterSource(context.Background(), gc.Source{Name: "refs", Referenced: func(context.Context, blob.Key) (bool, error) { return true, nil }})
+	if !errors.Is(err, steaderr.ErrInvalidArgument) {
+		t.Fatalf("RegisterSource(Go function) = %v, want ErrInvalidArgument", err)
+	}
+	for _, want := range []string{"SQL source", "pin"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}

@@ -1,0 +1,405 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/steaderr"
+)
+
+var tortureDuration = flag.Duration("torture.duration", 3*time.Second, "how long TestTorture's safe run lasts (a soak: minutes)")
+
+// The torture test's knobs, passed to its child processes.
+const (
+	tortureChildEnv   = "STEAD_TORTURE_CHILD" // the child's number
+	tortureURLEnv     = "STEAD_TORTURE_URL"
+	tortureModeEnv    = "STEAD_TORTURE_MODE" // safe, naive-put, naive-arbitration
+	tortureSweepEnv   = "STEAD_TORTURE_SWEEP"
+	tortureForEnv     = "STEAD_TORTURE_FOR"
+	tortureSyncOffEnv = "STEAD_TORTURE_SYNC_OFF"
+
+	torturePinTTL = 40 * time.Millisecond
+	tortureGrace  = 15 * time.Millisecond
+	tortureValues = 200
+	tortureProcs  = 3 // the first two sweep
+	tortureRefs   = "torture_refs"
+)
+
+// TestTorture proves the safety invariant against real PostgreSQL: several
+// processes put overlapping content (the same small value pool), pin,
+// reference pinned keys in a liveness table, release and drop references,
+// while two of them sweep continuously with a pin TTL and a grace in the
+// tens of milliseconds. Every key read while its put's pin is live, and
+// every key a reference row holds, must be readable: zero losses. Run with
+// the known-unsafe put, or the one-statement arbitration, the same test
+// must see a loss, which proves it can.
+func TestTorture(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode     string
+		duration time.Duration
+		wantLoss bool
+	}{
+		{"safe", *tortureDuration, false},
+		{"naive-put", 3 * time.Second, true},
+		{"naive-arbitration", 3 * time.Second, true},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			res := runTorture(t, tc.mode, tc.duration)
+			t.Logf("%s for %v: %+v", tc.mode, tc.duration, res)
+			if res.puts == 0 || res.sweeps == 0 || res.deleted == 0 || res.refChecks == 0 {
+				t.Fatalf("the run did too little to prove anything: %+v", res)
+			}
+			switch {
+			case tc.wantLoss && res.losses == 0:
+				t.Fatalf("%s lost nothing: the torture test cannot see the race it exists for", tc.mode)
+			case !tc.wantLoss && res.losses > 0:
+				t.Fatalf("%d losses: a blob was deleted while pinned or referenced", res.losses)
+			case !tc.wantLoss && res.errors > 0:
+				t.Fatalf("%d operations failed", res.errors)
+			}
+		})
+	}
+}
+
+type tortureResult struct {
+	losses, puts, errors, sweeps, deleted, refChecks int64
+}
+
+func (r *tortureResult) add(o tortureResult) {
+	r.losses += o.losses
+	r.puts += o.puts
+	r.errors += o.errors
+	r.sweeps += o.sweeps
+	r.deleted += o.deleted
+	r.refChecks += o.refChecks
+}
+
+func runTorture(t *testing.T, mode string, d time.Duration) tortureResult {
+	t.Helper()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	ctx := context.Background()
+	refs := pgx.Identifier{db.Schema, tortureRefs}.Sanitize()
+	if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+refs+" (id bigserial PRIMARY KEY, key text NOT NULL)"); err != nil {
+		t.Fatalf("creating the reference table: %v", err)
+	}
+	if err := gc.New(e.GC(), gc.Options{}).RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: tortureRefs, Column: "key"}); err != nil {
+		t.Fatalf("RegisterSource: %v", err)
+	}
+	var total tortureResult
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range tortureProcs {
+		wg.Go(func() {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(),
+				tortureChildEnv+"="+strconv.Itoa(i), tortureURLEnv+"="+db.StoreURL(), tortureModeEnv+"="+mode,
+				tortureSweepEnv+"="+strconv.FormatBool(i < 2), tortureForEnv+"="+d.String())
+			if mode != "naive-arbitration" {
+				// More interleavings per second; durability is not what is
+				// tested. The naive arbitration's race window is a put's
+				// commit, so that run keeps the flush.
+				cmd.Env = append(cmd.Env, tortureSyncOffEnv+"=1")
+			}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Errorf("child %d: %v\n%s", i, err, stderr.String())
+				return
+			}
+			var r tortureResult
+			if _, err := fmt.Sscanf(lastLine(stdout.String()), "TORTURE %d %d %d %d %d %d", &r.losses, &r.puts, &r.errors, &r.sweeps, &r.deleted, &r.refChecks); err != nil {
+				t.Errorf("child %d: no result (%v):\n%s\n%s", i, err, stdout.String(), stderr.String())
+				return
+			}
+			if r.losses > 0 || r.errors > 0 {
+				t.Logf("child %d: %s", i, stderr.String())
+			}
+			mu.Lock()
+			total.add(r)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return total
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// tortureChild is a child process of TestTorture: it works for the given
+// time and prints its counts as the last line of its output.
+func tortureChild() int {
+	ctx := context.Background()
+	u := os.Getenv(tortureURLEnv)
+	if os.Getenv(tortureSyncOffEnv) != "" {
+		u += "&synchronous_commit=off"
+	}
+	cfg, err := postgres.ParseURL(u)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	e, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer e.Close()
+	d, _ := time.ParseDuration(os.Getenv(tortureForEnv))
+	deadline := time.Now().Add(d)
+	name := "torture-" + os.Getenv(tortureChildEnv)
+	mode := os.Getenv(tortureModeEnv)
+	switch mode {
+	case "naive-put":
+		postgres.SetNaivePut(e, true)
+	case "naive-arbitration":
+		postgres.SetNaiveArbitration(e, 10*time.Millisecond)
+	}
+	s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: torturePinTTL, Owner: name})
+	col := gc.New(e.GC(), gc.Options{Grace: tortureGrace, Batch: 50, Holder: name})
+	schema := cfg.Schema
+	refs := pgx.Identifier{schema, tortureRefs}.Sanitize()
+	// A reference is inserted only while this owner's pin is live, checked
+	// in the insert itself: the application's contract.
+	insertRef := "INSERT INTO " + refs + " (key) SELECT $1 WHERE EXISTS (SELECT 1 FROM " +
+		pgx.Identifier{schema, "pins"}.Sanitize() + " WHERE key = $1 AND owner = $2 AND expiry > clock_timestamp() + interval '5 milliseconds') RETURNING id"
+
+	var res struct{ losses, puts, errors, sweeps, deleted, refChecks atomic.Int64 }
+	loss := func(format string, args ...any) {
+		res.losses.Add(1)
+		fmt.Fprintf(os.Stderr, "LOSS: "+format+"\n", args...)
+	}
+	fail := func(what string, err error) {
+		res.errors.Add(1)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+	}
+	values := make([][]byte, tortureValues)
+	for i := range values {
+		values[i] = fmt.Appendf(nil, "torture value %d", i)
+	}
+	// readPinned reads key at about the end of the pin its put took at
+	// start (at least half the TTL): a miss before then is a loss.
+	readPinned := func(key blob.Key, start time.Time) {
+		readAt := time.Now()
+		if _, err := s.Get(ctx, key); err != nil {
+			if errors.Is(err, steaderr.ErrNotFound) && readAt.Sub(start) < torturePinTTL/2 {
+				loss("%s unreadable %v after its put started, within its pin", key, readAt.Sub(start))
+			} else if !errors.Is(err, steaderr.ErrNotFound) {
+				fail("get", err)
+			}
+		}
+	}
+	type putDone struct {
+		key   blob.Key
+		start time.Time
+	}
+	recent := make(chan putDone, 4096)
+	var checkers sync.WaitGroup
+	for range 3 {
+		checkers.Go(func() {
+			for p := range recent {
+				time.Sleep(time.Until(p.start.Add(torturePinTTL/2 - 2*time.Millisecond)))
+				readPinned(p.key, p.start)
+			}
+		})
+	}
+	// The adversary: now and then, an arbitration about to delete a key
+	// (the naive one: about to run its statement, which pauses inside)
+	// has a writer put that very key a moment later, and pauses for it.
+	// Every run meets it; only the naive ones may lose to it.
+	valueOf := map[blob.Key][]byte{}
+	for _, v := range values {
+		valueOf[blob.KeyOf(v)] = v
+	}
+	var adversary sync.WaitGroup
+	postgres.SetBeforeDelete(e, func(key blob.Key) {
+		if rand.IntN(2) == 0 || valueOf[key] == nil {
+			return
+		}
+		adversary.Go(func() {
+			time.Sleep(2 * time.Millisecond)
+			start := time.Now()
+			if _, err := s.Put(ctx, bytes.NewReader(valueOf[key])); err != nil {
+				fail("adversary put", err)
+				return
+			}
+			res.puts.Add(1)
+			readPinned(key, start)
+			select {
+			case recent <- putDone{key, start}:
+			default:
+			}
+		})
+		if mode != "naive-arbitration" {
+			time.Sleep(8 * time.Millisecond)
+		}
+	})
+	var wg sync.WaitGroup
+	if os.Getenv(tortureSweepEnv) == "true" {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				rep, err := col.Sweep(ctx, gc.SweepOptions{})
+				if err != nil {
+					fail("sweep", err)
+					continue
+				}
+				if rep.Aborted == "" {
+					res.sweeps.Add(1)
+					res.deleted.Add(rep.Deleted)
+				} else {
+					time.Sleep(time.Millisecond) // the other process sweeps
+				}
+			}
+		})
+	}
+	for range 6 {
+		wg.Go(func() {
+			var mine []int64
+			for time.Now().Before(deadline) {
+				// Skewed: a few hot values, and many put now and then, so
+				// that puts meet arbitrations of their keys.
+				value := values[rand.IntN(1+rand.IntN(len(values)))]
+				start := time.Now()
+				key, err := s.Put(ctx, bytes.NewReader(value))
+				if err != nil {
+					fail("put", err)
+					continue
+				}
+				res.puts.Add(1)
+				// The put's pin is live for at least half the TTL from
+				// start (a whole TTL unless the put was skipped as hot):
+				// read now, and again near its end.
+				readPinned(key, start)
+				select {
+				case recent <- putDone{key, start}:
+				default:
+				}
+				switch n := rand.IntN(6); {
+				case n < 2: // pin, reference, release
+					guard, err := s.Pin(ctx, key)
+					if errors.Is(err, steaderr.ErrNotFound) {
+						continue // collected since: put it again next time
+					} else if err != nil {
+						fail("pin", err)
+						continue
+					}
+					var id int64
+					switch err := e.Pool().QueryRow(ctx, insertRef, key.String(), name).Scan(&id); {
+					case err == nil:
+						mine = append(mine, id)
+					case !errors.Is(err, pgx.ErrNoRows):
+						fail("reference", err)
+					}
+					if _, err := s.Get(ctx, key); err != nil {
+						select {
+						case <-guard.Lost():
+						default:
+							loss("%s unreadable while pinned by a guard: %v", key, err)
+						}
+					}
+					if err := guard.Release(ctx); err != nil && !errors.Is(err, steaderr.ErrLost) {
+						fail("release", err)
+					}
+				case n < 4 && len(mine) > 0: // drop a reference
+					i := rand.IntN(len(mine))
+					if _, err := e.Pool().Exec(ctx, "DELETE FROM "+refs+" WHERE id = $1", mine[i]); err != nil {
+						fail("unreference", err)
+					}
+					mine = append(mine[:i], mine[i+1:]...)
+				}
+			}
+		})
+	}
+	// The checker: every key a reference row holds must be readable while
+	// that row exists.
+	wg.Go(func() {
+		for time.Now().Before(deadline) {
+			rows, err := e.Pool().Query(ctx, "SELECT id, key FROM "+refs)
+			if err != nil {
+				fail("reading references", err)
+				continue
+			}
+			type ref struct {
+				ID  int64
+				Key string
+			}
+			all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ref])
+			if err != nil {
+				fail("reading references", err)
+				continue
+			}
+			for _, r := range all {
+				key, _ := blob.ParseKey(r.Key)
+				_, err := s.Get(ctx, key)
+				res.refChecks.Add(1)
+				if !errors.Is(err, steaderr.ErrNotFound) {
+					if err != nil {
+						fail("get", err)
+					}
+					continue
+				}
+				var still bool
+				if err := e.Pool().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+refs+" WHERE id = $1)", r.ID).Scan(&still); err != nil {
+					fail("re-reading a reference", err)
+				} else if still {
+					loss("%s deleted while reference %d held it", key, r.ID)
+				}
+			}
+		}
+	})
+	// The invariant itself, in one snapshot: a live pin or a reference row
+	// without its blob. (Pins are made only under the blob row's lock and
+	// references only under a live pin, so either means a deletion
+	// committed while the key was protected.)
+	violations := "SELECT 'pin ' || p.key || ' of ' || p.owner FROM " + pgx.Identifier{schema, "pins"}.Sanitize() +
+		" p WHERE p.expiry > now() AND NOT EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "blobs"}.Sanitize() + " b WHERE b.key = p.key)" +
+		" UNION ALL SELECT 'reference ' || r.id || ' to ' || r.key FROM " + refs + " r WHERE NOT EXISTS (SELECT 1 FROM " +
+		pgx.Identifier{schema, "blobs"}.Sanitize() + " b WHERE b.key = r.key)"
+	wg.Go(func() {
+		for time.Now().Before(deadline) {
+			rows, err := e.Pool().Query(ctx, violations)
+			if err != nil {
+				fail("checking the invariant", err)
+				continue
+			}
+			found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				fail("checking the invariant", err)
+				continue
+			}
+			res.refChecks.Add(1)
+			for _, v := range found {
+				loss("%s without its blob", v)
+			}
+		}
+	})
+	wg.Wait()
+	adversary.Wait()
+	close(recent)
+	checkers.Wait()
+	fmt.Printf("TORTURE %d %d %d %d %d %d\n", res.losses.Load(), res.puts.Load(), res.errors.Load(), res.sweeps.Load(), res.deleted.Load(), res.refChecks.Load())
+	return 0
+}

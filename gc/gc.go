@@ -1,0 +1,354 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/validate"
+	"github.com/steadkit/stead/steaderr"
+)
+
+const (
+	// DefaultGrace is the default for Options.Grace.
+	DefaultGrace = time.Hour
+	// DefaultBatch is the default for Options.Batch.
+	DefaultBatch = 1000
+	// maxIdentLen bounds a SQL source's names: PostgreSQL truncates longer
+	// identifiers silently.
+	maxIdentLen = 63
+)
+
+// Options configures a Collector.
+type Options struct {
+	// Grace is how long a blob found unreferenced and unpinned waits in the
+	// window before a sweep may delete it. Safety never rests on it (every
+	// delete is arbitrated); it bounds how soon unreferenced content goes.
+	// Defaults to DefaultGrace.
+	Grace time.Duration
+	// Batch is how many window candidates one step takes. Defaults to
+	// DefaultBatch.
+	Batch int
+	// Holder names this process in the sweep lease (the store's instance
+	// id).
+	Holder string
+	// Now is the clock pins and the window are judged against, for tests
+	// that move time without sleeping. Defaults to nil: the engine's clock.
+	Now func() time.Time
+	// ReapUploads, if set, discards the staged chunks of chunked puts
+	// whose upload lease lapsed (blob.Store.ReapUploads); each sweep calls
+	// it after reaping pins.
+	ReapUploads func(ctx context.Context) (int, error)
+}
+
+// Collector runs garbage-collection sweeps over an Engine. It is safe for
+// concurrent use; concurrent sweeps of one database take turns through the
+// sweep lease.
+type Collector struct {
+	eng  Engine
+	opts Options
+}
+
+// New returns a Collector over eng. Non-positive Grace or Batch mean the
+// defaults.
+func New(eng Engine, opts Options) *Collector {
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	opts.Grace = opts.Grace.Truncate(time.Microsecond)
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.Holder == "" {
+		opts.Holder = "stead"
+	}
+	return &Collector{eng: eng, opts: opts}
+}
+
+// Report is what one sweep did (or, in a dry run, would do).
+type Report struct {
+	// DryRun reports that nothing was changed: the counts say what a sweep
+	// would do now.
+	DryRun bool
+	// Aborted is why the sweep did not run ("" when it ran): SweeperBusy
+	// when another sweep holds the lease.
+	Aborted string
+	// Reaped counts expired pins removed.
+	Reaped int64
+	// Uploads counts abandoned chunked uploads reaped (not in a dry run).
+	Uploads int64
+	// Taken counts window candidates taken for arbitration; each was
+	// Deleted, Rescued (a pin, a source or a put in flight protected it)
+	// or Absent (already gone).
+	Taken, Deleted, Rescued, Absent int64
+	// BytesFreed sums the deleted blobs' sizes.
+	BytesFreed int64
+	// Staged counts blobs newly found unreferenced and staged.
+	Staged int64
+	// Duration is how long the sweep ran.
+	Duration time.Duration
+}
+
+// SweeperBusy is Report.Aborted when another sweep holds the lease.
+const SweeperBusy = "SweeperBusy"
+
+func (r Report) String() string {
+	if r.Aborted != "" {
+		return "aborted: " + r.Aborted
+	}
+	prefix := ""
+	if r.DryRun {
+		prefix = "dry run (would): "
+	}
+	return fmt.Sprintf("%sreaped %d pins and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; staged %d; in %v",
+		prefix, r.Reaped, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, r.Staged, r.Duration.Round(time.Millisecond))
+}
+
+// SweepOptions are the options of one sweep.
+type SweepOptions struct {
+	// DryRun changes nothing and reports what a sweep would do.
+	DryRun bool
+	// Progress, if set, is called with the report so far after each step.
+	Progress func(Report)
+}
+
+// Sweep runs one sweep under the sweep lease: (1) reap expired pins; (2)
+// take the overdue window candidates and arbitrate each in its own short
+// transaction, deleting only what no live pin and no source protects; (3)
+// stage the blobs now unreferenced and unpinned, visible after now + Grace.
+// Another sweep holding the lease is not an error: the report says
+// Aborted: SweeperBusy.
+func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, err error) {
+	start := time.Now()
+	rep.DryRun = opts.DryRun
+	defer func() { rep.Duration = time.Since(start) }()
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("gc sweep: %w", err)
+	}
+	lease, ok, err := c.eng.AcquireSweep(ctx, c.opts.Holder)
+	if err != nil {
+		return rep, fmt.Errorf("gc sweep: lease: %w", err)
+	}
+	if !ok {
+		rep.Aborted = SweeperBusy
+		return rep, nil
+	}
+	defer func() {
+		if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("gc sweep: releasing the lease: %w", rerr))
+		}
+	}()
+	progress := func() {
+		if opts.Progress != nil {
+			rep.Duration = time.Since(start)
+			opts.Progress(rep)
+		}
+	}
+	now := c.now()
+	if rep.Reaped, err = c.eng.ReapPins(ctx, NowParams{Now: now, DryRun: opts.DryRun}); err != nil {
+		return rep, fmt.Errorf("gc sweep: reap: %w", err)
+	}
+	if c.opts.ReapUploads != nil && !opts.DryRun {
+		n, err := c.opts.ReapUploads(ctx)
+		rep.Uploads = int64(n)
+		if err != nil {
+			return rep, fmt.Errorf("gc sweep: reap uploads: %w", err)
+		}
+	}
+	progress()
+	for {
+		keys, err := c.eng.Take(ctx, TakeParams{Now: now, Limit: c.opts.Batch, DryRun: opts.DryRun})
+		if err != nil {
+			return rep, fmt.Errorf("gc sweep: take: %w", err)
+		}
+		for _, key := range keys {
+			rep.Taken++
+			v, err := c.eng.Arbitrate(ctx, ArbitrateParams{Key: key, Now: c.now(), DryRun: opts.DryRun})
+			if err != nil {
+				return rep, fmt.Errorf("gc sweep: arbitrate %s: %w", key, err)
+			}
+			switch v.Outcome {
+			case Deleted:
+				rep.Deleted++
+				rep.BytesFreed += v.Size
+			case Protected, Busy:
+				rep.Rescued++
+			case Absent:
+				rep.Absent++
+			}
+		}
+		progress()
+		// A dry run peeks the same candidates every time: one page only.
+		if len(keys) < c.opts.Batch || opts.DryRun {
+			break
+		}
+	}
+	if rep.Staged, err = c.eng.StageUnreferenced(ctx, StageParams{Now: c.now(), Grace: c.opts.Grace, DryRun: opts.DryRun}); err != nil {
+		return rep, fmt.Errorf("gc sweep: stage: %w", err)
+	}
+	progress()
+	return rep, nil
+}
+
+// Run sweeps every interval until ctx ends, reporting each sweep's result
+// to report (which may be nil). It returns ctx's error.
+func (c *Collector) Run(ctx context.Context, interval time.Duration, report func(Report, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		rep, err := c.Sweep(ctx, SweepOptions{})
+		if report != nil && ctx.Err() == nil {
+			report(rep, err)
+		}
+	}
+}
+
+func (c *Collector) now() time.Time {
+	if c.opts.Now == nil {
+		return time.Time{}
+	}
+	return c.opts.Now().Truncate(time.Microsecond)
+}
+
+// RegisterSource registers a liveness source: a key it references is never
+// deleted. A SQL source names a text column of a table in the store's
+// database (its names are quoted, never interpreted; the table must exist,
+// and stead never creates or alters it); it is recorded durably, so every
+// sweeper of the store honours it. A Go-function source is consulted in
+// process, by engines whose sweeps all run in this process; PostgreSQL
+// refuses it. Errors wrap ErrInvalidArgument or ErrInvalidName.
+func (c *Collector) RegisterSource(ctx context.Context, src Source) error {
+	if err := checkSource(src); err != nil {
+		return fmt.Errorf("gc register source: %w", err)
+	}
+	if err := c.eng.RegisterSource(ctx, src); err != nil {
+		return fmt.Errorf("gc register source %s: %w", src, err)
+	}
+	return nil
+}
+
+// UnregisterSource removes a source; its references stop protecting keys.
+func (c *Collector) UnregisterSource(ctx context.Context, src Source) error {
+	if err := checkSource(src); err != nil {
+		return fmt.Errorf("gc unregister source: %w", err)
+	}
+	if err := c.eng.UnregisterSource(ctx, src); err != nil {
+		return fmt.Errorf("gc unregister source %s: %w", src, err)
+	}
+	return nil
+}
+
+// Sources lists the registered sources.
+func (c *Collector) Sources(ctx context.Context) ([]Source, error) {
+	srcs, err := c.eng.Sources(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("gc sources: %w", err)
+	}
+	return srcs, nil
+}
+
+func checkSource(src Source) error {
+	if src.IsSQL() || src.Schema != "" || src.Column != "" {
+		if src.Name != "" || src.Referenced != nil {
+			return fmt.Errorf("%w: a source is SQL (schema, table, column) or Go (name, function), not both", steaderr.ErrInvalidArgument)
+		}
+		for _, part := range []struct{ what, name string }{{"schema", src.Schema}, {"table", src.Table}, {"column", src.Column}} {
+			switch {
+			case part.name == "":
+				return fmt.Errorf("%w: empty %s name", steaderr.ErrInvalidName, part.what)
+			case len(part.name) > maxIdentLen:
+				return fmt.Errorf("%w: %s name is %d bytes, the limit is %d", steaderr.ErrInvalidName, part.what, len(part.name), maxIdentLen)
+			case !utf8.ValidString(part.name) || strings.IndexByte(part.name, 0) >= 0:
+				return fmt.Errorf("%w: %s name %q: invalid UTF-8 or a NUL byte", steaderr.ErrInvalidName, part.what, part.name)
+			}
+		}
+		return nil
+	}
+	if err := validate.Name("source name", src.Name); err != nil {
+		return err
+	}
+	if src.Referenced == nil {
+		return fmt.Errorf("%w: source %q has no function", steaderr.ErrInvalidArgument, src.Name)
+	}
+	return nil
+}
+
+// ParseSource parses "schema.table(column)" into a SQL source. Names
+// holding '.', '(' or ')' cannot be written this way: build the Source.
+func ParseSource(s string) (Source, error) {
+	open := strings.IndexByte(s, '(')
+	if open < 0 || !strings.HasSuffix(s, ")") {
+		return Source{}, fmt.Errorf("%w: source %q: want schema.table(column)", steaderr.ErrInvalidArgument, s)
+	}
+	schema, table, ok := strings.Cut(s[:open], ".")
+	src := Source{Schema: schema, Table: table, Column: s[open+1 : len(s)-1]}
+	if !ok || strings.ContainsAny(src.Column, "()") || strings.ContainsAny(table, ".") {
+		return Source{}, fmt.Errorf("%w: source %q: want schema.table(column)", steaderr.ErrInvalidArgument, s)
+	}
+	return src, checkSource(src)
+}
+
+// Explain says why key is kept or not: its blob, its pins (live or not),
+// the sources referencing it and its window deadline.
+func (c *Collector) Explain(ctx context.Context, key blob.Key) (Explanation, error) {
+	if key.IsZero() {
+		return Explanation{}, fmt.Errorf("gc explain: %w: zero key", steaderr.ErrInvalidKey)
+	}
+	x, err := c.eng.Explain(ctx, key, c.now())
+	if err != nil {
+		return Explanation{}, fmt.Errorf("gc explain %s: %w", key, err)
+	}
+	return x, nil
+}
+
+// Verdict summarizes x in a sentence.
+func (x Explanation) Verdict() string {
+	if !x.Stored {
+		return "not stored"
+	}
+	var live []string
+	for _, p := range x.Pins {
+		if p.Expiry.After(x.Now) {
+			live = append(live, fmt.Sprintf("pinned by %s until %s", p.Owner, p.Expiry.UTC().Format(time.RFC3339Nano)))
+		}
+	}
+	for _, s := range x.Sources {
+		live = append(live, "referenced by "+s)
+	}
+	switch {
+	case len(live) > 0:
+		return "kept: " + strings.Join(live, "; ")
+	case x.Staged && !x.VisibleAfter.After(x.Now):
+		return "unprotected: the next sweep deletes it"
+	case x.Staged:
+		return "unprotected: deletable from " + x.VisibleAfter.UTC().Format(time.RFC3339Nano)
+	}
+	return "unprotected: the next sweep stages it"
+}
+
+// Pins calls yield for each pin in (key, owner) order until it returns
+// false.
+func (c *Collector) Pins(ctx context.Context, yield func(PinInfo) bool) error {
+	if err := c.eng.Pins(ctx, yield); err != nil {
+		return fmt.Errorf("gc pins: %w", err)
+	}
+	return nil
+}
+
+// Window calls yield for each staged candidate in key order until it
+// returns false.
+func (c *Collector) Window(ctx context.Context, yield func(Candidate) bool) error {
+	if err := c.eng.Window(ctx, yield); err != nil {
+		return fmt.Errorf("gc window: %w", err)
+	}
+	return nil
+}

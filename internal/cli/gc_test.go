@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead"
+)
+
+func TestGC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	st, err := stead.Open(ctx, db, stead.WithPinTTL(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := st.Blobs.Put(ctx, strings.NewReader("collect me"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	time.Sleep(2 * time.Millisecond)
+
+	code, out, errOut := run(t, ctx, "-db", db, "gc", "-grace", "1ms")
+	if code != 0 || !strings.Contains(out, "staged 1") {
+		t.Fatalf("gc = %d, %q, %q; want the blob staged", code, out, errOut)
+	}
+	code, out, _ = run(t, ctx, "-db", db, "gc", "explain", key.String())
+	if code != 0 || !strings.Contains(out, "unprotected") || !strings.Contains(out, "window") {
+		t.Fatalf("gc explain = %d, %q; want it unprotected, in the window", code, out)
+	}
+	code, out, _ = run(t, ctx, "-db", db, "pins")
+	if code != 0 || !strings.Contains(out, key.String()) {
+		t.Fatalf("pins = %d, %q; want the staged key in the window", code, out)
+	}
+	time.Sleep(2 * time.Millisecond)
+	code, out, _ = run(t, ctx, "-db", db, "gc", "-dry-run")
+	if code != 0 || !strings.Contains(out, "dry run") || !strings.Contains(out, "deleted 1") {
+		t.Fatalf("gc -dry-run = %d, %q; want 1 deletion reported", code, out)
+	}
+	code, out, _ = run(t, ctx, "-db", db, "gc")
+	if code != 0 || !strings.Contains(out, "deleted 1 (10 bytes)") {
+		t.Fatalf("gc = %d, %q; want the blob deleted", code, out)
+	}
+	code, out, _ = run(t, ctx, "-db", db, "gc", "explain", key.String())
+	if code != 0 || !strings.Contains(out, "not stored") {
+		t.Fatalf("gc explain after deletion = %d, %q", code, out)
+	}
+	for _, bad := range [][]string{{"gc", "explain"}, {"gc", "explain", "sha256:nope"}, {"gc", "extra"}, {"pins", "extra"}} {
+		if code, _, _ := run(t, ctx, append([]string{"-db", db}, bad...)...); code != 2 {
+			t.Errorf("%v exited %d, want 2", bad, code)
+		}
+	}
+}
