@@ -144,7 +144,7 @@ func TestLargeRSS(t *testing.T) {
 			if get["size"] != fmt.Sprint(size) {
 				t.Fatalf("get read %s bytes, want %d", get["size"], size)
 			}
-			t.Logf("%d MiB: put peak RSS %s KiB, get peak RSS %s KiB", *largeRSSMiB, put["maxrss_kib"], get["maxrss_kib"])
+			t.Logf("%s, %d MiB: put peak RSS %s KiB, get peak RSS %s KiB", be.name, *largeRSSMiB, put["maxrss_kib"], get["maxrss_kib"])
 			for what, fields := range map[string]map[string]string{"put": put, "get": get} {
 				var rss int64
 				if _, err := fmt.Sscan(fields["maxrss_kib"], &rss); err != nil || rss <= 0 || rss > maxLargeRSS {

@@ -87,6 +87,7 @@ var areas = []suiteTest{
 	{"Blob", testBlob},
 	{"BlobChunked", func(t *testing.T, h Harness) { h.chunked = true; testBlob(t, h) }},
 	{"GC", testGC},
+	{"GCChunked", func(t *testing.T, h Harness) { h.chunked = true; testGC(t, h) }},
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
