@@ -331,6 +331,18 @@ func TestLargeNoOrphans(t *testing.T) {
 			if rows["blob_chunks"] != wantChunks || rows["blob_uploads"] != 0 {
 				t.Fatalf("after the race (stored: %v): rows %v, want %d chunks and no upload", has, rows, wantChunks)
 			}
+
+			// A re-put while this store's pin is fresh publishes nothing:
+			// its staged chunks must go too.
+			pinning := blob.NewStore(openEngine(t, url).Blobs(), blob.Options{InlineLimit: 16, ChunkSize: 1000})
+			for range 3 {
+				if _, err := pinning.Put(ctx, bytes.NewReader(value)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rows := raw.rows(t); rows["blob_chunks"] != 5 || rows["blob_uploads"] != 0 {
+				t.Fatalf("after re-puts under a fresh pin: rows %v, want 5 chunks and no upload", rows)
+			}
 		})
 	}
 }
