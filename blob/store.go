@@ -201,27 +201,20 @@ func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Ha
 			err = errors.Join(err, fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr))
 		}
 	}()
-	buf := make([]byte, s.chunkSize)
+	// The next chunk is read (and hashed) while the last one is written:
+	// two chunk buffers in all.
+	chunks, stop := s.readChunks(r)
+	defer stop()
 	var size int64
-	for {
-		// Read at most one byte past MaxSize, so an endless source is
-		// refused after MaxSize+1 bytes.
-		n, rerr := io.ReadFull(r, buf[:min(int64(len(buf)), s.maxSize-size+1)])
-		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-			return Key{}, fmt.Errorf("read content: %w", rerr)
+	for c := range chunks {
+		if c.err != nil {
+			return Key{}, c.err
 		}
-		if size+int64(n) > s.maxSize {
-			return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
+		if err := s.eng.WriteChunk(ctx, set, size, c.data, s.lease); err != nil {
+			return Key{}, err
 		}
-		if n > 0 {
-			if err := s.eng.WriteChunk(ctx, set, size, buf[:n], s.lease); err != nil {
-				return Key{}, err
-			}
-			size += int64(n)
-		}
-		if rerr != nil {
-			break
-		}
+		size += int64(len(c.data))
+		c.release()
 	}
 	// Reading may take long; a context cancelled meanwhile stores nothing.
 	if err := ctx.Err(); err != nil {
@@ -236,6 +229,63 @@ func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Ha
 		return Key{}, err
 	}
 	return key, nil
+}
+
+// chunk is one chunk read from a put's source, or the error that ended
+// the reading; release hands its buffer back to the reader.
+type chunk struct {
+	data    []byte
+	err     error
+	release func()
+}
+
+// readChunks reads r in chunks of s.chunkSize bytes on a goroutine of its
+// own, one chunk ahead of the caller, and sends them in order; the channel
+// closes after the last chunk or after a chunk carrying an error (a read
+// error, or ErrTooLarge past MaxSize: at most MaxSize+1 bytes are read).
+// stop ends the reading and waits for it, so r is never read after stop
+// returns; a read already blocked in r is waited for.
+func (s *Store) readChunks(r io.Reader) (<-chan chunk, func()) {
+	out := make(chan chunk)
+	free := make(chan []byte, 2)
+	free <- make([]byte, s.chunkSize)
+	free <- make([]byte, s.chunkSize)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(out)
+		var size int64
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-done:
+				return
+			}
+			// Read at most one byte past MaxSize, so an endless source is
+			// refused after MaxSize+1 bytes.
+			n, err := io.ReadFull(r, buf[:min(int64(len(buf)), s.maxSize-size+1)])
+			size += int64(n)
+			c := chunk{data: buf[:n], release: func() { free <- buf }}
+			switch {
+			case err != nil && err != io.EOF && err != io.ErrUnexpectedEOF:
+				c = chunk{err: fmt.Errorf("read content: %w", err)}
+			case size > s.maxSize:
+				c = chunk{err: fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)}
+			case n == 0:
+				return
+			}
+			select {
+			case out <- c:
+			case <-done:
+				return
+			}
+			if err != nil || c.err != nil {
+				return
+			}
+		}
+	})
+	return out, func() { close(done); wg.Wait() }
 }
 
 // putBuf is what a put reads into: a buffer for the value and the hash
