@@ -29,10 +29,14 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "how long each steady scenario runs per round")
 	drainCap = flag.Duration("draincap", 2*time.Minute, "the longest a drain scenario may take to empty its queue")
 	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, lock-pg, lock-sqlite, record-pg); empty runs all but inline-pg and chunkstore-pg")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg)")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
+
+// onDemand are the groups that run only when named in -only: they measure
+// design choices or take long.
+var onDemand = []string{"inline-pg", "chunkstore-pg", "large-pg", "large-sqlite", "sizes-pg"}
 
 // scenario is one measured workload.
 type scenario struct {
@@ -87,7 +91,7 @@ func main() {
 	all := allScenarios()
 	var scs []scenario
 	for _, sc := range all {
-		if *only == "" && sc.group != "inline-pg" && sc.group != "chunkstore-pg" || slices.Contains(strings.Split(*only, ","), sc.group) {
+		if *only == "" && !slices.Contains(onDemand, sc.group) || slices.Contains(strings.Split(*only, ","), sc.group) {
 			scs = append(scs, sc)
 		}
 	}
@@ -133,12 +137,13 @@ func main() {
 				for i := range perRound {
 					perRound[i] = r.opsPerS[i] / b.opsPerS[i]
 				}
-				paired = fmt.Sprintf("%.2fx", median(perRound))
+				paired = fmt.Sprintf("%.2fx (%.2f-%.2f)", median(perRound), slices.Min(perRound), slices.Max(perRound))
 			}
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
 	}
 	w.Flush()
+	printRSS()
 }
 
 // groupsOf splits scenarios into their groups, in order.
@@ -283,6 +288,7 @@ func allScenarios() []scenario {
 	all = append(all, blobSQLite()...)
 	all = append(all, inlinePostgres()...)
 	all = append(all, chunkStorePostgres()...)
+	all = append(all, largeScenarios()...)
 	all = append(all, lockPostgres()...)
 	all = append(all, lockSQLite()...)
 	all = append(all, recordPostgres()...)
