@@ -17,10 +17,14 @@ import (
 // writes, publishing and reaping never interleave; reads use the reader
 // pool, one statement each.
 const (
-	sqlBeginUpload  = `UPDATE blob_chunk_sets SET last = last + 1 RETURNING last`
-	sqlStartUpload  = `INSERT INTO blob_uploads (id, expires_at) VALUES (?, ?)`
-	sqlRenewUpload  = `UPDATE blob_uploads SET expires_at = ? WHERE id = ?`
-	sqlInsertChunk  = `INSERT INTO blob_chunks (chunks, off, data) VALUES (?, ?, ?)`
+	sqlBeginUpload = `UPDATE blob_chunk_sets SET last = last + 1 RETURNING last`
+	sqlStartUpload = `INSERT INTO blob_uploads (id, expires_at) VALUES (?, ?)`
+	// sqlRenewUpload extends a lease only once a third of it has passed, so
+	// most chunk writes change no upload row.
+	sqlRenewUpload = `UPDATE blob_uploads SET expires_at = ?1 WHERE id = ?2 AND expires_at < ?3`
+	// sqlInsertChunk stores a chunk only while its upload exists: a
+	// reaped upload takes no chunk.
+	sqlInsertChunk  = `INSERT INTO blob_chunks (chunks, off, data) SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?1)`
 	sqlEndUpload    = `DELETE FROM blob_uploads WHERE id = ?`
 	sqlPublishBlob  = `INSERT INTO blobs (key, size, value, chunks) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
 	sqlDeleteChunks = `DELETE FROM blob_chunks WHERE chunks = ?`
@@ -94,21 +98,37 @@ func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
 	return blob.ChunkSet(id), err
 }
 
+// WriteChunk runs as autocommit statements, not one transaction: the writer
+// connection runs one statement at a time, the chunk goes in only while
+// its upload exists, and the lease, renewed a third of the way through,
+// cannot lapse between the two.
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
-	return b.writeTx(ctx, func(tx *sql.Tx) error {
-		expires := time.Now().Add(lease).UnixNano()
-		if off == 0 {
-			if _, err := tx.ExecContext(ctx, sqlStartUpload, int64(set), expires); err != nil {
-				return err
-			}
-		} else if found, err := changed(ctx, tx, sqlRenewUpload, expires, int64(set)); err != nil {
-			return err
-		} else if !found {
-			return errUploadLost
-		}
-		_, err := tx.ExecContext(ctx, sqlInsertChunk, int64(set), off, data)
+	if err := b.e.check(ctx); err != nil {
 		return err
-	})
+	}
+	now := time.Now()
+	expires := now.Add(lease).UnixNano()
+	var err error
+	if off == 0 {
+		_, err = b.e.writer.ExecContext(ctx, sqlStartUpload, int64(set), expires)
+	} else {
+		_, err = b.e.writer.ExecContext(ctx, sqlRenewUpload, expires, int64(set), now.Add(lease*2/3).UnixNano())
+	}
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	res, err := b.e.writer.ExecContext(ctx, sqlInsertChunk, int64(set), off, data)
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	if n == 0 {
+		return errUploadLost
+	}
+	return nil
 }
 
 // publish stores the chunked value p names and its pin in one write
