@@ -305,6 +305,7 @@ func (s *Store) Close() error {
 	if s.stopGC != nil {
 		s.stopGC()
 	}
+	s.Blobs.Close()
 	return s.eng.Close()
 }
 

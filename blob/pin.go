@@ -25,6 +25,9 @@ type pinTable struct {
 	mu      sync.Mutex
 	held    map[Key]*held
 	cleanAt int // len(held) at which expired entries are dropped
+	// closed is closed by Store.Close: guards stop renewing, lost.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // held is the state of one (key, owner) row.
@@ -217,6 +220,10 @@ func (p *Pin) renew() {
 		select {
 		case <-p.stop:
 			timer.Stop()
+			return
+		case <-p.t.closed:
+			timer.Stop()
+			p.fail(fmt.Errorf("%w: pin on %s: %w", steaderr.ErrLost, p.key, steaderr.ErrClosed))
 			return
 		case <-timer.C:
 		}

@@ -112,8 +112,14 @@ func NewStore(eng Engine, opts Options) *Store {
 		eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads,
 		inline: int64(opts.InlineLimit), chunkSize: opts.ChunkSize, lease: opts.UploadLease,
 	}
-	s.pins = pinTable{owner: opts.Owner, ttl: opts.PinTTL, now: opts.Now, held: map[Key]*held{}}
+	s.pins = pinTable{owner: opts.Owner, ttl: opts.PinTTL, now: opts.Now, held: map[Key]*held{}, closed: make(chan struct{})}
 	return s
+}
+
+// Close stops the renewals of every Pin guard, which are then lost. The
+// engine is closed by its owner (stead.Store.Close). Close is idempotent.
+func (s *Store) Close() {
+	s.pins.closeOnce.Do(func() { close(s.pins.closed) })
 }
 
 // Put stores the content of r and returns its key, pinned by this store's

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/memory"
@@ -68,5 +70,30 @@ func TestPutReadError(t *testing.T) {
 		if _, err := s.Stat(t.Context(), k); !errors.Is(err, steaderr.ErrNotFound) {
 			t.Fatalf("Stat of a prefix after a failed put = %v, want ErrNotFound", err)
 		}
+	}
+}
+
+// TestCloseEndsGuards: a guard still held when the store closes stops
+// renewing at once and reports the loss.
+func TestCloseEndsGuards(t *testing.T) {
+	eng := memory.New()
+	defer eng.Close()
+	s := blob.NewStore(eng.Blobs(), blob.Options{})
+	key, err := s.Put(t.Context(), strings.NewReader("guarded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := s.Pin(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	select {
+	case <-guard.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a guard kept renewing after Close")
+	}
+	if err := guard.Release(t.Context()); !errors.Is(err, steaderr.ErrLost) {
+		t.Fatalf("Release after Close = %v, want ErrLost", err)
 	}
 }

@@ -6,9 +6,11 @@ package gc
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // Engine is what a storage engine does for garbage collection: mechanics
@@ -31,7 +33,8 @@ type Engine interface {
 	// how many; with p.DryRun it stages nothing and reports how many it
 	// would.
 	StageUnreferenced(ctx context.Context, p StageParams) (int64, error)
-	// Take removes and returns, in key order, up to p.Limit candidates
+	// Take removes and returns, in key order, up to p.Limit (<= 0: every)
+	// candidates
 	// whose visible_after <= p.Now, in one atomic step: a candidate is
 	// never returned twice. With p.DryRun it returns them and removes
 	// nothing.
@@ -129,7 +132,8 @@ const (
 type Source struct {
 	Schema, Table, Column string
 	// Name names a Go-function source; Referenced reports whether key is
-	// referenced. It must be safe for concurrent use and must not call
+	// referenced. It must be safe for concurrent use, fast (SQLite and
+	// memory call it while holding their write lock) and must not call
 	// back into the store.
 	Name       string
 	Referenced func(ctx context.Context, key blob.Key) (bool, error)
@@ -175,4 +179,36 @@ type Explanation struct {
 	VisibleAfter time.Time
 	// Now is the instant the explanation was judged at.
 	Now time.Time
+}
+
+// Err is the error a Delete returns for v: nil once deleted, an error
+// wrapping steaderr.ErrNotFound for an absent blob, steaderr.ErrProtected
+// for a protected one (or one a put holds).
+func (v Verdict) Err() error {
+	switch v.Outcome {
+	case Deleted:
+		return nil
+	case Absent:
+		return steaderr.ErrNotFound
+	}
+	return steaderr.ErrProtected
+}
+
+// ProcessLease is a sweep lease held in process, for engines whose data
+// one process uses. The zero value is free.
+type ProcessLease struct{ held atomic.Bool }
+
+// TryAcquire takes the lease if it is free.
+func (p *ProcessLease) TryAcquire() (Lease, bool) {
+	if !p.held.CompareAndSwap(false, true) {
+		return nil, false
+	}
+	return processRelease{p}, true
+}
+
+type processRelease struct{ p *ProcessLease }
+
+func (r processRelease) Release(context.Context) error {
+	r.p.held.Store(false)
+	return nil
 }

@@ -32,8 +32,8 @@ type blobs struct {
 	window  map[blob.Key]time.Time
 	// sources are the Go-function liveness sources, by name.
 	sources map[string]gc.Source
-	// sweeping is the sweep lease.
-	sweeping bool
+	// lease is the sweep lease.
+	lease gc.ProcessLease
 }
 
 // upload is a chunk set being staged.
@@ -210,15 +210,10 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case v.Outcome == gc.Absent:
-		return steaderr.ErrNotFound
-	case v.Outcome == gc.Protected:
-		return steaderr.ErrProtected
 	}
-	return nil
+	return v.Err()
 }
 
 func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {

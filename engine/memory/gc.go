@@ -47,6 +47,7 @@ func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry 
 	delete(b.values, key)
 	delete(b.sets, value.Chunks)
 	delete(b.window, key)
+	delete(b.pins, key) // all expired
 	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
 	b.keys = slices.Delete(b.keys, i, i+1)
 	return v, nil
@@ -173,26 +174,11 @@ func (g gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
 }
 
 func (g gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool, error) {
-	b := g.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return nil, false, err
 	}
-	if b.sweeping {
-		return nil, false, nil
-	}
-	b.sweeping = true
-	return lease{b}, true, nil
-}
-
-type lease struct{ b *blobs }
-
-func (l lease) Release(context.Context) error {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	l.b.sweeping = false
-	return nil
+	lease, ok := g.b.lease.TryAcquire()
+	return lease, ok, nil
 }
 
 // RegisterSource accepts Go-function sources; SQL sources need a database.

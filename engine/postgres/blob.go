@@ -83,10 +83,14 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 SELECT count(*) FROM b`
 
 	// sqlRenewPin extends a live pin only: an expired or absent one stays
-	// so.
+	// so. Liveness is judged at clock_timestamp(), the instant the row is
+	// read, not at now(), the statement's start: a renewal that started
+	// before the pin expired but reached the row after an arbitration had
+	// judged it expired (and deleted the blob) would otherwise resurrect
+	// it. The new expiry runs from now(), the earlier instant.
 	sqlRenewPin = `UPDATE {schema}.pins
 SET expiry = greatest(expiry, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond')
-WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, now())`
+WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, clock_timestamp())`
 
 	sqlUnpin = `DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2`
 )

@@ -17,18 +17,27 @@ import (
 
 // The garbage-collection statements (docs/decisions/0006-0010). An
 // arbitration is three steps in one short transaction: lock the blob row,
-// then read pins in a new statement (its snapshot sees a pin committed
-// while the lock was awaited), then, in yet another statement, every
-// source, then delete: a one-statement DELETE … WHERE NOT EXISTS (pins)
-// keeps the statement's old snapshot and was seen deleting a blob whose
-// pin had just committed.
+// then read (and lock) its pins in a new statement (its snapshot sees a
+// pin committed while the lock was awaited), then, in yet another
+// statement, every source, then delete the blob with its expired pins: a
+// one-statement DELETE … WHERE NOT EXISTS (pins) keeps the statement's old
+// snapshot and was seen deleting a blob whose pin had just committed.
 const (
 	sqlLockBlob           = `SELECT size FROM {schema}.blobs WHERE key = $1 FOR UPDATE`
 	sqlLockBlobSkipLocked = `SELECT size FROM {schema}.blobs WHERE key = $1 FOR UPDATE SKIP LOCKED`
 	sqlBlobExists         = `SELECT EXISTS (SELECT 1 FROM {schema}.blobs WHERE key = $1)`
-	sqlPinned             = `SELECT EXISTS (SELECT 1 FROM {schema}.pins WHERE key = $1 AND expiry > coalesce($2::timestamptz, now()))`
-	sqlReferenced         = `SELECT EXISTS (SELECT 1 FROM {schema}.gc_references($1))`
-	sqlDeleteBlob         = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = $1)
+	// sqlPinned locks every pin of the key, then judges them: a renewal
+	// in flight (which judged the pin live before it expired) is waited
+	// for and its new expiry read; one arriving later waits for this
+	// transaction, which deletes the pins with the blob, and finds none.
+	// The judgement stays above the lock (an aggregate): a filter pushed
+	// into the locking scan would judge the old row version and skip it
+	// unlocked.
+	sqlPinned = `SELECT coalesce(bool_or(p.expiry > coalesce($2::timestamptz, now())), false)
+FROM (SELECT expiry FROM {schema}.pins WHERE key = $1 FOR UPDATE) p`
+	sqlReferenced = `SELECT EXISTS (SELECT 1 FROM {schema}.gc_references($1))`
+	sqlDeleteBlob = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = $1),
+p AS (DELETE FROM {schema}.pins WHERE key = $1)
 DELETE FROM {schema}.blobs WHERE key = $1`
 
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration, for
@@ -58,9 +67,10 @@ WHERE w.visible_after IS DISTINCT FROM excluded.visible_after`
 	// SKIP LOCKED hands a row to one concurrent taker only.
 	sqlTake = `DELETE FROM {schema}.gc_window WHERE key IN (
 	SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
-	ORDER BY key LIMIT $2 FOR UPDATE SKIP LOCKED)
+	ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END FOR UPDATE SKIP LOCKED)
 RETURNING key`
-	sqlPeekOverdue = `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now()) ORDER BY key LIMIT $2`
+	sqlPeekOverdue = `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
+ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END`
 
 	sqlSweepTryLock = `SELECT pg_try_advisory_lock($1)`
 	sqlSweepUnlock  = `SELECT pg_advisory_unlock($1)`
@@ -137,15 +147,10 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 // Delete implements blob.Engine: an arbitration that waits for the row.
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 	v, err := b.e.gc.arbitrate(ctx, p.Key, p.Now, false, false)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case v.Outcome == gc.Absent:
-		return steaderr.ErrNotFound
-	case v.Outcome == gc.Protected:
-		return steaderr.ErrProtected
 	}
-	return nil
+	return v.Err()
 }
 
 func (g *gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
@@ -264,7 +269,7 @@ func (g *gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) 
 	if p.DryRun {
 		stmt = g.sql.peek
 	}
-	rows, err := g.e.pool.Query(ctx, stmt, nowArg(p.Now), p.Limit)
+	rows, err := g.e.pool.Query(ctx, stmt, nowArg(p.Now), int64(p.Limit))
 	if err != nil {
 		return nil, interpretError(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
@@ -130,5 +132,111 @@ func TestGoSourceRefused(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
+	}
+}
+
+// TestSweepCancelled: a sweep whose context ends mid-way stops with the
+// context's error, deletes nothing protected, and frees the lease for the
+// next sweep, which finishes the work.
+func TestSweepCancelled(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	ctx := context.Background()
+	s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: time.Millisecond})
+	const n = 60
+	for i := range n {
+		if _, err := s.Put(ctx, bytesReader(i)); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	keep, err := blob.NewStore(e.Blobs(), blob.Options{}).Put(ctx, bytesReader(n)) // pinned for a minute
+	if err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 5})
+	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil { // stages
+		t.Fatalf("Sweep: %v", err)
+	}
+	time.Sleep(time.Millisecond)
+	cctx, cancel := context.WithCancel(ctx)
+	_, err = col.Sweep(cctx, gc.SweepOptions{Progress: func(r gc.Report) {
+		if r.Deleted > 0 {
+			cancel()
+		}
+	}})
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Sweep = %v, want context.Canceled", err)
+	}
+	for range 3 {
+		rep, err := col.Sweep(ctx, gc.SweepOptions{})
+		if err != nil || rep.Aborted != "" {
+			t.Fatalf("Sweep after a cancelled one = %+v, %v", rep, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var left []blob.Key
+	if err := e.Blobs().List(ctx, blob.Key{}, 0, func(info blob.Info) bool { left = append(left, info.Key); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != keep {
+		t.Fatalf("left %v, want only the pinned %s", left, keep)
+	}
+}
+
+// TestRenewRacingArbitration: a renewal that judged its pin live before
+// the pin expired, but commits after an arbitration judged it expired,
+// must not leave a live pin on a deleted blob. Here the renewal is held
+// back by a row lock; the arbitration must wait for it and keep the blob.
+func TestRenewRacingArbitration(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	ctx := context.Background()
+	value := []byte("renewed late")
+	key := blob.KeyOf(value)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "o", TTL: time.Minute, Now: t0}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	tx, err := db.Admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{db.Schema, "pins"}.Sanitize()+" WHERE key = $1 FOR UPDATE", key.String()); err != nil {
+		t.Fatal(err)
+	}
+	renewed := make(chan error, 1)
+	go func() {
+		ok, err := e.Blobs().RenewPin(ctx, blob.PinParams{Key: key, Owner: "o", TTL: time.Minute, Now: t0.Add(50 * time.Second)})
+		if err == nil && !ok {
+			err = errors.New("not renewed")
+		}
+		renewed <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the renewal reads the row, then waits
+	judged := make(chan gc.Verdict, 1)
+	go func() {
+		v, err := e.GC().Arbitrate(ctx, gc.ArbitrateParams{Key: key, Now: t0.Add(70 * time.Second)})
+		if err != nil {
+			t.Errorf("Arbitrate: %v", err)
+		}
+		judged <- v
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-renewed; err != nil {
+		t.Fatalf("RenewPin: %v", err)
+	}
+	if v := <-judged; v.Outcome != gc.Protected {
+		t.Fatalf("arbitration = %+v, want Protected by the renewal it waited for", v)
+	}
+	if _, err := e.Blobs().Stat(ctx, key); err != nil {
+		t.Fatalf("Stat after the race: %v", err)
 	}
 }

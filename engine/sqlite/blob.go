@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -25,12 +26,12 @@ type blobs struct {
 	get, stat, listAfter stmt
 	readChunk            stmt
 	pin, renewPin, unpin stmt
-	// sources are the Go-function liveness sources, by name, and sweeping
-	// is the sweep lease: one process uses a database file, so both live
-	// in process.
-	mu       sync.Mutex
-	sources  map[string]gc.Source
-	sweeping bool
+	// sources are the Go-function liveness sources, by name, and lease is
+	// the sweep lease: one process uses a database file, so both live in
+	// process.
+	mu      sync.Mutex
+	sources map[string]gc.Source
+	lease   gc.ProcessLease
 }
 
 func (b *blobs) init(e *Engine) {
@@ -148,9 +149,27 @@ func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 	return nil
 }
 
+// RenewPin reads the clock once it holds the writer, after any
+// arbitration before it has committed: a renewal judged live on a clock
+// read earlier could resurrect a pin that arbitration found expired.
 func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
-	now := clock.OrNow(p.Now)
-	n, err := b.exec(ctx, &b.renewPin, p.Key.String(), p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro())
+	if err := b.e.check(ctx); err != nil {
+		return false, err
+	}
+	s, err := b.renewPin.get(ctx)
+	if err != nil {
+		return false, interpretError(ctx, err)
+	}
+	var n int64
+	err = b.e.writeTx(ctx, func(tx *sql.Tx) error {
+		now := clock.OrNow(p.Now)
+		res, err := tx.StmtContext(ctx, s).ExecContext(ctx, p.Key.String(), p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	return n == 1, err
 }
 
@@ -227,13 +246,8 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case v.Outcome == gc.Absent:
-		return steaderr.ErrNotFound
-	case v.Outcome == gc.Protected:
-		return steaderr.ErrProtected
 	}
-	return nil
+	return v.Err()
 }

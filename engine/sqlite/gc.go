@@ -24,6 +24,7 @@ const (
 	sqlArbPinned      = `SELECT EXISTS (SELECT 1 FROM pins WHERE key = ?1 AND expiry > ?2)`
 	sqlArbDeleteBlob  = `DELETE FROM blobs WHERE key = ?1`
 	sqlArbDeleteStage = `DELETE FROM gc_window WHERE key = ?1`
+	sqlArbDeletePins  = `DELETE FROM pins WHERE key = ?1`
 	sqlReapPins       = `DELETE FROM pins WHERE expiry <= ?1`
 	sqlCountExpired   = `SELECT count(*) FROM pins WHERE expiry <= ?1`
 	sqlStage          = `INSERT INTO gc_window (key, visible_after) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after`
@@ -88,7 +89,10 @@ func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry 
 		if _, err := tx.ExecContext(ctx, sqlArbDeleteBlob, k); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, sqlArbDeleteStage, k)
+		if _, err := tx.ExecContext(ctx, sqlArbDeleteStage, k); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, sqlArbDeletePins, k)
 		return err
 	})
 	return v, err
@@ -288,26 +292,11 @@ func (g gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
 // AcquireSweep takes the in-process sweep lease: one process uses a
 // database file.
 func (g gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool, error) {
-	b := g.b
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return nil, false, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.sweeping {
-		return nil, false, nil
-	}
-	b.sweeping = true
-	return lease{b}, true, nil
-}
-
-type lease struct{ b *blobs }
-
-func (l lease) Release(context.Context) error {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	l.b.sweeping = false
-	return nil
+	lease, ok := g.b.lease.TryAcquire()
+	return lease, ok, nil
 }
 
 // RegisterSource accepts Go-function sources, consulted in this process

@@ -1,0 +1,96 @@
+package gc_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/steaderr"
+)
+
+func TestParseSource(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want gc.Source
+		err  error
+	}{
+		{"app.manifests(layer)", gc.Source{Schema: "app", Table: "manifests", Column: "layer"}, nil},
+		{"Ünï.cödé(ê)", gc.Source{Schema: "Ünï", Table: "cödé", Column: "ê"}, nil},
+		{"manifests(layer)", gc.Source{}, steaderr.ErrInvalidArgument},
+		{"app.manifests", gc.Source{}, steaderr.ErrInvalidArgument},
+		{"a.b.c(d)", gc.Source{}, steaderr.ErrInvalidArgument},
+		{"a.b(c(d))", gc.Source{}, steaderr.ErrInvalidArgument},
+		{"a.b()", gc.Source{}, steaderr.ErrInvalidName},
+		{".b(c)", gc.Source{}, steaderr.ErrInvalidName},
+		{"a.(c)", gc.Source{}, steaderr.ErrInvalidName},
+		{"a.b(" + strings.Repeat("x", 64) + ")", gc.Source{}, steaderr.ErrInvalidName},
+		{"a.b(c\x00)", gc.Source{}, steaderr.ErrInvalidName},
+		{"", gc.Source{}, steaderr.ErrInvalidArgument},
+	}
+	for _, tc := range tests {
+		got, err := gc.ParseSource(tc.in)
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) {
+				t.Errorf("ParseSource(%q) = %v, want an error wrapping %v", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.String() != tc.want.String() || got.Schema != tc.want.Schema || got.Table != tc.want.Table || got.Column != tc.want.Column {
+			t.Errorf("ParseSource(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestVerdictErr(t *testing.T) {
+	t.Parallel()
+	for outcome, want := range map[gc.Outcome]error{gc.Deleted: nil, gc.Absent: steaderr.ErrNotFound, gc.Protected: steaderr.ErrProtected, gc.Busy: steaderr.ErrProtected} {
+		if err := (gc.Verdict{Outcome: outcome}).Err(); !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Errorf("Verdict{%d}.Err() = %v, want %v", outcome, err, want)
+		}
+	}
+}
+
+func TestProcessLease(t *testing.T) {
+	t.Parallel()
+	var p gc.ProcessLease
+	l, ok := p.TryAcquire()
+	if !ok {
+		t.Fatal("a free lease was refused")
+	}
+	if _, ok := p.TryAcquire(); ok {
+		t.Fatal("a held lease was granted twice")
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.TryAcquire(); !ok {
+		t.Fatal("a released lease was refused")
+	}
+}
+
+func TestExplanationVerdict(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	key := blob.KeyOf([]byte("x"))
+	tests := []struct {
+		x    gc.Explanation
+		want string
+	}{
+		{gc.Explanation{Key: key, Now: now}, "not stored"},
+		{gc.Explanation{Key: key, Now: now, Stored: true}, "the next sweep stages it"},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Pins: []gc.PinInfo{{Owner: "a", Expiry: now}}}, "the next sweep stages it"},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Pins: []gc.PinInfo{{Owner: "a", Expiry: now.Add(time.Second)}}}, "kept: pinned by a"},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Sources: []string{"s.t(c)"}}, "kept: referenced by s.t(c)"},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Staged: true, VisibleAfter: now}, "the next sweep deletes it"},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Staged: true, VisibleAfter: now.Add(time.Hour)}, "deletable from"},
+	}
+	for _, tc := range tests {
+		if got := tc.x.Verdict(); !strings.Contains(got, tc.want) {
+			t.Errorf("Verdict(%+v) = %q, want it to say %q", tc.x, got, tc.want)
+		}
+	}
+}
