@@ -333,8 +333,11 @@ func readAtMost(r io.Reader, buf []byte, limit int64, h hash.Hash) ([]byte, erro
 }
 
 // Get returns a reader over key's value, or an error wrapping ErrNotFound.
-// With Options.VerifyReads a value that no longer matches its key is an
-// error wrapping ErrDigestMismatch.
+// A value over the inline limit is not read yet: the reader fetches its
+// chunks as they are read, with ctx, so reading after ctx ends fails. With
+// Options.VerifyReads a value that no longer matches its key is an error
+// wrapping ErrDigestMismatch: at Get for an inline value, at the end of
+// reading for a chunked one.
 func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
 	if err := checkKey(ctx, key); err != nil {
 		return nil, fmt.Errorf("blob get: %w", err)
