@@ -6,6 +6,11 @@ package gc
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -211,4 +216,65 @@ type processRelease struct{ p *ProcessLease }
 func (r processRelease) Release(context.Context) error {
 	r.p.held.Store(false)
 	return nil
+}
+
+// FuncSources holds Go-function liveness sources for engines whose sweeps
+// all run in the registering process. The zero value is empty; it is safe
+// for concurrent use.
+type FuncSources struct {
+	mu      sync.Mutex
+	sources map[string]Source
+}
+
+// Register adds src, or replaces the source of the same name. A SQL
+// source is refused with an error wrapping steaderr.ErrInvalidArgument
+// naming engine.
+func (f *FuncSources) Register(engine string, src Source) error {
+	if src.IsSQL() {
+		return fmt.Errorf("%w: %s: SQL liveness source %s refused: register a Go-function source that reads your references", steaderr.ErrInvalidArgument, engine, src)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sources == nil {
+		f.sources = map[string]Source{}
+	}
+	f.sources[src.Name] = src
+	return nil
+}
+
+// Unregister removes the source named like src, if any.
+func (f *FuncSources) Unregister(src Source) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !src.IsSQL() {
+		delete(f.sources, src.Name)
+	}
+}
+
+// List returns the sources in name order.
+func (f *FuncSources) List() []Source {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Collect(maps.Values(f.sources))
+	slices.SortFunc(out, func(x, y Source) int { return strings.Compare(x.Name, y.Name) })
+	return out
+}
+
+// References returns the names of the sources referencing key, asking
+// each in name order (with first, stopping at the first that does).
+func (f *FuncSources) References(ctx context.Context, key blob.Key, first bool) ([]string, error) {
+	var refs []string
+	for _, src := range f.List() {
+		ok, err := src.Referenced(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("liveness source %s: %w", src, err)
+		}
+		if ok {
+			refs = append(refs, src.String())
+			if first {
+				break
+			}
+		}
+	}
+	return refs, nil
 }

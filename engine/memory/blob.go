@@ -30,8 +30,8 @@ type blobs struct {
 	lastSet blob.ChunkSet
 	pins    map[blob.Key]map[string]time.Time
 	window  map[blob.Key]time.Time
-	// sources are the Go-function liveness sources, by name.
-	sources map[string]gc.Source
+	// sources are the Go-function liveness sources.
+	sources gc.FuncSources
 	// lease is the sweep lease.
 	lease gc.ProcessLease
 }

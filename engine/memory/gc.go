@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/steaderr"
 )
 
 // gcMech is the engine's gc.Engine, over the blobs' state and mutex.
@@ -33,7 +31,7 @@ func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry 
 	if b.pinnedLocked(key, clock.OrNow(now)) {
 		return gc.Verdict{Outcome: gc.Protected}, nil
 	}
-	refs, err := b.referencesLocked(ctx, key, true)
+	refs, err := b.sources.References(ctx, key, true)
 	if err != nil {
 		return gc.Verdict{}, err
 	}
@@ -61,25 +59,6 @@ func (b *blobs) pinnedLocked(key blob.Key, now time.Time) bool {
 		}
 	}
 	return false
-}
-
-// referencesLocked returns the names of the sources referencing key (with
-// first, only the first found).
-func (b *blobs) referencesLocked(ctx context.Context, key blob.Key, first bool) ([]string, error) {
-	var refs []string
-	for _, name := range slices.Sorted(maps.Keys(b.sources)) {
-		ok, err := b.sources[name].Referenced(ctx, key)
-		if err != nil {
-			return nil, fmt.Errorf("liveness source %s: %w", name, err)
-		}
-		if ok {
-			refs = append(refs, "func:"+name)
-			if first {
-				break
-			}
-		}
-	}
-	return refs, nil
 }
 
 func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
@@ -132,7 +111,7 @@ func (g gcMech) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64,
 		if _, staged := b.window[key]; staged || b.pinnedLocked(key, now) {
 			continue
 		}
-		refs, err := b.referencesLocked(ctx, key, true)
+		refs, err := b.sources.References(ctx, key, true)
 		if err != nil {
 			return n, err
 		}
@@ -183,44 +162,25 @@ func (g gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool
 
 // RegisterSource accepts Go-function sources; SQL sources need a database.
 func (g gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
-	b := g.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return err
 	}
-	if src.IsSQL() {
-		return fmt.Errorf("%w: memory: SQL liveness source %s refused: the memory engine has no database; register a Go-function source", steaderr.ErrInvalidArgument, src)
-	}
-	b.sources[src.Name] = src
-	return nil
+	return g.b.sources.Register("memory", src)
 }
 
 func (g gcMech) UnregisterSource(ctx context.Context, src gc.Source) error {
-	b := g.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return err
 	}
-	if !src.IsSQL() {
-		delete(b.sources, src.Name)
-	}
+	g.b.sources.Unregister(src)
 	return nil
 }
 
 func (g gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
-	b := g.b
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return nil, err
 	}
-	var out []gc.Source
-	for _, name := range slices.Sorted(maps.Keys(b.sources)) {
-		out = append(out, b.sources[name])
-	}
-	return out, nil
+	return g.b.sources.List(), nil
 }
 
 func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Explanation, error) {
@@ -237,7 +197,7 @@ func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Ex
 	for _, owner := range slices.Sorted(maps.Keys(b.pins[key])) {
 		x.Pins = append(x.Pins, gc.PinInfo{Key: key, Owner: owner, Expiry: b.pins[key][owner]})
 	}
-	refs, err := b.referencesLocked(ctx, key, false)
+	refs, err := b.sources.References(ctx, key, false)
 	if err != nil {
 		return gc.Explanation{}, err
 	}

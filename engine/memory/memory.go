@@ -36,7 +36,6 @@ func New() *Engine {
 	e.blobs.sets = make(map[blob.ChunkSet][]chunk)
 	e.blobs.pins = make(map[blob.Key]map[string]time.Time)
 	e.blobs.window = make(map[blob.Key]time.Time)
-	e.blobs.sources = make(map[string]gc.Source)
 	e.locks.e = e
 	e.locks.rows = make(map[string]*lockRow)
 	e.records.init(e)
@@ -72,7 +71,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.blobs.mu.Lock()
-	e.blobs.values, e.blobs.keys, e.blobs.pins, e.blobs.window, e.blobs.sources = nil, nil, nil, nil, nil
+	e.blobs.values, e.blobs.keys, e.blobs.pins, e.blobs.window = nil, nil, nil, nil
 	e.blobs.uploads, e.blobs.sets = nil, nil
 	e.blobs.mu.Unlock()
 	e.locks.mu.Lock()

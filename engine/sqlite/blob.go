@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
@@ -26,17 +25,15 @@ type blobs struct {
 	get, stat, listAfter stmt
 	readChunk            stmt
 	pin, renewPin, unpin stmt
-	// sources are the Go-function liveness sources, by name, and lease is
-	// the sweep lease: one process uses a database file, so both live in
+	// sources are the Go-function liveness sources, and lease is the
+	// sweep lease: one process uses a database file, so both live in
 	// process.
-	mu      sync.Mutex
-	sources map[string]gc.Source
+	sources gc.FuncSources
 	lease   gc.ProcessLease
 }
 
 func (b *blobs) init(e *Engine) {
 	b.e = e
-	b.sources = map[string]gc.Source{}
 	b.commit = groupcommit.New(1, maxBatchPuts, maxBatchBytes, b.flush)
 	b.put = stmt{db: e.writer, query: "INSERT INTO blobs (key, size, value) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING"}
 	// ?1 key, ?2 owner, ?3 expiry: a pin's expiry only ever grows.

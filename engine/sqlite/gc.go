@@ -5,14 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/steaderr"
 )
 
 // The garbage-collection statements. Times are Unix microseconds. Every
@@ -72,7 +70,7 @@ func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry 
 			return err
 		}
 		if !pinned {
-			refs, err := b.references(ctx, key, true)
+			refs, err := b.sources.References(ctx, key, true)
 			if err != nil {
 				return err
 			}
@@ -113,39 +111,6 @@ func (e *Engine) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) (err er
 		return err
 	}
 	return tx.Commit()
-}
-
-// references returns the names of the Go-function sources referencing key
-// (with first, only the first found).
-func (b *blobs) references(ctx context.Context, key blob.Key, first bool) ([]string, error) {
-	b.mu.Lock()
-	sources := slices.Collect(maps.Values(b.sources))
-	b.mu.Unlock()
-	slices.SortFunc(sources, func(x, y gc.Source) int { return cmpString(x.Name, y.Name) })
-	var refs []string
-	for _, src := range sources {
-		ok, err := src.Referenced(ctx, key)
-		if err != nil {
-			return nil, fmt.Errorf("liveness source %s: %w", src.Name, err)
-		}
-		if ok {
-			refs = append(refs, src.String())
-			if first {
-				break
-			}
-		}
-	}
-	return refs, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
@@ -219,7 +184,7 @@ func (g gcMech) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64,
 			if err != nil {
 				return n, fmt.Errorf("sqlite: stored key: %w", err)
 			}
-			refs, err := b.references(ctx, key, true)
+			refs, err := b.sources.References(ctx, key, true)
 			if err != nil {
 				return n, err
 			}
@@ -302,42 +267,25 @@ func (g gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool
 // RegisterSource accepts Go-function sources, consulted in this process
 // (the only one using the file).
 func (g gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
-	b := g.b
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return err
 	}
-	if src.IsSQL() {
-		return fmt.Errorf("%w: sqlite: SQL liveness source %s refused: register a Go-function source that reads your references", steaderr.ErrInvalidArgument, src)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.sources[src.Name] = src
-	return nil
+	return g.b.sources.Register("sqlite", src)
 }
 
 func (g gcMech) UnregisterSource(ctx context.Context, src gc.Source) error {
-	b := g.b
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !src.IsSQL() {
-		delete(b.sources, src.Name)
-	}
+	g.b.sources.Unregister(src)
 	return nil
 }
 
 func (g gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
-	b := g.b
-	if err := b.e.check(ctx); err != nil {
+	if err := g.b.e.check(ctx); err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := slices.Collect(maps.Values(b.sources))
-	slices.SortFunc(out, func(x, y gc.Source) int { return cmpString(x.Name, y.Name) })
-	return out, nil
+	return g.b.sources.List(), nil
 }
 
 // Explain reads in one read transaction: one snapshot.
@@ -383,7 +331,7 @@ func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Ex
 	case !errors.Is(err, sql.ErrNoRows):
 		return x, listError(ctx, err)
 	}
-	if x.Sources, err = b.references(ctx, key, false); err != nil {
+	if x.Sources, err = b.sources.References(ctx, key, false); err != nil {
 		return x, err
 	}
 	return x, nil
