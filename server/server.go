@@ -209,6 +209,14 @@ func (s *Server) table() []route {
 		{"PUT /v1/blobs/{key}", false, s.putBlob},
 		{"GET /v1/blobs/{key}", false, s.getBlob}, // GET also serves HEAD
 		{"DELETE /v1/blobs/{key}", false, s.deleteBlob},
+		{"GET /v1/blobs/{key}/stored", false, s.storedBlob},
+
+		{"POST /v1/uploads", false, s.beginUpload},
+		{"POST /v1/uploads/reap", false, s.reapUploads},
+		{"POST /v1/uploads/{chunks}/publish", false, s.publishUpload},
+		{"DELETE /v1/uploads/{chunks}", false, s.abortUpload},
+		{"PUT /v1/chunks/{chunks}/{off}", false, s.writeChunk},
+		{"GET /v1/chunks/{chunks}/{off}", false, s.readChunk},
 
 		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},
 		{"POST /v1/locks/{name}/renew", false, s.renewLock},

@@ -9,18 +9,26 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/steaderr"
 )
 
 type blobs struct{ e *Engine }
 
-// Put uploads the value; the server's store pins it under the server's
-// owner and TTL (p.Owner and p.TTL do not cross the wire yet), from p.Now
-// when the server accepts client clocks.
+// Put uploads the value, or publishes the upload p.Chunks (the server
+// re-hashes its chunks first); the server's store pins it under the
+// server's owner and TTL (p.Owner and p.TTL do not cross the wire yet),
+// from p.Now when the server accepts client clocks.
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
-	req := &request{body: bytes.NewReader(p.Value), query: query("now", timeText(p.Now))}
+	now := query("now", timeText(p.Now))
+	if p.Chunks != 0 {
+		_, err := b.e.do(ctx, http.MethodPost, chunkSetPath(p.Chunks)+"/publish", &request{query: now}, wire.Publish{Key: p.Key.String(), Size: p.Size}, nil)
+		return err
+	}
+	req := &request{body: bytes.NewReader(p.Value), query: now}
 	_, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+p.Key.String(), req, nil, nil)
 	return err
 }
@@ -34,24 +42,98 @@ func (b *blobs) RenewPin(context.Context, blob.PinParams) (bool, error) { return
 
 func (b *blobs) Unpin(context.Context, blob.UnpinParams) error { return errNoPins }
 
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
-	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs/"+key.String(), nil, nil)
+// Get reads key's stored form; an answer over wire.MaxStored bytes is an
+// error, whatever its Content-Length says.
+func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
+	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs/"+key.String()+"/stored", nil, nil)
 	if err != nil {
-		return nil, err
+		return blob.Stored{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, errorOf(resp)
+		return blob.Stored{}, errorOf(resp)
 	}
-	value := make([]byte, 0, max(resp.ContentLength, 0))
-	buf := bytes.NewBuffer(value)
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		return nil, fmt.Errorf("remote: blob %s: %w", key, err)
+	var st wire.Stored
+	if err := json.NewDecoder(io.LimitReader(resp.Body, wire.MaxStored)).Decode(&st); err != nil {
+		return blob.Stored{}, fmt.Errorf("remote: blob %s: %w: %w", key, errMalformed, err)
 	}
-	if resp.ContentLength >= 0 && int64(buf.Len()) != resp.ContentLength {
-		return nil, fmt.Errorf("remote: blob %s: %w", key, io.ErrUnexpectedEOF)
+	switch {
+	case st.Size < 0 || st.Chunks < 0,
+		st.Chunks == 0 && int64(len(st.Value)) != st.Size,
+		st.Chunks != 0 && len(st.Value) != 0:
+		return blob.Stored{}, fmt.Errorf("remote: blob %s: %w: inconsistent stored form", key, errMalformed)
 	}
-	return buf.Bytes(), nil
+	if st.Value == nil && st.Chunks == 0 {
+		st.Value = []byte{}
+	}
+	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks)}, nil
+}
+
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+	var up wire.Upload
+	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", nil, nil, &up); err != nil {
+		return 0, err
+	}
+	if up.Chunks <= 0 {
+		return 0, fmt.Errorf("remote: begin upload: %w: chunk set %d", errMalformed, up.Chunks)
+	}
+	return blob.ChunkSet(up.Chunks), nil
+}
+
+func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	if len(data) > wire.MaxChunk {
+		return fmt.Errorf("%w: a chunk of %d bytes; a server takes at most %d", steaderr.ErrInvalidArgument, len(data), wire.MaxChunk)
+	}
+	req := &request{body: bytes.NewReader(data), query: query("lease", lease.String())}
+	_, err := b.e.do(ctx, http.MethodPut, chunkPath(set, off), req, nil, nil)
+	return err
+}
+
+func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
+	_, err := b.e.do(ctx, http.MethodDelete, chunkSetPath(set), nil, nil, nil)
+	return err
+}
+
+func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+	var r wire.Reaped
+	_, err := b.e.do(ctx, http.MethodPost, "/v1/uploads/reap", nil, nil, &r)
+	return r.Reaped, err
+}
+
+// ReadChunk reads at most wire.MaxChunk bytes of the answer, whatever its
+// Content-Length says.
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	resp, err := b.e.send(ctx, http.MethodGet, chunkPath(set, off), nil, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, nil, errorOf(resp)
+	}
+	start, err := strconv.ParseInt(resp.Header.Get(wire.ChunkStartHeader), 10, 64)
+	if err != nil || start < 0 || start > off {
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w: chunk start %q", set, off, errMalformed, resp.Header.Get(wire.ChunkStartHeader))
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxChunk+1))
+	switch {
+	case err != nil:
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w", set, off, err)
+	case len(data) > wire.MaxChunk:
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w: over %d bytes", set, off, errMalformed, wire.MaxChunk)
+	case resp.ContentLength >= 0 && int64(len(data)) != resp.ContentLength:
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w", set, off, io.ErrUnexpectedEOF)
+	}
+	return start, data, nil
+}
+
+// The paths of an upload and of one of its chunks.
+func chunkSetPath(set blob.ChunkSet) string {
+	return "/v1/uploads/" + strconv.FormatInt(int64(set), 10)
+}
+
+func chunkPath(set blob.ChunkSet, off int64) string {
+	return "/v1/chunks/" + strconv.FormatInt(int64(set), 10) + "/" + strconv.FormatInt(off, 10)
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
