@@ -85,10 +85,11 @@ type Engine interface {
 	// ReapUploads discards every upload whose lease has lapsed, with its
 	// chunks, and reports how many it discarded.
 	ReapUploads(ctx context.Context) (int, error)
-	// ReadChunk returns the published chunk of set that holds byte off:
-	// its first byte's offset and a copy of its data. A chunk set no longer
-	// stored (its blob was deleted) is an error wrapping
-	// steaderr.ErrNotFound.
+	// ReadChunk returns the chunk of set, published or staged, that holds
+	// byte off: its first byte's offset and a copy of its data (staged
+	// chunks are read to verify an upload before it is published). A chunk
+	// set no longer stored (its blob was deleted, its upload ended) is an
+	// error wrapping steaderr.ErrNotFound.
 	ReadChunk(ctx context.Context, set ChunkSet, off int64) (start int64, data []byte, err error)
 }
 

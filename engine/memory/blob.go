@@ -278,6 +278,9 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (in
 		return 0, nil, err
 	}
 	chunks, ok := b.sets[set]
+	if u, staged := b.uploads[set]; !ok && staged {
+		chunks, ok = u.chunks, true
+	}
 	if !ok {
 		return 0, nil, steaderr.ErrNotFound
 	}
