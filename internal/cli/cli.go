@@ -50,7 +50,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"bench":   benchCommand,
 	"gc":      gcCommand,
 	"pins":    pinsCommand,
-	"scrub":   flagCommand("scrub", "re-hash every stored blob and list the corrupt ones", scrub),
+	"scrub":   scrubCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.

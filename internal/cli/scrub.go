@@ -3,12 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
@@ -19,38 +19,31 @@ import (
 // by one page and one chunk, whatever the store holds.
 const scrubPage = 256
 
-const scrubUsage = `usage: stead scrub [-from KEY]
-
-Re-hashes every stored blob, in key order, streaming, and prints the key of
+// scrubCommand re-hashes every stored blob and lists the corrupt ones.
+func scrubCommand(e *env) *cobra.Command {
+	var fromText string
+	cmd := &cobra.Command{
+		Use:   "scrub [--from KEY]",
+		Short: "Re-hash every stored blob and list the corrupt ones",
+		Long: `Re-hashes every stored blob, in key order, streaming, and prints the key of
 each one whose content no longer matches it. Exits 5 when it found any, 1 on
 another error (saying which key to resume from), 0 when every blob is
-intact. On a terminal it shows a progress bar.
+intact. On a terminal it shows a progress bar.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return scrub(cmd.Context(), e, fromText)
+		},
+	}
+	cmd.Flags().StringVar(&fromText, "from", "", "start at this key (a resumed scrub), not at the first")
+	return cmd
+}
 
-flags:
-`
-
-func scrub(ctx context.Context, e *env, args []string) error {
-	fs := e.newFlags("scrub")
-	fromText := fs.String("from", "", "start at this key (a resumed scrub), not at the first")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), scrubUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: exitUsage}
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
+func scrub(ctx context.Context, e *env, fromText string) error {
 	var from blob.Key
-	if *fromText != "" {
+	if fromText != "" {
 		var err error
-		if from, err = blob.ParseKey(*fromText); err != nil {
-			return fmt.Errorf("%w: -from: %w", errUsage, err)
+		if from, err = blob.ParseKey(fromText); err != nil {
+			return usageError("--from: %v", err)
 		}
 	}
 	st, err := e.open(ctx, stead.WithVerifyReads())
@@ -88,7 +81,7 @@ func scrub(ctx context.Context, e *env, args []string) error {
 		case errors.Is(err, stead.ErrNotFound):
 			return nil // deleted since it was listed
 		case err != nil:
-			return fmt.Errorf("%w (resume with: stead scrub -from %s)", err, key)
+			return fmt.Errorf("%w (resume with: stead scrub --from %s)", err, key)
 		}
 		checked++
 		return nil

@@ -35,7 +35,7 @@ func TestScrub(t *testing.T) {
 	}
 	slices.SortFunc(keys, blob.Key.Compare)
 
-	r := runCLI(t, "-db", url, "scrub")
+	r := runCLI(t, "--db", url, "scrub")
 	if r.code != 0 || r.stdout.String() != "" || !strings.Contains(r.stderr.String(), "scrubbed 4 blobs") {
 		t.Fatalf("scrub of intact blobs = exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
@@ -65,7 +65,7 @@ func TestScrub(t *testing.T) {
 	}
 	want := []string{inline.String(), chunked.String()}
 	slices.Sort(want)
-	r = runCLI(t, "-db", url, "scrub")
+	r = runCLI(t, "--db", url, "scrub")
 	if got := strings.Fields(r.stdout.String()); r.code != exitCorrupt || !slices.Equal(got, want) {
 		t.Fatalf("scrub = exit %d, stdout %q, stderr %q; want exit %d listing %v", r.code, r.stdout, r.stderr, exitCorrupt, want)
 	}
@@ -78,13 +78,13 @@ func TestScrub(t *testing.T) {
 			wantFrom = append(wantFrom, k)
 		}
 	}
-	r = runCLI(t, "-db", url, "scrub", "-from", from.String())
+	r = runCLI(t, "--db", url, "scrub", "--from", from.String())
 	if got := strings.Fields(r.stdout.String()); !slices.Equal(got, wantFrom) || !strings.Contains(r.stderr.String(), "scrubbed 2 blobs") {
 		t.Fatalf("scrub -from %s = exit %d, stdout %q, stderr %q; want %v", from, r.code, r.stdout, r.stderr, wantFrom)
 	}
 
-	for _, args := range [][]string{{"scrub", "-from", "sha256:nope"}, {"scrub", "extra"}} {
-		if r := runCLI(t, append([]string{"-db", url}, args...)...); r.code != 2 {
+	for _, args := range [][]string{{"scrub", "--from", "sha256:nope"}, {"scrub", "extra"}} {
+		if r := runCLI(t, append([]string{"--db", url}, args...)...); r.code != 2 {
 			t.Fatalf("stead %v = exit %d, stderr %q; want 2", args, r.code, r.stderr)
 		}
 	}
