@@ -37,24 +37,13 @@ const (
 // errUploadLost reports an upload whose lease lapsed and which was reaped.
 var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
 
-// writeTx runs fn in a write transaction on the writer connection.
-func (b *blobs) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+// writeTx runs fn in a write transaction on the writer connection, once
+// the engine is checked open.
+func (b *blobs) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	tx, err := b.e.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(interpretError(ctx, err), ignoreDone(tx.Rollback()))
-		}
-	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return b.e.writeTx(ctx, fn)
 }
 
 // changed runs one statement in tx and reports whether it changed a row.
