@@ -8,6 +8,9 @@
 // waiting Lock or WaitClaimable polls; Cluster is the server's answer at
 // Open; and, as for any network store, an error may hide a write that took
 // effect (retrying is safe: every write is idempotent or fenced).
+//
+// A value over the store's inline limit crosses the wire chunk by chunk;
+// the server re-hashes the chunks before it publishes them.
 package remote
 
 import (
