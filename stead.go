@@ -146,6 +146,12 @@ func WithVerifyReads() Option { return func(c *config) { c.blobs.VerifyReads = t
 // variable.
 func WithToken(token string) Option { return func(c *config) { c.token = token } }
 
+// WithUploadLease sets how long a streaming put of a large blob may go
+// without writing a chunk before its staged chunks may be reaped (by the
+// next Open or GC sweep), as after its process was killed. Defaults to
+// blob.DefaultUploadLease (5 minutes).
+func WithUploadLease(d time.Duration) Option { return func(c *config) { c.blobs.UploadLease = d } }
+
 // Open opens the store at url:
 //
 //	mem://                                   in-memory, gone on Close
@@ -257,6 +263,9 @@ func newConfig(opts []Option) (config, error) {
 	if cfg.blobs.MaxSize < 0 {
 		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
 	}
+	if cfg.blobs.UploadLease < 0 {
+		return config{}, fmt.Errorf("stead: %w: upload lease %v", steaderr.ErrInvalidArgument, cfg.blobs.UploadLease)
+	}
 	return cfg, nil
 }
 
@@ -270,13 +279,20 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 	}
 	cfg.blobs.Owner, cfg.blobs.Now = cfg.instanceID, cfg.now
 	cfg.gc.Holder, cfg.gc.Now = cfg.instanceID, cfg.now
+	blobs := blob.NewStore(eng.Blobs(), cfg.blobs)
+	cfg.gc.ReapUploads = blobs.ReapUploads
 	st := &Store{
-		Blobs:      blob.NewStore(eng.Blobs(), cfg.blobs),
+		Blobs:      blobs,
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
 		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
 		GC:         gc.New(eng.GC(), cfg.gc),
 		eng:        eng,
 		instanceID: cfg.instanceID,
+	}
+	// A put whose process died left its staged chunks behind; those whose
+	// lease lapsed go now.
+	if _, err := st.Blobs.ReapUploads(ctx); err != nil {
+		return nil, fmt.Errorf("stead: %w", err)
 	}
 	if cfg.gcInterval > 0 {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -29,10 +29,14 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "how long each steady scenario runs per round")
 	drainCap = flag.Duration("draincap", 2*time.Minute, "the longest a drain scenario may take to empty its queue")
 	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep); empty runs all but inline-pg and gc-sweep")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, gc-sweep)")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
+
+// onDemand are the groups that run only when named in -only: they measure
+// design choices or take long.
+var onDemand = []string{"inline-pg", "chunkstore-pg", "large-pg", "large-sqlite", "sizes-pg", "gc-sweep"}
 
 // scenario is one measured workload.
 type scenario struct {
@@ -87,7 +91,7 @@ func main() {
 	all := allScenarios()
 	var scs []scenario
 	for _, sc := range all {
-		if *only == "" && !slices.Contains([]string{"inline-pg", "gc-sweep"}, sc.group) || slices.Contains(strings.Split(*only, ","), sc.group) {
+		if *only == "" && !slices.Contains(onDemand, sc.group) || slices.Contains(strings.Split(*only, ","), sc.group) {
 			scs = append(scs, sc)
 		}
 	}
@@ -110,7 +114,7 @@ func main() {
 			if err := runGroup(ctx, group, n, func(sc scenario, round int, ops float64) {
 				id := fmt.Sprintf("%s/%s/%d", sc.group, sc.name, n)
 				results[id].opsPerS = append(results[id].opsPerS, ops)
-				fmt.Fprintf(os.Stderr, "round %d %-40s %10.0f ops/s\n", round+1, id, ops)
+				fmt.Fprintf(os.Stderr, "round %d %-40s %10.2f ops/s\n", round+1, id, ops)
 			}); err != nil {
 				fatalf("%s at %d callers: %v", group[0].group, n, err)
 			}
@@ -136,9 +140,10 @@ func main() {
 				paired = fmt.Sprintf("%.2fx (%.2f-%.2f)", median(perRound), slices.Min(perRound), slices.Max(perRound))
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
 	}
 	w.Flush()
+	printRSS()
 }
 
 // groupsOf splits scenarios into their groups, in order.
@@ -282,6 +287,8 @@ func allScenarios() []scenario {
 	all = append(all, blobPostgres()...)
 	all = append(all, blobSQLite()...)
 	all = append(all, inlinePostgres()...)
+	all = append(all, chunkStorePostgres()...)
+	all = append(all, largeScenarios()...)
 	all = append(all, lockPostgres()...)
 	all = append(all, lockSQLite()...)
 	all = append(all, recordPostgres()...)

@@ -16,6 +16,10 @@ import (
 // It is live while now < expiry and expired from its expiry instant on.
 // While a live pin or a liveness source references a key, no delete of it
 // (Delete, or a garbage-collection sweep) commits.
+//
+// A value is stored in one of two forms: inline, whole in its blob row, or
+// as a chunk set, written chunk by chunk under an upload and then published
+// under its key by Put (docs/decisions/0011-large-blobs.md).
 type Engine interface {
 	// Put stores p.Value under p.Key unless the key is already stored (the
 	// first writer wins and a repeat is a successful no-op, never an
@@ -26,10 +30,17 @@ type Engine interface {
 	// partially: blob and pin are then both absent or both stored, and
 	// retrying is safe. A context already ended when Put is called stores
 	// nothing.
+	//
+	// With p.Chunks set, Put publishes that upload's chunks as the value
+	// (p.Size bytes, p.Value unused) and ends the upload in the same
+	// commit; when the key is already stored the staged chunks are
+	// discarded instead. An upload already reaped is an error wrapping
+	// steaderr.ErrLost, and nothing is published or pinned.
 	Put(ctx context.Context, p PutParams) error
-	// Get returns a copy of the value stored under key, or an error
+	// Get returns the stored form of key's value: its size and either the
+	// inline value (a copy) or its chunk set. An absent key is an error
 	// wrapping steaderr.ErrNotFound.
-	Get(ctx context.Context, key Key) ([]byte, error)
+	Get(ctx context.Context, key Key) (Stored, error)
 	// Stat returns key's size without reading its value, or an error
 	// wrapping steaderr.ErrNotFound.
 	Stat(ctx context.Context, key Key) (Info, error)
@@ -41,8 +52,8 @@ type Engine interface {
 	// yield returns false. yield may run while the engine holds a connection
 	// or a snapshot; it must not call back into the engine.
 	List(ctx context.Context, after Key, limit int, yield func(Info) bool) error
-	// Delete removes p.Key after arbitrating it like a garbage-collection
-	// delete: it fails with an error wrapping steaderr.ErrProtected while a
+	// Delete removes p.Key (and its chunks) after arbitrating it like a
+	// garbage-collection delete: it fails with an error wrapping steaderr.ErrProtected while a
 	// live pin or a liveness source references the key, and with
 	// steaderr.ErrNotFound when the key is absent.
 	Delete(ctx context.Context, p DeleteParams) error
@@ -58,12 +69,54 @@ type Engine interface {
 	RenewPin(ctx context.Context, p PinParams) (bool, error)
 	// Unpin removes the pin (p.Key, p.Owner), if any.
 	Unpin(ctx context.Context, p UnpinParams) error
+
+	// BeginUpload draws a fresh chunk set id for an upload. It stores
+	// nothing an abort would have to undo.
+	BeginUpload(ctx context.Context) (ChunkSet, error)
+	// WriteChunk stores data as the chunk starting at byte off of the
+	// upload's value, in one short transaction. The first chunk (off 0)
+	// starts the upload with a lease of the given length; each later one
+	// renews it, and once it lapses ReapUploads may discard the upload.
+	// data is only valid until WriteChunk returns. A later chunk of an
+	// upload already published, aborted or reaped is an error wrapping
+	// steaderr.ErrLost.
+	WriteChunk(ctx context.Context, set ChunkSet, off int64, data []byte, lease time.Duration) error
+	// AbortUpload discards an unpublished upload and its chunks; an upload
+	// already gone (published, aborted or reaped) is not an error.
+	AbortUpload(ctx context.Context, set ChunkSet) error
+	// ReapUploads discards every upload whose lease has lapsed, with its
+	// chunks, and reports how many it discarded.
+	ReapUploads(ctx context.Context) (int, error)
+	// ReadChunk returns the chunk of set, published or staged, that holds
+	// byte off: its first byte's offset and a copy of its data (staged
+	// chunks are read to verify an upload before it is published). A chunk
+	// set no longer stored (its blob was deleted, its upload ended) is an
+	// error wrapping steaderr.ErrNotFound.
+	ReadChunk(ctx context.Context, set ChunkSet, off int64) (start int64, data []byte, err error)
+}
+
+// ChunkSet identifies the chunks of one chunked value, first staged under
+// an upload, then published. Engines never reuse an id, so a reader of a
+// deleted value finds nothing rather than another value's bytes.
+type ChunkSet int64
+
+// Stored is the stored form of one value.
+type Stored struct {
+	Size int64
+	// Value is the whole value when it is stored inline.
+	Value []byte
+	// Chunks is the value's chunk set, or 0 when it is stored inline.
+	Chunks ChunkSet
 }
 
 // PutParams are the arguments of Engine.Put.
 type PutParams struct {
 	Key   Key
 	Value []byte
+	// Chunks, when not 0, is the upload whose chunks are the value, and
+	// Size its size; Value is then nil.
+	Chunks ChunkSet
+	Size   int64
 	// Owner and TTL name the pin the put takes.
 	Owner string
 	TTL   time.Duration

@@ -129,7 +129,8 @@ func (t *pinTable) forget(key Key, h *held) {
 // on key has more than half its TTL left: then the live pin keeps the blob
 // stored and nothing is written; a read confirms it (and answers for a
 // closed engine), and a blob found absent is put after all.
-func (t *pinTable) put(ctx context.Context, eng Engine, key Key, value []byte) error {
+func (t *pinTable) put(ctx context.Context, eng Engine, p PutParams) error {
+	key := p.Key
 	h, sent, err := t.begin(ctx, key)
 	if err != nil {
 		return err
@@ -150,7 +151,8 @@ func (t *pinTable) put(ctx context.Context, eng Engine, key Key, value []byte) e
 		}
 	}
 	_, now := t.clock()
-	err = eng.Put(ctx, PutParams{Key: key, Value: value, Owner: t.owner, TTL: t.ttl, Now: now})
+	p.Owner, p.TTL, p.Now = t.owner, t.ttl, now
+	err = eng.Put(ctx, p)
 	t.end(key, h, err == nil, sent.Add(t.ttl), false, true)
 	return err
 }

@@ -3,6 +3,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -26,11 +27,15 @@ const (
 	DefaultMaxSize = 4 << 30
 	// DefaultPageSize is the default for Options.PageSize.
 	DefaultPageSize = 1000
+	// DefaultChunkSize is the default for Options.ChunkSize. See
+	// docs/decisions/0011-large-blobs.md for how it was chosen.
+	DefaultChunkSize = 1 << 20
+	// DefaultUploadLease is the default for Options.UploadLease.
+	DefaultUploadLease = 5 * time.Minute
+	// abortTimeout bounds the clean-up of a failed put, which runs even
+	// when the put's context is done.
+	abortTimeout = 30 * time.Second
 )
-
-// errLargeUnsupported is returned for values above InlineLimit until the
-// chunked tier exists.
-var errLargeUnsupported = fmt.Errorf("values over the inline limit (%d bytes) are not supported yet: %w", InlineLimit, errors.ErrUnsupported)
 
 // Options configures a Store.
 type Options struct {
@@ -44,6 +49,19 @@ type Options struct {
 	// PageSize is how many blobs All reads from the engine at a time (one
 	// statement each). Defaults to DefaultPageSize.
 	PageSize int
+	// InlineLimit is the largest value stored whole in its blob row; larger
+	// values are stored in chunks of ChunkSize bytes and stream in both
+	// directions. Defaults to InlineLimit; tests set it tiny so that every
+	// value takes the chunked path.
+	InlineLimit int
+	// ChunkSize is the size of the chunks of a value over InlineLimit, and
+	// so the memory a streaming put or get holds. Defaults to
+	// DefaultChunkSize.
+	ChunkSize int
+	// UploadLease is how long a chunked put may go without writing a chunk
+	// before its staged chunks may be reaped (ReapUploads), for instance
+	// after its process was killed. Defaults to DefaultUploadLease.
+	UploadLease time.Duration
 	// Owner owns the store's pins: the stead store's instance id. Defaults
 	// to a random id.
 	Owner string
@@ -63,21 +81,33 @@ const DefaultPinTTL = 60 * time.Second
 // Store is the blob capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng      Engine
-	maxSize  int64
-	verify   bool
-	pageSize int
-	pins     pinTable
+	eng       Engine
+	maxSize   int64
+	verify    bool
+	pageSize  int
+	inline    int64
+	chunkSize int
+	lease     time.Duration
+	pins      pinTable
 }
 
-// NewStore returns a Store over eng. A non-positive MaxSize, PageSize or
-// PinTTL means the default; a PinTTL is rounded down to whole microseconds.
+// NewStore returns a Store over eng. A non-positive option means its
+// default; a PinTTL is rounded down to whole microseconds.
 func NewStore(eng Engine, opts Options) *Store {
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = DefaultPageSize
+	}
+	if opts.InlineLimit <= 0 {
+		opts.InlineLimit = InlineLimit
+	}
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.UploadLease <= 0 {
+		opts.UploadLease = DefaultUploadLease
 	}
 	if opts.PinTTL = opts.PinTTL.Truncate(time.Microsecond); opts.PinTTL <= 0 {
 		opts.PinTTL = DefaultPinTTL
@@ -87,7 +117,10 @@ func NewStore(eng Engine, opts Options) *Store {
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 		opts.Owner = hex.EncodeToString(b[:])
 	}
-	s := &Store{eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads, pageSize: opts.PageSize}
+	s := &Store{
+		eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads, pageSize: opts.PageSize,
+		inline: int64(opts.InlineLimit), chunkSize: opts.ChunkSize, lease: opts.UploadLease,
+	}
 	s.pins = pinTable{owner: opts.Owner, ttl: opts.PinTTL, now: opts.Now, held: map[Key]*held{}, closed: make(chan struct{})}
 	return s
 }
@@ -100,16 +133,18 @@ func (s *Store) Close() {
 
 // Put stores the content of r and returns its key, pinned by this store's
 // owner: no garbage-collection sweep or Delete removes it until at least
-// half of Options.PinTTL after the put was sent. Storing content that is
-// already stored succeeds and renews the pin for a whole PinTTL, unless
-// this store's pin on the key has more than half its TTL left: then the
-// put writes nothing and that pin protects it. To keep a key protected
-// longer (while referencing it), hold a Pin. An error means the put may
-// or may not have taken effect (a statement cancelled while it waits can
-// still commit), never partially: the key is then either absent or stored
-// whole, and retrying is safe. Errors found before anything is written
-// (invalid input, a digest mismatch, a failing reader, a context ended
-// before the write) store nothing.
+// half of Options.PinTTL after the put was sent. It streams: a value over
+// the inline limit is hashed and written chunk by chunk, so memory stays
+// bounded by the chunk size, and becomes visible only once it is whole.
+// Storing content that is already stored succeeds and renews the pin for a
+// whole PinTTL, unless this store's pin on the key has more than half its
+// TTL left: then the put writes nothing and that pin protects it. To keep a
+// key protected longer (while referencing it), hold a Pin. An error means
+// the put may or may not have taken effect (a statement cancelled while it
+// waits can still commit), never partially: the key is then either absent
+// or stored whole, and retrying is safe. Errors found before anything is
+// published (invalid input, a digest mismatch, a failing reader, a context
+// ended before the write) store nothing, and discard any chunks staged.
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
 	key, err := s.put(ctx, Key{}, r)
 	if err != nil {
@@ -138,13 +173,13 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	pb := putBufs.Get().(*putBuf)
 	defer putBufs.Put(pb)
 	pb.hash.Reset()
-	value, err := readAtMost(r, pb.buf[:0], min(s.maxSize, InlineLimit), pb.hash)
+	value, err := readAtMost(r, pb.buf[:0], min(s.maxSize, s.inline), pb.hash)
 	pb.buf = value[:0]
 	switch {
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
 		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
 	case errors.Is(err, errOverLimit):
-		return Key{}, errLargeUnsupported
+		return s.putChunked(ctx, want, io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash)), pb.hash)
 	case err != nil:
 		return Key{}, fmt.Errorf("read content: %w", err)
 	}
@@ -157,10 +192,115 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
-	if err := s.pins.put(ctx, s.eng, key, value); err != nil {
+	if err := s.pins.put(ctx, s.eng, PutParams{Key: key, Value: value}); err != nil {
 		return Key{}, err
 	}
 	return key, nil
+}
+
+// putChunked stages r's content chunk by chunk under an upload and
+// publishes it, pinned, once whole and hashed. h has been fed every byte r
+// yields. The upload is then aborted, even when ctx is done: after a
+// failure, or when the publish was skipped because this store already
+// pins the stored key (after a publish, the abort finds nothing). If the
+// abort fails too, the upload's lease lapses and ReapUploads discards it.
+func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Hash) (key Key, err error) {
+	set, err := s.eng.BeginUpload(ctx)
+	if err != nil {
+		return Key{}, err
+	}
+	defer func() {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		defer cancel()
+		if aerr := s.eng.AbortUpload(actx, set); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr))
+		}
+	}()
+	// The next chunk is read (and hashed) while the last one is written:
+	// two chunk buffers in all.
+	chunks, stop := s.readChunks(r)
+	defer stop()
+	var size int64
+	for c := range chunks {
+		if c.err != nil {
+			return Key{}, c.err
+		}
+		if err := s.eng.WriteChunk(ctx, set, size, c.data, s.lease); err != nil {
+			return Key{}, err
+		}
+		size += int64(len(c.data))
+		c.release()
+	}
+	// Reading may take long; a context cancelled meanwhile stores nothing.
+	if err := ctx.Err(); err != nil {
+		return Key{}, err
+	}
+	key = Key{valid: true}
+	h.Sum(key.digest[:0])
+	if !want.IsZero() && key != want {
+		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
+	}
+	if err := s.pins.put(ctx, s.eng, PutParams{Key: key, Chunks: set, Size: size}); err != nil {
+		return Key{}, err
+	}
+	return key, nil
+}
+
+// chunk is one chunk read from a put's source, or the error that ended
+// the reading; release hands its buffer back to the reader.
+type chunk struct {
+	data    []byte
+	err     error
+	release func()
+}
+
+// readChunks reads r in chunks of s.chunkSize bytes on a goroutine of its
+// own, one chunk ahead of the caller, and sends them in order; the channel
+// closes after the last chunk or after a chunk carrying an error (a read
+// error, or ErrTooLarge past MaxSize: at most MaxSize+1 bytes are read).
+// stop ends the reading and waits for it, so r is never read after stop
+// returns; a read already blocked in r is waited for.
+func (s *Store) readChunks(r io.Reader) (<-chan chunk, func()) {
+	out := make(chan chunk)
+	free := make(chan []byte, 2)
+	free <- make([]byte, s.chunkSize)
+	free <- make([]byte, s.chunkSize)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(out)
+		var size int64
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-done:
+				return
+			}
+			// Read at most one byte past MaxSize, so an endless source is
+			// refused after MaxSize+1 bytes.
+			n, err := io.ReadFull(r, buf[:min(int64(len(buf)), s.maxSize-size+1)])
+			size += int64(n)
+			c := chunk{data: buf[:n], release: func() { free <- buf }}
+			switch {
+			case err != nil && err != io.EOF && err != io.ErrUnexpectedEOF:
+				c = chunk{err: fmt.Errorf("read content: %w", err)}
+			case size > s.maxSize:
+				c = chunk{err: fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)}
+			case n == 0:
+				return
+			}
+			select {
+			case out <- c:
+			case <-done:
+				return
+			}
+			if err != nil || c.err != nil {
+				return
+			}
+		}
+	})
+	return out, func() { close(done); wg.Wait() }
 }
 
 // putBuf is what a put reads into: a buffer for the value and the hash
@@ -202,22 +342,90 @@ func readAtMost(r io.Reader, buf []byte, limit int64, h hash.Hash) ([]byte, erro
 }
 
 // Get returns a reader over key's value, or an error wrapping ErrNotFound.
-// With Options.VerifyReads a value that no longer matches its key is an
-// error wrapping ErrDigestMismatch.
+// A value over the inline limit is not read yet: the reader fetches its
+// chunks as they are read, with ctx, so reading after ctx ends fails. With
+// Options.VerifyReads a value that no longer matches its key is an error
+// wrapping ErrDigestMismatch: at Get for an inline value, at the end of
+// reading for a chunked one.
 func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
 	if err := checkKey(ctx, key); err != nil {
 		return nil, fmt.Errorf("blob get: %w", err)
 	}
-	value, err := s.eng.Get(ctx, key)
+	st, err := s.eng.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("blob get %s: %w", key, err)
 	}
-	if s.verify {
-		if got := KeyOf(value); got != key {
+	if s.verify && st.Chunks == 0 {
+		if got := KeyOf(st.Value); got != key {
 			return nil, fmt.Errorf("blob get %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
 		}
 	}
-	return newReader(key, value), nil
+	return newReader(ctx, s.eng, key, st, s.verify), nil
+}
+
+// Verify re-hashes key's stored value, streaming, and returns an error
+// wrapping ErrDigestMismatch when it no longer matches its key, or
+// ErrNotFound when key is absent.
+func (s *Store) Verify(ctx context.Context, key Key) error {
+	if err := checkKey(ctx, key); err != nil {
+		return fmt.Errorf("blob verify: %w", err)
+	}
+	st, err := s.eng.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("blob verify %s: %w", key, err)
+	}
+	if st.Chunks == 0 {
+		if got := KeyOf(st.Value); got != key {
+			return fmt.Errorf("blob verify %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
+		}
+		return nil
+	}
+	if _, err := newReader(ctx, s.eng, key, st, true).WriteTo(io.Discard); err != nil {
+		return fmt.Errorf("blob verify: %w", err)
+	}
+	return nil
+}
+
+// Publish publishes the p.Size bytes staged under the upload p.Chunks
+// (written with the engine's WriteChunk) as p.Key's value, pinned for
+// p.Owner and p.TTL from p.Now exactly as the engine's Put pins, once it
+// has re-read and hashed them: staged bytes that do not hash to p.Key fail
+// with an error wrapping ErrDigestMismatch and publish nothing. It serves a
+// server publishing a remote client's chunked put, whose hash it cannot
+// take on trust. The upload stays the caller's to abort.
+func (s *Store) Publish(ctx context.Context, p PutParams) error {
+	key, set, size := p.Key, p.Chunks, p.Size
+	if err := checkKey(ctx, key); err != nil {
+		return fmt.Errorf("blob publish: %w", err)
+	}
+	switch {
+	case set <= 0 || size <= 0:
+		return fmt.Errorf("blob publish %s: %w: chunk set %d of %d bytes", key, steaderr.ErrInvalidArgument, set, size)
+	case size > s.maxSize:
+		return fmt.Errorf("blob publish %s: %w: more than %d bytes", key, steaderr.ErrTooLarge, s.maxSize)
+	}
+	if _, err := newReader(ctx, s.eng, key, Stored{Size: size, Chunks: set}, true).WriteTo(io.Discard); err != nil {
+		return fmt.Errorf("blob publish: %w", err)
+	}
+	p.Value = nil
+	if err := s.eng.Put(ctx, p); err != nil {
+		return fmt.Errorf("blob publish %s: %w", key, err)
+	}
+	return nil
+}
+
+// ReapUploads discards the staged chunks of every chunked put whose
+// upload lease lapsed (its process died or stalled) and reports how many
+// uploads it discarded. Opening a store and each GC sweep call it.
+func (s *Store) ReapUploads(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("blob reap uploads: %w", err)
+	}
+	n, err := s.eng.ReapUploads(ctx)
+	if err != nil {
+		return n, fmt.Errorf("blob reap uploads: %w", err)
+	}
+	return n, nil
 }
 
 // Stat returns key's size without reading its value, or an error wrapping

@@ -39,6 +39,10 @@ type Options struct {
 	// Now is the clock pins and the window are judged against, for tests
 	// that move time without sleeping. Defaults to nil: the engine's clock.
 	Now func() time.Time
+	// ReapUploads, if set, discards the staged chunks of chunked puts
+	// whose upload lease lapsed (blob.Store.ReapUploads); each sweep calls
+	// it after reaping pins.
+	ReapUploads func(ctx context.Context) (int, error)
 }
 
 // Collector runs garbage-collection sweeps over an Engine. It is safe for
@@ -83,6 +87,8 @@ type Report struct {
 	Aborted string
 	// Reaped counts expired pins removed.
 	Reaped int64
+	// Uploads counts abandoned chunked uploads reaped (not in a dry run).
+	Uploads int64
 	// Taken counts window candidates taken for arbitration; each was
 	// Deleted, Rescued (a pin, a source or a put in flight protected it)
 	// or Absent (already gone).
@@ -106,8 +112,8 @@ func (r Report) String() string {
 	if r.DryRun {
 		prefix = "dry run (would): "
 	}
-	return fmt.Sprintf("%sreaped %d pins, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; staged %d; in %v",
-		prefix, r.Reaped, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, r.Staged, r.Duration.Round(time.Millisecond))
+	return fmt.Sprintf("%sreaped %d pins and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; staged %d; in %v",
+		prefix, r.Reaped, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, r.Staged, r.Duration.Round(time.Millisecond))
 }
 
 // SweepOptions are the options of one sweep.
@@ -153,6 +159,13 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 	now := c.now()
 	if rep.Reaped, err = c.eng.ReapPins(ctx, NowParams{Now: now, DryRun: opts.DryRun}); err != nil {
 		return rep, fmt.Errorf("gc sweep: reap: %w", err)
+	}
+	if c.opts.ReapUploads != nil && !opts.DryRun {
+		n, err := c.opts.ReapUploads(ctx)
+		rep.Uploads = int64(n)
+		if err != nil {
+			return rep, fmt.Errorf("gc sweep: reap uploads: %w", err)
+		}
 	}
 	progress()
 	for {

@@ -149,7 +149,11 @@ func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
 	if res, ok := ctx.Value(putResultKey{}).(*putResult); ok {
 		res.written, res.existed = true, existed
 	}
-	p.m.blobPut(existed, len(pp.Value))
+	size := int64(len(pp.Value))
+	if pp.Chunks != 0 {
+		size = pp.Size
+	}
+	p.m.blobPut(existed, int(size))
 	return nil
 }
 

@@ -32,21 +32,28 @@ func (s *Server) pinArgs(owner string, ttl time.Duration, now time.Time) (time.D
 	return ttl, now.Truncate(time.Microsecond), err
 }
 
+// queryPin reads and checks the pin a remote engine's put asks for:
+// ?owner=…&ttl=…[&now=…].
+func (s *Server) queryPin(r *http.Request) (owner string, ttl time.Duration, now time.Time, err error) {
+	q := r.URL.Query()
+	owner = q.Get("owner")
+	ttl, err = time.ParseDuration(q.Get("ttl"))
+	if err != nil {
+		return "", 0, time.Time{}, &badRequest{fmt.Sprintf("ttl %q: want a Go duration such as 60s", q.Get("ttl"))}
+	}
+	if now, err = s.queryNow(r); err != nil {
+		return "", 0, time.Time{}, err
+	}
+	ttl, now, err = s.pinArgs(owner, ttl, now)
+	return owner, ttl, now, err
+}
+
 // putPinned stores the body under the key in the path and pins it for the
 // owner and ttl the query names: PUT /v1/blobs/{key}?owner=…&ttl=…, the
 // remote engine's put, which keeps its own pin table and so must get the
 // very pin it asked for. The body must hash to the key.
 func (s *Server) putPinned(w http.ResponseWriter, r *http.Request, key blob.Key) {
-	q := r.URL.Query()
-	ttl, err := time.ParseDuration(q.Get("ttl"))
-	if err != nil {
-		s.fail(w, r, &badRequest{fmt.Sprintf("ttl %q: want a Go duration such as 60s", q.Get("ttl"))})
-		return
-	}
-	now, err := s.queryNow(r)
-	if err == nil {
-		ttl, now, err = s.pinArgs(q.Get("owner"), ttl, now)
-	}
+	owner, ttl, now, err := s.queryPin(r)
 	if err == nil && key.IsZero() {
 		err = &badRequest{"a pinned put names its key in the URL"}
 	}
@@ -77,7 +84,7 @@ func (s *Server) putPinned(w http.ResponseWriter, r *http.Request, key blob.Key)
 	}
 	res := &putResult{}
 	ctx := context.WithValue(r.Context(), putResultKey{}, res)
-	if err := s.blobEng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: q.Get("owner"), TTL: ttl, Now: now}); err != nil {
+	if err := s.blobEng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: owner, TTL: ttl, Now: now}); err != nil {
 		s.fail(w, r, fmt.Errorf("blob put %s: %w", key, err))
 		return
 	}

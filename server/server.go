@@ -252,6 +252,14 @@ func (s *Server) table() []route {
 		{"POST /v1/gc/lease", false, s.acquireLease},
 		{"PUT /v1/gc/lease/{id}", false, s.renewLease},
 		{"DELETE /v1/gc/lease/{id}", false, s.releaseLease},
+		{"GET /v1/blobs/{key}/stored", false, s.storedBlob},
+
+		{"POST /v1/uploads", false, s.beginUpload},
+		{"POST /v1/uploads/reap", false, s.reapUploads},
+		{"POST /v1/uploads/{chunks}/publish", false, s.publishUpload},
+		{"DELETE /v1/uploads/{chunks}", false, s.abortUpload},
+		{"PUT /v1/chunks/{chunks}/{off}", false, s.writeChunk},
+		{"GET /v1/chunks/{chunks}/{off}", false, s.readChunk},
 
 		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},
 		{"POST /v1/locks/{name}/renew", false, s.renewLock},

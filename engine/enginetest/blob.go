@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +36,11 @@ func testBlob(t *testing.T, h Harness) {
 		{"ListDuringPuts", blobListDuringPuts},
 		{"Concurrent", blobConcurrent},
 		{"Delete", blobDelete},
+		{"RangeReads", blobRangeReads},
+		{"DeletedWhileReading", blobDeletedWhileReading},
+		{"SameContentRace", blobSameContentRace},
+		{"PutDeleteRace", blobPutDeleteRace},
+		{"Verify", blobVerify},
 	})
 }
 
@@ -49,6 +53,9 @@ func blobRoundTrip(t *testing.T, h Harness) {
 		{"OneByte", 1},
 		{"FewKiB", 5<<10 + 3},
 		{"InlineLimit", blob.InlineLimit},
+		{"OverInlineLimit", blob.InlineLimit + 1},
+		{"FewChunks", 2*blob.DefaultChunkSize + 5},
+		{"ChunkMultiple", 2 * blob.DefaultChunkSize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -62,15 +69,39 @@ func blobRoundTrip(t *testing.T, h Harness) {
 			}
 			checkReader(t, rd, key, value)
 
-			got, err := b.blobs.Get(t.Context(), key)
-			if err != nil {
-				t.Fatalf("engine Get(%s): %v", key, err)
-			}
-			if !bytes.Equal(got, value) {
+			if got := engineValue(t, b.blobs, key); !bytes.Equal(got, value) {
 				t.Fatalf("engine Get(%s) = %d bytes %s, want %d bytes", key, len(got), blob.KeyOf(got), len(value))
 			}
 		})
 	}
+}
+
+// engineValue reads key's whole value through the engine seam: inline, or
+// chunk by chunk.
+func engineValue(t *testing.T, eng blob.Engine, key blob.Key) []byte {
+	t.Helper()
+	st, err := eng.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("engine Get(%s): %v", key, err)
+	}
+	if st.Chunks == 0 {
+		if int64(len(st.Value)) != st.Size {
+			t.Fatalf("engine Get(%s): inline value of %d bytes, size %d", key, len(st.Value), st.Size)
+		}
+		return st.Value
+	}
+	var value []byte
+	for int64(len(value)) < st.Size {
+		start, data, err := eng.ReadChunk(t.Context(), st.Chunks, int64(len(value)))
+		if err != nil {
+			t.Fatalf("engine ReadChunk(%d, %d): %v", st.Chunks, len(value), err)
+		}
+		if start != int64(len(value)) || len(data) == 0 {
+			t.Fatalf("engine ReadChunk(%d, %d) = chunk at %d of %d bytes, want one starting there", st.Chunks, len(value), start, len(data))
+		}
+		value = append(value, data...)
+	}
+	return value
 }
 
 // checkReader checks every way of reading rd, a reader over want stored
@@ -320,28 +351,18 @@ func blobMaxSize(t *testing.T, h Harness) {
 		}
 		wantNothingStored(t, b.store)
 	})
-	// Values over the inline limit wait for the chunked tier; until it
-	// lands they are refused whole, with nothing stored.
-	t.Run("OverInlineLimit", func(t *testing.T) {
+	// A value over the inline limit streams in chunks; one that outgrows
+	// MaxSize midway is refused after MaxSize+1 bytes, its staged chunks
+	// discarded.
+	t.Run("EndlessReaderChunked", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, h)
-		value := testValue("over inline limit", blob.InlineLimit+1)
-		_, err := b.store.Put(t.Context(), bytes.NewReader(value))
-		wantErr(t, err, errors.ErrUnsupported, "Put(InlineLimit+1 bytes)")
-		if !strings.Contains(err.Error(), "not supported yet") {
-			t.Fatalf("Put(InlineLimit+1 bytes): error %q does not say %q", err, "not supported yet")
-		}
-		wantHas(t, b.store, blob.KeyOf(value), false)
-		wantNothingStored(t, b.store)
-	})
-	t.Run("EndlessReaderOverInlineLimit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, h)
+		limit := int64(blob.InlineLimit + 3*blob.DefaultChunkSize/2)
+		b := setupWith(t, h, blob.Options{MaxSize: limit})
 		r := &endlessReader{}
 		_, err := b.store.Put(t.Context(), r)
-		wantErr(t, err, errors.ErrUnsupported, "Put(endless reader)")
-		if r.n > blob.InlineLimit+1 {
-			t.Fatalf("blob.Store.Put read %d bytes from the reader, want at most InlineLimit+1 = %d", r.n, blob.InlineLimit+1)
+		wantErr(t, err, steaderr.ErrTooLarge, "Put(endless reader) over the inline limit")
+		if r.n > limit+1 {
+			t.Fatalf("blob.Store.Put read %d bytes from the reader with MaxSize %d, want at most MaxSize+1", r.n, limit)
 		}
 		wantNothingStored(t, b.store)
 	})
@@ -520,14 +541,19 @@ func blobIsolation(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatalf("engine Get: %v", err)
 		}
-		for i := range got {
-			got[i] ^= 0xff
+		for i := range got.Value {
+			got.Value[i] ^= 0xff
 		}
-		again, err := b.blobs.Get(t.Context(), key)
-		if err != nil {
-			t.Fatalf("engine Get: %v", err)
+		if got.Chunks != 0 {
+			_, data, err := b.blobs.ReadChunk(t.Context(), got.Chunks, 0)
+			if err != nil {
+				t.Fatalf("engine ReadChunk: %v", err)
+			}
+			for i := range data {
+				data[i] ^= 0xff
+			}
 		}
-		if !bytes.Equal(again, value) {
+		if again := engineValue(t, b.blobs, key); !bytes.Equal(again, value) {
 			t.Fatal("mutating the bytes one engine Get returned changed what a later Get returns")
 		}
 		read := mustGet(t, b.store, key)
@@ -544,11 +570,7 @@ func blobIsolation(t *testing.T, h Harness) {
 		for i := range buf {
 			buf[i] = 0xff
 		}
-		got, err := b.blobs.Get(t.Context(), key)
-		if err != nil {
-			t.Fatalf("engine Get: %v", err)
-		}
-		if !bytes.Equal(got, value) {
+		if got := engineValue(t, b.blobs, key); !bytes.Equal(got, value) {
 			t.Fatal("engine Put retained the caller's buffer: mutating it after Put returned changed the stored value")
 		}
 	})

@@ -70,7 +70,18 @@ type Harness struct {
 	// server without PostgreSQL: a function cannot cross HTTP). The tests
 	// that need a liveness source are then skipped with that reason.
 	NoFuncSources string
+
+	// chunked makes setup's stores use tinyInline and tinyChunk, so that
+	// every value over a few bytes takes the chunked path.
+	chunked bool
 }
+
+// The limits of the chunked run of the blob tests: tiny, so that every test
+// value is chunked, and the chunk size no power of two.
+const (
+	tinyInline = 16
+	tinyChunk  = 4000
+)
 
 // Run runs the whole suite against h. Subtests call t.Parallel() where
 // safe; every test gets engines of its own.
@@ -85,7 +96,9 @@ func Run(t *testing.T, h Harness) {
 // areas are the suite's parts, one file each.
 var areas = []suiteTest{
 	{"Blob", testBlob},
+	{"BlobChunked", func(t *testing.T, h Harness) { h.chunked = true; testBlob(t, h) }},
 	{"GC", testGC},
+	{"GCChunked", func(t *testing.T, h Harness) { h.chunked = true; testGC(t, h) }},
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
@@ -135,6 +148,9 @@ func setup(t *testing.T, h Harness) *bundle {
 // setupWith returns a bundle over a fresh engine from h.New with opts.
 func setupWith(t *testing.T, h Harness, opts blob.Options) *bundle {
 	t.Helper()
+	if h.chunked {
+		opts.InlineLimit, opts.ChunkSize = tinyInline, tinyChunk
+	}
 	return bundleOf(t, newEngine(t, h), opts)
 }
 

@@ -20,17 +20,32 @@ import (
 type blobs struct {
 	e *Engine
 	// mu guards every field below. Every method checks for Close while
-	// holding it: Close drops values under mu, so a check made before
+	// holding it: Close drops the maps under mu, so a check made before
 	// taking the lock could race it.
-	mu     sync.RWMutex
-	values map[blob.Key][]byte
-	keys   []blob.Key // the keys of values, sorted, so a page costs its size
-	pins   map[blob.Key]map[string]time.Time
-	window map[blob.Key]time.Time
+	mu      sync.RWMutex
+	values  map[blob.Key]blob.Stored
+	keys    []blob.Key // the keys of values, sorted, so a page costs its size
+	uploads map[blob.ChunkSet]*upload
+	sets    map[blob.ChunkSet][]chunk // published chunk sets
+	lastSet blob.ChunkSet
+	pins    map[blob.Key]map[string]time.Time
+	window  map[blob.Key]time.Time
 	// sources are the Go-function liveness sources.
 	sources gc.FuncSources
 	// lease is the sweep lease.
 	lease gc.ProcessLease
+}
+
+// upload is a chunk set being staged.
+type upload struct {
+	expires time.Time
+	chunks  []chunk
+}
+
+// chunk is one stored chunk; a set's chunks are in offset order.
+type chunk struct {
+	off  int64
+	data []byte
 }
 
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
@@ -42,13 +57,32 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if p.Owner == "" { // the SQL engines' check constraint
 		return fmt.Errorf("%w: empty pin owner", steaderr.ErrInvalidName)
 	}
-	if _, ok := b.values[p.Key]; !ok {
-		b.values[p.Key] = bytes.Clone(p.Value)
-		i, _ := slices.BinarySearchFunc(b.keys, p.Key, blob.Key.Compare)
-		b.keys = slices.Insert(b.keys, i, p.Key)
+	if p.Chunks != 0 {
+		u, ok := b.uploads[p.Chunks]
+		if !ok {
+			return steaderr.ErrLost
+		}
+		delete(b.uploads, p.Chunks)
+		if b.insert(p.Key, blob.Stored{Size: p.Size, Chunks: p.Chunks}) {
+			b.sets[p.Chunks] = u.chunks
+		}
+	} else {
+		b.insert(p.Key, blob.Stored{Size: int64(len(p.Value)), Value: bytes.Clone(p.Value)})
 	}
 	b.pin(p.Key, p.Owner, clock.OrNow(p.Now).Add(p.TTL))
 	return nil
+}
+
+// insert stores st under key unless key is stored already, and reports
+// whether it did. b.mu is held.
+func (b *blobs) insert(key blob.Key, st blob.Stored) bool {
+	if _, ok := b.values[key]; ok {
+		return false
+	}
+	b.values[key] = st
+	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
+	b.keys = slices.Insert(b.keys, i, key)
+	return true
 }
 
 // pin sets (key, owner)'s expiry to at least expiry. Called with mu held.
@@ -109,33 +143,37 @@ func (b *blobs) unpin(key blob.Key, owner string) {
 	}
 }
 
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
-	value, err := b.lookup(ctx, key)
+func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
+	st, err := b.lookup(ctx, key)
 	if err != nil {
-		return nil, err
+		return blob.Stored{}, err
 	}
-	return bytes.Clone(value), nil
+	st.Value = bytes.Clone(st.Value)
+	if st.Chunks == 0 && st.Value == nil {
+		st.Value = []byte{}
+	}
+	return st, nil
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
-	value, err := b.lookup(ctx, key)
+	st, err := b.lookup(ctx, key)
 	if err != nil {
 		return blob.Info{}, err
 	}
-	return blob.Info{Key: key, Size: int64(len(value))}, nil
+	return blob.Info{Key: key, Size: st.Size}, nil
 }
 
-func (b *blobs) lookup(ctx context.Context, key blob.Key) ([]byte, error) {
+func (b *blobs) lookup(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if err := b.e.check(ctx); err != nil {
-		return nil, err
+		return blob.Stored{}, err
 	}
-	value, ok := b.values[key]
+	st, ok := b.values[key]
 	if !ok {
-		return nil, steaderr.ErrNotFound
+		return blob.Stored{}, steaderr.ErrNotFound
 	}
-	return value, nil
+	return st, nil
 }
 
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
@@ -158,7 +196,7 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	}
 	snapshot := make([]blob.Info, len(keys))
 	for i, key := range keys {
-		snapshot[i] = blob.Info{Key: key, Size: int64(len(b.values[key]))}
+		snapshot[i] = blob.Info{Key: key, Size: b.values[key].Size}
 	}
 	b.mu.RUnlock()
 	for _, info := range snapshot {
@@ -178,4 +216,93 @@ func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 		return err
 	}
 	return v.Err()
+}
+
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.e.check(ctx); err != nil {
+		return 0, err
+	}
+	b.lastSet++
+	return b.lastSet, nil
+}
+
+func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	u, ok := b.uploads[set]
+	switch {
+	case off == 0 && !ok:
+		u = &upload{}
+		b.uploads[set] = u
+	case !ok:
+		return steaderr.ErrLost
+	}
+	u.expires = time.Now().Add(lease)
+	u.chunks = append(u.chunks, chunk{off: off, data: bytes.Clone(data)})
+	return nil
+}
+
+func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	delete(b.uploads, set)
+	return nil
+}
+
+func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.e.check(ctx); err != nil {
+		return 0, err
+	}
+	now, n := time.Now(), 0
+	for set, u := range b.uploads {
+		if !now.Before(u.expires) {
+			delete(b.uploads, set)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.e.check(ctx); err != nil {
+		return 0, nil, err
+	}
+	chunks, ok := b.sets[set]
+	if u, staged := b.uploads[set]; !ok && staged {
+		chunks, ok = u.chunks, true
+	}
+	if !ok {
+		return 0, nil, steaderr.ErrNotFound
+	}
+	// The chunk holding off is the last one starting at or before it.
+	i, found := slices.BinarySearchFunc(chunks, off, func(c chunk, off int64) int { return cmpInt(c.off, off) })
+	if !found {
+		i--
+	}
+	if i < 0 {
+		return 0, nil, steaderr.ErrNotFound
+	}
+	return chunks[i].off, bytes.Clone(chunks[i].data), nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

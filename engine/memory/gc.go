@@ -38,11 +38,12 @@ func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry 
 	if len(refs) > 0 {
 		return gc.Verdict{Outcome: gc.Protected}, nil
 	}
-	v := gc.Verdict{Outcome: gc.Deleted, Size: int64(len(value))}
+	v := gc.Verdict{Outcome: gc.Deleted, Size: value.Size}
 	if dry {
 		return v, nil
 	}
 	delete(b.values, key)
+	delete(b.sets, value.Chunks)
 	delete(b.window, key)
 	delete(b.pins, key) // all expired
 	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
@@ -191,7 +192,7 @@ func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Ex
 	}
 	x := gc.Explanation{Key: key, Now: clock.OrNow(now)}
 	if v, ok := b.values[key]; ok {
-		x.Stored, x.Size = true, int64(len(v))
+		x.Stored, x.Size = true, v.Size
 	}
 	for _, owner := range slices.Sorted(maps.Keys(b.pins[key])) {
 		x.Pins = append(x.Pins, gc.PinInfo{Key: key, Owner: owner, Expiry: b.pins[key][owner]})

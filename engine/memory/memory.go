@@ -31,7 +31,9 @@ var _ engine.Engine = (*Engine)(nil)
 func New() *Engine {
 	e := &Engine{}
 	e.blobs.e = e
-	e.blobs.values = make(map[blob.Key][]byte)
+	e.blobs.values = make(map[blob.Key]blob.Stored)
+	e.blobs.uploads = make(map[blob.ChunkSet]*upload)
+	e.blobs.sets = make(map[blob.ChunkSet][]chunk)
 	e.blobs.pins = make(map[blob.Key]map[string]time.Time)
 	e.blobs.window = make(map[blob.Key]time.Time)
 	e.locks.e = e
@@ -70,6 +72,7 @@ func (e *Engine) Close() error {
 	}
 	e.blobs.mu.Lock()
 	e.blobs.values, e.blobs.keys, e.blobs.pins, e.blobs.window = nil, nil, nil, nil
+	e.blobs.uploads, e.blobs.sets = nil, nil
 	e.blobs.mu.Unlock()
 	e.locks.mu.Lock()
 	e.locks.rows = nil

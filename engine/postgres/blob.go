@@ -61,7 +61,6 @@ FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, 
 WHERE (SELECT count(*) FROM b) >= 0
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
-	sqlGet      = `SELECT value FROM {schema}.blobs WHERE key = $1`
 	sqlStat     = `SELECT size FROM {schema}.blobs WHERE key = $1`
 	sqlListPage = `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`
 
@@ -96,8 +95,9 @@ type blobs struct {
 	// naive selects sqlPutNaive (tests only).
 	naive atomic.Bool
 	sql   struct {
-		put, putNaive, get, stat, page, pin, renewPin, unpin string
+		put, putNaive, stat, page, pin, renewPin, unpin string
 	}
+	chunkSQL chunkSQL
 }
 
 func (b *blobs) init(e *Engine) {
@@ -105,17 +105,23 @@ func (b *blobs) init(e *Engine) {
 	b.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
 	b.sql.put = e.render(sqlPut)
 	b.sql.putNaive = e.render(sqlPutNaive)
-	b.sql.get = e.render(sqlGet)
 	b.sql.stat = e.render(sqlStat)
 	b.sql.page = e.render(sqlListPage)
 	b.sql.pin = e.render(sqlPin)
 	b.sql.renewPin = e.render(sqlRenewPin)
 	b.sql.unpin = e.render(sqlUnpin)
+	b.chunkSQL.init(e)
 }
 
+// Put batches inline values; a chunked value is published on its own, its
+// statement the batch's for one row plus the upload's end
+// (engine/postgres/chunks.go).
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
+	}
+	if p.Chunks != 0 {
+		return b.publish(ctx, p)
 	}
 	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: p.Value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}})
 }
@@ -168,17 +174,6 @@ func laterPin(x, y groupcommit.Pin) int {
 		return cmp.Compare(x.TTL, y.TTL)
 	}
 	return x.Now.Add(x.TTL).Compare(y.Now.Add(y.TTL))
-}
-
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
-	if err := b.e.check(ctx); err != nil {
-		return nil, err
-	}
-	var value []byte
-	if err := readError(b.e.pool.QueryRow(ctx, b.sql.get, key.String()).Scan(&value)); err != nil {
-		return nil, err
-	}
-	return value, nil
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {

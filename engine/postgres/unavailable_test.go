@@ -172,7 +172,7 @@ func TestUnavailableStoppedServer(t *testing.T) {
 	c.Start(t)
 	poll.Until(t, "Get to work again", func() bool {
 		got, err := e.Blobs().Get(ctx, key)
-		return err == nil && string(got) == string(value)
+		return err == nil && string(got.Value) == string(value)
 	})
 	for _, o := range ops {
 		if err := o.op(); err != nil {
@@ -275,7 +275,7 @@ func TestPgBouncerRestart(t *testing.T) {
 	bouncer.Start(t)
 	poll.Until(t, "Get to work through the restarted PgBouncer", func() bool {
 		got, err := e.Blobs().Get(ctx, key)
-		return err == nil && string(got) == string(value)
+		return err == nil && string(got.Value) == string(value)
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
@@ -16,43 +17,116 @@ import (
 
 type blobs struct{ e *Engine }
 
-// Put uploads the value, pinned for p.Owner and p.TTL from p.Now (zero:
-// the server's clock): the server takes exactly the pin asked for, so the
-// portable store's hot-key skip, which trusts its own pin deadlines, stays
-// safe over HTTP.
+// Put uploads the value, or publishes the upload p.Chunks (the server
+// re-hashes its chunks first), pinned for p.Owner and p.TTL from p.Now
+// (zero: the server's clock): the server takes exactly the pin asked for,
+// so the portable store's hot-key skip, which trusts its own pin
+// deadlines, stays safe over HTTP.
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	q := query("now", timeText(p.Now))
 	q.Set("owner", p.Owner) // even empty: the server refuses it rather than pin as itself
 	q.Set("ttl", p.TTL.String())
+	if p.Chunks != 0 {
+		_, err := b.e.do(ctx, http.MethodPost, chunkSetPath(p.Chunks)+"/publish", &request{query: q}, wire.Publish{Key: p.Key.String(), Size: p.Size}, nil)
+		return err
+	}
 	req := &request{body: bytes.NewReader(p.Value), query: q}
 	_, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+p.Key.String(), req, nil, nil)
 	return err
 }
 
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
-	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs/"+key.String(), nil, nil)
+// Get reads key's stored form; an answer over wire.MaxStored bytes is an
+// error, whatever its Content-Length says.
+func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
+	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs/"+key.String()+"/stored", nil, nil)
 	if err != nil {
-		return nil, err
+		return blob.Stored{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, errorOf(resp)
+		return blob.Stored{}, errorOf(resp)
 	}
-	// The declared length is not trusted: read at most one byte more than
-	// the largest value the engine holds.
-	if resp.ContentLength > blob.InlineLimit {
-		return nil, fmt.Errorf("remote: blob %s: the server declares %d bytes, more than a blob holds", key, resp.ContentLength)
+	var st wire.Stored
+	if err := json.NewDecoder(io.LimitReader(resp.Body, wire.MaxStored)).Decode(&st); err != nil {
+		return blob.Stored{}, fmt.Errorf("remote: blob %s: %w: %w", key, errMalformed, err)
 	}
-	value, err := io.ReadAll(io.LimitReader(resp.Body, blob.InlineLimit+1))
+	switch {
+	case st.Size < 0 || st.Chunks < 0,
+		st.Chunks == 0 && int64(len(st.Value)) != st.Size,
+		st.Chunks != 0 && len(st.Value) != 0:
+		return blob.Stored{}, fmt.Errorf("remote: blob %s: %w: inconsistent stored form", key, errMalformed)
+	}
+	if st.Value == nil && st.Chunks == 0 {
+		st.Value = []byte{}
+	}
+	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks)}, nil
+}
+
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+	var up wire.Upload
+	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", nil, nil, &up); err != nil {
+		return 0, err
+	}
+	if up.Chunks <= 0 {
+		return 0, fmt.Errorf("remote: begin upload: %w: chunk set %d", errMalformed, up.Chunks)
+	}
+	return blob.ChunkSet(up.Chunks), nil
+}
+
+func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	if len(data) > wire.MaxChunk {
+		return fmt.Errorf("%w: a chunk of %d bytes; a server takes at most %d", steaderr.ErrInvalidArgument, len(data), wire.MaxChunk)
+	}
+	req := &request{body: bytes.NewReader(data), query: query("lease", lease.String())}
+	_, err := b.e.do(ctx, http.MethodPut, chunkPath(set, off), req, nil, nil)
+	return err
+}
+
+func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
+	_, err := b.e.do(ctx, http.MethodDelete, chunkSetPath(set), nil, nil, nil)
+	return err
+}
+
+func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+	var r wire.Reaped
+	_, err := b.e.do(ctx, http.MethodPost, "/v1/uploads/reap", nil, nil, &r)
+	return r.Reaped, err
+}
+
+// ReadChunk reads at most wire.MaxChunk bytes of the answer, whatever its
+// Content-Length says.
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	resp, err := b.e.send(ctx, http.MethodGet, chunkPath(set, off), nil, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, nil, errorOf(resp)
+	}
+	start, err := strconv.ParseInt(resp.Header.Get(wire.ChunkStartHeader), 10, 64)
+	if err != nil || start < 0 || start > off {
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w: chunk start %q", set, off, errMalformed, resp.Header.Get(wire.ChunkStartHeader))
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxChunk+1))
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("remote: blob %s: %w", key, err)
-	case len(value) > blob.InlineLimit:
-		return nil, fmt.Errorf("remote: blob %s: the server sent more than a blob holds", key)
-	case resp.ContentLength >= 0 && int64(len(value)) != resp.ContentLength:
-		return nil, fmt.Errorf("remote: blob %s: %w", key, io.ErrUnexpectedEOF)
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w", set, off, err)
+	case len(data) > wire.MaxChunk:
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w: over %d bytes", set, off, errMalformed, wire.MaxChunk)
+	case resp.ContentLength >= 0 && int64(len(data)) != resp.ContentLength:
+		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w", set, off, io.ErrUnexpectedEOF)
 	}
-	return value, nil
+	return start, data, nil
+}
+
+// The paths of an upload and of one of its chunks.
+func chunkSetPath(set blob.ChunkSet) string {
+	return "/v1/uploads/" + strconv.FormatInt(int64(set), 10)
+}
+
+func chunkPath(set blob.ChunkSet, off int64) string {
+	return "/v1/chunks/" + strconv.FormatInt(int64(set), 10) + "/" + strconv.FormatInt(off, 10)
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {

@@ -68,7 +68,7 @@ func TestGetDistrustsContentLength(t *testing.T) {
 			defer e.Close()
 			key, _ := blob.ParseKey("sha256:" + strings.Repeat("ab", 32))
 			if v, err := e.Blobs().Get(ctx, key); err == nil {
-				t.Fatalf("Get = %d bytes, want an error", len(v))
+				t.Fatalf("Get = %d bytes, want an error", v.Size)
 			}
 		})
 	}

@@ -11,6 +11,9 @@
 // Go-function liveness sources cannot cross HTTP (register them in the
 // server's process); and, as for any network store, an error may hide a write that took
 // effect (retrying is safe: every write is idempotent or fenced).
+//
+// A value over the store's inline limit crosses the wire chunk by chunk;
+// the server re-hashes the chunks before it publishes them.
 package remote
 
 import (

@@ -23,6 +23,7 @@ type blobs struct {
 	commit               *groupcommit.Committer[groupcommit.Put]
 	put, putPin          stmt
 	get, stat, listAfter stmt
+	readChunk            stmt
 	pin, renewPin, unpin stmt
 	// sources are the Go-function liveness sources, and lease is the
 	// sweep lease: one process uses a database file, so both live in
@@ -37,7 +38,8 @@ func (b *blobs) init(e *Engine) {
 	b.put = stmt{db: e.writer, query: "INSERT INTO blobs (key, size, value) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING"}
 	// ?1 key, ?2 owner, ?3 expiry: a pin's expiry only ever grows.
 	b.putPin = stmt{db: e.writer, query: "INSERT INTO pins (key, owner, expiry) VALUES (?1, ?2, ?3) ON CONFLICT (key, owner) DO UPDATE SET expiry = max(expiry, excluded.expiry)"}
-	b.get = stmt{db: e.reader, query: "SELECT value FROM blobs WHERE key = ?"}
+	b.get = stmt{db: e.reader, query: sqlGet}
+	b.readChunk = stmt{db: e.reader, query: sqlReadChunk}
 	b.stat = stmt{db: e.reader, query: "SELECT size FROM blobs WHERE key = ?"}
 	// Every key sorts after '', so one statement serves every cursor.
 	b.listAfter = stmt{db: e.reader, query: "SELECT key, size FROM blobs WHERE key > ? ORDER BY key LIMIT ?"}
@@ -51,12 +53,15 @@ func (b *blobs) init(e *Engine) {
 
 func (b *blobs) close() error {
 	return errors.Join(b.put.close(), b.putPin.close(), b.get.close(), b.stat.close(), b.listAfter.close(),
-		b.pin.close(), b.renewPin.close(), b.unpin.close())
+		b.pin.close(), b.renewPin.close(), b.unpin.close(), b.readChunk.close())
 }
 
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
+	}
+	if p.Chunks != 0 {
+		return b.publish(ctx, p)
 	}
 	value := p.Value
 	if value == nil {
@@ -164,24 +169,6 @@ func (b *blobs) exec(ctx context.Context, s *stmt, args ...any) (int64, error) {
 	}
 	n, err := res.RowsAffected()
 	return n, interpretError(ctx, err)
-}
-
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
-	if err := b.e.check(ctx); err != nil {
-		return nil, err
-	}
-	s, err := b.get.get(ctx)
-	if err != nil {
-		return nil, readError(ctx, err)
-	}
-	var value []byte // Scan into *[]byte copies: the caller owns the bytes
-	if err := s.QueryRowContext(ctx, key.String()).Scan(&value); err != nil {
-		return nil, readError(ctx, err)
-	}
-	if value == nil {
-		value = []byte{} // the driver reads an empty blob as nil
-	}
-	return value, nil
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {

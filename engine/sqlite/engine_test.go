@@ -129,8 +129,8 @@ func TestReopenKeepsData(t *testing.T) {
 		}
 		for _, v := range values {
 			got, err := e.Blobs().Get(t.Context(), blob.KeyOf(v))
-			if err != nil || !bytes.Equal(got, v) {
-				t.Fatalf("cycle %d: Get(%d bytes) = %d bytes, %v", cycle, len(v), len(got), err)
+			if err != nil || !bytes.Equal(got.Value, v) {
+				t.Fatalf("cycle %d: Get(%d bytes) = %d bytes, %v", cycle, len(v), len(got.Value), err)
 			}
 		}
 		if err := e.Close(); err != nil {
@@ -253,8 +253,8 @@ func TestVirgin(t *testing.T) {
 	// Migrating later makes the same engine usable.
 	mustMigrate(t, e)
 	mustPut(t, e, value)
-	if got, err := b.Get(ctx, key); err != nil || !bytes.Equal(got, value) {
-		t.Fatalf("Get after Migrate = %q, %v", got, err)
+	if got, err := b.Get(ctx, key); err != nil || !bytes.Equal(got.Value, value) {
+		t.Fatalf("Get after Migrate = %q, %v", got.Value, err)
 	}
 }
 
@@ -328,8 +328,8 @@ func TestPutNeverOverwrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := e.Blobs().Get(t.Context(), key)
-	if err != nil || string(got) != "first" {
-		t.Fatalf("Get = %q, %v; want the first value", got, err)
+	if err != nil || string(got.Value) != "first" {
+		t.Fatalf("Get = %q, %v; want the first value", got.Value, err)
 	}
 	info, err := e.Blobs().Stat(t.Context(), key)
 	if err != nil || info.Size != int64(len("first")) || info.Key != key {
@@ -345,8 +345,8 @@ func TestNilValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := e.Blobs().Get(t.Context(), key)
-	if err != nil || got == nil || len(got) != 0 {
-		t.Fatalf("Get = %#v, %v; want an empty non-nil slice", got, err)
+	if err != nil || got.Value == nil || len(got.Value) != 0 {
+		t.Fatalf("Get = %#v, %v; want an empty non-nil slice", got.Value, err)
 	}
 }
 

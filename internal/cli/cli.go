@@ -29,6 +29,9 @@ const (
 	exitUsage    = 2
 	exitNotFound = 3
 	exitWarn     = 4
+	// exitCorrupt: stead scrub found blobs whose content no longer
+	// matches their key.
+	exitCorrupt = 5
 )
 
 // commands makes the top-level commands, one file per group; add a
@@ -47,6 +50,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"bench":   benchCommand,
 	"gc":      gcCommand,
 	"pins":    pinsCommand,
+	"scrub":   scrubCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"flag"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/server"
 )
@@ -129,6 +132,38 @@ func TestBlobCommands(t *testing.T) {
 			}
 			if code, _, stderr := run(t, ctx, "--db", db, "stat", key); code != 0 {
 				t.Fatalf("stat after a refused rm = %d %q", code, stderr)
+			}
+		})
+	}
+}
+
+// TestLargeBlobCommands puts a file of several chunks and gets it back, to
+// a file and to stdout, locally and through a server (whose remote engine
+// takes the chunked path over HTTP).
+func TestLargeBlobCommands(t *testing.T) {
+	t.Parallel()
+	value := make([]byte, 3<<20+123)
+	rand.NewChaCha8([32]byte{7}).Read(value)
+	want := blob.KeyOf(value).String()
+	for name, db := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := t.TempDir()
+			in := filepath.Join(dir, "in")
+			os.WriteFile(in, value, 0o644)
+			if code, stdout, stderr := run(t, ctx, "--db", db, "put", in); code != 0 || strings.TrimSpace(stdout) != want {
+				t.Fatalf("put FILE = %d %q %q, want %s", code, stdout, stderr, want)
+			}
+			out := filepath.Join(dir, "out")
+			if code, _, stderr := run(t, ctx, "--db", db, "get", want, "-o", out); code != 0 {
+				t.Fatalf("get -o = %d %q", code, stderr)
+			}
+			if b, _ := os.ReadFile(out); !bytes.Equal(b, value) {
+				t.Fatalf("get -o wrote %d bytes, not the %d put", len(b), len(value))
+			}
+			if code, stdout, _ := run(t, ctx, "--db", db, "get", want); code != 0 || stdout != string(value) {
+				t.Fatalf("get to stdout = %d, %d bytes", code, len(stdout))
 			}
 		})
 	}

@@ -34,14 +34,19 @@ type Op string
 // The operations an Injector is asked about, one per engine method that
 // can fail.
 const (
-	BlobPut      Op = "blob.Put"
-	BlobGet      Op = "blob.Get"
-	BlobStat     Op = "blob.Stat"
-	BlobList     Op = "blob.List"
-	BlobDelete   Op = "blob.Delete"
-	BlobPin      Op = "blob.Pin"
-	BlobRenewPin Op = "blob.RenewPin"
-	BlobUnpin    Op = "blob.Unpin"
+	BlobPut         Op = "blob.Put"
+	BlobGet         Op = "blob.Get"
+	BlobStat        Op = "blob.Stat"
+	BlobList        Op = "blob.List"
+	BlobDelete      Op = "blob.Delete"
+	BlobPin         Op = "blob.Pin"
+	BlobRenewPin    Op = "blob.RenewPin"
+	BlobUnpin       Op = "blob.Unpin"
+	BlobBeginUpload Op = "blob.BeginUpload"
+	BlobWriteChunk  Op = "blob.WriteChunk"
+	BlobAbortUpload Op = "blob.AbortUpload"
+	BlobReapUploads Op = "blob.ReapUploads"
+	BlobReadChunk   Op = "blob.ReadChunk"
 
 	GCReapPins          Op = "gc.ReapPins"
 	GCStage             Op = "gc.Stage"
@@ -251,9 +256,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	return b.inner.Put(ctx, p)
 }
 
-func (b *blobs) Get(ctx context.Context, key blob.Key) ([]byte, error) {
+func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	if err := b.inj.Inject(BlobGet); err != nil {
-		return nil, err
+		return blob.Stored{}, err
 	}
 	return b.inner.Get(ctx, key)
 }
@@ -291,6 +296,41 @@ func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
 		return false, err
 	}
 	return b.inner.RenewPin(ctx, p)
+}
+
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+	if err := b.inj.Inject(BlobBeginUpload); err != nil {
+		return 0, err
+	}
+	return b.inner.BeginUpload(ctx)
+}
+
+func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	if err := b.inj.Inject(BlobWriteChunk); err != nil {
+		return err
+	}
+	return b.inner.WriteChunk(ctx, set, off, data, lease)
+}
+
+func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
+	if err := b.inj.Inject(BlobAbortUpload); err != nil {
+		return err
+	}
+	return b.inner.AbortUpload(ctx, set)
+}
+
+func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+	if err := b.inj.Inject(BlobReapUploads); err != nil {
+		return 0, err
+	}
+	return b.inner.ReapUploads(ctx)
+}
+
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	if err := b.inj.Inject(BlobReadChunk); err != nil {
+		return 0, nil, err
+	}
+	return b.inner.ReadChunk(ctx, set, off)
 }
 
 func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {

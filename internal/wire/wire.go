@@ -292,3 +292,41 @@ func ParseETag(v string) (int64, error) {
 	}
 	return n, nil
 }
+
+// MaxChunk bounds one chunk on the wire, written or read, and so the
+// memory one chunk request holds on either side.
+const MaxChunk = 16 << 20
+
+// ChunkStartHeader carries the offset of a chunk's first byte in the
+// answer of a chunk read.
+const ChunkStartHeader = "Stead-Chunk-Start"
+
+// Upload names an upload's chunk set: the answer of POST /v1/uploads.
+type Upload struct {
+	Chunks int64 `json:"chunks"`
+}
+
+// Publish is the body of POST /v1/uploads/{chunks}/publish: the key and
+// size the staged chunks are published as.
+type Publish struct {
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+}
+
+// Reaped is the answer of POST /v1/uploads/reap.
+type Reaped struct {
+	Reaped int `json:"reaped"`
+}
+
+// Stored is a blob's stored form, the answer of GET
+// /v1/blobs/{key}/stored: its size and either its inline value or its
+// chunk set.
+type Stored struct {
+	Size   int64  `json:"size"`
+	Value  []byte `json:"value,omitempty"`
+	Chunks int64  `json:"chunks,omitempty"`
+}
+
+// MaxStored bounds the answer of GET /v1/blobs/{key}/stored: an inline
+// value of up to MaxChunk bytes, base64-encoded, and its fields.
+const MaxStored = MaxChunk/3*4 + 4<<10

@@ -1,0 +1,204 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// The chunked tier (docs/decisions/0011-large-blobs.md): each statement is
+// one short autocommit transaction. An upload's row is locked by every
+// statement that touches it, so a chunk write, the publish and the reaper
+// serialize on it: a chunk write renews the lease the reaper re-checks, and
+// a reaped upload accepts no chunk and publishes nothing.
+const (
+	// sqlBeginUpload takes the sequence's name as a parameter
+	// ({schema}.blob_chunk_sets), so no quoting is spliced into a literal.
+	sqlBeginUpload = `SELECT nextval($1::regclass)`
+
+	sqlStartUpload = `WITH up AS (
+    INSERT INTO {schema}.blob_uploads (id, expires_at)
+    VALUES ($1, now() + $4::bigint * interval '1 microsecond')
+    RETURNING id
+)
+INSERT INTO {schema}.blob_chunks (chunks, off, data)
+SELECT id, $2, $3 FROM up`
+
+	sqlWriteChunk = `WITH up AS (
+    UPDATE {schema}.blob_uploads SET expires_at = now() + $4::bigint * interval '1 microsecond'
+    WHERE id = $1
+    RETURNING id
+)
+INSERT INTO {schema}.blob_chunks (chunks, off, data)
+SELECT id, $2, $3 FROM up`
+
+	// sqlPublish is sqlPut (engine/postgres/blob.go) for one chunked
+	// value: the upload's row is deleted first (none: reaped, nothing
+	// happens), the blob row is inserted naming the chunk set with the
+	// same row lock, the staged chunks are deleted when the key was
+	// already stored, and the pin is upserted after the blob row is locked.
+	// It answers whether the upload was still there.
+	sqlPublish = `WITH up AS (
+	DELETE FROM {schema}.blob_uploads WHERE id = $3 RETURNING id
+), b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value, chunks)
+	SELECT $1, $2, '\x'::bytea, id FROM up
+	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
+	RETURNING 1
+), discard AS (
+	DELETE FROM {schema}.blob_chunks
+	WHERE chunks = (SELECT id FROM up) AND NOT EXISTS (SELECT FROM b)
+), p AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT $1, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond'
+	FROM up
+	WHERE (SELECT count(*) FROM b) >= 0
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
+)
+SELECT EXISTS (SELECT FROM up)`
+
+	// sqlAbortUpload deletes an upload and its chunks; an upload already
+	// published has no row and keeps its chunks.
+	sqlAbortUpload = `WITH up AS (
+    DELETE FROM {schema}.blob_uploads WHERE id = $1 RETURNING id
+)
+DELETE FROM {schema}.blob_chunks WHERE chunks IN (SELECT id FROM up)`
+
+	sqlReapUploads = `WITH up AS (
+    DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id
+), gone AS (
+    DELETE FROM {schema}.blob_chunks WHERE chunks IN (SELECT id FROM up)
+)
+SELECT count(*) FROM up`
+
+	sqlReadChunk = `SELECT off, data FROM {schema}.blob_chunks
+WHERE chunks = $1 AND off <= $2
+ORDER BY off DESC
+LIMIT 1`
+
+	sqlGet = `SELECT size, value, chunks FROM {schema}.blobs WHERE key = $1`
+)
+
+// chunkSQL holds the chunked tier's statements, rendered for the schema.
+type chunkSQL struct {
+	begin, start, write, publish, abort, reap, read, get string
+	// sequence is the chunk set sequence's name, sqlBeginUpload's argument.
+	sequence string
+}
+
+func (c *chunkSQL) init(e *Engine) {
+	c.begin = e.render(sqlBeginUpload)
+	c.start = e.render(sqlStartUpload)
+	c.sequence = e.ident + ".blob_chunk_sets"
+	c.write = e.render(sqlWriteChunk)
+	c.publish = e.render(sqlPublish)
+	c.abort = e.render(sqlAbortUpload)
+	c.reap = e.render(sqlReapUploads)
+	c.read = e.render(sqlReadChunk)
+	c.get = e.render(sqlGet)
+}
+
+func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
+	if err := b.e.check(ctx); err != nil {
+		return blob.Stored{}, err
+	}
+	var st blob.Stored
+	var chunks *int64
+	err := interpretError(b.e.pool.QueryRow(ctx, b.chunkSQL.get, key.String()).Scan(&st.Size, &st.Value, &chunks))
+	switch {
+	case errors.Is(err, errNoSchema):
+		return blob.Stored{}, steaderr.ErrNotFound
+	case err != nil:
+		return blob.Stored{}, err
+	case chunks != nil:
+		st.Chunks, st.Value = blob.ChunkSet(*chunks), nil
+	}
+	return st, nil
+}
+
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+	if err := b.e.check(ctx); err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := b.e.pool.QueryRow(ctx, b.chunkSQL.begin, b.chunkSQL.sequence).Scan(&id); err != nil {
+		return 0, interpretError(err)
+	}
+	return blob.ChunkSet(id), nil
+}
+
+func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	query := b.chunkSQL.write
+	if off == 0 {
+		query = b.chunkSQL.start
+	}
+	tag, err := b.e.pool.Exec(ctx, query, int64(set), off, data, lease.Microseconds())
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errUploadLost
+	}
+	return nil
+}
+
+// errUploadLost reports an upload whose lease lapsed and which was reaped.
+var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
+
+// publish stores the chunked value p names; see sqlPublish.
+func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
+	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
+	var found bool
+	err := retryTransient(ctx, func() error {
+		return b.e.pool.QueryRow(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now).Scan(&found)
+	})
+	if err != nil {
+		return interpretError(err)
+	}
+	if !found {
+		return errUploadLost
+	}
+	return nil
+}
+
+func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	_, err := b.e.pool.Exec(ctx, b.chunkSQL.abort, int64(set))
+	return interpretError(err)
+}
+
+func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+	if err := b.e.check(ctx); err != nil {
+		return 0, err
+	}
+	var n int
+	err := interpretError(b.e.pool.QueryRow(ctx, b.chunkSQL.reap).Scan(&n))
+	if errors.Is(err, errNoSchema) {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	if err := b.e.check(ctx); err != nil {
+		return 0, nil, err
+	}
+	var start int64
+	var data []byte
+	err := interpretError(b.e.pool.QueryRow(ctx, b.chunkSQL.read, int64(set), off).Scan(&start, &data))
+	if errors.Is(err, errNoSchema) {
+		return 0, nil, steaderr.ErrNotFound
+	}
+	return start, data, err
+}

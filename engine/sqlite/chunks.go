@@ -1,0 +1,201 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/clock"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// The chunked tier (docs/decisions/0011-large-blobs.md). Writes run on the
+// single writer connection, each in its own short transaction, so chunk
+// writes, publishing and reaping never interleave; reads use the reader
+// pool, one statement each.
+const (
+	sqlBeginUpload = `UPDATE blob_chunk_sets SET last = last + 1 RETURNING last`
+	sqlStartUpload = `INSERT INTO blob_uploads (id, expires_at) VALUES (?, ?)`
+	// sqlRenewUpload extends a lease only once a third of it has passed, so
+	// most chunk writes change no upload row.
+	sqlRenewUpload = `UPDATE blob_uploads SET expires_at = ?1 WHERE id = ?2 AND expires_at < ?3`
+	// sqlInsertChunk stores a chunk only while its upload exists: a
+	// reaped upload takes no chunk.
+	sqlInsertChunk  = `INSERT INTO blob_chunks (chunks, off, data) SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?1)`
+	sqlEndUpload    = `DELETE FROM blob_uploads WHERE id = ?`
+	sqlPublishBlob  = `INSERT INTO blobs (key, size, value, chunks) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
+	sqlDeleteChunks = `DELETE FROM blob_chunks WHERE chunks = ?`
+	sqlReapChunks   = `DELETE FROM blob_chunks WHERE chunks IN (SELECT id FROM blob_uploads WHERE expires_at <= ?)`
+	sqlReapUploads  = `DELETE FROM blob_uploads WHERE expires_at <= ?`
+	sqlReadChunk    = `SELECT off, data FROM blob_chunks WHERE chunks = ? AND off <= ? ORDER BY off DESC LIMIT 1`
+	sqlGet          = `SELECT size, value, chunks FROM blobs WHERE key = ?`
+)
+
+// errUploadLost reports an upload whose lease lapsed and which was reaped.
+var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
+
+// writeTx runs fn in a write transaction on the writer connection, once
+// the engine is checked open.
+func (b *blobs) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	return b.e.writeTx(ctx, fn)
+}
+
+// changed runs one statement in tx and reports whether it changed a row.
+func changed(ctx context.Context, tx *sql.Tx, query string, args ...any) (bool, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
+	if err := b.e.check(ctx); err != nil {
+		return blob.Stored{}, err
+	}
+	s, err := b.get.get(ctx)
+	if err != nil {
+		return blob.Stored{}, readError(ctx, err)
+	}
+	var st blob.Stored
+	var chunks sql.NullInt64
+	// Scan into *[]byte copies: the caller owns the bytes.
+	if err := s.QueryRowContext(ctx, key.String()).Scan(&st.Size, &st.Value, &chunks); err != nil {
+		return blob.Stored{}, readError(ctx, err)
+	}
+	switch {
+	case chunks.Valid:
+		st.Chunks, st.Value = blob.ChunkSet(chunks.Int64), nil
+	case st.Value == nil:
+		st.Value = []byte{} // the driver reads an empty blob as nil
+	}
+	return st, nil
+}
+
+func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+	var id int64
+	err := b.writeTx(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, sqlBeginUpload).Scan(&id)
+	})
+	return blob.ChunkSet(id), err
+}
+
+// WriteChunk runs as autocommit statements, not one transaction: the writer
+// connection runs one statement at a time, the chunk goes in only while
+// its upload exists, and the lease, renewed a third of the way through,
+// cannot lapse between the two.
+func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	now := time.Now()
+	expires := now.Add(lease).UnixNano()
+	var err error
+	if off == 0 {
+		_, err = b.e.writer.ExecContext(ctx, sqlStartUpload, int64(set), expires)
+	} else {
+		_, err = b.e.writer.ExecContext(ctx, sqlRenewUpload, expires, int64(set), now.Add(lease*2/3).UnixNano())
+	}
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	res, err := b.e.writer.ExecContext(ctx, sqlInsertChunk, int64(set), off, data)
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	if n == 0 {
+		return errUploadLost
+	}
+	return nil
+}
+
+// publish stores the chunked value p names and its pin in one write
+// transaction: the upload ends (none: reaped, nothing happens), the blob
+// row names the chunk set unless the key was already stored, in which case
+// the staged chunks are deleted, and the pin is upserted as a put's is.
+func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
+	putPin, err := b.putPin.get(ctx)
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	return b.writeTx(ctx, func(tx *sql.Tx) error {
+		found, err := changed(ctx, tx, sqlEndUpload, int64(p.Chunks))
+		if err != nil {
+			return err
+		}
+		if !found {
+			return errUploadLost
+		}
+		inserted, err := changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			if _, err := tx.ExecContext(ctx, sqlDeleteChunks, int64(p.Chunks)); err != nil {
+				return err
+			}
+		}
+		expiry := clock.OrNow(p.Now).Add(p.TTL).UnixMicro()
+		_, err = tx.StmtContext(ctx, putPin).ExecContext(ctx, p.Key.String(), p.Owner, expiry)
+		return err
+	})
+}
+
+func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
+	return b.writeTx(ctx, func(tx *sql.Tx) error {
+		// An upload already published has no row and keeps its chunks.
+		found, err := changed(ctx, tx, sqlEndUpload, int64(set))
+		if err != nil || !found {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, sqlDeleteChunks, int64(set))
+		return err
+	})
+}
+
+func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+	var n int64
+	err := b.writeTx(ctx, func(tx *sql.Tx) error {
+		now := time.Now().UnixNano()
+		if _, err := tx.ExecContext(ctx, sqlReapChunks, now); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, sqlReapUploads, now)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if errors.Is(err, errNoSchema) {
+		return 0, nil
+	}
+	return int(n), err
+}
+
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	if err := b.e.check(ctx); err != nil {
+		return 0, nil, err
+	}
+	s, err := b.readChunk.get(ctx)
+	if err != nil {
+		return 0, nil, readError(ctx, err)
+	}
+	var start int64
+	var data []byte
+	if err := s.QueryRowContext(ctx, int64(set), off).Scan(&start, &data); err != nil {
+		return 0, nil, readError(ctx, err)
+	}
+	return start, data, nil
+}

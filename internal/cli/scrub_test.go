@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"bytes"
+	"database/sql"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/steadkit/stead/blob"
+)
+
+// TestScrub stores inline and chunked values, corrupts one of each directly
+// in the database, and checks that stead scrub lists exactly those, exits
+// 3, and resumes from a key.
+func TestScrub(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "stead.db")
+	url := "sqlite://" + path
+	st := openStore(t, url)
+	var keys []blob.Key
+	for i, size := range []int{10, 1000, blob.InlineLimit + 1, 3*blob.DefaultChunkSize + 17} {
+		value := make([]byte, size)
+		_, _ = rand.NewChaCha8([32]byte{byte(i)}).Read(value)
+		key, err := st.Blobs.Put(t.Context(), bytes.NewReader(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	slices.SortFunc(keys, blob.Key.Compare)
+
+	r := runCLI(t, "--db", url, "scrub")
+	if r.code != 0 || r.stdout.String() != "" || !strings.Contains(r.stderr.String(), "scrubbed 4 blobs") {
+		t.Fatalf("scrub of intact blobs = exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var inline, chunked blob.Key
+	for _, key := range keys {
+		info, err := st.Blobs.Stat(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case info.Size == 1000:
+			inline = key
+			_, err = db.Exec("UPDATE blobs SET value = CAST(zeroblob(1000) AS BLOB) WHERE key = ?", key.String())
+		case info.Size > 3*blob.DefaultChunkSize:
+			chunked = key
+			_, err = db.Exec("UPDATE blob_chunks SET data = zeroblob(length(data)) WHERE off = ? AND chunks = (SELECT chunks FROM blobs WHERE key = ?)", 2*blob.DefaultChunkSize, key.String())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{inline.String(), chunked.String()}
+	slices.Sort(want)
+	r = runCLI(t, "--db", url, "scrub")
+	if got := strings.Fields(r.stdout.String()); r.code != exitCorrupt || !slices.Equal(got, want) {
+		t.Fatalf("scrub = exit %d, stdout %q, stderr %q; want exit %d listing %v", r.code, r.stdout, r.stderr, exitCorrupt, want)
+	}
+
+	// Resuming from a key checks it and every later one.
+	from := keys[2]
+	var wantFrom []string
+	for _, k := range want {
+		if k >= from.String() {
+			wantFrom = append(wantFrom, k)
+		}
+	}
+	r = runCLI(t, "--db", url, "scrub", "--from", from.String())
+	if got := strings.Fields(r.stdout.String()); !slices.Equal(got, wantFrom) || !strings.Contains(r.stderr.String(), "scrubbed 2 blobs") {
+		t.Fatalf("scrub -from %s = exit %d, stdout %q, stderr %q; want %v", from, r.code, r.stdout, r.stderr, wantFrom)
+	}
+
+	for _, args := range [][]string{{"scrub", "--from", "sha256:nope"}, {"scrub", "extra"}} {
+		if r := runCLI(t, append([]string{"--db", url}, args...)...); r.code != 2 {
+			t.Fatalf("stead %v = exit %d, stderr %q; want 2", args, r.code, r.stderr)
+		}
+	}
+}

@@ -1,0 +1,184 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/wire"
+)
+
+// The chunk endpoints expose the engine's chunked-put seam, so that a
+// remote engine (engine/remote) streams values of any size: begin an
+// upload, write its chunks, publish them under their key (the server
+// re-hashes them first) or abort; read a published value's chunks.
+
+// maxUploadLease bounds the lease a chunk write may ask for.
+const maxUploadLease = 24 * time.Hour
+
+func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
+	set, err := s.blobEng.BeginUpload(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, wire.Upload{Chunks: int64(set)})
+}
+
+// writeChunk stores the body, at most wire.MaxChunk bytes, as the chunk at
+// byte {off} of the upload {chunks}, with the lease the lease query
+// parameter names (a Go duration).
+func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
+	set, err := chunkSetOf(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	off, err := strconv.ParseInt(r.PathValue("off"), 10, 64)
+	if err != nil || off < 0 || off >= s.opts.MaxBlobSize {
+		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want 0 to %d", r.PathValue("off"), s.opts.MaxBlobSize-1)})
+		return
+	}
+	lease, err := time.ParseDuration(r.URL.Query().Get("lease"))
+	if err != nil || lease <= 0 || lease > maxUploadLease {
+		s.fail(w, r, &badRequest{fmt.Sprintf("lease %q: want a duration up to %s", r.URL.Query().Get("lease"), maxUploadLease)})
+		return
+	}
+	if r.ContentLength > wire.MaxChunk {
+		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, fmt.Sprintf("chunk of %d bytes, limit %d", r.ContentLength, wire.MaxChunk))
+		return
+	}
+	release, ok := s.uploadSlot(w)
+	if !ok {
+		return
+	}
+	defer release()
+	body := s.newBodyReader(w, r)
+	defer body.done()
+	data, err := io.ReadAll(io.LimitReader(body, wire.MaxChunk+1))
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	case len(data) > wire.MaxChunk:
+		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, fmt.Sprintf("chunk over the limit of %d bytes", wire.MaxChunk))
+		return
+	case len(data) == 0:
+		s.fail(w, r, &badRequest{"empty chunk"})
+		return
+	}
+	if err := s.blobEng.WriteChunk(r.Context(), set, off, data, lease); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// publishUpload publishes the upload's chunks under a key, pinned for the
+// owner and ttl the query names (as putPinned), once the server has re-read them and they hash to it.
+func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
+	set, err := chunkSetOf(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req wire.Publish
+	if err := s.readJSON(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	key, err := blob.ParseKey(req.Key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	owner, ttl, now, err := s.queryPin(r)
+	if err == nil {
+		err = s.blobs.Publish(r.Context(), blob.PutParams{Key: key, Chunks: set, Size: req.Size, Owner: owner, TTL: ttl, Now: now})
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.BlobInfo{Key: key.String(), Size: req.Size})
+}
+
+func (s *Server) abortUpload(w http.ResponseWriter, r *http.Request) {
+	set, err := chunkSetOf(r)
+	if err == nil {
+		err = s.blobEng.AbortUpload(r.Context(), set)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) reapUploads(w http.ResponseWriter, r *http.Request) {
+	n, err := s.blobs.ReapUploads(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.Reaped{Reaped: n})
+}
+
+// readChunk answers the chunk of {chunks} holding byte {off}: its bytes,
+// and its first byte's offset in the wire.ChunkStartHeader header.
+func (s *Server) readChunk(w http.ResponseWriter, r *http.Request) {
+	set, err := chunkSetOf(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	off, err := strconv.ParseInt(r.PathValue("off"), 10, 64)
+	if err != nil || off < 0 {
+		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want a byte offset", r.PathValue("off"))})
+		return
+	}
+	start, data, err := s.blobEng.ReadChunk(r.Context(), set, off)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set(wire.ChunkStartHeader, strconv.FormatInt(start, 10))
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(data)
+}
+
+// storedBlob answers a blob's stored form (wire.Stored), which a remote
+// engine's Get returns.
+func (s *Server) storedBlob(w http.ResponseWriter, r *http.Request) {
+	key, err := blob.ParseKey(r.PathValue("key"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st, err := s.blobEng.Get(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(st.Value) > wire.MaxChunk {
+		s.fail(w, r, errors.New("an inline value over the wire's chunk limit"))
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks)})
+}
+
+// chunkSetOf parses the {chunks} path value, a positive chunk set id.
+func chunkSetOf(r *http.Request) (blob.ChunkSet, error) {
+	n, err := strconv.ParseInt(r.PathValue("chunks"), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, &badRequest{fmt.Sprintf("chunk set %q: want a positive integer", r.PathValue("chunks"))}
+	}
+	return blob.ChunkSet(n), nil
+}
