@@ -408,7 +408,7 @@ func (r *records) saveResolving(ctx context.Context, rec record.Record, now time
 		return written, false, nil
 	}
 	if err == nil {
-		err = tx.Commit(ctx)
+		err = commit(ctx, tx)
 	}
 	if err != nil {
 		return written, false, interpretError(err)
