@@ -177,6 +177,10 @@ func interpretError(ctx context.Context, err error) error {
 		return err
 	case isSQLite && sqliteErr.Code()&0xff == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	case ctx.Err() != nil && (errors.Is(err, sql.ErrTxDone) || isClosed(err)):
+		// database/sql rolled the transaction back on cancellation and
+		// closed its statements: the cause is the context.
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
 	case isSQLite && sqliteErr.Code()&0xff == sqlite3.SQLITE_ERROR && strings.Contains(sqliteErr.Error(), "no such table"):
 		return fmt.Errorf("%w: %w (%w)", steaderr.ErrSchema, errNoSchema, err)
 	case isClosed(err):
