@@ -212,7 +212,7 @@ func (s *Store) Claim(ctx context.Context, group, id, owner string, ttl time.Dur
 	if err != nil {
 		return Record{}, fmt.Errorf("record claim: %w", err)
 	}
-	now, err := s.now()
+	now, err := s.leaseStart(ttl)
 	if err != nil {
 		return Record{}, fmt.Errorf("record claim %q: %w", id, err)
 	}
@@ -240,7 +240,7 @@ func (s *Store) ClaimNext(ctx context.Context, group, owner string, ttl time.Dur
 	if err != nil {
 		return nil, fmt.Errorf("record claim next: %w", err)
 	}
-	now, err := s.now()
+	now, err := s.leaseStart(ttl)
 	if err != nil {
 		return nil, fmt.Errorf("record claim next %q: %w", group, err)
 	}
@@ -272,7 +272,7 @@ func (s *Store) Renew(ctx context.Context, rec Record, ttl time.Duration) (Lease
 	if err != nil {
 		return Lease{}, fmt.Errorf("record renew: %w", err)
 	}
-	now, err := s.now()
+	now, err := s.leaseStart(ttl)
 	if err != nil {
 		return Lease{}, fmt.Errorf("record renew %q: %w", rec.ID, err)
 	}
@@ -296,6 +296,24 @@ func (s *Store) now() (time.Time, error) {
 		return time.Time{}, err
 	}
 	return timestamp(t), nil
+}
+
+// leaseStart returns s.now() for a lease of ttl from now, or
+// ErrInvalidArgument if the lease would end past the last storable instant.
+// With the database's clock, this process's clock stands in for it.
+func (s *Store) leaseStart(ttl time.Duration) (time.Time, error) {
+	now, err := s.now()
+	if err != nil {
+		return now, err
+	}
+	from := now
+	if from.IsZero() {
+		from = time.Now()
+	}
+	if err := checkTime("lease expiry", from.Add(ttl)); err != nil {
+		return now, fmt.Errorf("%w (ttl %v)", err, ttl)
+	}
+	return now, nil
 }
 
 func (s *Store) checkRecord(rec Record) error {

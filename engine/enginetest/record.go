@@ -37,6 +37,7 @@ func testRecord(t *testing.T, h Harness) {
 		{"ClaimNextConcurrent", recordClaimNextConcurrent},
 		{"Renew", recordRenew},
 		{"IncarnationLimit", recordIncarnationLimit},
+		{"LeaseEndOfTime", recordLeaseEndOfTime},
 		{"SaveStress", recordSaveStress},
 		{"SaveAll", recordSaveAll},
 		{"Zombie", recordZombie},
@@ -864,6 +865,35 @@ func recordZombie(t *testing.T, h Harness) {
 	_, err = b.store.Renew(t.Context(), a, time.Minute)
 	wantErr(t, err, steaderr.ErrLeased, "the lapsed owner's renewal")
 	wantRecord(t, "Load after the zombie's attempts", b.load(t, "r"), bRec)
+}
+
+// recordLeaseEndOfTime: a claim or renewal whose lease would end past the
+// last storable instant (year 9999) is refused with ErrInvalidArgument and
+// changes nothing, rather than storing a lease no save could carry.
+func recordLeaseEndOfTime(t *testing.T, h Harness) {
+	b := recSetup(t, h)
+	g := b.group(t, "g")
+	b.clock.mu.Lock()
+	b.clock.now = time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC) // beyond Advance's reach
+	b.clock.mu.Unlock()
+	b.save(t, newRecord("free", g))
+	b.save(t, newRecord("held", g))
+	held := b.claim(t, g, "held", "o", time.Minute)
+	free := b.load(t, "free")
+	ctx := t.Context()
+	for _, ttl := range []time.Duration{2 * time.Hour, math.MaxInt64} {
+		_, err := b.store.Claim(ctx, g, "free", "o", ttl)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("Claim with ttl %v", ttl))
+		_, err = b.store.ClaimNext(ctx, g, "o", ttl, 2)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("ClaimNext with ttl %v", ttl))
+		_, err = b.store.Renew(ctx, held, ttl)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("Renew with ttl %v", ttl))
+	}
+	wantRecord(t, "the unclaimed record after the refused calls", b.load(t, "free"), free)
+	wantRecord(t, "the held record after the refused calls", b.load(t, "held"), held)
+	// The lease that fits is stored, and its holder can save.
+	held.Payload = []byte("x")
+	b.save(t, held)
 }
 
 // recordZombieAcrossRecreate plays a lapsed owner whose record was deleted
