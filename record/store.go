@@ -28,6 +28,14 @@ type Options struct {
 // (id, group, tenant, owner, status) is an error wrapping
 // steaderr.ErrInvalidName, a bad number or time one wrapping
 // steaderr.ErrInvalidArgument, and either changes nothing.
+//
+// Cancelling ctx: Save and SaveAll report an error only for a write that
+// did not take effect. Claim, ClaimNext, Renew and Delete over a network
+// engine (PostgreSQL) may have taken effect although cancelled, as the
+// server can finish a statement after the caller stopped waiting; Load
+// shows what happened. A claim taken that way is harmless: nobody works
+// under it, and it lapses after its ttl, when the record is claimable
+// again.
 type Store struct {
 	eng        Engine
 	clock      func() time.Time
