@@ -113,8 +113,9 @@ func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 // left it unsaved (ErrConflict, a bad argument, ...). On SQLite the saves
 // share one transaction; on PostgreSQL one statement and commit, so a
 // worker that claimed ten records completes them in one round trip. (A
-// record given twice, or of a tenant this process has not saved into yet,
-// starts a statement of its own.) A record given twice is saved twice, in
+// record given twice, of a tenant this process has not saved into yet, or
+// past 4 MiB of payloads, starts a statement of its own, which commits on
+// its own.) A record given twice is saved twice, in
 // order: the second must carry the first's new version.
 func (s *Store) SaveAll(ctx context.Context, recs []Record) []SaveResult {
 	out := make([]SaveResult, len(recs))

@@ -475,10 +475,13 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 		return out
 	}
 	// In order: records of cached tenants gather into one statement until
-	// one repeats an id; a record whose tenant is not cached is saved
-	// alone, resolving it.
+	// one repeats an id or their payloads would pass maxBatchSaveBytes (as
+	// a group commit's do: a statement's parameters are bounded); a record
+	// whose tenant is not cached is saved alone, resolving it. Each
+	// statement commits on its own.
 	var stmt []*saveReq
 	var at []int
+	var stmtBytes int
 	inStmt := map[string]bool{}
 	run := func() {
 		switch {
@@ -490,7 +493,7 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 		default:
 			r.saveStatement(ctx, stmt, at, p, out)
 		}
-		stmt, at = stmt[:0], at[:0]
+		stmt, at, stmtBytes = stmt[:0], at[:0], 0
 		clear(inStmt)
 	}
 	for i, rec := range p.Records {
@@ -500,10 +503,11 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 			out[i].Record, out[i].Err = r.Save(ctx, record.SaveParams{Record: rec, Now: p.Now})
 			continue
 		}
-		if inStmt[rec.ID] {
+		if inStmt[rec.ID] || len(stmt) > 0 && stmtBytes+len(rec.Payload) > maxBatchSaveBytes {
 			run()
 		}
 		inStmt[rec.ID] = true
+		stmtBytes += len(rec.Payload)
 		stmt = append(stmt, &saveReq{rec: rec, tenantID: tid, now: p.Now})
 		at = append(at, i)
 	}

@@ -482,3 +482,32 @@ func TestRecordCancelledCommitIsNotAbandoned(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordSaveAllSplitsLargePayloads: a SaveAll whose payloads pass one
+// statement's byte budget is split into statements, in order, and every
+// record is saved.
+func TestRecordSaveAllSplitsLargePayloads(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, s := node(t, db, nil)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, record.Record{ID: "warm", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err) // caches the default tenant: the records below share statements
+	}
+	var recs []record.Record
+	for i := range 5 {
+		recs = append(recs, record.Record{ID: fmt.Sprintf("big%d", i), Group: "g", Status: record.Active,
+			Payload: []byte(strings.Repeat(string(rune('a'+i)), 3<<20))})
+	}
+	for i, res := range s.SaveAll(ctx, recs) {
+		if res.Err != nil {
+			t.Fatalf("record %d: %v", i, res.Err)
+		}
+		got, err := s.Load(ctx, recs[i].ID)
+		if err != nil || string(got.Payload) != string(recs[i].Payload) || got.Version != res.Record.Version {
+			t.Fatalf("record %d: loaded v%d (%d bytes), %v; saved v%d", i, got.Version, len(got.Payload), err, res.Record.Version)
+		}
+	}
+}
