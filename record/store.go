@@ -28,6 +28,14 @@ type Options struct {
 // (id, group, tenant, owner, status) is an error wrapping
 // steaderr.ErrInvalidName, a bad number or time one wrapping
 // steaderr.ErrInvalidArgument, and either changes nothing.
+//
+// Cancelling ctx: Save and SaveAll report an error only for a write that
+// did not take effect. Claim, ClaimNext, Renew and Delete over a network
+// engine (PostgreSQL) may have taken effect although cancelled, as the
+// server can finish a statement after the caller stopped waiting; Load
+// shows what happened. A claim taken that way is harmless: nobody works
+// under it, and it lapses after its ttl, when the record is claimable
+// again.
 type Store struct {
 	eng        Engine
 	clock      func() time.Time
@@ -105,8 +113,9 @@ func (s *Store) Save(ctx context.Context, rec Record) (Record, error) {
 // left it unsaved (ErrConflict, a bad argument, ...). On SQLite the saves
 // share one transaction; on PostgreSQL one statement and commit, so a
 // worker that claimed ten records completes them in one round trip. (A
-// record given twice, or of a tenant this process has not saved into yet,
-// starts a statement of its own.) A record given twice is saved twice, in
+// record given twice, of a tenant this process has not saved into yet, or
+// past 4 MiB of payloads, starts a statement of its own, which commits on
+// its own.) A record given twice is saved twice, in
 // order: the second must carry the first's new version.
 func (s *Store) SaveAll(ctx context.Context, recs []Record) []SaveResult {
 	out := make([]SaveResult, len(recs))
@@ -212,7 +221,7 @@ func (s *Store) Claim(ctx context.Context, group, id, owner string, ttl time.Dur
 	if err != nil {
 		return Record{}, fmt.Errorf("record claim: %w", err)
 	}
-	now, err := s.now()
+	now, err := s.leaseStart(ttl)
 	if err != nil {
 		return Record{}, fmt.Errorf("record claim %q: %w", id, err)
 	}
@@ -240,7 +249,7 @@ func (s *Store) ClaimNext(ctx context.Context, group, owner string, ttl time.Dur
 	if err != nil {
 		return nil, fmt.Errorf("record claim next: %w", err)
 	}
-	now, err := s.now()
+	now, err := s.leaseStart(ttl)
 	if err != nil {
 		return nil, fmt.Errorf("record claim next %q: %w", group, err)
 	}
@@ -272,7 +281,7 @@ func (s *Store) Renew(ctx context.Context, rec Record, ttl time.Duration) (Lease
 	if err != nil {
 		return Lease{}, fmt.Errorf("record renew: %w", err)
 	}
-	now, err := s.now()
+	now, err := s.leaseStart(ttl)
 	if err != nil {
 		return Lease{}, fmt.Errorf("record renew %q: %w", rec.ID, err)
 	}
@@ -296,6 +305,24 @@ func (s *Store) now() (time.Time, error) {
 		return time.Time{}, err
 	}
 	return timestamp(t), nil
+}
+
+// leaseStart returns s.now() for a lease of ttl from now, or
+// ErrInvalidArgument if the lease would end past the last storable instant.
+// With the database's clock, this process's clock stands in for it.
+func (s *Store) leaseStart(ttl time.Duration) (time.Time, error) {
+	now, err := s.now()
+	if err != nil {
+		return now, err
+	}
+	from := now
+	if from.IsZero() {
+		from = time.Now()
+	}
+	if err := checkTime("lease expiry", from.Add(ttl)); err != nil {
+		return now, fmt.Errorf("%w (ttl %v)", err, ttl)
+	}
+	return now, nil
 }
 
 func (s *Store) checkRecord(rec Record) error {

@@ -38,9 +38,11 @@ func testRecord(t *testing.T, h Harness) {
 		{"ClaimNextConcurrent", recordClaimNextConcurrent},
 		{"Renew", recordRenew},
 		{"IncarnationLimit", recordIncarnationLimit},
+		{"LeaseEndOfTime", recordLeaseEndOfTime},
 		{"SaveStress", recordSaveStress},
 		{"SaveAll", recordSaveAll},
 		{"Zombie", recordZombie},
+		{"ZombieAcrossRecreate", recordZombieAcrossRecreate},
 		{"DatabaseClock", recordDatabaseClock},
 		{"Wait", recordWait},
 		{"BadInput", recordBadInput},
@@ -393,9 +395,10 @@ func recordDelete(t *testing.T, h Harness) {
 		t.Fatalf("Delete of an absent id: %v", err)
 	}
 	wantIDs(t, "ListClaimable after Delete", b.claimable(t, g, time.Time{}, 10))
-	// The id is free again: a create succeeds, at version 1.
-	if got := b.save(t, newRecord("r", g)); got.Version != 1 {
-		t.Fatalf("create after Delete: version %d, want 1", got.Version)
+	// The id is free again: a create succeeds, above every version the
+	// id had (see recordZombieAcrossRecreate).
+	if got := b.save(t, newRecord("r", g)); got.Version <= 1 {
+		t.Fatalf("create after Delete: version %d, want above 1", got.Version)
 	}
 }
 
@@ -839,6 +842,65 @@ func recordZombie(t *testing.T, h Harness) {
 	_, err = b.store.Renew(t.Context(), a, time.Minute)
 	wantErr(t, err, steaderr.ErrLeased, "the lapsed owner's renewal")
 	wantRecord(t, "Load after the zombie's attempts", b.load(t, "r"), bRec)
+}
+
+// recordLeaseEndOfTime: a claim or renewal whose lease would end past the
+// last storable instant (year 9999) is refused with ErrInvalidArgument and
+// changes nothing, rather than storing a lease no save could carry.
+func recordLeaseEndOfTime(t *testing.T, h Harness) {
+	b := recSetup(t, h)
+	g := b.group(t, "g")
+	b.clock.Set(time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC))
+	b.save(t, newRecord("free", g))
+	b.save(t, newRecord("held", g))
+	held := b.claim(t, g, "held", "o", time.Minute)
+	free := b.load(t, "free")
+	ctx := t.Context()
+	for _, ttl := range []time.Duration{2 * time.Hour, math.MaxInt64} {
+		_, err := b.store.Claim(ctx, g, "free", "o", ttl)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("Claim with ttl %v", ttl))
+		_, err = b.store.ClaimNext(ctx, g, "o", ttl, 2)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("ClaimNext with ttl %v", ttl))
+		_, err = b.store.Renew(ctx, held, ttl)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("Renew with ttl %v", ttl))
+	}
+	wantRecord(t, "the unclaimed record after the refused calls", b.load(t, "free"), free)
+	wantRecord(t, "the held record after the refused calls", b.load(t, "held"), held)
+	// The lease that fits is stored, and its holder can save.
+	held.Payload = []byte("x")
+	b.save(t, held)
+}
+
+// recordZombieAcrossRecreate plays a lapsed owner whose record was deleted
+// and created again under the same id: its release, from a version the old
+// record had, must not overwrite the new record, however many saves the new
+// one has had. Versions of an id never repeat.
+func recordZombieAcrossRecreate(t *testing.T, h Harness) {
+	b := recSetup(t, h)
+	g := b.group(t, "g")
+	b.save(t, newRecord("r", g))
+	a := b.claim(t, g, "r", "a", time.Minute)
+	a.Payload = []byte("a: step 1")
+	stale := []record.Record{a, b.save(t, a)}
+	if err := b.store.Delete(t.Context(), "r"); err != nil {
+		t.Fatal(err)
+	}
+	created := b.save(t, newRecord("r", g))
+	if created.Version <= stale[1].Version {
+		t.Errorf("create after Delete at version %d, not above the deleted record's %d", created.Version, stale[1].Version)
+	}
+	cur := b.claim(t, g, "r", "b", time.Minute)
+	for range 3 {
+		for _, old := range stale {
+			old.Payload, old.Status, old.Lease.Owner = []byte("zombie"), record.Completed, ""
+			if _, err := b.store.Save(t.Context(), old); !errors.Is(err, steaderr.ErrConflict) {
+				t.Fatalf("the deleted record's release at version %d (new record at %d): %v, want ErrConflict", old.Version, cur.Version, err)
+			}
+		}
+		wantRecord(t, "Load after the zombie's release", b.load(t, "r"), cur)
+		cur.Payload = append(cur.Payload, 'b')
+		cur = b.save(t, cur)
+	}
 }
 
 // recordDatabaseClock uses a store without a clock: the engine's own

@@ -38,6 +38,7 @@ type linOut struct {
 type linState struct {
 	exists  bool
 	version int64
+	floor   int64 // the highest version the id had before it was last deleted
 	inc     int64
 	owner   string
 	value   string
@@ -72,7 +73,7 @@ var linModel = porcupine.Model{
 			}
 			return out.ok && out.version == s.version && out.inc == s.inc && out.owner == s.owner && out.value == s.value, s
 		case "delete":
-			return out.ok, linState{}
+			return out.ok, linState{floor: max(s.floor, s.version)}
 		case "claim":
 			switch {
 			case !s.exists:
@@ -88,7 +89,7 @@ var linModel = porcupine.Model{
 			next := s
 			if in.version == 0 {
 				accept = !s.exists
-				next = linState{exists: true, inc: in.inc, owner: in.owner}
+				next = linState{exists: true, inc: in.inc, owner: in.owner, floor: s.floor}
 			} else {
 				accept = s.exists && s.version == in.version && (in.owner == "" || in.owner == s.owner && in.inc == s.inc)
 				if in.owner == "" {
@@ -100,7 +101,12 @@ var linModel = porcupine.Model{
 			}
 			next.version, next.value = s.version+1, in.value
 			if in.version == 0 {
-				next.version = 1
+				// A create starts above every version the id had; by how
+				// much depends on the other records of its group.
+				if out.version <= s.floor {
+					return false, s
+				}
+				next.version = out.version
 			}
 			return out.ok && out.version == next.version && out.inc == next.inc, next
 		}

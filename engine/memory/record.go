@@ -23,12 +23,17 @@ type records struct {
 	// default tenant).
 	groups map[string]map[string]bool
 	recs   map[string]record.Record
+	// deleted maps a group to the highest version a record of it had when
+	// deleted: a create starts above it, so versions of an id never repeat
+	// (docs/decisions/0013-incarnation-and-tenant-rules.md).
+	deleted map[string]int64
 }
 
 func (r *records) init(e *Engine) {
 	r.e = e
 	r.groups = make(map[string]map[string]bool)
 	r.recs = make(map[string]record.Record)
+	r.deleted = make(map[string]int64)
 }
 
 // lock takes mu and checks the engine is open and ctx alive; on success the
@@ -109,6 +114,9 @@ func (r *records) save(rec record.Record, now time.Time) (record.Record, error) 
 		}
 	}
 	tenants[rec.Tenant] = true
+	if rec.Version == 0 {
+		rec.Version = r.deleted[rec.Group]
+	}
 	rec.Version++
 	rec.UpdatedAt = now
 	r.recs[rec.ID] = stored(rec)
@@ -132,7 +140,10 @@ func (r *records) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	defer r.mu.Unlock()
-	delete(r.recs, id)
+	if rec, ok := r.recs[id]; ok {
+		r.deleted[rec.Group] = max(r.deleted[rec.Group], rec.Version)
+		delete(r.recs, id)
+	}
 	return nil
 }
 

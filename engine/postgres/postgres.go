@@ -363,7 +363,25 @@ func (e *Engine) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if err := fn(tx); err != nil {
 		return interpretError(err)
 	}
-	return interpretError(tx.Commit(ctx))
+	return interpretError(commit(ctx, tx))
+}
+
+// commitTimeout bounds a commit that outlives its caller's context.
+const commitTimeout = 30 * time.Second
+
+// commit commits tx unless ctx is already done (the caller's deferred
+// rollback then undoes it), and once sent runs to its end whatever ctx
+// does. A COMMIT abandoned on cancellation may still commit on the server,
+// so the caller would be told a write failed that took effect; run to its
+// end (within commitTimeout), a commit that reports an error did not
+// commit, bar a lost connection.
+func commit(ctx context.Context, tx pgx.Tx) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	return tx.Commit(ctx)
 }
 
 // nowSQL is the SQL for "the instant $n, or the database's now() when $n

@@ -58,13 +58,21 @@ const (
 	sqlRecordEnsureTenant  = `INSERT INTO {schema}.record_tenants (grp, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	sqlRecordTenantID      = `SELECT id FROM {schema}.record_tenants WHERE grp = $1 AND name IS NOT DISTINCT FROM $2::text`
 
-	// $1 id, $2 group, $3 tenant id, $4 status, $5 parked, $6 lease
-	// owner, $7 incarnation, $8 expiry, $9 payload, $10 now, $11 channel.
+	// A create starts above every version a deleted record of its group
+	// had. It inserts only if its snapshot sees no record under the id:
+	// a delete commits the record's removal and its group's
+	// deleted_version together, so a snapshot that sees the one sees the
+	// other. $1 id, $2 group, $3 tenant id, $4 status, $5 parked, $6
+	// lease owner, $7 incarnation, $8 expiry, $9 payload, $10 now, $11
+	// channel.
 	sqlRecordCreate = `INSERT INTO {schema}.records AS r
 	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, coalesce($10::timestamptz, now()), $9)
+SELECT $1::text, $2::text, $3::bigint, $4::text, $5::boolean,
+	coalesce((SELECT g.deleted_version FROM {schema}.record_groups g WHERE g.name = $2), 0) + 1,
+	$6::text, $7::bigint, $8::timestamptz, coalesce($10::timestamptz, now()), $9::bytea
+WHERE NOT EXISTS (SELECT FROM {schema}.records WHERE id = $1)
 ON CONFLICT (id) DO NOTHING
-RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
+RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($11, r.grp) END`
 
 	// An update either keeps the stored grant ($6 the stored owner, $7
@@ -76,7 +84,7 @@ SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version
 	updated_at = coalesce($11::timestamptz, now()),
 	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
 WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
-RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
+RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END`
 
 	// A batch of saves, no id twice: the creates and updates of
@@ -102,20 +110,22 @@ RETURNING r.lease_incarnation, r.lease_expiry, r.updated_at,
 	FROM i JOIN locked l ON l.id = i.id
 	WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
 		AND (i.lease_owner = '' OR (r.lease_owner = i.lease_owner AND r.lease_incarnation = i.lease_incarnation))
-	RETURNING r.id, r.lease_incarnation, r.lease_expiry, r.updated_at,
+	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
 ), created AS (
 	INSERT INTO {schema}.records AS r
 		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-	SELECT id, grp, tenant_id, status, parked, 1, lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
-	FROM i WHERE version = 0 ORDER BY id
+	SELECT id, grp, tenant_id, status, parked,
+		coalesce((SELECT g.deleted_version FROM {schema}.record_groups g WHERE g.name = i.grp), 0) + 1,
+		lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
+	FROM i WHERE version = 0 AND NOT EXISTS (SELECT FROM {schema}.records e WHERE e.id = i.id) ORDER BY id
 	ON CONFLICT (id) DO NOTHING
-	RETURNING r.id, r.lease_incarnation, r.lease_expiry, r.updated_at,
+	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
 )
-SELECT id, lease_incarnation, lease_expiry, updated_at, notified FROM updated
+SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM updated
 UNION ALL
-SELECT id, lease_incarnation, lease_expiry, updated_at, notified FROM created`
+SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM created`
 
 	// A record's columns, in scanRecord's order. $1 id; lookup adds $2
 	// now.
@@ -126,7 +136,11 @@ WHERE r.id = $1`
 	coalesce($2::timestamptz, now())
 FROM {schema}.records r JOIN {schema}.record_tenants t ON t.id = r.tenant_id
 WHERE r.id = $1`
-	sqlRecordDelete = `DELETE FROM {schema}.records WHERE id = $1`
+	// A delete raises its group's deleted_version to the record's
+	// version, in the same statement. $1 id.
+	sqlRecordDelete = `WITH d AS (DELETE FROM {schema}.records WHERE id = $1 RETURNING grp, version)
+UPDATE {schema}.record_groups g SET deleted_version = d.version
+FROM d WHERE g.name = d.grp AND g.deleted_version < d.version`
 
 	// Claiming reads a group's records through records_unleased and
 	// records_leased; ORDER BY id COLLATE "POSIX" orders them as those
@@ -346,21 +360,22 @@ func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, ar
 	defer rows.Close()
 	for rows.Next() {
 		var id string
+		var version int64
 		var lease record.Lease
 		var updated time.Time
-		if err := rows.Scan(&id, &lease.Incarnation, &lease.Expiry, &updated, nil); err != nil {
+		if err := rows.Scan(&id, &version, &lease.Incarnation, &lease.Expiry, &updated, nil); err != nil {
 			return interpretError(err)
 		}
 		q := byID[id]
-		q.matched, q.saved = true, saved(q.rec, lease.Incarnation, lease.Expiry, updated)
+		q.matched, q.saved = true, saved(q.rec, version, lease.Incarnation, lease.Expiry, updated)
 	}
 	return interpretError(rows.Err())
 }
 
-// saved returns rec as written: one version on, with the stored lease's
+// saved returns rec as written: at version, with the stored lease's
 // incarnation and expiry, updated at updated.
-func saved(rec record.Record, incarnation int64, expiry, updated time.Time) record.Record {
-	rec.Version++
+func saved(rec record.Record, version, incarnation int64, expiry, updated time.Time) record.Record {
+	rec.Version = version
 	rec.Lease.Incarnation, rec.Lease.Expiry, rec.UpdatedAt = incarnation, expiry.UTC(), updated.UTC()
 	return rec
 }
@@ -392,7 +407,7 @@ func (r *records) saveResolving(ctx context.Context, rec record.Record, now time
 		return written, false, nil
 	}
 	if err == nil {
-		err = tx.Commit(ctx)
+		err = commit(ctx, tx)
 	}
 	if err != nil {
 		return written, false, interpretError(err)
@@ -404,22 +419,22 @@ func (r *records) saveResolving(ctx context.Context, rec record.Record, now time
 // write runs Save's create or conditional update; pgx.ErrNoRows when it
 // matched no row.
 func (r *records) write(ctx context.Context, q querier, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
-	var incarnation int64
+	var version, incarnation int64
 	var expiry, updated time.Time
 	var err error
 	if rec.Version == 0 {
 		err = q.QueryRow(ctx, r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
 			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now), r.channel,
-		).Scan(&incarnation, &expiry, &updated, nil)
+		).Scan(&version, &incarnation, &expiry, &updated, nil)
 	} else {
 		err = q.QueryRow(ctx, r.sql.update, rec.ID, rec.Group, rec.Version, tenantID, rec.Status,
 			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Status.Parked(), rec.Payload, nowArg(now), r.channel,
-		).Scan(&incarnation, &expiry, &updated, nil)
+		).Scan(&version, &incarnation, &expiry, &updated, nil)
 	}
 	if err != nil {
 		return rec, err
 	}
-	return saved(rec, incarnation, expiry, updated), nil
+	return saved(rec, version, incarnation, expiry, updated), nil
 }
 
 // lookupAt returns the record stored under id, if any, and the instant
@@ -444,10 +459,13 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 		return out
 	}
 	// In order: records of cached tenants gather into one statement until
-	// one repeats an id; a record whose tenant is not cached is saved
-	// alone, resolving it.
+	// one repeats an id or their payloads would pass maxBatchSaveBytes (as
+	// a group commit's do: a statement's parameters are bounded); a record
+	// whose tenant is not cached is saved alone, resolving it. Each
+	// statement commits on its own.
 	var stmt []*saveReq
 	var at []int
+	var stmtBytes int
 	inStmt := map[string]bool{}
 	run := func() {
 		switch {
@@ -459,7 +477,7 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 		default:
 			r.saveStatement(ctx, stmt, at, p, out)
 		}
-		stmt, at = stmt[:0], at[:0]
+		stmt, at, stmtBytes = stmt[:0], at[:0], 0
 		clear(inStmt)
 	}
 	for i, rec := range p.Records {
@@ -469,10 +487,11 @@ func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.
 			out[i].Record, out[i].Err = r.Save(ctx, record.SaveParams{Record: rec, Now: p.Now})
 			continue
 		}
-		if inStmt[rec.ID] {
+		if inStmt[rec.ID] || len(stmt) > 0 && stmtBytes+len(rec.Payload) > maxBatchSaveBytes {
 			run()
 		}
 		inStmt[rec.ID] = true
+		stmtBytes += len(rec.Payload)
 		stmt = append(stmt, &saveReq{rec: rec, tenantID: tid, now: p.Now})
 		at = append(at, i)
 	}

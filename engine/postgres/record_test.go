@@ -428,3 +428,76 @@ func watchLive(t *testing.T, e *postgres.Engine, group string) (<-chan struct{},
 	t.Fatal("the listener did not listen within 30s")
 	return nil, nil
 }
+
+// A save into a tenant not yet cached runs in its own transaction. A
+// deferred trigger holds its COMMIT for a while and the caller cancels
+// meanwhile; the trigger ignores the cancel request, as a server that had
+// already committed would: the save must either report success or have
+// changed nothing, never report an error for a write that committed.
+func TestRecordCancelledCommitIsNotAbandoned(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, s := node(t, db, nil)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	sch := pgx.Identifier{db.Schema}.Sanitize()
+	for _, q := range []string{
+		"CREATE FUNCTION " + sch + ".slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.4); RETURN NULL; EXCEPTION WHEN query_canceled THEN RETURN NULL; END $$",
+		"CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + sch + ".records DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + sch + ".slow_commit()",
+	} {
+		if _, err := db.Admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, all := range []bool{false, true} {
+		id := fmt.Sprintf("fresh-%v", all)
+		rec := record.Record{ID: id, Group: "g", Tenant: id, Status: record.Active}
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(150*time.Millisecond, cancel)
+		var err error
+		if all {
+			err = s.SaveAll(cctx, []record.Record{rec})[0].Err
+		} else {
+			_, err = s.Save(cctx, rec)
+		}
+		cancel()
+		// Wait for the save's transaction to end, however it ends.
+		if _, err := db.Admin.Exec(ctx, "BEGIN; LOCK TABLE "+sch+".records IN SHARE MODE; COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		_, lerr := s.Load(ctx, id)
+		if stored := lerr == nil; stored != (err == nil) {
+			t.Errorf("SaveAll %v: reported %v, stored %v (load: %v)", all, err, stored, lerr)
+		}
+	}
+}
+
+// TestRecordSaveAllSplitsLargePayloads: a SaveAll whose payloads pass one
+// statement's byte budget is split into statements, in order, and every
+// record is saved.
+func TestRecordSaveAllSplitsLargePayloads(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, s := node(t, db, nil)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, record.Record{ID: "warm", Group: "g", Status: record.Active}); err != nil {
+		t.Fatal(err) // caches the default tenant: the records below share statements
+	}
+	var recs []record.Record
+	for i := range 5 {
+		recs = append(recs, record.Record{ID: fmt.Sprintf("big%d", i), Group: "g", Status: record.Active,
+			Payload: []byte(strings.Repeat(string(rune('a'+i)), 3<<20))})
+	}
+	for i, res := range s.SaveAll(ctx, recs) {
+		if res.Err != nil {
+			t.Fatalf("record %d: %v", i, res.Err)
+		}
+		got, err := s.Load(ctx, recs[i].ID)
+		if err != nil || string(got.Payload) != string(recs[i].Payload) || got.Version != res.Record.Version {
+			t.Fatalf("record %d: loaded v%d (%d bytes), %v; saved v%d", i, got.Version, len(got.Payload), err, res.Record.Version)
+		}
+	}
+}

@@ -39,7 +39,8 @@ var errAbsent = fmt.Errorf("%w: schema not initialized", steaderr.ErrNotFound)
 //   - the database still locked by another connection when the busy
 //     timeout ran out (SQLITE_BUSY) is steaderr.ErrUnavailable: retrying
 //     later may succeed;
-//   - a statement interrupted because ctx ended is ctx's error.
+//   - a statement interrupted because ctx ended, or a transaction
+//     database/sql rolled back because ctx ended, is ctx's error.
 //
 // Disk errors (SQLITE_IOERR, SQLITE_FULL, SQLITE_CORRUPT, SQLITE_CANTOPEN)
 // are deliberately not ErrUnavailable: they need an operator, not a retry
@@ -64,6 +65,10 @@ func interpretError(ctx context.Context, err error) error {
 	case errors.Is(err, sql.ErrNoRows):
 		return notfound.Wrap(err) // the driver's words are no use to a caller
 	case primary == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", ctx.Err(), de)
+	case ctx.Err() != nil && (errors.Is(err, sql.ErrTxDone) || isClosed(err)):
+		// database/sql rolled the transaction back on cancellation and
+		// closed its statements: the cause is the context.
 		return fmt.Errorf("%w: %w", ctx.Err(), de)
 	case primary == sqlite3.SQLITE_ERROR && strings.Contains(sqliteErr.Error(), "no such table"):
 		return fmt.Errorf("%w: %w", errNoSchema, de)

@@ -40,9 +40,14 @@ const (
 	sqlRecordRegisterGroup = `INSERT INTO record_groups (name) VALUES (?) ON CONFLICT DO NOTHING`
 	sqlRecordEnsureTenant  = `INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING`
 	sqlRecordTenantID      = `SELECT id FROM record_tenants WHERE grp = ? AND name IS ?`
-	sqlRecordCreate        = `INSERT INTO records
+	// A create starts above every version a deleted record of its group
+	// had. ?1 id, ?2 group, ?3 tenant id, ?4 status, ?5 parked, ?6 lease
+	// owner, ?7 incarnation, ?8 expiry, ?9 now, ?10 payload.
+	sqlRecordCreate = `INSERT INTO records
 	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
+VALUES (?1, ?2, ?3, ?4, ?5, coalesce((SELECT deleted_version FROM record_groups WHERE name = ?2), 0) + 1, ?6, ?7, ?8, ?9, ?10)
+ON CONFLICT (id) DO NOTHING
+RETURNING version`
 
 	// ?1 id, ?2 group, ?3 version, ?4 lease owner ("" releases), ?5
 	// incarnation, ?6 expiry (of a release), ?7 tenant id, ?8 status, ?9
@@ -433,14 +438,14 @@ func (r *records) write(ctx context.Context, tx *sql.Tx, rec record.Record, tena
 		if err != nil {
 			return rec, false, err
 		}
-		res, err := tx.StmtContext(ctx, s).ExecContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
-			rec.Lease.Owner, rec.Lease.Incarnation, micros(rec.Lease.Expiry), micros(now), rec.Payload)
-		if err != nil {
-			return rec, false, err
+		err = tx.StmtContext(ctx, s).QueryRowContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
+			rec.Lease.Owner, rec.Lease.Incarnation, micros(rec.Lease.Expiry), micros(now), rec.Payload,
+		).Scan(&rec.Version)
+		if errors.Is(err, sql.ErrNoRows) {
+			return rec, false, nil
 		}
-		n, err := res.RowsAffected()
-		rec.Version, rec.UpdatedAt = 1, now
-		return rec, n == 1, err
+		rec.UpdatedAt = now
+		return rec, err == nil, err
 	}
 	s, err := r.update.get(ctx)
 	if err != nil {

@@ -1,7 +1,9 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +124,44 @@ func TestRecordFailedSaveCreatesNoTenant(t *testing.T) {
 	var n int
 	if err := e.writer.QueryRowContext(ctx, "SELECT count(*) FROM record_tenants WHERE name IS NOT NULL").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("named tenants after failed saves: %d, %v; want 0", n, err)
+	}
+}
+
+// TestRecordSaveAllCancelledIsCanceled: a SaveAll whose context is
+// cancelled part way through its transaction reports context.Canceled,
+// whichever statement, or the commit, found the transaction gone.
+func TestRecordSaveAllCancelledIsCanceled(t *testing.T) {
+	t.Parallel()
+	e, _ := setup(t)
+	ctx := t.Context()
+	s := record.NewStore(e.Records(), record.Options{})
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]record.Record, 300)
+	for i := range recs {
+		recs[i] = record.Record{ID: fmt.Sprintf("r%03d", i), Group: "g", Tenant: fmt.Sprintf("t%d", i%7), Status: record.Active}
+	}
+	failed := 0
+	for n := 0; n < 60; n++ {
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(time.Duration(n%20)*200*time.Microsecond, cancel)
+		for i := range recs {
+			recs[i].Version = 0
+			recs[i].ID = fmt.Sprintf("r%d-%03d", n, i)
+		}
+		for i, res := range s.SaveAll(cctx, recs) {
+			if res.Err == nil {
+				continue
+			}
+			failed++
+			if !errors.Is(res.Err, context.Canceled) {
+				t.Fatalf("round %d: SaveAll record %d: %v; want context.Canceled in the chain", n, i, res.Err)
+			}
+		}
+		cancel()
+	}
+	if failed == 0 {
+		t.Fatal("no SaveAll was cancelled; the test checked nothing")
 	}
 }

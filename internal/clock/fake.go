@@ -32,3 +32,10 @@ func (c *Fake) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
+
+// Set moves the clock to t, which may be anywhere, even before its reading.
+func (c *Fake) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
