@@ -186,7 +186,7 @@ func TestUploadEndpoints(t *testing.T) {
 		t.Fatalf("chunk write = %d %q", a.status, a.body)
 	}
 	lie := blob.KeyOf([]byte("something else"))
-	a = do(t, http.MethodPost, srv.URL+"/v1/uploads/"+set+"/publish", fmt.Sprintf(`{"key":%q,"size":%d}`, lie, len(value)), nil)
+	a = do(t, http.MethodPost, srv.URL+"/v1/uploads/"+set+"/publish?owner=tester&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, lie, len(value)), nil)
 	if a.status != http.StatusBadRequest || a.errCode(t) != "digest_mismatch" {
 		t.Fatalf("publish under a lie = %d %q, want 400 digest_mismatch", a.status, a.body)
 	}
@@ -194,7 +194,7 @@ func TestUploadEndpoints(t *testing.T) {
 		t.Fatalf("the lie was published: %d", a.status)
 	}
 	key := blob.KeyOf([]byte(value))
-	a = do(t, http.MethodPost, srv.URL+"/v1/uploads/"+set+"/publish", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil)
+	a = do(t, http.MethodPost, srv.URL+"/v1/uploads/"+set+"/publish?owner=tester&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil)
 	if a.status != http.StatusOK {
 		t.Fatalf("publish = %d %q", a.status, a.body)
 	}
