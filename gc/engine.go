@@ -106,6 +106,11 @@ type ArbitrateParams struct {
 	Key    blob.Key
 	Now    time.Time
 	DryRun bool
+	// Lease is the sweep lease the arbitration runs under. An engine whose
+	// lease lives in a database session or row makes the arbitration share
+	// its fate: a lost lease fails the arbitration (an error wrapping
+	// steaderr.ErrLost) and deletes nothing.
+	Lease Lease
 }
 
 // Verdict is the outcome of one arbitration.

@@ -162,7 +162,7 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		}
 		for _, key := range keys {
 			rep.Taken++
-			v, err := c.eng.Arbitrate(ctx, ArbitrateParams{Key: key, Now: c.now(), DryRun: opts.DryRun})
+			v, err := c.eng.Arbitrate(ctx, ArbitrateParams{Key: key, Now: c.now(), DryRun: opts.DryRun, Lease: lease})
 			if err != nil {
 				return rep, fmt.Errorf("gc sweep: arbitrate %s: %w", key, err)
 			}

@@ -146,7 +146,7 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 
 // Delete implements blob.Engine: an arbitration that waits for the row.
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
-	v, err := b.e.gc.arbitrate(ctx, p.Key, p.Now, false, false)
+	v, err := b.e.gc.arbitrate(ctx, p.Key, p.Now, nil, false, false)
 	if err != nil {
 		return err
 	}
@@ -154,16 +154,22 @@ func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 }
 
 func (g *gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
-	return g.arbitrate(ctx, p.Key, p.Now, true, p.DryRun)
+	return g.arbitrate(ctx, p.Key, p.Now, p.Lease, true, p.DryRun)
 }
 
 // arbitrate runs one arbitration of key; skipLocked makes a row a put
-// holds Busy instead of waited for.
-func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, skipLocked, dry bool) (gc.Verdict, error) {
+// holds Busy instead of waited for. Under a session lease it runs on the
+// lease's own connection, so a lease whose session ended deletes nothing.
+func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, lease gc.Lease, skipLocked, dry bool) (gc.Verdict, error) {
 	var v gc.Verdict
 	k := key.String()
+	var db beginner = g.e.pool
+	session, _ := lease.(*sessionLease)
+	if session != nil {
+		db = session.conn
+	}
 	err := retryTransient(ctx, func() error {
-		return g.e.inTx(ctx, func(tx pgx.Tx) error {
+		return g.e.inTxOn(ctx, db, func(tx pgx.Tx) error {
 			v = gc.Verdict{}
 			if pause := g.naiveArbitration.Load(); pause != nil && !dry {
 				if hook := g.beforeDelete.Load(); hook != nil {
@@ -226,6 +232,9 @@ func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, ski
 			return err
 		})
 	})
+	if err != nil && session != nil && session.conn.IsClosed() {
+		err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
+	}
 	return v, err
 }
 
@@ -332,7 +341,11 @@ func (l *sessionLease) Release(ctx context.Context) error {
 	if err == nil && !ok {
 		err = fmt.Errorf("postgres: sweep lease was not held at release")
 	}
-	return errors.Join(interpretError(err), l.conn.Close(context.WithoutCancel(ctx)))
+	err = interpretError(err)
+	if err != nil && l.conn.IsClosed() {
+		err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
+	}
+	return errors.Join(err, l.conn.Close(context.WithoutCancel(ctx)))
 }
 
 type rowLease struct {
