@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -74,13 +76,19 @@ ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END`
 
 	sqlSweepTryLock = `SELECT pg_try_advisory_lock($1)`
 	sqlSweepUnlock  = `SELECT pg_advisory_unlock($1)`
-	// The lease row, behind PgBouncer: taken when free, expired, or held
-	// by the same holder.
+	// The lease row, behind PgBouncer: taken when free or expired. Its
+	// holder is unique per sweep, so a second sweep of one process is
+	// refused too.
 	sqlSweepLeaseAcquire = `INSERT INTO {schema}.gc_lease AS l (name, holder, expiry)
 VALUES ('sweep', $1, now() + $2 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expiry = excluded.expiry
-WHERE l.expiry <= now() OR l.holder = excluded.holder
+WHERE l.expiry <= now()
 RETURNING holder`
+	// sqlSweepLeaseRenew, in each arbitration's transaction, confirms the
+	// row still names this sweep and extends it; its row lock keeps any
+	// other sweeper from taking the row before the arbitration commits.
+	sqlSweepLeaseRenew = `UPDATE {schema}.gc_lease SET expiry = now() + $2 * interval '1 microsecond'
+WHERE name = 'sweep' AND holder = $1 AND expiry > now()`
 	sqlSweepLeaseRelease = `DELETE FROM {schema}.gc_lease WHERE name = 'sweep' AND holder = $1`
 
 	// sqlSourceCheck reads zero rows of the source and reports its
@@ -104,8 +112,8 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 )
 
 // sweepLeaseTTL is how long a lease row lasts without renewal, behind
-// PgBouncer. The lease only saves duplicate work: arbitration alone keeps
-// deletes safe, so a lease outlived by its sweep costs nothing but that.
+// PgBouncer; every arbitration of the sweep renews it, and one that finds
+// it lapsed or taken fails with ErrLost.
 const sweepLeaseTTL = 10 * time.Minute
 
 type gcMech struct {
@@ -113,7 +121,7 @@ type gcMech struct {
 	sql struct {
 		lockBlob, lockBlobSkip, blobExists, pinned, referenced, deleteBlob, arbitrateNaive string
 		reap, countExpired, stage, stageUnref, take, peek                                  string
-		leaseAcquire, leaseRelease                                                         string
+		leaseAcquire, leaseRenew, leaseRelease                                             string
 		sourceRegister, sourceUnregister, sources                                          string
 		explainBlob, explainPins, explainSources, explainWindow, explainNow                string
 		listPins, listWindow                                                               string
@@ -137,7 +145,7 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 	s.reap, s.countExpired = e.render(sqlReapPins), e.render(sqlCountExpiredPins)
 	s.stage, s.stageUnref = e.render(sqlStage), e.render(sqlStageUnreferenced)
 	s.take, s.peek = e.render(sqlTake), e.render(sqlPeekOverdue)
-	s.leaseAcquire, s.leaseRelease = e.render(sqlSweepLeaseAcquire), e.render(sqlSweepLeaseRelease)
+	s.leaseAcquire, s.leaseRenew, s.leaseRelease = e.render(sqlSweepLeaseAcquire), e.render(sqlSweepLeaseRenew), e.render(sqlSweepLeaseRelease)
 	s.sourceRegister, s.sourceUnregister, s.sources = e.render(sqlSourceRegister), e.render(sqlSourceUnregister), e.render(sqlSources)
 	s.explainBlob, s.explainPins, s.explainSources = e.render(sqlExplainBlob), e.render(sqlExplainPins), e.render(sqlExplainSources)
 	s.explainWindow, s.explainNow = e.render(sqlExplainWindow), e.render(sqlExplainNow)
@@ -168,9 +176,19 @@ func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, lea
 	if session != nil {
 		db = session.conn
 	}
+	row, _ := lease.(*rowLease)
 	err := retryTransient(ctx, func() error {
 		return g.e.inTxOn(ctx, db, func(tx pgx.Tx) error {
 			v = gc.Verdict{}
+			if row != nil {
+				tag, err := tx.Exec(ctx, g.sql.leaseRenew, row.holder, sweepLeaseTTL.Microseconds())
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() == 0 {
+					return fmt.Errorf("%w: sweep lease row lapsed or taken by another sweeper", steaderr.ErrLost)
+				}
+			}
 			if pause := g.naiveArbitration.Load(); pause != nil && !dry {
 				if hook := g.beforeDelete.Load(); hook != nil {
 					(*hook)(key)
@@ -306,6 +324,11 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 		return nil, false, err
 	}
 	if g.pgBouncer {
+		var token [8]byte
+		if _, err := rand.Read(token[:]); err != nil {
+			return nil, false, err
+		}
+		holder = holder + "/" + hex.EncodeToString(token[:])
 		var got string
 		err := g.e.pool.QueryRow(ctx, g.sql.leaseAcquire, holder, sweepLeaseTTL.Microseconds()).Scan(&got)
 		if errors.Is(err, pgx.ErrNoRows) {
