@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
@@ -93,7 +94,7 @@ WHERE name = 'sweep' AND holder = $1 AND expiry > now()`
 
 	// sqlSourceCheck reads zero rows of the source and reports its
 	// column's type: it fails when the table or column does not exist.
-	sqlSourceCheck = `SELECT format_type(a.atttypid, a.atttypmod)
+	sqlSourceCheck = `SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod)
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -232,7 +233,7 @@ func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, lea
 			}
 			if !protected {
 				if err := tx.QueryRow(ctx, g.sql.referenced, k).Scan(&protected); err != nil {
-					return fmt.Errorf("reading liveness sources: %w", err)
+					return fmt.Errorf("reading liveness sources: %w", sourceError(err))
 				}
 			}
 			if protected {
@@ -283,7 +284,7 @@ func (g *gcMech) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64
 	}
 	var n int64
 	err := retryTransient(ctx, func() error {
-		return g.e.pool.QueryRow(ctx, g.sql.stageUnref, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).Scan(&n)
+		return sourceError(g.e.pool.QueryRow(ctx, g.sql.stageUnref, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).Scan(&n))
 	})
 	return n, err
 }
@@ -391,18 +392,37 @@ func (g *gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 	if !src.IsSQL() {
 		return fmt.Errorf("%w: postgres: Go-function liveness source %q refused: a sweep in another process could not consult it; register a SQL source (schema.table(column)) holding the keys you reference, or pin them", steaderr.ErrInvalidArgument, src.Name)
 	}
-	var typ string
-	err := g.e.pool.QueryRow(ctx, sqlSourceCheck, src.Schema, src.Table, src.Column).Scan(&typ)
+	var kind, typ string
+	err := g.e.pool.QueryRow(ctx, sqlSourceCheck, src.Schema, src.Table, src.Column).Scan(&kind, &typ)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: liveness source %s: no such table or column", steaderr.ErrInvalidArgument, src)
 	} else if err != nil {
 		return interpretError(err)
+	}
+	// A sweep selects from the source: only relations that can be read
+	// (tables, partitioned tables, views, materialized views, foreign
+	// tables), not an index, a composite type or a sequence.
+	switch kind {
+	case "r", "p", "v", "m", "f":
+	default:
+		return fmt.Errorf("%w: liveness source %s: %s.%s is not a table or view (pg_class.relkind %q)", steaderr.ErrInvalidArgument, src, src.Schema, src.Table, kind)
 	}
 	if typ != "text" && typ != "character varying" && !isVarchar(typ) {
 		return fmt.Errorf("%w: liveness source %s: column type is %s, want text", steaderr.ErrInvalidArgument, src, typ)
 	}
 	_, err = g.e.pool.Exec(ctx, g.sql.sourceRegister, src.Schema, src.Table, src.Column)
 	return interpretError(err)
+}
+
+// sourceError interprets the error of a statement reading the registered
+// sources: a missing table or column there is a source dropped or altered
+// after registration, not a database never migrated.
+func sourceError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") { // undefined_table, undefined_column
+		return fmt.Errorf("%w: a registered liveness source no longer exists (%s): restore it, or unregister it (gc.Collector.UnregisterSource); nothing is deleted meanwhile: %w", steaderr.ErrSchema, pgErr.Message, err)
+	}
+	return err
 }
 
 func isVarchar(typ string) bool {
@@ -476,10 +496,10 @@ func (g *gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.E
 		}
 		rows, err = tx.Query(ctx, g.sql.explainSources, k)
 		if err != nil {
-			return err
+			return sourceError(err)
 		}
 		if x.Sources, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return err
+			return sourceError(err)
 		}
 		var after pgtype.Timestamptz
 		switch err := tx.QueryRow(ctx, g.sql.explainWindow, k).Scan(&after); {
