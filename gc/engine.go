@@ -256,6 +256,19 @@ func (f *FuncSources) Unregister(src Source) {
 	}
 }
 
+// Missing returns those of names not registered here, in their order.
+func (f *FuncSources) Missing(names []string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, n := range names {
+		if _, ok := f.sources[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // List returns the sources in name order.
 func (f *FuncSources) List() []Source {
 	f.mu.Lock()

@@ -51,6 +51,11 @@ type Collector struct {
 }
 
 // errNoGC is what a Collector over a nil Engine answers.
+// ErrSourceMissing is wrapped by the error of a sweep or delete refused
+// because a Go-function liveness source registered on the store by another
+// process is not registered in this one, which cannot consult it.
+var ErrSourceMissing = errors.New("gc: liveness source not registered in this process")
+
 var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere (a stead server collects its own data)", errors.ErrUnsupported)
 
 // New returns a Collector over eng (nil: see Collector). Non-positive
@@ -222,7 +227,7 @@ func (c *Collector) now() time.Time {
 // process, by engines whose sweeps all run in this process; PostgreSQL
 // refuses it. Errors wrap ErrInvalidArgument or ErrInvalidName.
 func (c *Collector) RegisterSource(ctx context.Context, src Source) error {
-	if err := checkSource(src); err != nil {
+	if err := checkSource(src, true); err != nil {
 		return fmt.Errorf("gc register source: %w", err)
 	}
 	if err := c.eng.RegisterSource(ctx, src); err != nil {
@@ -232,8 +237,10 @@ func (c *Collector) RegisterSource(ctx context.Context, src Source) error {
 }
 
 // UnregisterSource removes a source; its references stop protecting keys.
+// A Go-function source is named by its Name alone: a process that never
+// registered it may so clear the mark an engine keeps of it.
 func (c *Collector) UnregisterSource(ctx context.Context, src Source) error {
-	if err := checkSource(src); err != nil {
+	if err := checkSource(src, false); err != nil {
 		return fmt.Errorf("gc unregister source: %w", err)
 	}
 	if err := c.eng.UnregisterSource(ctx, src); err != nil {
@@ -251,7 +258,7 @@ func (c *Collector) Sources(ctx context.Context) ([]Source, error) {
 	return srcs, nil
 }
 
-func checkSource(src Source) error {
+func checkSource(src Source, needFunc bool) error {
 	if src.IsSQL() || src.Schema != "" || src.Column != "" {
 		if src.Name != "" || src.Referenced != nil {
 			return fmt.Errorf("%w: a source is SQL (schema, table, column) or Go (name, function), not both", steaderr.ErrInvalidArgument)
@@ -271,7 +278,7 @@ func checkSource(src Source) error {
 	if err := validate.Name("source name", src.Name); err != nil {
 		return err
 	}
-	if src.Referenced == nil {
+	if src.Referenced == nil && needFunc {
 		return fmt.Errorf("%w: source %q has no function", steaderr.ErrInvalidArgument, src.Name)
 	}
 	return nil
@@ -289,7 +296,7 @@ func ParseSource(s string) (Source, error) {
 	if !ok || strings.ContainsAny(src.Column, "()") || strings.ContainsAny(table, ".") {
 		return Source{}, fmt.Errorf("%w: source %q: want schema.table(column)", steaderr.ErrInvalidArgument, s)
 	}
-	return src, checkSource(src)
+	return src, checkSource(src, true)
 }
 
 // Explain says why key is kept or not: its blob, its pins (live or not),
