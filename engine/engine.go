@@ -20,8 +20,8 @@ type Engine interface {
 	// Blobs returns the engine's blob mechanics.
 	Blobs() blob.Engine
 	// GC returns the engine's garbage-collection mechanics, or nil for an
-	// engine whose data is collected elsewhere (remote: by the server's
-	// store); the store's GC then reports errors.ErrUnsupported.
+	// engine whose data is collected elsewhere; the store's GC then
+	// reports errors.ErrUnsupported.
 	GC() gc.Engine
 	// Locks returns the engine's named-lock mechanics.
 	Locks() lock.Engine

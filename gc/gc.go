@@ -50,13 +50,13 @@ type Collector struct {
 	opts Options
 }
 
-// errNoGC is what a Collector over a nil Engine answers.
 // ErrSourceMissing is wrapped by the error of a sweep or delete refused
 // because a Go-function liveness source registered on the store by another
 // process is not registered in this one, which cannot consult it.
 var ErrSourceMissing = errors.New("gc: liveness source not registered in this process")
 
-var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere (a stead server collects its own data)", errors.ErrUnsupported)
+// errNoGC is what a Collector over a nil Engine answers.
+var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
 
 // New returns a Collector over eng (nil: see Collector). Non-positive
 // Grace or Batch mean the defaults.

@@ -31,6 +31,10 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		}
 		want = key
 	}
+	if r.URL.Query().Has("owner") {
+		s.putPinned(w, r, want)
+		return
+	}
 	if header := r.Header.Get("Content-Digest"); header != "" {
 		key, err := parseContentDigest(header)
 		if err != nil {

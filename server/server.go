@@ -26,6 +26,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
@@ -109,6 +110,8 @@ type Server struct {
 	blobEng blob.Engine // under blobs, for stores on a client's clock
 	locks   *lock.Store
 	records *record.Store
+	gc      *gc.Collector
+	leases  leaseTable // sweep leases clients hold
 	opts    Options
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -117,6 +120,8 @@ type Server struct {
 	token   [sha256.Size]byte
 	uploads chan struct{}
 	drain   drainSet
+
+	gcMetrics *gcMetrics
 }
 
 // New returns a Server for st. st stays the caller's to close.
@@ -166,12 +171,14 @@ func New(st *stead.Store, opts Options) *Server {
 		uploads: make(chan struct{}, opts.MaxUploads),
 		locks:   lock.NewStore(eng.Locks(), lock.Options{}),
 		records: record.NewStore(eng.Records(), record.Options{}),
+		gc:      st.GC,
 	}
+	s.gcMetrics = newGCMetrics(opts.Registerer)
 	if pg, ok := eng.(*postgres.Engine); ok {
 		registerPool(opts.Registerer, pg)
 	}
 	s.blobEng = &putSpy{Engine: eng.Blobs(), m: s.metrics}
-	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads})
+	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads, Owner: st.InstanceID()})
 	s.token = sha256.Sum256([]byte(opts.Token))
 	s.routes()
 	return s
@@ -209,6 +216,24 @@ func (s *Server) table() []route {
 		{"PUT /v1/blobs/{key}", false, s.putBlob},
 		{"GET /v1/blobs/{key}", false, s.getBlob}, // GET also serves HEAD
 		{"DELETE /v1/blobs/{key}", false, s.deleteBlob},
+		{"POST /v1/blobs/{key}/pins", false, s.pinBlob},
+		{"PUT /v1/blobs/{key}/pins/{owner}", false, s.renewPin},
+		{"DELETE /v1/blobs/{key}/pins/{owner}", false, s.unpinBlob},
+
+		{"POST /v1/gc/sweep", false, s.sweep},
+		{"GET /v1/gc/explain/{key}", false, s.explain},
+		{"GET /v1/gc/sources", false, s.listSources},
+		{"PUT /v1/gc/sources", false, s.registerSource},
+		{"DELETE /v1/gc/sources", false, s.unregisterSource},
+		{"GET /v1/pins", false, s.listPins},
+		{"POST /v1/gc/reap", false, s.reapPins},
+		{"PUT /v1/gc/window/{key}", false, s.stageKey},
+		{"POST /v1/gc/stage", false, s.stageUnreferenced},
+		{"POST /v1/gc/take", false, s.takeCandidates},
+		{"POST /v1/gc/arbitrate/{key}", false, s.arbitrate},
+		{"POST /v1/gc/lease", false, s.acquireLease},
+		{"PUT /v1/gc/lease/{id}", false, s.renewLease},
+		{"DELETE /v1/gc/lease/{id}", false, s.releaseLease},
 
 		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},
 		{"POST /v1/locks/{name}/renew", false, s.renewLock},

@@ -64,6 +64,11 @@ type Harness struct {
 	// then cancels no write in flight. Local engines leave it false: a
 	// cancelled write changed nothing.
 	CancelMayCommit bool
+	// NoFuncSources, when set, says why the engine cannot take Go-function
+	// liveness sources though it has no RefTable (the remote engine over a
+	// server without PostgreSQL: a function cannot cross HTTP). The tests
+	// that need a liveness source are then skipped with that reason.
+	NoFuncSources string
 }
 
 // Run runs the whole suite against h. Subtests call t.Parallel() where

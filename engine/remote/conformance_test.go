@@ -8,12 +8,18 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"
+	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/remote"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/server"
 )
@@ -47,7 +53,43 @@ func serve(t *testing.T, url string, virgin bool) engine.Engine {
 		t.Fatalf("remote.Open: %v", err)
 	}
 	t.Cleanup(func() { eng.Close() })
+	behind.Store(eng, st)
+	t.Cleanup(func() { behind.Delete(eng) })
 	return eng
+}
+
+// behind maps each remote engine serve returns to the server's store.
+var behind sync.Map
+
+// noFuncSources is why the remote engine over memory or SQLite has no
+// liveness source the suite can use.
+const noFuncSources = "a Go-function source cannot cross HTTP, and only a server over PostgreSQL takes SQL sources"
+
+// refTable creates the suite's reference table in the PostgreSQL database
+// behind eng's server.
+func refTable(t *testing.T, eng engine.Engine, table, column string) (gc.Source, func(blob.Key, bool)) {
+	t.Helper()
+	st, ok := behind.Load(eng)
+	if !ok {
+		t.Fatal("refTable: no server behind the engine")
+	}
+	pg := st.(*stead.Store).Engine().(*postgres.Engine)
+	ident := pgx.Identifier{pg.Schema(), table}.Sanitize()
+	col := pgx.Identifier{column}.Sanitize()
+	if _, err := pg.Pool().Exec(context.Background(), "CREATE TABLE "+ident+" ("+col+" text NOT NULL)"); err != nil {
+		t.Fatalf("creating reference table: %v", err)
+	}
+	set := func(key blob.Key, referenced bool) {
+		t.Helper()
+		stmt := "DELETE FROM " + ident + " WHERE " + col + " = $1"
+		if referenced {
+			stmt = "INSERT INTO " + ident + " (" + col + ") VALUES ($1)"
+		}
+		if _, err := pg.Pool().Exec(context.Background(), stmt, key.String()); err != nil {
+			t.Fatalf("setting a reference: %v", err)
+		}
+	}
+	return gc.Source{Schema: pg.Schema(), Table: table, Column: column}, set
 }
 
 // TestConformance runs the engine suite over HTTP against a server over
@@ -58,6 +100,7 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			NoFuncSources:   noFuncSources,
 			New:             func(t *testing.T) engine.Engine { return serve(t, "mem://", false) },
 		})
 	})
@@ -66,6 +109,7 @@ func TestConformance(t *testing.T) {
 		path := func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "s.db") }
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			NoFuncSources:   noFuncSources,
 			New:             func(t *testing.T) engine.Engine { return serve(t, path(t), false) },
 			Virgin:          func(t *testing.T) engine.Engine { return serve(t, path(t), true) },
 		})
@@ -74,6 +118,7 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			RefTable:        refTable,
 			New:             func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), false) },
 			Virgin:          func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), true) },
 		})

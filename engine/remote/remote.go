@@ -6,7 +6,10 @@
 // What differs from a local engine: lock releases and claimable records
 // are never signalled (WatchReleases and WatchClaimable report not live), so a
 // waiting Lock or WaitClaimable polls; Cluster is the server's answer at
-// Open; and, as for any network store, an error may hide a write that took
+// Open; a sweep lease is held by the server while the client renews it, so
+// a client that dies mid-sweep blocks other sweeps for up to a minute;
+// Go-function liveness sources cannot cross HTTP (register them in the
+// server's process); and, as for any network store, an error may hide a write that took
 // effect (retrying is safe: every write is idempotent or fenced).
 package remote
 
@@ -24,7 +27,6 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
@@ -56,6 +58,7 @@ type Engine struct {
 	blobs   blobs
 	locks   locks
 	records records
+	gc      gcEngine
 }
 
 // Open checks that the server answers, and the token, and returns an
@@ -73,7 +76,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.client = &http.Client{Transport: t}
 		e.own = true
 	}
-	e.blobs.e, e.locks.e, e.records.e = e, e, e
+	e.blobs.e, e.locks.e, e.records.e, e.gc.e = e, e, e, e
 	var info wire.Info
 	if _, err := e.do(ctx, http.MethodGet, "/v1/info", nil, nil, &info); err != nil {
 		e.Close()
@@ -85,9 +88,6 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 
 // Blobs returns the engine's blob mechanics.
 func (e *Engine) Blobs() blob.Engine { return &e.blobs }
-
-// GC returns nil: the server's store collects its data.
-func (e *Engine) GC() gc.Engine { return nil }
 
 // Locks returns the engine's lock mechanics.
 func (e *Engine) Locks() lock.Engine { return &e.locks }

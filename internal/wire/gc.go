@@ -1,0 +1,107 @@
+package wire
+
+import "time"
+
+// SweepRequest is the body of POST /v1/gc/sweep.
+type SweepRequest struct {
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// SweepReport is what one sweep did (or, in a dry run, would do).
+// Aborted is "SweeperBusy" when another sweep held the lease: an answer,
+// not an error.
+type SweepReport struct {
+	DryRun     bool     `json:"dry_run"`
+	Aborted    string   `json:"aborted,omitempty"`
+	Reaped     int64    `json:"reaped"`
+	Taken      int64    `json:"taken"`
+	Deleted    int64    `json:"deleted"`
+	Rescued    int64    `json:"rescued"`
+	Absent     int64    `json:"absent"`
+	BytesFreed int64    `json:"bytes_freed"`
+	Staged     int64    `json:"staged"`
+	Duration   Duration `json:"duration"`
+}
+
+// Pin is one pin, live or not.
+type Pin struct {
+	Key    string    `json:"key"`
+	Owner  string    `json:"owner"`
+	Expiry time.Time `json:"expiry"`
+	Live   bool      `json:"live"`
+}
+
+// Candidate is one row of the delete window.
+type Candidate struct {
+	Key          string    `json:"key"`
+	VisibleAfter time.Time `json:"visible_after"`
+}
+
+// PinsPage is the answer of GET /v1/pins: every pin and window row.
+type PinsPage struct {
+	Now    time.Time   `json:"now"`
+	Pins   []Pin       `json:"pins"`
+	Window []Candidate `json:"window"`
+}
+
+// Explanation says why a blob is kept or not.
+type Explanation struct {
+	Key          string    `json:"key"`
+	Stored       bool      `json:"stored"`
+	Size         int64     `json:"size"`
+	Pins         []Pin     `json:"pins"`
+	Sources      []string  `json:"sources"`
+	Staged       bool      `json:"staged"`
+	VisibleAfter time.Time `json:"visible_after,omitzero"`
+	Now          time.Time `json:"now"`
+	Verdict      string    `json:"verdict"`
+}
+
+// Source is a SQL liveness source: a text column of a table in the
+// server's PostgreSQL database.
+type Source struct {
+	Schema string `json:"schema"`
+	Table  string `json:"table"`
+	Column string `json:"column"`
+}
+
+// Sources is the answer of GET /v1/gc/sources. Funcs name the Go-function
+// sources registered in the server's process.
+type Sources struct {
+	Sources []Source `json:"sources"`
+	Funcs   []string `json:"funcs,omitempty"`
+}
+
+// GCStep is the body of the garbage-collection mechanics a remote engine
+// drives (reap, stage, take, arbitrate): the members each step uses.
+type GCStep struct {
+	Now          time.Time `json:"now,omitzero"`
+	DryRun       bool      `json:"dry_run,omitempty"`
+	Grace        Duration  `json:"grace,omitempty"`
+	Limit        int       `json:"limit,omitempty"`
+	VisibleAfter time.Time `json:"visible_after,omitzero"`
+}
+
+// GCCount answers a step that counts: pins reaped, blobs staged.
+type GCCount struct {
+	Count int64 `json:"count"`
+}
+
+// GCKeys answers a take: the candidates taken, in key order.
+type GCKeys struct {
+	Keys []string `json:"keys"`
+}
+
+// Verdict answers an arbitration: deleted, protected, busy or absent,
+// and the deleted blob's size.
+type Verdict struct {
+	Outcome string `json:"outcome"`
+	Size    int64  `json:"size,omitempty"`
+}
+
+// SweepLease is the body and answer of POST /v1/gc/lease.
+type SweepLease struct {
+	Holder   string `json:"holder,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Acquired bool   `json:"acquired"`
+}

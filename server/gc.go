@@ -1,0 +1,218 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// gcMetrics count the sweeps run through the API.
+type gcMetrics struct {
+	sweeps     *prometheus.CounterVec
+	deletions  prometheus.Counter
+	bytesFreed prometheus.Counter
+}
+
+func newGCMetrics(reg prometheus.Registerer) *gcMetrics {
+	m := &gcMetrics{
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stead_gc_sweeps_total", Help: "Garbage-collection sweeps run through the API, by result: done, dry_run, busy (another sweep held the lease) or error.",
+		}, []string{"result"}),
+		deletions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stead_gc_deletions_total", Help: "Blobs deleted by sweeps run through the API.",
+		}),
+		bytesFreed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stead_gc_bytes_freed_total", Help: "Bytes of blobs deleted by sweeps run through the API.",
+		}),
+	}
+	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed)
+	return m
+}
+
+func (m *gcMetrics) sweep(rep gc.Report, err error) {
+	switch {
+	case err != nil:
+		m.sweeps.WithLabelValues("error").Inc()
+	case rep.Aborted != "":
+		m.sweeps.WithLabelValues("busy").Inc()
+	case rep.DryRun:
+		m.sweeps.WithLabelValues("dry_run").Inc()
+	default:
+		m.sweeps.WithLabelValues("done").Inc()
+		m.deletions.Add(float64(rep.Deleted))
+		m.bytesFreed.Add(float64(rep.BytesFreed))
+	}
+}
+
+// sweep runs one garbage-collection sweep of the server's store: POST
+// /v1/gc/sweep, 200 with the report. Another sweep holding the lease is
+// an answer (aborted: SweeperBusy), not an error.
+func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
+	var req wire.SweepRequest
+	if r.ContentLength != 0 {
+		if err := readJSON(w, r, &req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	// A sweep takes as long as the window is deep: its answer may wait.
+	s.wait(w, maxSweep)
+	rep, err := s.gc.Sweep(r.Context(), gc.SweepOptions{DryRun: req.DryRun})
+	s.gcMetrics.sweep(rep, err)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.SweepReport{
+		DryRun: rep.DryRun, Aborted: rep.Aborted, Reaped: rep.Reaped, Taken: rep.Taken, Deleted: rep.Deleted,
+		Rescued: rep.Rescued, Absent: rep.Absent, BytesFreed: rep.BytesFreed, Staged: rep.Staged, Duration: wire.Duration(rep.Duration),
+	})
+}
+
+// maxSweep is how long a sweep's answer may take before the connection's
+// deadlines cut it.
+const maxSweep = time.Hour
+
+func wirePin(p gc.PinInfo, now time.Time) wire.Pin {
+	return wire.Pin{Key: p.Key.String(), Owner: p.Owner, Expiry: p.Expiry, Live: p.Expiry.After(now)}
+}
+
+// explain says why a blob is kept or not: GET /v1/gc/explain/{key},
+// judged at the query's now when the server allows client clocks.
+func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
+	key, err := blob.ParseKey(r.PathValue("key"))
+	var now time.Time
+	if err == nil {
+		now, err = s.queryNow(r)
+	}
+	var x gc.Explanation
+	switch {
+	case err != nil:
+	case now.IsZero():
+		x, err = s.gc.Explain(r.Context(), key)
+	default:
+		x, err = s.eng.GC().Explain(r.Context(), key, now.Truncate(time.Microsecond))
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := wire.Explanation{Key: key.String(), Stored: x.Stored, Size: x.Size, Pins: []wire.Pin{}, Sources: x.Sources,
+		Staged: x.Staged, VisibleAfter: x.VisibleAfter, Now: x.Now, Verdict: x.Verdict()}
+	if out.Sources == nil {
+		out.Sources = []string{}
+	}
+	for _, p := range x.Pins {
+		out.Pins = append(out.Pins, wirePin(p, x.Now))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listPins answers every pin, live or not, and every window row: GET
+// /v1/pins. Both are small by design (pins expire, the window drains),
+// but each is bounded by maxListLimit; a longer one is an error that
+// says so.
+func (s *Server) listPins(w http.ResponseWriter, r *http.Request) {
+	out := wire.PinsPage{Now: time.Now().UTC().Truncate(time.Microsecond), Pins: []wire.Pin{}, Window: []wire.Candidate{}}
+	over := false
+	err := s.gc.Pins(r.Context(), func(p gc.PinInfo) bool {
+		out.Pins = append(out.Pins, wirePin(p, out.Now))
+		over = len(out.Pins) > maxListLimit
+		return !over
+	})
+	if err == nil && !over {
+		err = s.gc.Window(r.Context(), func(c gc.Candidate) bool {
+			out.Window = append(out.Window, wire.Candidate{Key: c.Key.String(), VisibleAfter: c.VisibleAfter})
+			over = len(out.Window) > maxListLimit
+			return !over
+		})
+	}
+	if err == nil && over {
+		err = fmt.Errorf("%w: more than %d pins or window rows: list them with stead pins against the database", steaderr.ErrTooLarge, maxListLimit)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// errFuncSource: a Go function cannot cross the wire.
+var errFuncSource = fmt.Errorf("%w: a Go-function liveness source runs in the process that registers it and cannot be registered over HTTP: register it with Store.GC.RegisterSource in the server's process, or use a SQL source on PostgreSQL", steaderr.ErrInvalidArgument)
+
+// readSource reads a SQL source from the request body, refusing it unless
+// the server runs PostgreSQL (the only engine that consults SQL sources).
+func (s *Server) readSource(w http.ResponseWriter, r *http.Request) (gc.Source, bool) {
+	var req struct {
+		wire.Source
+		Name string `json:"name,omitempty"`
+	}
+	err := readJSON(w, r, &req)
+	switch {
+	case err != nil:
+	case req.Name != "":
+		err = errFuncSource
+	default:
+		if _, ok := s.eng.(*postgres.Engine); !ok {
+			err = fmt.Errorf("%w: SQL liveness sources need a server over PostgreSQL", steaderr.ErrInvalidArgument)
+		}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return gc.Source{}, false
+	}
+	return gc.Source{Schema: req.Schema, Table: req.Table, Column: req.Column}, true
+}
+
+// registerSource records a SQL liveness source: PUT /v1/gc/sources, 204.
+func (s *Server) registerSource(w http.ResponseWriter, r *http.Request) {
+	src, ok := s.readSource(w, r)
+	if !ok {
+		return
+	}
+	if err := s.gc.RegisterSource(r.Context(), src); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// unregisterSource removes a SQL liveness source: DELETE /v1/gc/sources
+// with the source as the body, 204 (an unknown one too).
+func (s *Server) unregisterSource(w http.ResponseWriter, r *http.Request) {
+	src, ok := s.readSource(w, r)
+	if !ok {
+		return
+	}
+	if err := s.gc.UnregisterSource(r.Context(), src); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// listSources lists the liveness sources: GET /v1/gc/sources.
+func (s *Server) listSources(w http.ResponseWriter, r *http.Request) {
+	srcs, err := s.gc.Sources(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := wire.Sources{Sources: []wire.Source{}}
+	for _, src := range srcs {
+		if src.IsSQL() {
+			out.Sources = append(out.Sources, wire.Source{Schema: src.Schema, Table: src.Table, Column: src.Column})
+		} else {
+			out.Funcs = append(out.Funcs, src.Name)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

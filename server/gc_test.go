@@ -1,0 +1,221 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/server"
+)
+
+// testClock is a clock a test moves.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// gcServer serves a store at url with a 1s grace, its collector on a test
+// clock that starts at the system clock's now (the server's puts pin on
+// the engine's clock).
+func gcServer(t *testing.T, url string) (*stead.Store, *httptest.Server, *testClock) {
+	t.Helper()
+	clock := &testClock{now: time.Now()}
+	st, err := stead.Open(context.Background(), url, stead.WithClock(clock.Now), stead.WithGCGrace(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	t.Cleanup(srv.Close)
+	return st, srv, clock
+}
+
+func sweepOver(t *testing.T, url, body string) wire.SweepReport {
+	t.Helper()
+	a := do(t, "POST", url+"/v1/gc/sweep", body, nil)
+	if a.status != 200 {
+		t.Fatalf("POST /v1/gc/sweep: %d %s", a.status, a.body)
+	}
+	var rep wire.SweepReport
+	if err := json.Unmarshal([]byte(a.body), &rep); err != nil {
+		t.Fatalf("sweep report %q: %v", a.body, err)
+	}
+	return rep
+}
+
+// TestGCOverHTTP sweeps, explains and lists pins through the API and
+// checks the GC metrics.
+func TestGCOverHTTP(t *testing.T) {
+	t.Parallel()
+	st, srv, clock := gcServer(t, "mem://")
+	a := do(t, "PUT", srv.URL+"/v1/blobs", "collect me", nil)
+	if a.status != 201 {
+		t.Fatalf("PUT: %d %s", a.status, a.body)
+	}
+	key := blob.KeyOf([]byte("collect me")).String()
+
+	var page wire.PinsPage
+	a = do(t, "GET", srv.URL+"/v1/pins", "", nil)
+	if err := json.Unmarshal([]byte(a.body), &page); a.status != 200 || err != nil || len(page.Pins) != 1 || page.Pins[0].Key != key || page.Pins[0].Owner != st.InstanceID() {
+		t.Fatalf("GET /v1/pins: %d %s (%v)", a.status, a.body, err)
+	}
+
+	if rep := sweepOver(t, srv.URL, ""); rep.Staged != 0 || rep.Deleted != 0 {
+		t.Fatalf("sweep under a live pin: %+v", rep)
+	}
+	clock.Add(blob.DefaultPinTTL + time.Second)
+	if rep := sweepOver(t, srv.URL, `{"dry_run":true}`); !rep.DryRun || rep.Reaped != 1 || rep.Staged != 1 {
+		t.Fatalf("dry run after the pin expired: %+v", rep)
+	}
+	if rep := sweepOver(t, srv.URL, "{}"); rep.Reaped != 1 || rep.Staged != 1 || rep.Deleted != 0 {
+		t.Fatalf("sweep after the pin expired: %+v", rep)
+	}
+	var x wire.Explanation
+	a = do(t, "GET", srv.URL+"/v1/gc/explain/"+key, "", nil)
+	if err := json.Unmarshal([]byte(a.body), &x); a.status != 200 || err != nil || !x.Stored || !x.Staged || len(x.Pins) != 0 || !strings.HasPrefix(x.Verdict, "unprotected") {
+		t.Fatalf("GET /v1/gc/explain: %d %s (%v)", a.status, a.body, err)
+	}
+	a = do(t, "GET", srv.URL+"/v1/pins", "", nil)
+	if err := json.Unmarshal([]byte(a.body), &page); err != nil || len(page.Pins) != 0 || len(page.Window) != 1 || page.Window[0].Key != key {
+		t.Fatalf("GET /v1/pins with a staged key: %s (%v)", a.body, err)
+	}
+
+	// Another sweep holding the lease is an answer, not an error.
+	lease, ok, err := st.Engine().GC().AcquireSweep(t.Context(), "test")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep: %v, %v", ok, err)
+	}
+	if rep := sweepOver(t, srv.URL, ""); rep.Aborted != "SweeperBusy" {
+		t.Fatalf("sweep while the lease is held: %+v", rep)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.Add(2 * time.Second)
+	if rep := sweepOver(t, srv.URL, ""); rep.Deleted != 1 || rep.BytesFreed != int64(len("collect me")) {
+		t.Fatalf("sweep past the grace: %+v", rep)
+	}
+	a = do(t, "GET", srv.URL+"/v1/gc/explain/"+key, "", nil)
+	if err := json.Unmarshal([]byte(a.body), &x); a.status != 200 || err != nil || x.Stored || x.Verdict != "not stored" {
+		t.Fatalf("explain after deletion: %d %s", a.status, a.body)
+	}
+
+	for _, bad := range []struct{ method, path, body, code string }{
+		{"GET", "/v1/gc/explain/sha256:nothex", "", "invalid_key"},
+		{"POST", "/v1/gc/sweep", `{"dry_run":"yes"}`, "bad_request"},
+		{"POST", "/v1/gc/sweep", `{"unknown":1}`, "bad_request"},
+		{"PUT", "/v1/gc/sources", `{"schema":"public","table":"t","column":"k"}`, "invalid_argument"},
+		{"PUT", "/v1/gc/sources", `{"name":"func"}`, "invalid_argument"},
+		{"POST", "/v1/gc/take", `{"limit":-1}`, "invalid_argument"},
+		{"POST", "/v1/gc/stage", `{"grace":"-1s"}`, "invalid_argument"},
+		{"POST", "/v1/gc/reap", `{"now":"2030-01-01T00:00:00Z"}`, "bad_request"}, // no client clocks here
+		{"PUT", "/v1/gc/window/" + key, `{}`, "bad_request"},
+		{"POST", "/v1/gc/arbitrate/sha256:00", `{}`, "invalid_key"},
+		{"POST", "/v1/gc/lease", `{"holder":""}`, "invalid_name"},
+		{"POST", "/v1/gc/lease", `{"holder":"a\u0000b"}`, "invalid_name"},
+		{"GET", "/v1/gc/explain/" + key + "?now=2030-01-01T00:00:00Z", "", "bad_request"},
+	} {
+		a := do(t, bad.method, srv.URL+bad.path, bad.body, nil)
+		if a.status != 400 || a.errCode(t) != bad.code {
+			t.Errorf("%s %s %s: %d %s, want 400 %s", bad.method, bad.path, bad.body, a.status, a.body, bad.code)
+		}
+	}
+	if a := do(t, "PUT", srv.URL+"/v1/gc/lease/nosuchlease", "", nil); a.status != 404 || a.errCode(t) != "not_found" {
+		t.Errorf("renewing an unknown sweep lease: %d %s, want 404 not_found", a.status, a.body)
+	}
+	if a := do(t, "DELETE", srv.URL+"/v1/gc/lease/nosuchlease", "", nil); a.status != 204 {
+		t.Errorf("releasing an unknown sweep lease: %d %s, want 204", a.status, a.body)
+	}
+	if a := do(t, "PUT", srv.URL+"/v1/gc/sources", `{"name":"func"}`, nil); !strings.Contains(a.body, "Go-function") {
+		t.Errorf("a Go-function source over HTTP: %s, want an error naming it", a.body)
+	}
+
+	a = do(t, "GET", srv.URL+"/metrics", "", nil)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(a.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(name, result string) float64 {
+		var n float64
+		for _, m := range families[name].GetMetric() {
+			if result == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == result {
+				n += m.GetCounter().GetValue()
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name, result string
+		want         float64
+	}{
+		{"stead_gc_sweeps_total", "done", 3},
+		{"stead_gc_sweeps_total", "dry_run", 1},
+		{"stead_gc_sweeps_total", "busy", 1},
+		{"stead_gc_deletions_total", "", 1},
+		{"stead_gc_bytes_freed_total", "", float64(len("collect me"))},
+	} {
+		if got := sum(c.name, c.result); got != c.want {
+			t.Errorf("%s{result=%q} = %v, want %v", c.name, c.result, got, c.want)
+		}
+	}
+}
+
+// TestSourcesOverHTTP registers, lists and unregisters a SQL liveness
+// source on a server over PostgreSQL, and checks that it protects.
+func TestSourcesOverHTTP(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	st, srv, _ := gcServer(t, db.StoreURL())
+	if _, err := db.Admin.Exec(t.Context(), `CREATE TABLE "`+db.Schema+`".refs (k text)`); err != nil {
+		t.Fatal(err)
+	}
+	src := `{"schema":"` + db.Schema + `","table":"refs","column":"k"}`
+	a := do(t, "PUT", srv.URL+"/v1/gc/sources", src, nil)
+	if a.status != 204 {
+		t.Fatalf("PUT /v1/gc/sources: %d %s", a.status, a.body)
+	}
+	var list wire.Sources
+	a = do(t, "GET", srv.URL+"/v1/gc/sources", "", nil)
+	if err := json.Unmarshal([]byte(a.body), &list); err != nil || len(list.Sources) != 1 || list.Sources[0] != (wire.Source{Schema: db.Schema, Table: "refs", Column: "k"}) {
+		t.Fatalf("GET /v1/gc/sources: %d %s", a.status, a.body)
+	}
+	srcs, err := st.GC.Sources(t.Context())
+	if err != nil || len(srcs) != 1 {
+		t.Fatalf("the store's sources: %v, %v", srcs, err)
+	}
+	if a := do(t, "DELETE", srv.URL+"/v1/gc/sources", src, nil); a.status != 204 {
+		t.Fatalf("DELETE /v1/gc/sources: %d %s", a.status, a.body)
+	}
+	a = do(t, "GET", srv.URL+"/v1/gc/sources", "", nil)
+	if err := json.Unmarshal([]byte(a.body), &list); err != nil || len(list.Sources) != 0 {
+		t.Fatalf("GET /v1/gc/sources after DELETE: %s", a.body)
+	}
+	if a := do(t, "PUT", srv.URL+"/v1/gc/sources", `{"schema":"","table":"refs","column":"k"}`, nil); a.status != 400 || a.errCode(t) != "invalid_name" {
+		t.Fatalf("PUT an empty schema: %d %s", a.status, a.body)
+	}
+}
