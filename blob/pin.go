@@ -282,15 +282,22 @@ func (p *Pin) Release(ctx context.Context) error {
 	p.mu.Unlock()
 	close(p.stop)
 	<-p.done
+	t := p.t
+	// The renewals may have run late (a stalled process, a starved
+	// scheduler): a deadline passed without a confirmed renewal loses the
+	// guard even though no renewal reported it.
+	sent, _ := t.clock()
 	p.mu.Lock()
+	if p.err == nil && !sent.Before(p.deadline) {
+		p.err = fmt.Errorf("%w: pin on %s not renewed before its deadline", steaderr.ErrLost, p.key)
+		close(p.lost)
+	}
 	lostErr := p.err
 	p.mu.Unlock()
 
-	t := p.t
 	t.mu.Lock()
 	h := t.held[p.key]
 	h.guards--
-	sent, _ := t.clock()
 	if h.guards > 0 || h.inflight > 0 || h.putDeadline.After(sent) || h.unpinning != nil {
 		t.forget(p.key, h)
 		t.mu.Unlock()

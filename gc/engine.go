@@ -106,6 +106,11 @@ type ArbitrateParams struct {
 	Key    blob.Key
 	Now    time.Time
 	DryRun bool
+	// Lease is the sweep lease the arbitration runs under. An engine whose
+	// lease lives in a database session or row makes the arbitration share
+	// its fate: a lost lease fails the arbitration (an error wrapping
+	// steaderr.ErrLost) and deletes nothing.
+	Lease Lease
 }
 
 // Verdict is the outcome of one arbitration.
@@ -249,6 +254,19 @@ func (f *FuncSources) Unregister(src Source) {
 	if !src.IsSQL() {
 		delete(f.sources, src.Name)
 	}
+}
+
+// Missing returns those of names not registered here, in their order.
+func (f *FuncSources) Missing(names []string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, n := range names {
+		if _, ok := f.sources[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // List returns the sources in name order.

@@ -54,6 +54,11 @@ type Collector struct {
 	opts Options
 }
 
+// ErrSourceMissing is wrapped by the error of a sweep or delete refused
+// because a Go-function liveness source registered on the store by another
+// process is not registered in this one, which cannot consult it.
+var ErrSourceMissing = errors.New("gc: liveness source not registered in this process")
+
 // errNoGC is what a Collector over a nil Engine answers.
 var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
 
@@ -175,7 +180,7 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		}
 		for _, key := range keys {
 			rep.Taken++
-			v, err := c.eng.Arbitrate(ctx, ArbitrateParams{Key: key, Now: c.now(), DryRun: opts.DryRun})
+			v, err := c.eng.Arbitrate(ctx, ArbitrateParams{Key: key, Now: c.now(), DryRun: opts.DryRun, Lease: lease})
 			if err != nil {
 				return rep, fmt.Errorf("gc sweep: arbitrate %s: %w", key, err)
 			}
@@ -235,7 +240,7 @@ func (c *Collector) now() time.Time {
 // process, by engines whose sweeps all run in this process; PostgreSQL
 // refuses it. Errors wrap ErrInvalidArgument or ErrInvalidName.
 func (c *Collector) RegisterSource(ctx context.Context, src Source) error {
-	if err := checkSource(src); err != nil {
+	if err := checkSource(src, true); err != nil {
 		return fmt.Errorf("gc register source: %w", err)
 	}
 	if err := c.eng.RegisterSource(ctx, src); err != nil {
@@ -245,8 +250,10 @@ func (c *Collector) RegisterSource(ctx context.Context, src Source) error {
 }
 
 // UnregisterSource removes a source; its references stop protecting keys.
+// A Go-function source is named by its Name alone: a process that never
+// registered it may so clear the mark an engine keeps of it.
 func (c *Collector) UnregisterSource(ctx context.Context, src Source) error {
-	if err := checkSource(src); err != nil {
+	if err := checkSource(src, false); err != nil {
 		return fmt.Errorf("gc unregister source: %w", err)
 	}
 	if err := c.eng.UnregisterSource(ctx, src); err != nil {
@@ -264,7 +271,7 @@ func (c *Collector) Sources(ctx context.Context) ([]Source, error) {
 	return srcs, nil
 }
 
-func checkSource(src Source) error {
+func checkSource(src Source, needFunc bool) error {
 	if src.IsSQL() || src.Schema != "" || src.Column != "" {
 		if src.Name != "" || src.Referenced != nil {
 			return fmt.Errorf("%w: a source is SQL (schema, table, column) or Go (name, function), not both", steaderr.ErrInvalidArgument)
@@ -284,7 +291,7 @@ func checkSource(src Source) error {
 	if err := validate.Name("source name", src.Name); err != nil {
 		return err
 	}
-	if src.Referenced == nil {
+	if src.Referenced == nil && needFunc {
 		return fmt.Errorf("%w: source %q has no function", steaderr.ErrInvalidArgument, src.Name)
 	}
 	return nil
@@ -302,7 +309,7 @@ func ParseSource(s string) (Source, error) {
 	if !ok || strings.ContainsAny(src.Column, "()") || strings.ContainsAny(table, ".") {
 		return Source{}, fmt.Errorf("%w: source %q: want schema.table(column)", steaderr.ErrInvalidArgument, s)
 	}
-	return src, checkSource(src)
+	return src, checkSource(src, true)
 }
 
 // Explain says why key is kept or not: its blob, its pins (live or not),

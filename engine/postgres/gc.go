@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
@@ -74,18 +77,24 @@ ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END`
 
 	sqlSweepTryLock = `SELECT pg_try_advisory_lock($1)`
 	sqlSweepUnlock  = `SELECT pg_advisory_unlock($1)`
-	// The lease row, behind PgBouncer: taken when free, expired, or held
-	// by the same holder.
+	// The lease row, behind PgBouncer: taken when free or expired. Its
+	// holder is unique per sweep, so a second sweep of one process is
+	// refused too.
 	sqlSweepLeaseAcquire = `INSERT INTO {schema}.gc_lease AS l (name, holder, expiry)
 VALUES ('sweep', $1, now() + $2 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expiry = excluded.expiry
-WHERE l.expiry <= now() OR l.holder = excluded.holder
+WHERE l.expiry <= now()
 RETURNING holder`
+	// sqlSweepLeaseRenew, in each arbitration's transaction, confirms the
+	// row still names this sweep and extends it; its row lock keeps any
+	// other sweeper from taking the row before the arbitration commits.
+	sqlSweepLeaseRenew = `UPDATE {schema}.gc_lease SET expiry = now() + $2 * interval '1 microsecond'
+WHERE name = 'sweep' AND holder = $1 AND expiry > now()`
 	sqlSweepLeaseRelease = `DELETE FROM {schema}.gc_lease WHERE name = 'sweep' AND holder = $1`
 
 	// sqlSourceCheck reads zero rows of the source and reports its
 	// column's type: it fails when the table or column does not exist.
-	sqlSourceCheck = `SELECT format_type(a.atttypid, a.atttypmod)
+	sqlSourceCheck = `SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod)
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -104,8 +113,8 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 )
 
 // sweepLeaseTTL is how long a lease row lasts without renewal, behind
-// PgBouncer. The lease only saves duplicate work: arbitration alone keeps
-// deletes safe, so a lease outlived by its sweep costs nothing but that.
+// PgBouncer; every arbitration of the sweep renews it, and one that finds
+// it lapsed or taken fails with ErrLost.
 const sweepLeaseTTL = 10 * time.Minute
 
 type gcMech struct {
@@ -113,7 +122,7 @@ type gcMech struct {
 	sql struct {
 		lockBlob, lockBlobSkip, blobExists, pinned, referenced, deleteBlob, arbitrateNaive string
 		reap, countExpired, stage, stageUnref, take, peek                                  string
-		leaseAcquire, leaseRelease                                                         string
+		leaseAcquire, leaseRenew, leaseRelease                                             string
 		sourceRegister, sourceUnregister, sources                                          string
 		explainBlob, explainPins, explainSources, explainWindow, explainNow                string
 		listPins, listWindow                                                               string
@@ -137,7 +146,7 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 	s.reap, s.countExpired = e.render(sqlReapPins), e.render(sqlCountExpiredPins)
 	s.stage, s.stageUnref = e.render(sqlStage), e.render(sqlStageUnreferenced)
 	s.take, s.peek = e.render(sqlTake), e.render(sqlPeekOverdue)
-	s.leaseAcquire, s.leaseRelease = e.render(sqlSweepLeaseAcquire), e.render(sqlSweepLeaseRelease)
+	s.leaseAcquire, s.leaseRenew, s.leaseRelease = e.render(sqlSweepLeaseAcquire), e.render(sqlSweepLeaseRenew), e.render(sqlSweepLeaseRelease)
 	s.sourceRegister, s.sourceUnregister, s.sources = e.render(sqlSourceRegister), e.render(sqlSourceUnregister), e.render(sqlSources)
 	s.explainBlob, s.explainPins, s.explainSources = e.render(sqlExplainBlob), e.render(sqlExplainPins), e.render(sqlExplainSources)
 	s.explainWindow, s.explainNow = e.render(sqlExplainWindow), e.render(sqlExplainNow)
@@ -146,7 +155,7 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 
 // Delete implements blob.Engine: an arbitration that waits for the row.
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
-	v, err := b.e.gc.arbitrate(ctx, p.Key, p.Now, false, false)
+	v, err := b.e.gc.arbitrate(ctx, p.Key, p.Now, nil, false, false)
 	if err != nil {
 		return err
 	}
@@ -154,17 +163,33 @@ func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 }
 
 func (g *gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
-	return g.arbitrate(ctx, p.Key, p.Now, true, p.DryRun)
+	return g.arbitrate(ctx, p.Key, p.Now, p.Lease, true, p.DryRun)
 }
 
 // arbitrate runs one arbitration of key; skipLocked makes a row a put
-// holds Busy instead of waited for.
-func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, skipLocked, dry bool) (gc.Verdict, error) {
+// holds Busy instead of waited for. Under a session lease it runs on the
+// lease's own connection, so a lease whose session ended deletes nothing.
+func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, lease gc.Lease, skipLocked, dry bool) (gc.Verdict, error) {
 	var v gc.Verdict
 	k := key.String()
+	var db beginner = g.e.pool
+	session, _ := lease.(*sessionLease)
+	if session != nil {
+		db = session.conn
+	}
+	row, _ := lease.(*rowLease)
 	err := retryTransient(ctx, func() error {
-		return g.e.inTx(ctx, func(tx pgx.Tx) error {
+		return g.e.inTxOn(ctx, db, func(tx pgx.Tx) error {
 			v = gc.Verdict{}
+			if row != nil {
+				tag, err := tx.Exec(ctx, g.sql.leaseRenew, row.holder, sweepLeaseTTL.Microseconds())
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() == 0 {
+					return fmt.Errorf("%w: sweep lease row lapsed or taken by another sweeper", steaderr.ErrLost)
+				}
+			}
 			if pause := g.naiveArbitration.Load(); pause != nil && !dry {
 				if hook := g.beforeDelete.Load(); hook != nil {
 					(*hook)(key)
@@ -208,7 +233,7 @@ func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, ski
 			}
 			if !protected {
 				if err := tx.QueryRow(ctx, g.sql.referenced, k).Scan(&protected); err != nil {
-					return fmt.Errorf("reading liveness sources: %w", err)
+					return fmt.Errorf("reading liveness sources: %w", sourceError(err))
 				}
 			}
 			if protected {
@@ -226,6 +251,9 @@ func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, ski
 			return err
 		})
 	})
+	if err != nil && session != nil && session.conn.IsClosed() {
+		err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
+	}
 	return v, err
 }
 
@@ -256,7 +284,7 @@ func (g *gcMech) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64
 	}
 	var n int64
 	err := retryTransient(ctx, func() error {
-		return g.e.pool.QueryRow(ctx, g.sql.stageUnref, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).Scan(&n)
+		return sourceError(g.e.pool.QueryRow(ctx, g.sql.stageUnref, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).Scan(&n))
 	})
 	return n, err
 }
@@ -297,6 +325,11 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 		return nil, false, err
 	}
 	if g.pgBouncer {
+		var token [8]byte
+		if _, err := rand.Read(token[:]); err != nil {
+			return nil, false, err
+		}
+		holder = holder + "/" + hex.EncodeToString(token[:])
 		var got string
 		err := g.e.pool.QueryRow(ctx, g.sql.leaseAcquire, holder, sweepLeaseTTL.Microseconds()).Scan(&got)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -332,7 +365,11 @@ func (l *sessionLease) Release(ctx context.Context) error {
 	if err == nil && !ok {
 		err = fmt.Errorf("postgres: sweep lease was not held at release")
 	}
-	return errors.Join(interpretError(err), l.conn.Close(context.WithoutCancel(ctx)))
+	err = interpretError(err)
+	if err != nil && l.conn.IsClosed() {
+		err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
+	}
+	return errors.Join(err, l.conn.Close(context.WithoutCancel(ctx)))
 }
 
 type rowLease struct {
@@ -355,18 +392,37 @@ func (g *gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 	if !src.IsSQL() {
 		return fmt.Errorf("%w: postgres: Go-function liveness source %q refused: a sweep in another process could not consult it; register a SQL source (schema.table(column)) holding the keys you reference, or pin them", steaderr.ErrInvalidArgument, src.Name)
 	}
-	var typ string
-	err := g.e.pool.QueryRow(ctx, sqlSourceCheck, src.Schema, src.Table, src.Column).Scan(&typ)
+	var kind, typ string
+	err := g.e.pool.QueryRow(ctx, sqlSourceCheck, src.Schema, src.Table, src.Column).Scan(&kind, &typ)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: liveness source %s: no such table or column", steaderr.ErrInvalidArgument, src)
 	} else if err != nil {
 		return interpretError(err)
+	}
+	// A sweep selects from the source: only relations that can be read
+	// (tables, partitioned tables, views, materialized views, foreign
+	// tables), not an index, a composite type or a sequence.
+	switch kind {
+	case "r", "p", "v", "m", "f":
+	default:
+		return fmt.Errorf("%w: liveness source %s: %s.%s is not a table or view (pg_class.relkind %q)", steaderr.ErrInvalidArgument, src, src.Schema, src.Table, kind)
 	}
 	if typ != "text" && typ != "character varying" && !isVarchar(typ) {
 		return fmt.Errorf("%w: liveness source %s: column type is %s, want text", steaderr.ErrInvalidArgument, src, typ)
 	}
 	_, err = g.e.pool.Exec(ctx, g.sql.sourceRegister, src.Schema, src.Table, src.Column)
 	return interpretError(err)
+}
+
+// sourceError interprets the error of a statement reading the registered
+// sources: a missing table or column there is a source dropped or altered
+// after registration, not a database never migrated.
+func sourceError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") { // undefined_table, undefined_column
+		return fmt.Errorf("%w: a registered liveness source no longer exists (%s): restore it, or unregister it (gc.Collector.UnregisterSource); nothing is deleted meanwhile: %w", steaderr.ErrSchema, pgErr.Message, err)
+	}
+	return err
 }
 
 func isVarchar(typ string) bool {
@@ -440,10 +496,10 @@ func (g *gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.E
 		}
 		rows, err = tx.Query(ctx, g.sql.explainSources, k)
 		if err != nil {
-			return err
+			return sourceError(err)
 		}
 		if x.Sources, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return err
+			return sourceError(err)
 		}
 		var after pgtype.Timestamptz
 		switch err := tx.QueryRow(ctx, g.sql.explainWindow, k).Scan(&after); {

@@ -352,10 +352,20 @@ func (e *Engine) lockKey(purpose string) int64 {
 // the transaction is rolled back before the connection returns to the pool
 // unless fn succeeded and the commit did.
 func (e *Engine) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return e.inTxOn(ctx, e.pool, fn)
+}
+
+// beginner is a pool or a connection of its own.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// inTxOn is inTx on db.
+func (e *Engine) inTxOn(ctx context.Context, db beginner, fn func(tx pgx.Tx) error) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	tx, err := e.pool.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return interpretError(err)
 	}

@@ -41,6 +41,10 @@ RETURNING key`
 	sqlExplainWindow = `SELECT visible_after FROM gc_window WHERE key = ?1`
 	sqlListPins      = `SELECT key, owner, expiry FROM pins ORDER BY key, owner`
 	sqlListWindow    = `SELECT key, visible_after FROM gc_window ORDER BY key`
+
+	sqlFuncSourceMark   = `INSERT INTO gc_func_sources (name) VALUES (?1) ON CONFLICT (name) DO NOTHING`
+	sqlFuncSourceUnmark = `DELETE FROM gc_func_sources WHERE name = ?1`
+	sqlFuncSourceMarks  = `SELECT name FROM gc_func_sources ORDER BY name`
 )
 
 // stagePage is how many candidates one page of StageUnreferenced reads.
@@ -57,6 +61,9 @@ func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry 
 	}
 	var v gc.Verdict
 	err := b.e.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := b.checkFuncSources(ctx, tx); err != nil {
+			return err
+		}
 		k := key.String()
 		err := tx.QueryRowContext(ctx, sqlArbBlob, k).Scan(&v.Size)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -260,25 +267,73 @@ func (g gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool
 	if err := g.b.e.check(ctx); err != nil {
 		return nil, false, err
 	}
+	if err := g.b.checkFuncSources(ctx, g.b.e.reader); err != nil {
+		return nil, false, err
+	}
 	lease, ok := g.b.lease.TryAcquire()
 	return lease, ok, nil
 }
 
-// RegisterSource accepts Go-function sources, consulted in this process
-// (the only one using the file).
+// queryer is a connection pool or a transaction.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// checkFuncSources refuses, with an error wrapping gc.ErrSourceMissing,
+// when a Go-function source registered on the file (by any process) is
+// not registered in this one: its references cannot be consulted here.
+func (b *blobs) checkFuncSources(ctx context.Context, q queryer) error {
+	rows, err := q.QueryContext(ctx, sqlFuncSourceMarks)
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return interpretError(ctx, err)
+		}
+		names = append(names, n)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return interpretError(ctx, err)
+	}
+	if missing := b.sources.Missing(names); len(missing) > 0 {
+		return fmt.Errorf("%w: sqlite: Go-function liveness sources %q are registered on this database but not in this process, which cannot consult them: nothing is deleted; run the sweep in the application, or, if a source is stale, unregister it (gc.Collector.UnregisterSource with its name)", gc.ErrSourceMissing, missing)
+	}
+	return nil
+}
+
+// RegisterSource accepts Go-function sources, consulted in this process,
+// and marks each in the file, so a process that has not registered it
+// (the CLI, another service) refuses to delete.
 func (g gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 	if err := g.b.e.check(ctx); err != nil {
 		return err
 	}
-	return g.b.sources.Register("sqlite", src)
+	if err := g.b.sources.Register("sqlite", src); err != nil {
+		return err
+	}
+	if _, err := g.b.e.writer.ExecContext(ctx, sqlFuncSourceMark, src.Name); err != nil {
+		g.b.sources.Unregister(src)
+		return interpretError(ctx, err)
+	}
+	return nil
 }
 
+// UnregisterSource removes the source here and its mark in the file; a
+// process that never registered it may so clear a stale mark.
 func (g gcMech) UnregisterSource(ctx context.Context, src gc.Source) error {
 	if err := g.b.e.check(ctx); err != nil {
 		return err
 	}
 	g.b.sources.Unregister(src)
-	return nil
+	if src.IsSQL() {
+		return nil
+	}
+	_, err := g.b.e.writer.ExecContext(ctx, sqlFuncSourceUnmark, src.Name)
+	return interpretError(ctx, err)
 }
 
 func (g gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
