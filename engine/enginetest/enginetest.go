@@ -70,9 +70,15 @@ type Harness struct {
 	// server without PostgreSQL: a function cannot cross HTTP). The tests
 	// that need a liveness source are then skipped with that reason.
 	NoFuncSources string
+	// ChunkSize is the chunk size of the chunked runs (BlobChunked,
+	// GCChunked); 0 means a tiny one. An engine that pays a round trip per
+	// chunk (the remote one) sets it larger to keep the suite short; every
+	// value over a few bytes is chunked either way.
+	ChunkSize int
 
-	// chunked makes setup's stores use tinyInline and tinyChunk, so that
-	// every value over a few bytes takes the chunked path.
+	// chunked makes setup's stores use tinyInline and a tiny (or
+	// ChunkSize) chunk, so that every value over a few bytes takes the
+	// chunked path.
 	chunked bool
 }
 
@@ -150,6 +156,9 @@ func setupWith(t *testing.T, h Harness, opts blob.Options) *bundle {
 	t.Helper()
 	if h.chunked {
 		opts.InlineLimit, opts.ChunkSize = tinyInline, tinyChunk
+		if h.ChunkSize > 0 {
+			opts.ChunkSize = h.ChunkSize
+		}
 	}
 	return bundleOf(t, newEngine(t, h), opts)
 }

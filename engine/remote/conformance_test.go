@@ -92,6 +92,10 @@ func refTable(t *testing.T, eng engine.Engine, table, column string) (gc.Source,
 	return gc.Source{Schema: pg.Schema(), Table: table, Column: column}, set
 }
 
+// remoteChunk is the chunk size of the chunked conformance runs: each
+// chunk is a round trip, so larger than the suite's tiny default.
+const remoteChunk = 64 << 10
+
 // TestConformance runs the engine suite over HTTP against a server over
 // each local engine.
 func TestConformance(t *testing.T) {
@@ -100,6 +104,7 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			ChunkSize:       remoteChunk,
 			NoFuncSources:   noFuncSources,
 			New:             func(t *testing.T) engine.Engine { return serve(t, "mem://", false) },
 		})
@@ -109,6 +114,7 @@ func TestConformance(t *testing.T) {
 		path := func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "s.db") }
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			ChunkSize:       remoteChunk,
 			NoFuncSources:   noFuncSources,
 			New:             func(t *testing.T) engine.Engine { return serve(t, path(t), false) },
 			Virgin:          func(t *testing.T) engine.Engine { return serve(t, path(t), true) },
@@ -118,6 +124,7 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			ChunkSize:       remoteChunk,
 			RefTable:        refTable,
 			New:             func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), false) },
 			Virgin:          func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), true) },
