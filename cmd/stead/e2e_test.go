@@ -14,10 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/remote"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
 )
 
@@ -271,6 +274,8 @@ func TestConformanceProcess(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			ChunkSize:       processChunk,
+			NoFuncSources:   processNoFuncSources,
 			New:             func(t *testing.T) engine.Engine { return open(t, "mem://") },
 		})
 	})
@@ -278,14 +283,55 @@ func TestConformanceProcess(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
+			ChunkSize:       processChunk,
+			NoFuncSources:   processNoFuncSources,
 			New:             func(t *testing.T) engine.Engine { return open(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db")) },
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
+		var dbs sync.Map // engine.Engine → *pgtest.DB behind its server
 		enginetest.Run(t, enginetest.Harness{
 			CancelMayCommit: true,
-			New:             func(t *testing.T) engine.Engine { return open(t, pgtest.New(t).StoreURL()) },
+			ChunkSize:       processChunk,
+			New: func(t *testing.T) engine.Engine {
+				db := pgtest.New(t)
+				eng := open(t, db.StoreURL())
+				dbs.Store(eng, db)
+				return eng
+			},
+			RefTable: func(t *testing.T, eng engine.Engine, table, column string) (gc.Source, func(blob.Key, bool)) {
+				t.Helper()
+				v, ok := dbs.Load(eng)
+				if !ok {
+					t.Fatal("RefTable: no database behind the engine")
+				}
+				db := v.(*pgtest.DB)
+				ident := pgx.Identifier{db.Schema, table}.Sanitize()
+				col := pgx.Identifier{column}.Sanitize()
+				if _, err := db.Admin.Exec(context.Background(), "CREATE TABLE "+ident+" ("+col+" text NOT NULL)"); err != nil {
+					t.Fatalf("creating reference table: %v", err)
+				}
+				set := func(key blob.Key, referenced bool) {
+					t.Helper()
+					stmt := "DELETE FROM " + ident + " WHERE " + col + " = $1"
+					if referenced {
+						stmt = "INSERT INTO " + ident + " (" + col + ") VALUES ($1)"
+					}
+					if _, err := db.Admin.Exec(context.Background(), stmt, key.String()); err != nil {
+						t.Fatalf("setting a reference: %v", err)
+					}
+				}
+				return gc.Source{Schema: db.Schema, Table: table, Column: column}, set
+			},
 		})
 	})
 }
+
+// processChunk is the chunk size of the chunked conformance runs through a
+// real server: each chunk is a round trip.
+const processChunk = 64 << 10
+
+// processNoFuncSources is why a server over memory or SQLite offers the
+// suite no liveness source.
+const processNoFuncSources = "a Go-function source cannot cross HTTP, and only a server over PostgreSQL takes SQL sources"
