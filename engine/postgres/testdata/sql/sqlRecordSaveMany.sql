@@ -12,17 +12,19 @@ WITH i AS (
 	FROM i JOIN locked l ON l.id = i.id
 	WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
 		AND (i.lease_owner = '' OR (r.lease_owner = i.lease_owner AND r.lease_incarnation = i.lease_incarnation))
-	RETURNING r.id, r.lease_incarnation, r.lease_expiry, r.updated_at,
+	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
 ), created AS (
 	INSERT INTO "St""ead. sch;ema-ñ".records AS r
 		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-	SELECT id, grp, tenant_id, status, parked, 1, lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
-	FROM i WHERE version = 0 ORDER BY id
+	SELECT id, grp, tenant_id, status, parked,
+		coalesce((SELECT g.deleted_version FROM "St""ead. sch;ema-ñ".record_groups g WHERE g.name = i.grp), 0) + 1,
+		lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
+	FROM i WHERE version = 0 AND NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".records e WHERE e.id = i.id) ORDER BY id
 	ON CONFLICT (id) DO NOTHING
-	RETURNING r.id, r.lease_incarnation, r.lease_expiry, r.updated_at,
+	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
 )
-SELECT id, lease_incarnation, lease_expiry, updated_at, notified FROM updated
+SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM updated
 UNION ALL
-SELECT id, lease_incarnation, lease_expiry, updated_at, notified FROM created
+SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM created

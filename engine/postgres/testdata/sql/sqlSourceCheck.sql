@@ -1,4 +1,4 @@
-SELECT format_type(a.atttypid, a.atttypmod)
+SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod)
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

@@ -1,5 +1,5 @@
 INSERT INTO "St""ead. sch;ema-ñ".gc_lease AS l (name, holder, expiry)
 VALUES ('sweep', $1, now() + $2 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expiry = excluded.expiry
-WHERE l.expiry <= now() OR l.holder = excluded.holder
+WHERE l.expiry <= now()
 RETURNING holder

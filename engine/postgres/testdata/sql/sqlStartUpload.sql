@@ -1,0 +1,7 @@
+WITH up AS (
+    INSERT INTO "St""ead. sch;ema-ñ".blob_uploads (id, expires_at)
+    VALUES ($1, now() + $4::bigint * interval '1 microsecond')
+    RETURNING id
+)
+INSERT INTO "St""ead. sch;ema-ñ".blob_chunks (chunks, off, data)
+SELECT id, $2, $3 FROM up
