@@ -49,6 +49,10 @@ const adminMaxConns = 4
 // dropping the schema or database.
 const cleanupTimeout = 30 * time.Second
 
+// dropDatabaseTimeout bounds DROP DATABASE, which waits for a checkpoint:
+// on a busy, fsync-bound machine that took longer than cleanupTimeout.
+const dropDatabaseTimeout = 3 * time.Minute
+
 // maxIdentLen is PostgreSQL's limit on identifier length, in bytes.
 const maxIdentLen = 63
 
@@ -114,7 +118,7 @@ func New(t testing.TB) *DB {
 	d.Admin = newAdmin(t, d.URL)
 	t.Cleanup(func() {
 		closeAdmin(t, d.Admin)
-		drop(t, serverURL, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.Schema}.Sanitize()+" CASCADE")
+		drop(t, serverURL, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.Schema}.Sanitize()+" CASCADE", cleanupTimeout)
 	})
 	return d
 }
@@ -147,7 +151,7 @@ func NewDatabase(t testing.TB) *DB {
 		if d.Admin != nil {
 			closeAdmin(t, d.Admin)
 		}
-		drop(t, serverURL, "DROP DATABASE IF EXISTS "+quoted+" WITH (FORCE)")
+		drop(t, serverURL, "DROP DATABASE IF EXISTS "+quoted+" WITH (FORCE)", dropDatabaseTimeout)
 	})
 	d.Admin = newAdmin(t, d.URL)
 	return d
@@ -211,9 +215,9 @@ func closeAdmin(t testing.TB, pool *pgxpool.Pool) {
 
 // drop runs one DROP statement on a connection of its own, so it works
 // whatever the test did to its pools.
-func drop(t testing.TB, u, stmt string) {
+func drop(t testing.TB, u, stmt string, timeout time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
@@ -397,8 +401,8 @@ func NewOwned(t testing.TB) *DB {
 	superuser := d.URL
 	t.Cleanup(func() {
 		// Before New's cleanup: the role can go only once its schema has.
-		drop(t, superuser, "DROP SCHEMA IF EXISTS "+role+" CASCADE")
-		drop(t, superuser, "DROP ROLE IF EXISTS "+role)
+		drop(t, superuser, "DROP SCHEMA IF EXISTS "+role+" CASCADE", cleanupTimeout)
+		drop(t, superuser, "DROP ROLE IF EXISTS "+role, cleanupTimeout)
 	})
 	d.URL = setQueryParam(d.URL, "user", d.Schema)
 	return d
