@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -307,22 +306,7 @@ func TestConformanceProcess(t *testing.T) {
 					t.Fatal("RefTable: no database behind the engine")
 				}
 				db := v.(*pgtest.DB)
-				ident := pgx.Identifier{db.Schema, table}.Sanitize()
-				col := pgx.Identifier{column}.Sanitize()
-				if _, err := db.Admin.Exec(context.Background(), "CREATE TABLE "+ident+" ("+col+" text NOT NULL)"); err != nil {
-					t.Fatalf("creating reference table: %v", err)
-				}
-				set := func(key blob.Key, referenced bool) {
-					t.Helper()
-					stmt := "DELETE FROM " + ident + " WHERE " + col + " = $1"
-					if referenced {
-						stmt = "INSERT INTO " + ident + " (" + col + ") VALUES ($1)"
-					}
-					if _, err := db.Admin.Exec(context.Background(), stmt, key.String()); err != nil {
-						t.Fatalf("setting a reference: %v", err)
-					}
-				}
-				return gc.Source{Schema: db.Schema, Table: table, Column: column}, set
+				return pgtest.RefTable(t, db.Admin, db.Schema, table, column)
 			},
 		})
 	})

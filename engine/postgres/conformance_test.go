@@ -98,20 +98,5 @@ func setSchema(u, name string) string {
 func refTable(t *testing.T, eng engine.Engine, table, column string) (gc.Source, func(blob.Key, bool)) {
 	t.Helper()
 	e := eng.(*postgres.Engine)
-	ident := pgx.Identifier{e.Schema(), table}.Sanitize()
-	col := pgx.Identifier{column}.Sanitize()
-	if _, err := e.Pool().Exec(context.Background(), "CREATE TABLE "+ident+" ("+col+" text NOT NULL)"); err != nil {
-		t.Fatalf("creating reference table: %v", err)
-	}
-	set := func(key blob.Key, referenced bool) {
-		t.Helper()
-		stmt := "DELETE FROM " + ident + " WHERE " + col + " = $1"
-		if referenced {
-			stmt = "INSERT INTO " + ident + " (" + col + ") VALUES ($1)"
-		}
-		if _, err := e.Pool().Exec(context.Background(), stmt, key.String()); err != nil {
-			t.Fatalf("setting a reference: %v", err)
-		}
-	}
-	return gc.Source{Schema: e.Schema(), Table: table, Column: column}, set
+	return pgtest.RefTable(t, e.Pool(), e.Schema(), table, column)
 }

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
@@ -74,22 +72,7 @@ func refTable(t *testing.T, eng engine.Engine, table, column string) (gc.Source,
 		t.Fatal("refTable: no server behind the engine")
 	}
 	pg := st.(*stead.Store).Engine().(*postgres.Engine)
-	ident := pgx.Identifier{pg.Schema(), table}.Sanitize()
-	col := pgx.Identifier{column}.Sanitize()
-	if _, err := pg.Pool().Exec(context.Background(), "CREATE TABLE "+ident+" ("+col+" text NOT NULL)"); err != nil {
-		t.Fatalf("creating reference table: %v", err)
-	}
-	set := func(key blob.Key, referenced bool) {
-		t.Helper()
-		stmt := "DELETE FROM " + ident + " WHERE " + col + " = $1"
-		if referenced {
-			stmt = "INSERT INTO " + ident + " (" + col + ") VALUES ($1)"
-		}
-		if _, err := pg.Pool().Exec(context.Background(), stmt, key.String()); err != nil {
-			t.Fatalf("setting a reference: %v", err)
-		}
-	}
-	return gc.Source{Schema: pg.Schema(), Table: table, Column: column}, set
+	return pgtest.RefTable(t, pg.Pool(), pg.Schema(), table, column)
 }
 
 // remoteChunk is the chunk size of the chunked conformance runs: each
