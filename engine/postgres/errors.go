@@ -28,14 +28,15 @@ import (
 // The SQLSTATE codes the engine acts on, by their PostgreSQL names
 // (https://www.postgresql.org/docs/current/errcodes-appendix.html).
 const (
-	sqlstateUndefinedTable      = "42P01"
-	sqlstateInvalidSchemaName   = "3F000"
-	sqlstateForeignKeyViolation = "23503"
-	sqlstateDeadlockDetected    = "40P01"
-	sqlstateAdminShutdown       = "57P01" // pg_terminate_backend, or a fast or smart shutdown
-	sqlstateCrashShutdown       = "57P02"
-	sqlstateCannotConnectNow    = "57P03" // starting up, shutting down, recovering
-	sqlstateClassConnection     = "08"    // connection_exception and its subclasses
+	sqlstateUndefinedTable       = "42P01"
+	sqlstateInvalidSchemaName    = "3F000"
+	sqlstateForeignKeyViolation  = "23503"
+	sqlstateDeadlockDetected     = "40P01"
+	sqlstateSerializationFailure = "40001"
+	sqlstateAdminShutdown        = "57P01" // pg_terminate_backend, or a fast or smart shutdown
+	sqlstateCrashShutdown        = "57P02"
+	sqlstateCannotConnectNow     = "57P03" // starting up, shutting down, recovering
+	sqlstateClassConnection      = "08"    // connection_exception and its subclasses
 )
 
 // errNoSchema marks the error of a statement that met a database never
@@ -117,11 +118,12 @@ func isForeignKey(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == sqlstateForeignKeyViolation
 }
 
-// isDeadlock reports whether err is a deadlock PostgreSQL broke by rolling
-// the statement back whole.
-func isDeadlock(err error) bool {
+// isTransient reports whether err is a deadlock (40P01) or serialization
+// failure (40001): PostgreSQL rolled the transaction back whole, so it may
+// run again.
+func isTransient(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == sqlstateDeadlockDetected
+	return errors.As(err, &pgErr) && (pgErr.Code == sqlstateDeadlockDetected || pgErr.Code == sqlstateSerializationFailure)
 }
 
 // readError interprets err from a point read: on a database never migrated

@@ -341,13 +341,10 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 		ats[i] = pgtype.Timestamptz{Time: q.now, Valid: !q.now.IsZero()}
 		byID[rec.ID] = q
 	}
-	for {
-		err := r.saveManyOnce(ctx, byID, ids, groups, versions, tenants, statuses, owners, incarnations,
+	return retryTransient(ctx, func() error {
+		return r.saveManyOnce(ctx, byID, ids, groups, versions, tenants, statuses, owners, incarnations,
 			expiries, parked, payloads, ats, r.channel)
-		if !isDeadlock(err) || ctx.Err() != nil {
-			return err
-		}
-	}
+	})
 }
 
 // saveManyOnce runs sqlRecordSaveMany with args and marks the saves of

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // maxTransientRetries bounds how often a statement failing with a deadlock
@@ -31,10 +29,4 @@ func retryTransient(ctx context.Context, fn func() error) error {
 		case <-time.After(pause):
 		}
 	}
-}
-
-// isTransient reports whether err is a deadlock or serialization failure.
-func isTransient(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
