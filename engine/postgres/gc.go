@@ -448,22 +448,13 @@ func (g *gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
 	}
 	rows, err := g.e.pool.Query(ctx, g.sql.sources)
 	if err != nil {
-		return nil, noSchemaEmpty(err)
+		return nil, listError(err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (gc.Source, error) {
 		var s gc.Source
 		return s, r.Scan(&s.Schema, &s.Table, &s.Column)
 	})
-	return out, noSchemaEmpty(err)
-}
-
-// noSchemaEmpty interprets err from a read that answers empty on a
-// database never migrated.
-func noSchemaEmpty(err error) error {
-	if err = interpretError(err); errors.Is(err, errNoSchema) {
-		return nil
-	}
-	return err
+	return out, listError(err)
 }
 
 // Explain reads in one repeatable-read, read-only transaction: one
@@ -552,7 +543,7 @@ func (g *gcMech) scan(ctx context.Context, query string, row func(pgx.Rows) (boo
 	}
 	rows, err := g.e.pool.Query(ctx, query)
 	if err != nil {
-		return noSchemaEmpty(err)
+		return listError(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -561,5 +552,5 @@ func (g *gcMech) scan(ctx context.Context, query string, row func(pgx.Rows) (boo
 			return err
 		}
 	}
-	return noSchemaEmpty(rows.Err())
+	return listError(rows.Err())
 }
