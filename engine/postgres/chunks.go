@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -110,10 +109,8 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	}
 	var st blob.Stored
 	var chunks *int64
-	err := interpretError(b.e.pool.QueryRow(ctx, b.chunkSQL.get, key.String()).Scan(&st.Size, &st.Value, &chunks))
+	err := readError(b.e.pool.QueryRow(ctx, b.chunkSQL.get, key.String()).Scan(&st.Size, &st.Value, &chunks))
 	switch {
-	case errors.Is(err, errNoSchema):
-		return blob.Stored{}, steaderr.ErrNotFound
 	case err != nil:
 		return blob.Stored{}, err
 	case chunks != nil:
@@ -183,10 +180,7 @@ func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var n int
-	err := interpretError(b.e.pool.QueryRow(ctx, b.chunkSQL.reap).Scan(&n))
-	if errors.Is(err, errNoSchema) {
-		return 0, nil
-	}
+	err := listError(b.e.pool.QueryRow(ctx, b.chunkSQL.reap).Scan(&n))
 	return n, err
 }
 
@@ -196,9 +190,6 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (in
 	}
 	var start int64
 	var data []byte
-	err := interpretError(b.e.pool.QueryRow(ctx, b.chunkSQL.read, int64(set), off).Scan(&start, &data))
-	if errors.Is(err, errNoSchema) {
-		return 0, nil, steaderr.ErrNotFound
-	}
+	err := readError(b.e.pool.QueryRow(ctx, b.chunkSQL.read, int64(set), off).Scan(&start, &data))
 	return start, data, err
 }

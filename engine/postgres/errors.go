@@ -29,6 +29,7 @@ import (
 // (https://www.postgresql.org/docs/current/errcodes-appendix.html).
 const (
 	sqlstateUndefinedTable       = "42P01"
+	sqlstateUndefinedColumn      = "42703"
 	sqlstateInvalidSchemaName    = "3F000"
 	sqlstateForeignKeyViolation  = "23503"
 	sqlstateDeadlockDetected     = "40P01"

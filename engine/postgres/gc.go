@@ -419,7 +419,7 @@ func (g *gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 // after registration, not a database never migrated.
 func sourceError(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") { // undefined_table, undefined_column
+	if errors.As(err, &pgErr) && (pgErr.Code == sqlstateUndefinedTable || pgErr.Code == sqlstateUndefinedColumn) {
 		return fmt.Errorf("%w: a registered liveness source no longer exists (%s): restore it, or unregister it (gc.Collector.UnregisterSource); nothing is deleted meanwhile: %w", steaderr.ErrSchema, pgErr.Message, err)
 	}
 	return err
