@@ -115,10 +115,8 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupco
 func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 	n, err := b.exec(ctx, &b.pin, p.Key.String(), p.Owner, clock.OrNow(p.Now).Add(p.TTL).UnixMicro())
 	switch {
-	case errors.Is(err, errNoSchema):
-		return fmt.Errorf("%w (%w)", steaderr.ErrNotFound, err)
 	case err != nil:
-		return err
+		return readError(ctx, err)
 	case n == 0:
 		return steaderr.ErrNotFound
 	}

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -178,10 +177,7 @@ func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
 		n, err = res.RowsAffected()
 		return err
 	})
-	if errors.Is(err, errNoSchema) {
-		return 0, nil
-	}
-	return int(n), err
+	return int(n), listError(ctx, err)
 }
 
 func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
