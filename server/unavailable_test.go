@@ -100,11 +100,10 @@ func (p *proxy) cutOff() {
 	p.conns = nil
 }
 
-// TestDatabaseDown cuts the database off under a running server: probes
-// and requests answer 503 with Retry-After, and no answer names the
-// database's host, port, user or driver.
-func TestDatabaseDown(t *testing.T) {
-	t.Parallel()
+// storeBehindProxy opens a store on a fresh PostgreSQL schema reached
+// through a proxy the test can cut.
+func storeBehindProxy(t *testing.T) (st *stead.Store, p *proxy, user string) {
+	t.Helper()
 	db := pgtest.New(t)
 	u, err := url.Parse(db.StoreURL())
 	if err != nil {
@@ -114,13 +113,22 @@ func TestDatabaseDown(t *testing.T) {
 	if !strings.Contains(target, ":") {
 		target += ":5432"
 	}
-	p := newProxy(t, target)
+	p = newProxy(t, target)
 	u.Host = p.ln.Addr().String()
-	st, err := stead.Open(context.Background(), u.String())
+	st, err = stead.Open(context.Background(), u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st, p, u.User.Username()
+}
+
+// TestDatabaseDown cuts the database off under a running server: probes
+// and requests answer 503 with Retry-After, and no answer names the
+// database's host, port, user or driver.
+func TestDatabaseDown(t *testing.T) {
+	t.Parallel()
+	st, p, user := storeBehindProxy(t)
 	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
 	t.Cleanup(srv.Close)
 	if a := do(t, "GET", srv.URL+"/readyz", "", nil); a.status != 200 {
@@ -130,7 +138,7 @@ func TestDatabaseDown(t *testing.T) {
 		t.Fatalf("/metrics lacks the pool's size:\n%s", a.body)
 	}
 	p.cutOff()
-	secrets := []string{p.ln.Addr().String(), target, u.User.Username(), "pgx", "dial", "connect", "127.0.0.1", "sql"}
+	secrets := []string{p.ln.Addr().String(), p.target, user, "pgx", "dial", "connect", "127.0.0.1", "sql"}
 	for _, req := range []struct{ method, path, body string }{
 		{"GET", "/readyz", ""},
 		{"PUT", "/v1/blobs", "value"},
@@ -165,22 +173,7 @@ func TestDatabaseDown(t *testing.T) {
 // routes, within the request's database deadline, not an empty reply.
 func TestDatabaseHangs(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	u, err := url.Parse(db.StoreURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	if !strings.Contains(target, ":") {
-		target += ":5432"
-	}
-	p := newProxy(t, target)
-	u.Host = p.ln.Addr().String()
-	st, err := stead.Open(context.Background(), u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, p, _ := storeBehindProxy(t)
 	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet, RequestTimeout: 3 * time.Second}))
 	t.Cleanup(srv.Close)
 	p.blackhole()
