@@ -35,9 +35,10 @@ type records struct {
 	// schema; its payload is the group.
 	channel string
 	sql     struct {
-		registerGroup, groupExists, ensureTenant, tenantID string
-		create, update, saveMany, load, lookup, del        string
-		list, claim, claimNext, renew, probe               string
+		registerGroup, groupExists, ensureTenant, tenantID  string
+		create, createFloor, update, saveMany, load, lookup string
+		del                                                 string
+		list, claim, claimNext, renew, probe                string
 	}
 }
 
@@ -59,18 +60,16 @@ const (
 	sqlRecordTenantID      = `SELECT id FROM {schema}.record_tenants WHERE grp = $1 AND name IS NOT DISTINCT FROM $2::text`
 
 	// A create starts above every version a deleted record of its group
-	// had. It inserts only if its snapshot sees no record under the id:
-	// a delete commits the record's removal and its group's
-	// deleted_version together, so a snapshot that sees the one sees the
-	// other. $1 id, $2 group, $3 tenant id, $4 status, $5 parked, $6
-	// lease owner, $7 incarnation, $8 expiry, $9 payload, $10 now, $11
-	// channel.
+	// had, as its snapshot saw the group; sqlRecordCreateFloor, run next
+	// in the same transaction, raises it should the id have been created
+	// and deleted by others while this statement ran. $1 id, $2 group, $3
+	// tenant id, $4 status, $5 parked, $6 lease owner, $7 incarnation, $8
+	// expiry, $9 payload, $10 now, $11 channel.
 	sqlRecordCreate = `INSERT INTO {schema}.records AS r
 	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
 SELECT $1::text, $2::text, $3::bigint, $4::text, $5::boolean,
 	coalesce((SELECT g.deleted_version FROM {schema}.record_groups g WHERE g.name = $2), 0) + 1,
 	$6::text, $7::bigint, $8::timestamptz, coalesce($10::timestamptz, now()), $9::bytea
-WHERE NOT EXISTS (SELECT FROM {schema}.records WHERE id = $1)
 ON CONFLICT (id) DO NOTHING
 RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($11, r.grp) END`
@@ -118,7 +117,7 @@ RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	SELECT id, grp, tenant_id, status, parked,
 		coalesce((SELECT g.deleted_version FROM {schema}.record_groups g WHERE g.name = i.grp), 0) + 1,
 		lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
-	FROM i WHERE version = 0 AND NOT EXISTS (SELECT FROM {schema}.records e WHERE e.id = i.id) ORDER BY id
+	FROM i WHERE version = 0 ORDER BY id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
@@ -126,6 +125,18 @@ RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM updated
 UNION ALL
 SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM created`
+
+	// The records of ids this transaction created whose version is not
+	// above their group's deleted_version, raised above it. Run in a new
+	// statement after the creates: a delete of the id that committed
+	// while a create's statement ran (the create waited on it) committed
+	// before this statement's snapshot. $1 ids. It returns the records
+	// raised.
+	sqlRecordCreateFloor = `UPDATE {schema}.records AS r SET version = g.deleted_version + 1
+FROM {schema}.record_groups g
+WHERE r.id = ANY ($1::text[]) AND g.name = r.grp AND r.version <= g.deleted_version
+	AND r.xmin = pg_current_xact_id_if_assigned()::xid
+RETURNING r.id, r.version`
 
 	// A record's columns, in scanRecord's order. $1 id; lookup adds $2
 	// now.
@@ -213,6 +224,7 @@ func (r *records) init(e *Engine) {
 	s.ensureTenant = e.render(sqlRecordEnsureTenant)
 	s.tenantID = e.render(sqlRecordTenantID)
 	s.create = e.render(sqlRecordCreate)
+	s.createFloor = e.render(sqlRecordCreateFloor)
 	s.update = e.render(sqlRecordUpdate)
 	s.saveMany = e.render(sqlRecordSaveMany)
 	s.load = e.render(sqlRecordLoad)
@@ -333,6 +345,7 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 	expiries, ats := make([]time.Time, n), make([]pgtype.Timestamptz, n)
 	parked, payloads := make([]bool, n), make([][]byte, n)
 	byID := make(map[string]*saveReq, n)
+	var creates []string
 	for i, q := range qs {
 		rec := q.rec
 		ids[i], groups[i], versions[i], tenants[i], statuses[i] = rec.ID, rec.Group, rec.Version, q.tenantID, string(rec.Status)
@@ -340,33 +353,60 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 		parked[i], payloads[i] = rec.Status.Parked(), rec.Payload
 		ats[i] = pgtype.Timestamptz{Time: q.now, Valid: !q.now.IsZero()}
 		byID[rec.ID] = q
+		if rec.Version == 0 {
+			creates = append(creates, rec.ID)
+		}
 	}
 	return retryTransient(ctx, func() error {
-		return r.saveManyOnce(ctx, byID, ids, groups, versions, tenants, statuses, owners, incarnations,
+		return r.saveManyOnce(ctx, byID, creates, ids, groups, versions, tenants, statuses, owners, incarnations,
 			expiries, parked, payloads, ats, r.channel)
 	})
 }
 
-// saveManyOnce runs sqlRecordSaveMany with args and marks the saves of
-// byID it wrote.
-func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, args ...any) error {
-	rows, err := r.e.pool.Query(ctx, r.sql.saveMany, args...)
+// saveManyOnce runs sqlRecordSaveMany with args, and sqlRecordCreateFloor
+// on its creates, in one round trip and one transaction, and marks the
+// saves of byID it wrote.
+func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, creates []string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(r.sql.saveMany, args...)
+	b.Queue(r.sql.createFloor, creates)
+	br := r.e.pool.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
 	if err != nil {
 		return interpretError(err)
 	}
-	defer rows.Close()
 	for rows.Next() {
 		var id string
 		var version int64
 		var lease record.Lease
 		var updated time.Time
 		if err := rows.Scan(&id, &version, &lease.Incarnation, &lease.Expiry, &updated, nil); err != nil {
+			rows.Close()
 			return interpretError(err)
 		}
 		q := byID[id]
 		q.matched, q.saved = true, saved(q.rec, version, lease.Incarnation, lease.Expiry, updated)
 	}
-	return interpretError(rows.Err())
+	if err := rows.Err(); err != nil {
+		return interpretError(err)
+	}
+	if rows, err = br.Query(); err != nil {
+		return interpretError(err)
+	}
+	for rows.Next() {
+		var id string
+		var version int64
+		if err := rows.Scan(&id, &version); err != nil {
+			rows.Close()
+			return interpretError(err)
+		}
+		byID[id].saved.Version = version
+	}
+	if err := rows.Err(); err != nil {
+		return interpretError(err)
+	}
+	return interpretError(br.Close())
 }
 
 // saved returns rec as written: at version, with the stored lease's
@@ -414,15 +454,29 @@ func (r *records) saveResolving(ctx context.Context, rec record.Record, now time
 }
 
 // write runs Save's create or conditional update; pgx.ErrNoRows when it
-// matched no row.
-func (r *records) write(ctx context.Context, q querier, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
+// matched no row. A create runs with sqlRecordCreateFloor, in one round
+// trip and one transaction.
+func (r *records) write(ctx context.Context, q sender, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
 	var version, incarnation int64
 	var expiry, updated time.Time
 	var err error
 	if rec.Version == 0 {
-		err = q.QueryRow(ctx, r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
-			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now), r.channel,
-		).Scan(&version, &incarnation, &expiry, &updated, nil)
+		b := &pgx.Batch{}
+		b.Queue(r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
+			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now), r.channel)
+		b.Queue(r.sql.createFloor, []string{rec.ID})
+		br := q.SendBatch(ctx, b)
+		err = br.QueryRow().Scan(&version, &incarnation, &expiry, &updated, nil)
+		if err == nil {
+			switch ferr := br.QueryRow().Scan(nil, &version); {
+			case errors.Is(ferr, pgx.ErrNoRows):
+			case ferr != nil:
+				err = ferr
+			}
+		}
+		if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
+			err = cerr
+		}
 	} else {
 		err = q.QueryRow(ctx, r.sql.update, rec.ID, rec.Group, rec.Version, tenantID, rec.Status,
 			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Status.Parked(), rec.Payload, nowArg(now), r.channel,
@@ -432,6 +486,12 @@ func (r *records) write(ctx context.Context, q querier, rec record.Record, tenan
 		return rec, err
 	}
 	return saved(rec, version, incarnation, expiry, updated), nil
+}
+
+// sender runs statements: the pool, or a transaction.
+type sender interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // lookupAt returns the record stored under id, if any, and the instant

@@ -501,3 +501,72 @@ func TestRecordSaveAllSplitsLargePayloads(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordCreateAfterRacingDeleteStartsAbove: a create whose statement
+// began before another transaction created and deleted the same id still
+// starts above the deleted record's version. The racing transaction holds
+// the id while the create waits on it, then deletes it and commits, as a
+// create and a delete committing during the statement would.
+func TestRecordCreateAfterRacingDeleteStartsAbove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	_, s := node(t, db, nil)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	for _, all := range []bool{false, true} {
+		id := fmt.Sprintf("x-%v", all)
+		records := pgx.Identifier{db.Schema, "records"}.Sanitize()
+		tx, err := db.Admin.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+		if _, err := s.Save(ctx, record.Record{ID: "other-" + id, Group: "g", Status: record.Active}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+records+" SELECT $1, grp, tenant_id, status, parked, 1000, lease_owner, lease_incarnation, lease_expiry, updated_at, payload FROM "+records+" WHERE id = $2",
+			id, "other-"+id); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			rec record.Record
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			rec := record.Record{ID: id, Group: "g", Status: record.Active}
+			var r result
+			if all {
+				res := s.SaveAll(ctx, []record.Record{rec, {ID: "more-" + id, Group: "g", Status: record.Active}})
+				r.rec, r.err = res[0].Record, errors.Join(res[0].Err, res[1].Err)
+			} else {
+				r.rec, r.err = s.Save(ctx, rec)
+			}
+			done <- r
+		}()
+		poll.Until(t, "the create to wait on the racing insert", func() bool {
+			var n int
+			err := db.Admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'", db.Schema).Scan(&n)
+			return err == nil && n > 0
+		})
+		if _, err := tx.Exec(ctx, "WITH d AS (DELETE FROM "+records+" WHERE id = $1 RETURNING grp, version) UPDATE "+
+			pgx.Identifier{db.Schema, "record_groups"}.Sanitize()+" g SET deleted_version = d.version FROM d WHERE g.name = d.grp", id); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("SaveAll %v: %v", all, r.err)
+		}
+		if r.rec.Version <= 1000 {
+			t.Errorf("SaveAll %v: created at version %d, not above the deleted record's 1000", all, r.rec.Version)
+		}
+		if got, err := s.Load(ctx, id); err != nil || got.Version != r.rec.Version {
+			t.Errorf("SaveAll %v: stored version %d (%v), reported %d", all, got.Version, err, r.rec.Version)
+		}
+	}
+}

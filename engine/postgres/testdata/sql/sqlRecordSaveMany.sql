@@ -20,7 +20,7 @@ WITH i AS (
 	SELECT id, grp, tenant_id, status, parked,
 		coalesce((SELECT g.deleted_version FROM "St""ead. sch;ema-ñ".record_groups g WHERE g.name = i.grp), 0) + 1,
 		lease_owner, lease_incarnation, lease_expiry, coalesce(at, now()), payload
-	FROM i WHERE version = 0 AND NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".records e WHERE e.id = i.id) ORDER BY id
+	FROM i WHERE version = 0 ORDER BY id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
