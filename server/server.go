@@ -422,6 +422,18 @@ func (w *responseWriter) Flush() {
 	}
 }
 
+// FlushError is Flush reporting a write that failed; http.ResponseController
+// prefers it to Flush.
+func (w *responseWriter) FlushError() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// clientGone reports that r's client left before its answer: its context
+// ended, and not for the database deadline.
+func clientGone(r *http.Request) bool {
+	return r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errDatabaseTimeout)
+}
+
 // stream makes w a stream: no overall deadline, but each write must
 // finish within the request timeout. The read deadline goes too: net/http
 // reads on in the background to notice a client leaving, and a deadline

@@ -9,8 +9,11 @@
 // Open; a sweep lease is held by the server while the client renews it, so
 // a client that dies mid-sweep blocks other sweeps for up to a minute;
 // Go-function liveness sources cannot cross HTTP (register them in the
-// server's process); and, as for any network store, an error may hide a write that took
-// effect (retrying is safe: every write is idempotent or fenced).
+// server's process); as for any network store, an error may hide a write that took
+// effect (retrying is safe: every write is idempotent or fenced); and a
+// lock acquisition whose context ends in flight waits a few seconds more
+// for its answer, to release a grant the server made as the caller gave up
+// (the server, for its part, releases a grant it could not deliver).
 //
 // A value over the store's inline limit crosses the wire chunk by chunk;
 // the server re-hashes the chunks before it publishes them.
