@@ -344,6 +344,10 @@ type responseWriter struct {
 	n           int64
 	stall       time.Duration // when set, each write must finish within it
 	dbTimer     *time.Timer   // ends the request's context with errDatabaseTimeout
+	// size, when set, is the length of the representation a range of it
+	// was asked for: a 416 answer without Content-Range gets "bytes */size"
+	// (RFC 9110 15.5.17), which net/http omits for a malformed Range.
+	size string
 }
 
 // errDatabaseTimeout ends a request's context when its database work
@@ -376,6 +380,9 @@ func (w *responseWriter) WriteHeader(status int) {
 	}
 	w.wroteHeader, w.status = true, status
 	h := w.Header()
+	if status == http.StatusRequestedRangeNotSatisfiable && w.size != "" && h.Get("Content-Range") == "" {
+		h.Set("Content-Range", "bytes */"+w.size)
+	}
 	if status >= 400 && strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
 		code := wire.CodeBadRequest
 		switch status {
