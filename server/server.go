@@ -1,7 +1,10 @@
 // Package server is stead's HTTP API over a Store: blobs, locks and
 // records under /v1, probes and Prometheus metrics, as described in
-// docs/openapi.yaml. Every error is JSON {"error": "...", "code": "..."}
-// with a stable code; messages never carry database or driver text.
+// docs/openapi.yaml. Every error the API answers is JSON {"error": "...",
+// "code": "..."} with a stable code; messages never carry database or
+// driver text. Requests net/http refuses before they reach the API
+// (malformed, huge headers, unknown transfer encoding) get its plain-text
+// answers, which docs/openapi.yaml lists.
 package server
 
 import (
