@@ -143,7 +143,8 @@ func WithVerifyReads() Option { return func(c *config) { c.blobs.VerifyReads = t
 
 // WithToken sets the bearer token Open sends to a stead server (an
 // http:// or https:// URL). Defaults to the STEAD_TOKEN environment
-// variable.
+// variable. Over http:// to a host that is not loopback Open refuses to
+// send it, unless the URL carries insecure=true.
 func WithToken(token string) Option { return func(c *config) { c.token = token } }
 
 // WithUploadLease sets how long a streaming put of a large blob may go
@@ -157,7 +158,7 @@ func WithUploadLease(d time.Duration) Option { return func(c *config) { c.blobs.
 //	mem://                                   in-memory, gone on Close
 //	sqlite://PATH                            SQLite file; relative (sqlite://./data/s.db) or absolute (sqlite:///var/lib/s.db)
 //	postgres://user@host/db?schema=stead     PostgreSQL (also postgresql://)
-//	http://host:7070                         a stead server (also https://); see WithToken
+//	http://host:7070                         a stead server (also https://; insecure=true: see WithToken)
 //
 // Each engine documents its query parameters; unknown ones are an error.
 // Unless WithoutMigrate is given, Open migrates the schema first.

@@ -241,10 +241,14 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", `"`+key.String()+`"`)
 	h.Set("Cache-Control", "public, max-age=31536000, immutable")
 	h.Set("Content-Type", "application/octet-stream")
+	size := strconv.FormatInt(rd.Size(), 10)
+	if rw, ok := w.(*responseWriter); ok {
+		rw.size = size
+	}
 	verdict, ranges := checkRange(r.Header.Get("Range"))
 	switch {
 	case verdict == rangeUnsatisfiable:
-		h.Set("Content-Range", "bytes */"+strconv.FormatInt(rd.Size(), 10))
+		h.Set("Content-Range", "bytes */"+size)
 		writeError(w, http.StatusRequestedRangeNotSatisfiable, wire.CodeRangeNotSatisfiable, "empty suffix range")
 		return
 	case verdict == rangeIgnored:

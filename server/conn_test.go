@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -143,14 +144,48 @@ func TestIdleConnections(t *testing.T) {
 	wantClosed(t, silent)
 }
 
-// TestHugeHeaders: 431, not memory.
-func TestHugeHeaders(t *testing.T) {
+// TestHTTPLayerErrors: what net/http refuses before a request reaches the
+// API (huge headers, 431, not memory, among them) is answered in plain
+// text, and docs/openapi.yaml lists each of those answers.
+func TestHTTPLayerErrors(t *testing.T) {
 	t.Parallel()
+	doc, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(doc)), " ") // lines unwrapped
 	addr, _ := serveReal(t, server.Options{})
-	c := dial(t, addr)
-	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 200<<10))
-	if status, _ := readAnswer(t, c); status != http.StatusRequestHeaderFieldsTooLarge {
-		t.Fatalf("200 KiB of headers = %d, want 431", status)
+	for _, tc := range []struct {
+		name, request string
+		status        int
+	}{
+		{"malformed header", "GET /healthz HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n", http.StatusBadRequest},
+		{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", http.StatusBadRequest},
+		{"huge headers", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 200<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+		{"unknown transfer encoding", "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", http.StatusNotImplemented},
+		{"unknown HTTP version", "GET /healthz HTTP/3.0\r\nHost: x\r\n\r\n", http.StatusHTTPVersionNotSupported},
+		{"unknown expectation", "GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: gold\r\n\r\n", http.StatusExpectationFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := dial(t, addr)
+			fmt.Fprint(c, tc.request)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d %q, want %d", resp.StatusCode, body, tc.status)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "text/plain") {
+				t.Fatalf("Content-Type %q, want plain text: the HTTP layer answered, not the API", ct)
+			}
+			if line := fmt.Sprintf("%d %s", tc.status, http.StatusText(tc.status)); !strings.Contains(text, line) {
+				t.Errorf("docs/openapi.yaml does not list %q among the HTTP layer's plain-text answers", line)
+			}
+		})
 	}
 }
 

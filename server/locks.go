@@ -1,8 +1,11 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/steadkit/stead/internal/validate"
@@ -64,30 +67,35 @@ func (s *Server) writeLost(w http.ResponseWriter, name string, req wire.LockRequ
 
 // acquireLock grants the lock if it is free, waiting up to "wait" for
 // it: 200 with the grant, or 409 held with the holder's token and expiry
-// as far as they could be read.
+// as far as they could be read. A new grant the client cannot receive
+// (it left, or the answer could not be written) is released.
 func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 	req, name, now, ok := s.readLock(w, r, true)
 	if !ok {
 		return
 	}
-	if req.Wait > 0 {
+	ttl := time.Duration(req.TTL)
+	p := lock.AcquireParams{Name: name, Owner: req.Owner, TTL: ttl, Now: now}
+	res, err := s.eng.Locks().Acquire(r.Context(), p)
+	if err == nil && !res.Granted && req.Wait > 0 {
+		// Refused first, so a grant the wait brings is a new one.
 		s.wait(w, time.Duration(req.Wait))
 		ctx, cancel := s.waitContext(r, time.Duration(req.Wait))
-		lk, err := s.locks.Lock(ctx, name, req.Owner, time.Duration(req.TTL))
+		lk, werr := s.locks.Lock(ctx, name, req.Owner, ttl)
 		waitOver := ctx.Err() != nil && r.Context().Err() == nil
 		cancel()
 		switch {
-		case err == nil:
+		case werr == nil:
 			s.metrics.lockAcquired(true)
-			writeJSON(w, http.StatusOK, wire.LockGrant{Granted: true, Name: name, Owner: req.Owner, Token: lk.Token(), Expiry: lk.Expiry()})
+			s.deliverGrant(w, r, wire.LockGrant{Granted: true, Name: name, Owner: req.Owner, Token: lk.Token(), Expiry: lk.Expiry()}, true)
 			return
 		case !waitOver:
-			s.fail(w, r, err)
+			s.fail(w, r, werr)
 			return
 		}
 		// The wait ran out: one last try, which also reads the holder.
+		res, err = s.eng.Locks().Acquire(r.Context(), p)
 	}
-	res, err := s.eng.Locks().Acquire(r.Context(), lock.AcquireParams{Name: name, Owner: req.Owner, TTL: time.Duration(req.TTL), Now: now})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -99,7 +107,41 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, g)
 		return
 	}
-	writeJSON(w, http.StatusOK, g)
+	// A grant the owner already held comes back unchanged; a new one
+	// expires exactly ttl after the instant it was judged at.
+	s.deliverGrant(w, r, g, res.Grant.Expiry.Equal(res.Now.Add(ttl)))
+}
+
+// deliverGrant answers 200 with g. When g is new (fresh) and the client
+// cannot have received it, because its request ended before the answer
+// or the answer could not be written, the grant is released: nobody
+// would know its token until it expired.
+func (s *Server) deliverGrant(w http.ResponseWriter, r *http.Request, g wire.LockGrant, fresh bool) {
+	if fresh && clientGone(r) {
+		s.releaseUndelivered(r, g)
+		return
+	}
+	b, _ := json.Marshal(g)
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(b)
+	if err == nil {
+		err = http.NewResponseController(w).Flush()
+	}
+	if err != nil && fresh {
+		s.releaseUndelivered(r, g)
+	}
+}
+
+// releaseUndelivered releases a grant its client never received.
+func (s *Server) releaseUndelivered(r *http.Request, g wire.LockGrant) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.dbTimeout())
+	defer cancel()
+	if _, err := s.eng.Locks().Release(ctx, lock.ReleaseParams{Name: g.Name, Owner: g.Owner, Token: g.Token}); err != nil {
+		s.log.Warn("releasing a lock grant the client never received", "lock", g.Name, "owner", g.Owner, "token", g.Token, "err", err)
+	}
 }
 
 // renewLock extends the grant (owner, token) by ttl: 200 with the new

@@ -1,7 +1,10 @@
 // Package server is stead's HTTP API over a Store: blobs, locks and
 // records under /v1, probes and Prometheus metrics, as described in
-// docs/openapi.yaml. Every error is JSON {"error": "...", "code": "..."}
-// with a stable code; messages never carry database or driver text.
+// docs/openapi.yaml. Every error the API answers is JSON {"error": "...",
+// "code": "..."} with a stable code; messages never carry database or
+// driver text. Requests net/http refuses before they reach the API
+// (malformed, huge headers, unknown transfer encoding) get its plain-text
+// answers, which docs/openapi.yaml lists.
 package server
 
 import (
@@ -344,6 +347,10 @@ type responseWriter struct {
 	n           int64
 	stall       time.Duration // when set, each write must finish within it
 	dbTimer     *time.Timer   // ends the request's context with errDatabaseTimeout
+	// size, when set, is the length of the representation a range of it
+	// was asked for: a 416 answer without Content-Range gets "bytes */size"
+	// (RFC 9110 15.5.17), which net/http omits for a malformed Range.
+	size string
 }
 
 // errDatabaseTimeout ends a request's context when its database work
@@ -376,6 +383,9 @@ func (w *responseWriter) WriteHeader(status int) {
 	}
 	w.wroteHeader, w.status = true, status
 	h := w.Header()
+	if status == http.StatusRequestedRangeNotSatisfiable && w.size != "" && h.Get("Content-Range") == "" {
+		h.Set("Content-Range", "bytes */"+w.size)
+	}
 	if status >= 400 && strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
 		code := wire.CodeBadRequest
 		switch status {
@@ -420,6 +430,18 @@ func (w *responseWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// FlushError is Flush reporting a write that failed; http.ResponseController
+// prefers it to Flush.
+func (w *responseWriter) FlushError() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// clientGone reports that r's client left before its answer: its context
+// ended, and not for the database deadline.
+func clientGone(r *http.Request) bool {
+	return r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errDatabaseTimeout)
 }
 
 // stream makes w a stream: no overall deadline, but each write must

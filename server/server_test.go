@@ -118,6 +118,9 @@ func TestBlobs(t *testing.T) {
 		{"suffix range", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=-5"}, "", 206, "world", ""},
 		{"range past end", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=99999999999-"}, "", 416, "", "range_not_satisfiable"},
 		{"empty suffix range", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=-0"}, "", 416, "", "range_not_satisfiable"},
+		{"malformed range", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=5-2"}, "", 416, "", "range_not_satisfiable"},
+		{"garbled range", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=x-y"}, "", 416, "", "range_not_satisfiable"},
+		{"malformed range head", "HEAD", "/v1/blobs/" + key, map[string]string{"Range": "bytes=5-2"}, "", 416, "", ""},
 		{"too many ranges", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=" + strings.Repeat("0-0,", 20) + "1-1"}, "", 200, "hello, world", ""},
 		{"empty suffix among ranges", "GET", "/v1/blobs/" + key, map[string]string{"Range": "bytes=-0,7-11"}, "", 206, "world", ""},
 		{"etag match", "GET", "/v1/blobs/" + key, map[string]string{"If-None-Match": `"` + key + `"`}, "", 304, "", ""},
@@ -145,6 +148,10 @@ func TestBlobs(t *testing.T) {
 			a := do(t, tt.method, srv.URL+tt.path, tt.reqBody, tt.header)
 			if a.status != tt.status {
 				t.Fatalf("%s %s = %d %s, want %d", tt.method, tt.path, a.status, a.body, tt.status)
+			}
+			// RFC 9110 15.5.17: a 416 says the representation's length.
+			if tt.status == 416 && a.header.Get("Content-Range") != "bytes */12" {
+				t.Fatalf("416 with Content-Range %q, want %q", a.header.Get("Content-Range"), "bytes */12")
 			}
 			if tt.code != "" {
 				if code := a.errCode(t); code != tt.code {

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -35,8 +36,57 @@ func (l *locks) grantCall(ctx context.Context, name, op string, in wire.LockRequ
 	return g, true, nil
 }
 
+// lateGrantWait bounds how long Acquire, its context ended with the
+// request in flight, still waits for the answer, so that it can release a
+// grant the server made as the caller gave up. Past it the request is
+// abandoned; the server then releases a grant it could not deliver.
+const lateGrantWait = 5 * time.Second
+
+// Acquire asks the server for the lock. When ctx ends with the request in
+// flight the server may still grant it, to a caller that will never know
+// the token; so the request outlives ctx by up to lateGrantWait, and a
+// grant it brings back is released before Acquire returns ctx's error.
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
-	g, ok, err := l.grantCall(ctx, p.Name, "acquire", wire.LockRequest{Owner: p.Owner, TTL: wire.Duration(p.TTL), Now: p.Now})
+	if l.e.closed.Load() {
+		return lock.AcquireResult{}, steaderr.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return lock.AcquireResult{}, err
+	}
+	type answer struct {
+		g   wire.LockGrant
+		ok  bool
+		err error
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	done := make(chan answer, 1)
+	go func() {
+		g, ok, err := l.grantCall(rctx, p.Name, "acquire", wire.LockRequest{Owner: p.Owner, TTL: wire.Duration(p.TTL), Now: p.Now})
+		done <- answer{g, ok, err}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		t := time.NewTimer(lateGrantWait)
+		select {
+		case a = <-done:
+		case <-t.C:
+			cancel()
+			a = <-done
+		}
+		t.Stop()
+	}
+	if err := ctx.Err(); err != nil {
+		if a.ok && fresh(a.g, p) {
+			rel, stop := context.WithTimeout(context.WithoutCancel(ctx), lateGrantWait)
+			_, _ = l.Release(rel, lock.ReleaseParams{Name: p.Name, Owner: a.g.Owner, Token: a.g.Token})
+			stop()
+		}
+		return lock.AcquireResult{}, fmt.Errorf("remote: %w", err)
+	}
+	g, ok, err := a.g, a.ok, a.err
 	if err != nil {
 		return lock.AcquireResult{}, err
 	}
@@ -45,6 +95,17 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 		res.Grant = lock.Grant{Name: p.Name, Owner: g.Owner, Token: g.Token, Expiry: g.Expiry}
 	}
 	return res, nil
+}
+
+// fresh reports whether g, granted to p, is a new grant rather than one
+// p.Owner already held, which Acquire returns unchanged: a new grant
+// expires exactly p.TTL after the instant it was judged at.
+func fresh(g wire.LockGrant, p lock.AcquireParams) bool {
+	now := p.Now
+	if now.IsZero() {
+		now = g.Now
+	}
+	return now.IsZero() || g.Expiry.Equal(now.Add(p.TTL))
 }
 
 func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {

@@ -9,8 +9,11 @@
 // Open; a sweep lease is held by the server while the client renews it, so
 // a client that dies mid-sweep blocks other sweeps for up to a minute;
 // Go-function liveness sources cannot cross HTTP (register them in the
-// server's process); and, as for any network store, an error may hide a write that took
-// effect (retrying is safe: every write is idempotent or fenced).
+// server's process); as for any network store, an error may hide a write that took
+// effect (retrying is safe: every write is idempotent or fenced); and a
+// lock acquisition whose context ends in flight waits a few seconds more
+// for its answer, to release a grant the server made as the caller gave up
+// (the server, for its part, releases a grant it could not deliver).
 //
 // A value over the store's inline limit crosses the wire chunk by chunk;
 // the server re-hashes the chunks before it publishes them.
@@ -24,7 +27,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -38,7 +43,11 @@ import (
 
 // Config says how to reach a server.
 type Config struct {
-	// URL is the server's base URL, http:// or https://, with no query.
+	// URL is the server's base URL, http:// or https://, without user.
+	// Its one parameter, insecure=true, lets Open send Token over http://
+	// to a host that is not loopback, where anyone on the path can read
+	// it; without it Open refuses. Loopback hosts (localhost, 127.0.0.0/8,
+	// ::1) and https:// need no parameter.
 	URL string
 	// Token is the bearer token the server requires, if any.
 	Token string
@@ -68,8 +77,16 @@ type Engine struct {
 // engine over it.
 func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.User != nil {
-		return nil, fmt.Errorf("%w: remote URL: want http://host:port or https://host:port, without user or query", steaderr.ErrInvalidArgument)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return nil, fmt.Errorf("%w: remote URL: want http://host:port or https://host:port, without user", steaderr.ErrInvalidArgument)
+	}
+	insecure, err := parseQuery(u.RawQuery)
+	if err != nil {
+		return nil, err
+	}
+	u.RawQuery, u.ForceQuery = "", false
+	if cfg.Token != "" && u.Scheme == "http" && !insecure && !loopback(u.Hostname()) {
+		return nil, fmt.Errorf("%w: remote URL: a bearer token over http:// to %q, which is not loopback, would cross the network in clear text: use https://, or add insecure=true to the URL to send it anyway", steaderr.ErrInvalidArgument, u.Hostname())
 	}
 	e := &Engine{base: strings.TrimSuffix(u.String(), "/"), token: cfg.Token, client: cfg.Client}
 	if e.client == nil {
@@ -87,6 +104,37 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.shared, e.reason = info.Cluster, "server over "+info.Reason
 	return e, nil
+}
+
+// parseQuery reads a remote URL's parameters: insecure (true or false,
+// as strconv.ParseBool reads it) and nothing else.
+func parseQuery(raw string) (insecure bool, err error) {
+	query, err := url.ParseQuery(raw)
+	if err != nil {
+		return false, fmt.Errorf("%w: remote URL: %v", steaderr.ErrInvalidArgument, err)
+	}
+	for name, values := range query {
+		if name != "insecure" {
+			return false, fmt.Errorf("%w: remote URL: unknown parameter %q: the only one is insecure", steaderr.ErrInvalidArgument, name)
+		}
+		if len(values) != 1 {
+			return false, fmt.Errorf("%w: remote URL: parameter %q given %d times", steaderr.ErrInvalidArgument, name, len(values))
+		}
+		if insecure, err = strconv.ParseBool(values[0]); err != nil {
+			return false, fmt.Errorf("%w: remote URL: insecure=%q, want true or false", steaderr.ErrInvalidArgument, values[0])
+		}
+	}
+	return insecure, nil
+}
+
+// loopback reports whether host, a URL's host without port, names this
+// machine: "localhost" or a loopback IP literal. Names are not resolved.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // Blobs returns the engine's blob mechanics.

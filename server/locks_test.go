@@ -1,0 +1,117 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/server"
+)
+
+// lateLocks grants as its engine does, but holds each grant to owner
+// "bob" until the request's context ends, then returns it: the grant
+// happened just as the client left. It signals bob's grants and refusals.
+type lateLocks struct {
+	lock.Engine
+	granted chan struct{}
+	refused chan struct{} // bob's refusals, as far as the buffer holds
+}
+
+func (l *lateLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	res, err := l.Engine.Acquire(context.WithoutCancel(ctx), p)
+	if err == nil && res.Granted && p.Owner == "bob" {
+		l.granted <- struct{}{}
+		<-ctx.Done()
+	}
+	if err == nil && !res.Granted && p.Owner == "bob" {
+		select {
+		case l.refused <- struct{}{}:
+		default:
+		}
+	}
+	return res, err
+}
+
+type lateEngine struct {
+	engine.Engine
+	locks *lateLocks
+}
+
+func (e *lateEngine) Locks() lock.Engine { return e.locks }
+
+// TestLockGrantToClientGone: a grant made as its client leaves, with or
+// without a wait, is released, so that the lock is free at once rather
+// than held, until it expires, by a token nobody knows.
+func TestLockGrantToClientGone(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		wait bool
+	}{{"no wait", false}, {"after a wait", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mem, err := stead.Open(t.Context(), "mem://")
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng := &lateEngine{Engine: mem.Engine(), locks: &lateLocks{Engine: mem.Engine().Locks(), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
+			st, err := stead.New(t.Context(), eng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			srv := server.New(st, server.Options{Logger: quiet})
+			handled := make(chan struct{}, 1)
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				srv.ServeHTTP(w, r)
+				handled <- struct{}{}
+			}))
+			t.Cleanup(hs.Close)
+
+			body := `{"owner":"bob","ttl":"1h"}`
+			var alice *lock.Lock
+			if tc.wait {
+				body = `{"owner":"bob","ttl":"1h","wait":"1m"}`
+				var ok bool
+				if alice, ok, err = st.Locks.TryLock(t.Context(), "job", "alice", time.Hour); err != nil || !ok {
+					t.Fatalf("TryLock(alice) = %v, %v", ok, err)
+				}
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			req, err := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/locks/job/acquire", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				resp, err := hs.Client().Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				errc <- err
+			}()
+			if alice != nil {
+				<-eng.locks.refused // bob waits
+				if ok, err := alice.Release(t.Context()); err != nil || !ok {
+					t.Fatalf("Release(alice) = %v, %v", ok, err)
+				}
+			}
+			<-eng.locks.granted
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled request = %v", err)
+			}
+			<-handled
+			if _, ok, err := st.Locks.TryLock(t.Context(), "job", "carol", time.Hour); err != nil || !ok {
+				t.Fatalf("TryLock(carol) after bob left = %v, %v; want the lock free", ok, err)
+			}
+		})
+	}
+}
