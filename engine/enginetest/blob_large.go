@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/steaderr"
@@ -242,4 +243,72 @@ func blobVerify(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrNotFound, "Verify(absent key)")
 	err = store.Verify(t.Context(), blob.Key{})
 	wantErr(t, err, steaderr.ErrInvalidKey, "Verify(zero key)")
+}
+
+// testUpload holds the rules of the chunked-upload seam (BeginUpload,
+// WriteChunk, AbortUpload, a chunked Put) that the portable store never
+// breaks itself but a remote client may: they run once, on the seam.
+func testUpload(t *testing.T, h Harness) {
+	runTests(t, h, []suiteTest{
+		{"EndRace", uploadEndRace},
+	})
+}
+
+// uploadRaceChunk is the chunk size of the upload races: large enough that
+// a chunk write is still in flight when the racing call starts.
+const uploadRaceChunk = 64 << 10
+
+// uploadEndRace races a chunk write against the end of its upload (an
+// abort), many times. Whichever wins, no chunk of the set may
+// outlive the upload: an abort of what is left must leave nothing to read.
+func uploadEndRace(t *testing.T, h Harness) {
+	const rounds = 40
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("upload end race", 2*uploadRaceChunk)
+	key := blob.KeyOf(value)
+	if err := eng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "racer", TTL: time.Minute}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	for _, end := range []struct {
+		name string
+		end  func(set blob.ChunkSet) error
+	}{
+		{"Abort", func(set blob.ChunkSet) error { return eng.AbortUpload(ctx, set) }},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			for round := range rounds {
+				set, err := eng.BeginUpload(ctx)
+				if err != nil {
+					t.Fatalf("BeginUpload: %v", err)
+				}
+				if err := eng.WriteChunk(ctx, set, 0, value[:uploadRaceChunk], time.Minute); err != nil {
+					t.Fatalf("round %d: WriteChunk at 0: %v", round, err)
+				}
+				var writeErr, endErr error
+				var wg sync.WaitGroup
+				wg.Go(func() { writeErr = eng.WriteChunk(ctx, set, uploadRaceChunk, value[uploadRaceChunk:], time.Minute) })
+				wg.Go(func() { endErr = end.end(set) })
+				wg.Wait()
+				if writeErr != nil && !errors.Is(writeErr, steaderr.ErrLost) {
+					t.Fatalf("round %d: WriteChunk racing the upload's end: %v, want nil or ErrLost", round, writeErr)
+				}
+				if endErr != nil && !errors.Is(endErr, steaderr.ErrInvalidArgument) {
+					t.Fatalf("round %d: %s racing a chunk write: %v", round, end.name, endErr)
+				}
+				// Whatever is left of the upload (a publish refused before
+				// the last chunk arrived) is aborted; nothing may remain.
+				if err := eng.AbortUpload(ctx, set); err != nil {
+					t.Fatalf("round %d: AbortUpload: %v", round, err)
+				}
+				for _, off := range []int64{0, uploadRaceChunk} {
+					if start, data, err := eng.ReadChunk(ctx, set, off); !errors.Is(err, steaderr.ErrNotFound) {
+						t.Fatalf("round %d: after %s, ReadChunk(%d) = chunk at %d of %d bytes, %v; want ErrNotFound (an orphan chunk nothing reaps)",
+							round, end.name, off, start, len(data), err)
+					}
+				}
+			}
+		})
+	}
+	wantValue(t, b.store, key, value)
 }

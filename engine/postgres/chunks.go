@@ -62,12 +62,19 @@ SELECT id, $2, $3 FROM up`
 )
 SELECT EXISTS (SELECT FROM up)`
 
-	// sqlAbortUpload deletes an upload and its chunks; an upload already
-	// published has no row and keeps its chunks.
-	sqlAbortUpload = `WITH up AS (
-    DELETE FROM {schema}.blob_uploads WHERE id = $1 RETURNING id
-)
-DELETE FROM {schema}.blob_chunks WHERE chunks IN (SELECT id FROM up)`
+	// sqlEndUpload ends an upload by deleting its row, which locks it: an
+	// in-flight chunk write (which updates or inserts that row) commits
+	// first, and a later one finds no upload. It answers the id when the
+	// upload was there.
+	sqlEndUpload = `DELETE FROM {schema}.blob_uploads WHERE id = $1 RETURNING id`
+
+	// sqlDeleteChunks deletes a chunk set's chunks. It runs as a statement
+	// of its own after sqlEndUpload, in the same transaction: under READ
+	// COMMITTED it then takes a snapshot that holds every chunk committed
+	// before the upload's row was locked (docs/decisions/0010-arbitration.md
+	// has the same trap), where a statement that waited on the lock would
+	// still use its older one and miss them.
+	sqlDeleteChunks = `DELETE FROM {schema}.blob_chunks WHERE chunks = $1`
 
 	sqlReapUploads = `WITH up AS (
     DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id
@@ -86,7 +93,7 @@ LIMIT 1`
 
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
-	begin, start, write, publish, abort, reap, read, get string
+	begin, start, write, publish, end, deleteChunks, reap, read, get string
 	// sequence is the chunk set sequence's name, sqlBeginUpload's argument.
 	sequence string
 }
@@ -97,7 +104,8 @@ func (c *chunkSQL) init(e *Engine) {
 	c.sequence = e.ident + ".blob_chunk_sets"
 	c.write = e.render(sqlWriteChunk)
 	c.publish = e.render(sqlPublish)
-	c.abort = e.render(sqlAbortUpload)
+	c.end = e.render(sqlEndUpload)
+	c.deleteChunks = e.render(sqlDeleteChunks)
 	c.reap = e.render(sqlReapUploads)
 	c.read = e.render(sqlReadChunk)
 	c.get = e.render(sqlGet)
@@ -167,11 +175,25 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	return nil
 }
 
+// AbortUpload ends the upload and then deletes its chunks, two statements
+// in one transaction (see sqlDeleteChunks); an upload already ended keeps
+// its chunks (a published one's are its blob's).
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	_, err := b.e.pool.Exec(ctx, b.chunkSQL.abort, int64(set))
+	tx, err := b.e.pool.Begin(ctx)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	tag, err := tx.Exec(ctx, b.chunkSQL.end, int64(set))
+	if err == nil && tag.RowsAffected() == 1 {
+		_, err = tx.Exec(ctx, b.chunkSQL.deleteChunks, int64(set))
+	}
+	if err == nil {
+		err = commit(ctx, tx)
+	}
 	return interpretError(err)
 }
 
