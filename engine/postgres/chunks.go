@@ -38,29 +38,24 @@ INSERT INTO {schema}.blob_chunks (chunks, off, data)
 SELECT id, $2, $3 FROM up`
 
 	// sqlPublish is sqlPut (engine/postgres/blob.go) for one chunked
-	// value: the upload's row is deleted first (none: reaped, nothing
-	// happens), the blob row is inserted naming the chunk set with the
-	// same row lock, the staged chunks are deleted when the key was
-	// already stored, and the pin is upserted after the blob row is locked.
-	// It answers whether the upload was still there.
-	sqlPublish = `WITH up AS (
-	DELETE FROM {schema}.blob_uploads WHERE id = $3 RETURNING id
-), b AS (
+	// value, run after sqlEndUpload in the same transaction: the blob row
+	// is inserted naming the chunk set with the same row lock, the staged
+	// chunks are deleted when the key was already stored, and the pin is
+	// upserted after the blob row is locked. Its snapshot is taken after
+	// the upload's row was locked, so the discard sees every chunk written.
+	sqlPublish = `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, chunks)
-	SELECT $1, $2, '\x'::bytea, id FROM up
+	VALUES ($1, $2, '\x'::bytea, $3)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING 1
 ), discard AS (
 	DELETE FROM {schema}.blob_chunks
-	WHERE chunks = (SELECT id FROM up) AND NOT EXISTS (SELECT FROM b)
-), p AS (
-	INSERT INTO {schema}.pins AS p (key, owner, expiry)
-	SELECT $1, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond'
-	FROM up
-	WHERE (SELECT count(*) FROM b) >= 0
-	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
+	WHERE chunks = $3 AND NOT EXISTS (SELECT FROM b)
 )
-SELECT EXISTS (SELECT FROM up)`
+INSERT INTO {schema}.pins AS p (key, owner, expiry)
+SELECT $1, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond'
+WHERE (SELECT count(*) FROM b) >= 0
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
 	// sqlEndUpload ends an upload by deleting its row, which locks it: an
 	// in-flight chunk write (which updates or inserts that row) commits
@@ -159,20 +154,29 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 // errUploadLost reports an upload whose lease lapsed and which was reaped.
 var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
 
-// publish stores the chunked value p names; see sqlPublish.
+// publish stores the chunked value p names in one transaction: the
+// upload ends (sqlEndUpload; none: reaped, nothing happens), then
+// sqlPublish stores the blob row or discards the chunks, and pins the key.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
-	var found bool
-	err := retryTransient(ctx, func() error {
-		return b.e.pool.QueryRow(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now).Scan(&found)
+	return retryTransient(ctx, func() error {
+		tx, err := b.e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+		tag, err := tx.Exec(ctx, b.chunkSQL.end, int64(p.Chunks))
+		switch {
+		case err != nil:
+			return err
+		case tag.RowsAffected() == 0:
+			return errUploadLost
+		}
+		if _, err := tx.Exec(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now); err != nil {
+			return err
+		}
+		return commit(ctx, tx)
 	})
-	if err != nil {
-		return interpretError(err)
-	}
-	if !found {
-		return errUploadLost
-	}
-	return nil
 }
 
 // AbortUpload ends the upload and then deletes its chunks, two statements
