@@ -78,11 +78,13 @@ type Engine interface {
 	// starts the upload with a lease of the given length; each later one
 	// renews it, and once it lapses ReapUploads may discard the upload.
 	// data is only valid until WriteChunk returns. A later chunk of an
-	// upload already published, aborted or reaped is an error wrapping
-	// steaderr.ErrLost.
+	// upload already published, aborted or reaped, and a chunk at any
+	// offset of a published set, is an error wrapping steaderr.ErrLost; a
+	// failed WriteChunk stores nothing.
 	WriteChunk(ctx context.Context, set ChunkSet, off int64, data []byte, lease time.Duration) error
 	// AbortUpload discards an unpublished upload and its chunks; an upload
-	// already gone (published, aborted or reaped) is not an error.
+	// already gone (published, aborted or reaped) is not an error, and a
+	// published set's chunks are never touched.
 	AbortUpload(ctx context.Context, set ChunkSet) error
 	// ReapUploads discards every upload whose lease has lapsed, with its
 	// chunks, and reports how many it discarded.

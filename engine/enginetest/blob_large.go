@@ -251,6 +251,7 @@ func blobVerify(t *testing.T, h Harness) {
 func testUpload(t *testing.T, h Harness) {
 	runTests(t, h, []suiteTest{
 		{"EndRace", uploadEndRace},
+		{"PublishedSet", uploadPublishedSet},
 	})
 }
 
@@ -317,4 +318,44 @@ func uploadEndRace(t *testing.T, h Harness) {
 		})
 	}
 	wantValue(t, b.store, key, value)
+}
+
+// stageChunks begins an upload and writes value to it in chunks of chunk
+// bytes, returning its chunk set.
+func stageChunks(t *testing.T, eng blob.Engine, value []byte, chunk int) blob.ChunkSet {
+	t.Helper()
+	set, err := eng.BeginUpload(t.Context())
+	if err != nil {
+		t.Fatalf("BeginUpload: %v", err)
+	}
+	for off := 0; off < len(value); off += chunk {
+		if err := eng.WriteChunk(t.Context(), set, int64(off), value[off:min(off+chunk, len(value))], time.Minute); err != nil {
+			t.Fatalf("WriteChunk at %d: %v", off, err)
+		}
+	}
+	return set
+}
+
+// uploadPublishedSet checks that a published chunk set takes no chunk,
+// not even one at offset 0 that would start an upload again, and that an
+// abort of it leaves the published value whole.
+func uploadPublishedSet(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("published set", 3000)
+	key := blob.KeyOf(value)
+	set := stageChunks(t, eng, value, 1000)
+	if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
+		t.Fatalf("Put (publish): %v", err)
+	}
+	for _, off := range []int64{0, 500, 1000, 3000} {
+		// Not fatal: what the abort then does matters most.
+		if err := eng.WriteChunk(ctx, set, off, []byte("an intruder"), time.Minute); !errors.Is(err, steaderr.ErrLost) {
+			t.Errorf("WriteChunk at %d of a published set: %v, want an error wrapping ErrLost", off, err)
+		}
+		if err := eng.AbortUpload(ctx, set); err != nil {
+			t.Fatalf("AbortUpload of a published set: %v", err)
+		}
+		wantValue(t, b.store, key, value)
+	}
 }

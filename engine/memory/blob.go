@@ -235,8 +235,13 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 		return err
 	}
 	u, ok := b.uploads[set]
+	_, published := b.sets[set]
 	switch {
-	case off == 0 && !ok:
+	case published:
+		return fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
+	case off == 0 && ok:
+		return fmt.Errorf("%w: the upload has a chunk at offset 0 already", steaderr.ErrConflict)
+	case off == 0:
 		u = &upload{}
 		b.uploads[set] = u
 	case !ok:

@@ -21,9 +21,13 @@ const (
 	// ({schema}.blob_chunk_sets), so no quoting is spliced into a literal.
 	sqlBeginUpload = `SELECT nextval($1::regclass)`
 
+	// sqlStartUpload starts an upload with its first chunk, unless the
+	// chunk set holds chunks already: a published set is never written
+	// again. A second start of a live upload meets its row's key.
 	sqlStartUpload = `WITH up AS (
     INSERT INTO {schema}.blob_uploads (id, expires_at)
-    VALUES ($1, now() + $4::bigint * interval '1 microsecond')
+    SELECT $1, now() + $4::bigint * interval '1 microsecond'
+    WHERE NOT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $1)
     RETURNING id
 )
 INSERT INTO {schema}.blob_chunks (chunks, off, data)
@@ -142,17 +146,26 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 		query = b.chunkSQL.start
 	}
 	tag, err := b.e.pool.Exec(ctx, query, int64(set), off, data, lease.Microseconds())
-	if err != nil {
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("%w: chunk set %d has a chunk at offset %d already: %w", steaderr.ErrConflict, set, off, interpretError(err))
+	case err != nil:
 		return interpretError(err)
-	}
-	if tag.RowsAffected() == 0 {
+	case tag.RowsAffected() == 0 && off == 0:
+		return errSetPublished
+	case tag.RowsAffected() == 0:
 		return errUploadLost
 	}
 	return nil
 }
 
-// errUploadLost reports an upload whose lease lapsed and which was reaped.
-var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
+// errUploadLost reports an upload that ended: published, aborted, or
+// reaped once its lease lapsed.
+var errUploadLost = fmt.Errorf("%w: the upload ended (published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
+
+// errSetPublished reports a chunk at offset 0 of a chunk set that holds
+// chunks with no upload: a published value's.
+var errSetPublished = fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
 
 // publish stores the chunked value p names in one transaction: the
 // upload ends (sqlEndUpload; none: reaped, nothing happens), then

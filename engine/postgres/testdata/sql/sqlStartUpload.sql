@@ -1,6 +1,7 @@
 WITH up AS (
     INSERT INTO "St""ead. sch;ema-ñ".blob_uploads (id, expires_at)
-    VALUES ($1, now() + $4::bigint * interval '1 microsecond')
+    SELECT $1, now() + $4::bigint * interval '1 microsecond'
+    WHERE NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".blob_chunks WHERE chunks = $1)
     RETURNING id
 )
 INSERT INTO "St""ead. sch;ema-ñ".blob_chunks (chunks, off, data)
