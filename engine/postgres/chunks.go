@@ -23,23 +23,61 @@ const (
 
 	// sqlStartUpload starts an upload with its first chunk, unless the
 	// chunk set holds chunks already: a published set is never written
-	// again. A second start of a live upload meets its row's key.
+	// again. It answers whether it stored the chunk and whether the upload
+	// was live before (its first chunk is then stored already).
 	sqlStartUpload = `WITH up AS (
     INSERT INTO {schema}.blob_uploads (id, expires_at)
     SELECT $1, now() + $4::bigint * interval '1 microsecond'
     WHERE NOT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $1)
     RETURNING id
+), ins AS (
+    INSERT INTO {schema}.blob_chunks (chunks, off, data)
+    SELECT id, $2, $3 FROM up
+    RETURNING 1
 )
-INSERT INTO {schema}.blob_chunks (chunks, off, data)
-SELECT id, $2, $3 FROM up`
+SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM {schema}.blob_uploads WHERE id = $1)`
 
+	// sqlWriteChunk renews the upload's lease and stores a later chunk
+	// unless it overlaps a chunk of the set: the one starting at or before
+	// it, or one starting inside it. It answers whether it stored the
+	// chunk and whether the upload was live. Its checks use the snapshot
+	// taken before it waited on the upload's row, so a concurrent write of
+	// the same upload can slip an overlap past them; the publish, which
+	// checks again after locking that row, refuses it (sqlChunksTile).
 	sqlWriteChunk = `WITH up AS (
     UPDATE {schema}.blob_uploads SET expires_at = now() + $4::bigint * interval '1 microsecond'
     WHERE id = $1
     RETURNING id
+), ins AS (
+    INSERT INTO {schema}.blob_chunks (chunks, off, data)
+    SELECT id, $2, $3 FROM up
+    WHERE NOT EXISTS (
+        SELECT FROM (
+            SELECT off, octet_length(data) AS len FROM {schema}.blob_chunks
+            WHERE chunks = $1 AND off <= $2
+            ORDER BY off DESC
+            LIMIT 1
+        ) prev
+        WHERE prev.off + prev.len > $2
+    )
+    AND NOT EXISTS (
+        SELECT FROM {schema}.blob_chunks
+        WHERE chunks = $1 AND off > $2 AND off < $2 + octet_length($3::bytea)
+    )
+    RETURNING 1
 )
-INSERT INTO {schema}.blob_chunks (chunks, off, data)
-SELECT id, $2, $3 FROM up`
+SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM up)`
+
+	// sqlChunksTile answers whether the chunks of set $1 cover [0, $2)
+	// exactly, each byte once: the first starts at 0, each ends where the
+	// next starts and the last at $2. The publish runs it after locking the
+	// upload's row, so it sees every chunk written.
+	sqlChunksTile = `SELECT coalesce(min(off) = 0 AND bool_and(len > 0 AND off + len = coalesce(next, $2)), false)
+FROM (
+    SELECT off, octet_length(data) AS len, lead(off) OVER (ORDER BY off) AS next
+    FROM {schema}.blob_chunks
+    WHERE chunks = $1
+) c`
 
 	// sqlPublish is sqlPut (engine/postgres/blob.go) for one chunked
 	// value, run after sqlEndUpload in the same transaction: the blob row
@@ -92,7 +130,7 @@ LIMIT 1`
 
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
-	begin, start, write, publish, end, deleteChunks, reap, read, get string
+	begin, start, write, tile, publish, end, deleteChunks, reap, read, get string
 	// sequence is the chunk set sequence's name, sqlBeginUpload's argument.
 	sequence string
 }
@@ -102,6 +140,7 @@ func (c *chunkSQL) init(e *Engine) {
 	c.start = e.render(sqlStartUpload)
 	c.sequence = e.ident + ".blob_chunk_sets"
 	c.write = e.render(sqlWriteChunk)
+	c.tile = e.render(sqlChunksTile)
 	c.publish = e.render(sqlPublish)
 	c.end = e.render(sqlEndUpload)
 	c.deleteChunks = e.render(sqlDeleteChunks)
@@ -145,18 +184,23 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if off == 0 {
 		query = b.chunkSQL.start
 	}
-	tag, err := b.e.pool.Exec(ctx, query, int64(set), off, data, lease.Microseconds())
+	var stored, live bool
+	err := b.e.pool.QueryRow(ctx, query, int64(set), off, data, lease.Microseconds()).Scan(&stored, &live)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("%w: chunk set %d has a chunk at offset %d already: %w", steaderr.ErrConflict, set, off, interpretError(err))
 	case err != nil:
 		return interpretError(err)
-	case tag.RowsAffected() == 0 && off == 0:
+	case stored:
+		return nil
+	case off == 0 && live:
+		return fmt.Errorf("%w: chunk set %d has a chunk at offset 0 already", steaderr.ErrConflict, set)
+	case off == 0:
 		return errSetPublished
-	case tag.RowsAffected() == 0:
+	case !live:
 		return errUploadLost
 	}
-	return nil
+	return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
 }
 
 // errUploadLost reports an upload that ended: published, aborted, or
@@ -168,8 +212,10 @@ var errUploadLost = fmt.Errorf("%w: the upload ended (published, aborted, or rea
 var errSetPublished = fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
 
 // publish stores the chunked value p names in one transaction: the
-// upload ends (sqlEndUpload; none: reaped, nothing happens), then
-// sqlPublish stores the blob row or discards the chunks, and pins the key.
+// upload ends (sqlEndUpload; none: reaped, nothing happens), its chunks
+// are checked to cover p.Size bytes exactly (sqlChunksTile; not: nothing
+// happens), then sqlPublish stores the blob row or discards the chunks,
+// and pins the key.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
 	return retryTransient(ctx, func() error {
@@ -184,6 +230,13 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 			return err
 		case tag.RowsAffected() == 0:
 			return errUploadLost
+		}
+		var tiled bool
+		if err := tx.QueryRow(ctx, b.chunkSQL.tile, int64(p.Chunks), p.Size).Scan(&tiled); err != nil {
+			return err
+		}
+		if !tiled {
+			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		if _, err := tx.Exec(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now); err != nil {
 			return err

@@ -24,9 +24,22 @@ const (
 	// sqlRenewUpload extends a lease only once a third of it has passed, so
 	// most chunk writes change no upload row.
 	sqlRenewUpload = `UPDATE blob_uploads SET expires_at = ?1 WHERE id = ?2 AND expires_at < ?3`
-	// sqlInsertChunk stores a chunk only while its upload exists: a
-	// reaped upload takes no chunk.
-	sqlInsertChunk  = `INSERT INTO blob_chunks (chunks, off, data) SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?1)`
+	// sqlInsertChunk stores a chunk only while its upload exists (a
+	// reaped upload takes no chunk) and only if it overlaps no chunk of
+	// the set: neither the one starting at or before it nor one starting
+	// inside it.
+	sqlInsertChunk = `INSERT INTO blob_chunks (chunks, off, data) SELECT ?1, ?2, ?3
+WHERE EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?1)
+AND NOT EXISTS (
+	SELECT 1 FROM (SELECT off, length(data) AS len FROM blob_chunks WHERE chunks = ?1 AND off <= ?2 ORDER BY off DESC LIMIT 1)
+	WHERE off + len > ?2
+)
+AND NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1 AND off > ?2 AND off < ?2 + length(?3))`
+	// sqlChunksTile answers whether the chunks of set ?1 cover [0, ?2)
+	// exactly, each byte once: the first starts at 0, each ends where the
+	// next starts and the last at ?2.
+	sqlChunksTile = `SELECT coalesce(min(off) = 0 AND min(len > 0 AND off + len = coalesce(next, ?2)), 0)
+FROM (SELECT off, length(data) AS len, lead(off) OVER (ORDER BY off) AS next FROM blob_chunks WHERE chunks = ?1)`
 	sqlEndUpload    = `DELETE FROM blob_uploads WHERE id = ?`
 	sqlPublishBlob  = `INSERT INTO blobs (key, size, value, chunks) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
 	sqlDeleteChunks = `DELETE FROM blob_chunks WHERE chunks = ?`
@@ -119,18 +132,23 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 			return err
 		}
 		stored, err := changed(ctx, tx, sqlInsertChunk, int64(set), off, data)
-		if err != nil {
+		if err != nil || stored {
 			return err
 		}
-		if !stored {
+		var live bool
+		if err := tx.QueryRowContext(ctx, sqlUploadLive, int64(set)).Scan(&live); err != nil {
+			return err
+		}
+		if !live {
 			return errUploadLost
 		}
-		return nil
+		return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
 	})
 }
 
 // publish stores the chunked value p names and its pin in one write
-// transaction: the upload ends (none: reaped, nothing happens), the blob
+// transaction: the upload ends (none: reaped, nothing happens), its chunks
+// must cover p.Size bytes exactly (not: nothing happens), the blob
 // row names the chunk set unless the key was already stored, in which case
 // the staged chunks are deleted, and the pin is upserted as a put's is.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
@@ -145,6 +163,13 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		}
 		if !found {
 			return errUploadLost
+		}
+		var tiled bool
+		if err := tx.QueryRowContext(ctx, sqlChunksTile, int64(p.Chunks), p.Size).Scan(&tiled); err != nil {
+			return err
+		}
+		if !tiled {
+			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		inserted, err := changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
 		if err != nil {
