@@ -35,7 +35,10 @@ type Engine interface {
 	// (p.Size bytes, p.Value unused) and ends the upload in the same
 	// commit; when the key is already stored the staged chunks are
 	// discarded instead. An upload already reaped is an error wrapping
-	// steaderr.ErrLost, and nothing is published or pinned.
+	// steaderr.ErrLost, and staged chunks that do not cover [0, p.Size)
+	// exactly, each byte once, an error wrapping
+	// steaderr.ErrInvalidArgument: then nothing is published, pinned or
+	// discarded (the upload stays, to be aborted).
 	Put(ctx context.Context, p PutParams) error
 	// Get returns the stored form of key's value: its size and either the
 	// inline value (a copy) or its chunk set. An absent key is an error
@@ -78,11 +81,16 @@ type Engine interface {
 	// starts the upload with a lease of the given length; each later one
 	// renews it, and once it lapses ReapUploads may discard the upload.
 	// data is only valid until WriteChunk returns. A later chunk of an
-	// upload already published, aborted or reaped is an error wrapping
-	// steaderr.ErrLost.
+	// upload already published, aborted or reaped, and a chunk at any
+	// offset of a published set, is an error wrapping steaderr.ErrLost; a
+	// chunk overlapping one of the set is an error wrapping
+	// steaderr.ErrConflict (an overlap two concurrent writes of one upload
+	// slip past each other is refused by the publish). A failed WriteChunk
+	// stores nothing.
 	WriteChunk(ctx context.Context, set ChunkSet, off int64, data []byte, lease time.Duration) error
 	// AbortUpload discards an unpublished upload and its chunks; an upload
-	// already gone (published, aborted or reaped) is not an error.
+	// already gone (published, aborted or reaped) is not an error, and a
+	// published set's chunks are never touched.
 	AbortUpload(ctx context.Context, set ChunkSet) error
 	// ReapUploads discards every upload whose lease has lapsed, with its
 	// chunks, and reports how many it discarded.

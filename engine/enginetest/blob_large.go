@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/steaderr"
@@ -242,4 +244,280 @@ func blobVerify(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrNotFound, "Verify(absent key)")
 	err = store.Verify(t.Context(), blob.Key{})
 	wantErr(t, err, steaderr.ErrInvalidKey, "Verify(zero key)")
+}
+
+// testUpload holds the rules of the chunked-upload seam (BeginUpload,
+// WriteChunk, AbortUpload, a chunked Put) that the portable store never
+// breaks itself but a remote client may: they run once, on the seam.
+func testUpload(t *testing.T, h Harness) {
+	runTests(t, h, []suiteTest{
+		{"EndRace", uploadEndRace},
+		{"PublishedSet", uploadPublishedSet},
+		{"Overlap", uploadOverlap},
+		{"Tiling", uploadTiling},
+		{"OverlapRace", uploadOverlapRace},
+	})
+}
+
+// uploadRaceChunk is the chunk size of the upload races: large enough that
+// a chunk write is still in flight when the racing call starts.
+const uploadRaceChunk = 64 << 10
+
+// uploadEndRace races a chunk write against the end of its upload, an
+// abort or a publish whose key is stored already (which discards the
+// staged chunks), many times. Whichever wins, no chunk of the set may
+// outlive the upload: an abort of what is left must leave nothing to read.
+func uploadEndRace(t *testing.T, h Harness) {
+	const rounds = 40
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("upload end race", 2*uploadRaceChunk)
+	key := blob.KeyOf(value)
+	if err := eng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "racer", TTL: time.Minute}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	for _, end := range []struct {
+		name string
+		end  func(set blob.ChunkSet) error
+	}{
+		{"Abort", func(set blob.ChunkSet) error { return eng.AbortUpload(ctx, set) }},
+		{"Discard", func(set blob.ChunkSet) error {
+			return eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute})
+		}},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			for round := range rounds {
+				set, err := eng.BeginUpload(ctx)
+				if err != nil {
+					t.Fatalf("BeginUpload: %v", err)
+				}
+				if err := eng.WriteChunk(ctx, set, 0, value[:uploadRaceChunk], time.Minute); err != nil {
+					t.Fatalf("round %d: WriteChunk at 0: %v", round, err)
+				}
+				var writeErr, endErr error
+				var wg sync.WaitGroup
+				wg.Go(func() { writeErr = eng.WriteChunk(ctx, set, uploadRaceChunk, value[uploadRaceChunk:], time.Minute) })
+				wg.Go(func() { endErr = end.end(set) })
+				wg.Wait()
+				if writeErr != nil && !errors.Is(writeErr, steaderr.ErrLost) {
+					t.Fatalf("round %d: WriteChunk racing the upload's end: %v, want nil or ErrLost", round, writeErr)
+				}
+				// A publish may be refused for a value not whole yet (a
+				// server re-hashes it first).
+				if endErr != nil && !errors.Is(endErr, steaderr.ErrInvalidArgument) && !errors.Is(endErr, steaderr.ErrDigestMismatch) {
+					t.Fatalf("round %d: %s racing a chunk write: %v", round, end.name, endErr)
+				}
+				// Whatever is left of the upload (a publish refused before
+				// the last chunk arrived) is aborted; nothing may remain.
+				if err := eng.AbortUpload(ctx, set); err != nil {
+					t.Fatalf("round %d: AbortUpload: %v", round, err)
+				}
+				for _, off := range []int64{0, uploadRaceChunk} {
+					if start, data, err := eng.ReadChunk(ctx, set, off); !errors.Is(err, steaderr.ErrNotFound) {
+						t.Fatalf("round %d: after %s, ReadChunk(%d) = chunk at %d of %d bytes, %v; want ErrNotFound (an orphan chunk nothing reaps)",
+							round, end.name, off, start, len(data), err)
+					}
+				}
+			}
+		})
+	}
+	wantValue(t, b.store, key, value)
+}
+
+// stageChunks begins an upload and writes value to it in chunks of chunk
+// bytes, returning its chunk set.
+func stageChunks(t *testing.T, eng blob.Engine, value []byte, chunk int) blob.ChunkSet {
+	t.Helper()
+	set, err := eng.BeginUpload(t.Context())
+	if err != nil {
+		t.Fatalf("BeginUpload: %v", err)
+	}
+	for off := 0; off < len(value); off += chunk {
+		if err := eng.WriteChunk(t.Context(), set, int64(off), value[off:min(off+chunk, len(value))], time.Minute); err != nil {
+			t.Fatalf("WriteChunk at %d: %v", off, err)
+		}
+	}
+	return set
+}
+
+// uploadPublishedSet checks that a published chunk set takes no chunk,
+// not even one at offset 0 that would start an upload again, and that an
+// abort of it leaves the published value whole.
+func uploadPublishedSet(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("published set", 3000)
+	key := blob.KeyOf(value)
+	set := stageChunks(t, eng, value, 1000)
+	if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
+		t.Fatalf("Put (publish): %v", err)
+	}
+	for _, off := range []int64{0, 500, 1000, 3000} {
+		// Not fatal: what the abort then does matters most.
+		if err := eng.WriteChunk(ctx, set, off, []byte("an intruder"), time.Minute); !errors.Is(err, steaderr.ErrLost) {
+			t.Errorf("WriteChunk at %d of a published set: %v, want an error wrapping ErrLost", off, err)
+		}
+		if err := eng.AbortUpload(ctx, set); err != nil {
+			t.Fatalf("AbortUpload of a published set: %v", err)
+		}
+		wantValue(t, b.store, key, value)
+	}
+}
+
+// wantChunk checks that ReadChunk(set, off) answers the chunk of value
+// starting at start, chunk bytes long (shorter at the value's end).
+func wantChunk(t *testing.T, eng blob.Engine, set blob.ChunkSet, off int64, value []byte, start int64, chunk int) {
+	t.Helper()
+	got, data, err := eng.ReadChunk(t.Context(), set, off)
+	end := min(start+int64(chunk), int64(len(value)))
+	if err != nil || got != start || !bytes.Equal(data, value[start:end]) {
+		t.Fatalf("ReadChunk(%d) = chunk at %d of %d bytes, %v; want the chunk [%d, %d) of the value", off, got, len(data), err, start, end)
+	}
+}
+
+// uploadOverlap checks that a chunk overlapping one stored already (the
+// same offset, inside it, across its end) is refused with ErrConflict and
+// stores nothing, so that a published value reads the same bytes however
+// it is read: an extra chunk inside another would be skipped by a reader
+// going from the start (and by the hash that checks the value) but served
+// to one seeking into it.
+func uploadOverlap(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("overlap", 3000)
+	key := blob.KeyOf(value)
+	set := stageChunks(t, eng, value, 1000)
+	for _, c := range []struct {
+		off int64
+		n   int
+	}{{0, 1}, {0, 1000}, {500, 10}, {1000, 1000}, {1000, 1}, {1999, 1}, {1990, 20}, {999, 2}, {2999, 1}, {2500, 1000}} {
+		err := eng.WriteChunk(ctx, set, c.off, bytes.Repeat([]byte{'!'}, c.n), time.Minute)
+		wantErr(t, err, steaderr.ErrConflict, fmt.Sprintf("WriteChunk of %d bytes at %d over chunks of 1000", c.n, c.off))
+	}
+	for off := int64(0); off < 3000; off += 250 {
+		wantChunk(t, eng, set, off, value, off/1000*1000, 1000)
+	}
+	if err := b.store.Publish(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	rd, err := b.store.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	defer rd.Close()
+	for _, off := range []int64{500, 1995, 2999} {
+		p := make([]byte, 1)
+		if _, err := rd.ReadAt(p, off); err != nil && err != io.EOF || p[0] != value[off] {
+			t.Fatalf("ReadAt(%d) = %q, %v; want %q", off, p, err, value[off:off+1])
+		}
+	}
+	wantValue(t, b.store, key, value)
+}
+
+// uploadTiling checks that a publish whose staged chunks do not cover
+// [0, size) exactly (a gap, a chunk past the end, a missing tail) is
+// refused with ErrInvalidArgument, publishes and pins nothing and leaves
+// the upload to be published rightly or aborted.
+func uploadTiling(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("tiling", 3000)
+	key := blob.KeyOf(value)
+	publish := func(set blob.ChunkSet, size int64) error {
+		return eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: size, Owner: "publisher", TTL: time.Minute})
+	}
+	set := stageChunks(t, eng, value, 1000)
+	for _, size := range []int64{1, 999, 1000, 2000, 2999, 3001, 4000} {
+		wantRefusedPublish(t, publish(set, size), fmt.Sprintf("publish of 3000 staged bytes as %d", size))
+		if _, err := eng.Stat(ctx, key); !errors.Is(err, steaderr.ErrNotFound) {
+			t.Fatalf("after a refused publish, Stat = %v, want ErrNotFound", err)
+		}
+	}
+	if err := publish(set, 3000); err != nil {
+		t.Fatalf("publish after refused ones: %v", err)
+	}
+	wantValue(t, b.store, key, value)
+
+	// A gap inside: chunks [0, 1000) and [2000, 3000).
+	gap, err := eng.BeginUpload(ctx)
+	if err != nil {
+		t.Fatalf("BeginUpload: %v", err)
+	}
+	for _, off := range []int{0, 2000} {
+		if err := eng.WriteChunk(ctx, gap, int64(off), value[off:off+1000], time.Minute); err != nil {
+			t.Fatalf("WriteChunk at %d: %v", off, err)
+		}
+	}
+	other := testValue("tiling with a gap", 3000)
+	err = eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(other), Chunks: gap, Size: 3000, Owner: "publisher", TTL: time.Minute})
+	wantRefusedPublish(t, err, "publish of chunks with a gap")
+	if _, err := eng.Stat(ctx, blob.KeyOf(other)); !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("after a refused publish, Stat = %v, want ErrNotFound", err)
+	}
+	if err := eng.AbortUpload(ctx, gap); err != nil {
+		t.Fatalf("AbortUpload: %v", err)
+	}
+	if _, _, err := eng.ReadChunk(ctx, gap, 0); !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("after the abort, ReadChunk = %v, want ErrNotFound", err)
+	}
+}
+
+// wantRefusedPublish checks that err refuses the publish of staged chunks
+// that do not cover the value exactly: ErrInvalidArgument from the
+// engine's check, or ErrDigestMismatch from a server that re-reads the
+// chunks before it publishes.
+func wantRefusedPublish(t *testing.T, err error, what string) {
+	t.Helper()
+	if !errors.Is(err, steaderr.ErrInvalidArgument) && !errors.Is(err, steaderr.ErrDigestMismatch) {
+		t.Fatalf("%s: error %v, want one wrapping ErrInvalidArgument (or ErrDigestMismatch)", what, err)
+	}
+}
+
+// uploadOverlapRace races two overlapping chunk writes to one upload many
+// times: an overlap that slips past both writes' checks must still be
+// refused by the publish, never published.
+func uploadOverlapRace(t *testing.T, h Harness) {
+	const rounds = 30
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("overlap race", 2*uploadRaceChunk)
+	key := blob.KeyOf(value)
+	for round := range rounds {
+		set, err := eng.BeginUpload(ctx)
+		if err != nil {
+			t.Fatalf("BeginUpload: %v", err)
+		}
+		if err := eng.WriteChunk(ctx, set, 0, value[:uploadRaceChunk], time.Minute); err != nil {
+			t.Fatalf("round %d: WriteChunk at 0: %v", round, err)
+		}
+		var errs [2]error
+		var wg sync.WaitGroup
+		wg.Go(func() { errs[0] = eng.WriteChunk(ctx, set, uploadRaceChunk, value[uploadRaceChunk:], time.Minute) })
+		wg.Go(func() { errs[1] = eng.WriteChunk(ctx, set, uploadRaceChunk+10, []byte("an intruder"), time.Minute) })
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, steaderr.ErrConflict) {
+				t.Fatalf("round %d: racing overlapping chunk writes: %v, want nil or ErrConflict", round, err)
+			}
+		}
+		err = eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute, Now: b.clock.Now()})
+		switch {
+		case errs[0] == nil && errs[1] == nil:
+			wantRefusedPublish(t, err, fmt.Sprintf("round %d: publish of overlapping chunks", round))
+		case errs[0] != nil:
+			wantRefusedPublish(t, err, fmt.Sprintf("round %d: publish of a value with a gap", round))
+		case err != nil:
+			t.Fatalf("round %d: publish: %v", round, err)
+		}
+		if err := eng.AbortUpload(ctx, set); err != nil {
+			t.Fatalf("round %d: AbortUpload: %v", round, err)
+		}
+		if _, err := eng.Stat(ctx, key); err == nil {
+			wantValue(t, b.store, key, value)
+			b.expirePins()
+			if err := eng.Delete(ctx, blob.DeleteParams{Key: key, Now: b.clock.Now()}); err != nil {
+				t.Fatalf("round %d: Delete: %v", round, err)
+			}
+		}
+	}
 }

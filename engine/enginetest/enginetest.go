@@ -110,6 +110,7 @@ var areas = []suiteTest{
 	{"Metamorphic", testMetamorphic},
 	{"Overlap", testOverlap},
 	{"Record", testRecord},
+	{"Upload", testUpload},
 }
 
 // suiteTest is one named test of the suite.

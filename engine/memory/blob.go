@@ -48,6 +48,9 @@ type chunk struct {
 	data []byte
 }
 
+// end is the offset just past c.
+func (c chunk) end() int64 { return c.off + int64(len(c.data)) }
+
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -61,6 +64,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		u, ok := b.uploads[p.Chunks]
 		if !ok {
 			return steaderr.ErrLost
+		}
+		if !tiles(u.chunks, p.Size) {
+			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		delete(b.uploads, p.Chunks)
 		if b.insert(p.Key, blob.Stored{Size: p.Size, Chunks: p.Chunks}) {
@@ -235,16 +241,40 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 		return err
 	}
 	u, ok := b.uploads[set]
+	_, published := b.sets[set]
 	switch {
-	case off == 0 && !ok:
+	case published:
+		return fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
+	case off == 0 && ok:
+		return fmt.Errorf("%w: the upload has a chunk at offset 0 already", steaderr.ErrConflict)
+	case off == 0:
 		u = &upload{}
 		b.uploads[set] = u
 	case !ok:
 		return steaderr.ErrLost
 	}
 	u.expires = time.Now().Add(lease)
-	u.chunks = append(u.chunks, chunk{off: off, data: bytes.Clone(data)})
+	// The chunks stay in offset order; one overlapping its neighbour
+	// before or after is refused.
+	i, _ := slices.BinarySearchFunc(u.chunks, off, func(c chunk, off int64) int { return cmpInt(c.off, off) })
+	if i > 0 && u.chunks[i-1].end() > off || i < len(u.chunks) && u.chunks[i].off < off+int64(len(data)) {
+		return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
+	}
+	u.chunks = slices.Insert(u.chunks, i, chunk{off: off, data: bytes.Clone(data)})
 	return nil
+}
+
+// tiles reports whether chunks, in offset order, cover [0, size) exactly,
+// each byte once.
+func tiles(chunks []chunk, size int64) bool {
+	var end int64
+	for _, c := range chunks {
+		if c.off != end || len(c.data) == 0 {
+			return false
+		}
+		end = c.end()
+	}
+	return end == size && len(chunks) > 0
 }
 
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {

@@ -21,53 +21,97 @@ const (
 	// ({schema}.blob_chunk_sets), so no quoting is spliced into a literal.
 	sqlBeginUpload = `SELECT nextval($1::regclass)`
 
+	// sqlStartUpload starts an upload with its first chunk, unless the
+	// chunk set holds chunks already: a published set is never written
+	// again. It answers whether it stored the chunk and whether the upload
+	// was live before (its first chunk is then stored already).
 	sqlStartUpload = `WITH up AS (
     INSERT INTO {schema}.blob_uploads (id, expires_at)
-    VALUES ($1, now() + $4::bigint * interval '1 microsecond')
+    SELECT $1, now() + $4::bigint * interval '1 microsecond'
+    WHERE NOT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $1)
     RETURNING id
+), ins AS (
+    INSERT INTO {schema}.blob_chunks (chunks, off, data)
+    SELECT id, $2, $3 FROM up
+    RETURNING 1
 )
-INSERT INTO {schema}.blob_chunks (chunks, off, data)
-SELECT id, $2, $3 FROM up`
+SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM {schema}.blob_uploads WHERE id = $1)`
 
+	// sqlWriteChunk renews the upload's lease and stores a later chunk
+	// unless it overlaps a chunk of the set: the one starting at or before
+	// it, or one starting inside it. It answers whether it stored the
+	// chunk and whether the upload was live. Its checks use the snapshot
+	// taken before it waited on the upload's row, so a concurrent write of
+	// the same upload can slip an overlap past them; the publish, which
+	// checks again after locking that row, refuses it (sqlChunksTile).
 	sqlWriteChunk = `WITH up AS (
     UPDATE {schema}.blob_uploads SET expires_at = now() + $4::bigint * interval '1 microsecond'
     WHERE id = $1
     RETURNING id
+), ins AS (
+    INSERT INTO {schema}.blob_chunks (chunks, off, data)
+    SELECT id, $2, $3 FROM up
+    WHERE NOT EXISTS (
+        SELECT FROM (
+            SELECT off, octet_length(data) AS len FROM {schema}.blob_chunks
+            WHERE chunks = $1 AND off <= $2
+            ORDER BY off DESC
+            LIMIT 1
+        ) prev
+        WHERE prev.off + prev.len > $2
+    )
+    AND NOT EXISTS (
+        SELECT FROM {schema}.blob_chunks
+        WHERE chunks = $1 AND off > $2 AND off < $2 + octet_length($3::bytea)
+    )
+    RETURNING 1
 )
-INSERT INTO {schema}.blob_chunks (chunks, off, data)
-SELECT id, $2, $3 FROM up`
+SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM up)`
+
+	// sqlChunksTile answers whether the chunks of set $1 cover [0, $2)
+	// exactly, each byte once: the first starts at 0, each ends where the
+	// next starts and the last at $2. The publish runs it after locking the
+	// upload's row, so it sees every chunk written.
+	sqlChunksTile = `SELECT coalesce(min(off) = 0 AND bool_and(len > 0 AND off + len = coalesce(next, $2)), false)
+FROM (
+    SELECT off, octet_length(data) AS len, lead(off) OVER (ORDER BY off) AS next
+    FROM {schema}.blob_chunks
+    WHERE chunks = $1
+) c`
 
 	// sqlPublish is sqlPut (engine/postgres/blob.go) for one chunked
-	// value: the upload's row is deleted first (none: reaped, nothing
-	// happens), the blob row is inserted naming the chunk set with the
-	// same row lock, the staged chunks are deleted when the key was
-	// already stored, and the pin is upserted after the blob row is locked.
-	// It answers whether the upload was still there.
-	sqlPublish = `WITH up AS (
-	DELETE FROM {schema}.blob_uploads WHERE id = $3 RETURNING id
-), b AS (
+	// value, run after sqlEndUpload in the same transaction: the blob row
+	// is inserted naming the chunk set with the same row lock, the staged
+	// chunks are deleted when the key was already stored, and the pin is
+	// upserted after the blob row is locked. Its snapshot is taken after
+	// the upload's row was locked, so the discard sees every chunk written.
+	sqlPublish = `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, chunks)
-	SELECT $1, $2, '\x'::bytea, id FROM up
+	VALUES ($1, $2, '\x'::bytea, $3)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING 1
 ), discard AS (
 	DELETE FROM {schema}.blob_chunks
-	WHERE chunks = (SELECT id FROM up) AND NOT EXISTS (SELECT FROM b)
-), p AS (
-	INSERT INTO {schema}.pins AS p (key, owner, expiry)
-	SELECT $1, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond'
-	FROM up
-	WHERE (SELECT count(*) FROM b) >= 0
-	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
+	WHERE chunks = $3 AND NOT EXISTS (SELECT FROM b)
 )
-SELECT EXISTS (SELECT FROM up)`
+INSERT INTO {schema}.pins AS p (key, owner, expiry)
+SELECT $1, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond'
+WHERE (SELECT count(*) FROM b) >= 0
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
-	// sqlAbortUpload deletes an upload and its chunks; an upload already
-	// published has no row and keeps its chunks.
-	sqlAbortUpload = `WITH up AS (
-    DELETE FROM {schema}.blob_uploads WHERE id = $1 RETURNING id
-)
-DELETE FROM {schema}.blob_chunks WHERE chunks IN (SELECT id FROM up)`
+	// sqlEndUpload ends an upload by deleting its row, which locks it: an
+	// in-flight chunk write (which updates or inserts that row) commits
+	// first, and a later one finds no upload. It answers the id when the
+	// upload was there.
+	sqlEndUpload = `DELETE FROM {schema}.blob_uploads WHERE id = $1 RETURNING id`
+
+	// sqlDeleteChunks deletes a chunk set's chunks. It runs as a statement
+	// of its own after sqlEndUpload, in the same transaction: under READ
+	// COMMITTED it then takes a snapshot that holds every chunk committed
+	// before the upload's row was locked (docs/decisions/0010-arbitration.md
+	// has the same trap), where a statement that waited on the lock would
+	// still use its older one and miss them.
+	sqlDeleteChunks = `DELETE FROM {schema}.blob_chunks WHERE chunks = $1`
 
 	sqlReapUploads = `WITH up AS (
     DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id
@@ -86,7 +130,7 @@ LIMIT 1`
 
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
-	begin, start, write, publish, abort, reap, read, get string
+	begin, start, write, tile, publish, end, deleteChunks, reap, read, get string
 	// sequence is the chunk set sequence's name, sqlBeginUpload's argument.
 	sequence string
 }
@@ -96,8 +140,10 @@ func (c *chunkSQL) init(e *Engine) {
 	c.start = e.render(sqlStartUpload)
 	c.sequence = e.ident + ".blob_chunk_sets"
 	c.write = e.render(sqlWriteChunk)
+	c.tile = e.render(sqlChunksTile)
 	c.publish = e.render(sqlPublish)
-	c.abort = e.render(sqlAbortUpload)
+	c.end = e.render(sqlEndUpload)
+	c.deleteChunks = e.render(sqlDeleteChunks)
 	c.reap = e.render(sqlReapUploads)
 	c.read = e.render(sqlReadChunk)
 	c.get = e.render(sqlGet)
@@ -138,40 +184,86 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if off == 0 {
 		query = b.chunkSQL.start
 	}
-	tag, err := b.e.pool.Exec(ctx, query, int64(set), off, data, lease.Microseconds())
-	if err != nil {
+	var stored, live bool
+	err := b.e.pool.QueryRow(ctx, query, int64(set), off, data, lease.Microseconds()).Scan(&stored, &live)
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("%w: chunk set %d has a chunk at offset %d already: %w", steaderr.ErrConflict, set, off, interpretError(err))
+	case err != nil:
 		return interpretError(err)
-	}
-	if tag.RowsAffected() == 0 {
+	case stored:
+		return nil
+	case off == 0 && live:
+		return fmt.Errorf("%w: chunk set %d has a chunk at offset 0 already", steaderr.ErrConflict, set)
+	case off == 0:
+		return errSetPublished
+	case !live:
 		return errUploadLost
 	}
-	return nil
+	return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
 }
 
-// errUploadLost reports an upload whose lease lapsed and which was reaped.
-var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
+// errUploadLost reports an upload that ended: published, aborted, or
+// reaped once its lease lapsed.
+var errUploadLost = fmt.Errorf("%w: the upload ended (published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
 
-// publish stores the chunked value p names; see sqlPublish.
+// errSetPublished reports a chunk at offset 0 of a chunk set that holds
+// chunks with no upload: a published value's.
+var errSetPublished = fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
+
+// publish stores the chunked value p names in one transaction: the
+// upload ends (sqlEndUpload; none: reaped, nothing happens), its chunks
+// are checked to cover p.Size bytes exactly (sqlChunksTile; not: nothing
+// happens), then sqlPublish stores the blob row or discards the chunks,
+// and pins the key.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
-	var found bool
-	err := retryTransient(ctx, func() error {
-		return b.e.pool.QueryRow(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now).Scan(&found)
+	return retryTransient(ctx, func() error {
+		tx, err := b.e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+		tag, err := tx.Exec(ctx, b.chunkSQL.end, int64(p.Chunks))
+		switch {
+		case err != nil:
+			return err
+		case tag.RowsAffected() == 0:
+			return errUploadLost
+		}
+		var tiled bool
+		if err := tx.QueryRow(ctx, b.chunkSQL.tile, int64(p.Chunks), p.Size).Scan(&tiled); err != nil {
+			return err
+		}
+		if !tiled {
+			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
+		}
+		if _, err := tx.Exec(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now); err != nil {
+			return err
+		}
+		return commit(ctx, tx)
 	})
-	if err != nil {
-		return interpretError(err)
-	}
-	if !found {
-		return errUploadLost
-	}
-	return nil
 }
 
+// AbortUpload ends the upload and then deletes its chunks, two statements
+// in one transaction (see sqlDeleteChunks); an upload already ended keeps
+// its chunks (a published one's are its blob's).
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	_, err := b.e.pool.Exec(ctx, b.chunkSQL.abort, int64(set))
+	tx, err := b.e.pool.Begin(ctx)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	tag, err := tx.Exec(ctx, b.chunkSQL.end, int64(set))
+	if err == nil && tag.RowsAffected() == 1 {
+		_, err = tx.Exec(ctx, b.chunkSQL.deleteChunks, int64(set))
+	}
+	if err == nil {
+		err = commit(ctx, tx)
+	}
 	return interpretError(err)
 }
 

@@ -32,6 +32,7 @@ const (
 	sqlstateUndefinedColumn      = "42703"
 	sqlstateInvalidSchemaName    = "3F000"
 	sqlstateForeignKeyViolation  = "23503"
+	sqlstateUniqueViolation      = "23505"
 	sqlstateDeadlockDetected     = "40P01"
 	sqlstateSerializationFailure = "40001"
 	sqlstateAdminShutdown        = "57P01" // pg_terminate_backend, or a fast or smart shutdown
@@ -117,6 +118,13 @@ func isConnectionFailure(err error) bool {
 func isForeignKey(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == sqlstateForeignKeyViolation
+}
+
+// isUniqueViolation reports whether err is a unique (or primary key)
+// violation.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation
 }
 
 // isTransient reports whether err is a deadlock (40P01) or serialization

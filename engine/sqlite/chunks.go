@@ -17,13 +17,29 @@ import (
 // pool, one statement each.
 const (
 	sqlBeginUpload = `UPDATE blob_chunk_sets SET last = last + 1 RETURNING last`
-	sqlStartUpload = `INSERT INTO blob_uploads (id, expires_at) VALUES (?, ?)`
+	// sqlStartUpload starts an upload unless its chunk set holds chunks
+	// already: a published set is never written again.
+	sqlStartUpload = `INSERT INTO blob_uploads (id, expires_at) SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1)`
+	sqlUploadLive  = `SELECT EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?)`
 	// sqlRenewUpload extends a lease only once a third of it has passed, so
 	// most chunk writes change no upload row.
 	sqlRenewUpload = `UPDATE blob_uploads SET expires_at = ?1 WHERE id = ?2 AND expires_at < ?3`
-	// sqlInsertChunk stores a chunk only while its upload exists: a
-	// reaped upload takes no chunk.
-	sqlInsertChunk  = `INSERT INTO blob_chunks (chunks, off, data) SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?1)`
+	// sqlInsertChunk stores a chunk only while its upload exists (a
+	// reaped upload takes no chunk) and only if it overlaps no chunk of
+	// the set: neither the one starting at or before it nor one starting
+	// inside it.
+	sqlInsertChunk = `INSERT INTO blob_chunks (chunks, off, data) SELECT ?1, ?2, ?3
+WHERE EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?1)
+AND NOT EXISTS (
+	SELECT 1 FROM (SELECT off, length(data) AS len FROM blob_chunks WHERE chunks = ?1 AND off <= ?2 ORDER BY off DESC LIMIT 1)
+	WHERE off + len > ?2
+)
+AND NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1 AND off > ?2 AND off < ?2 + length(?3))`
+	// sqlChunksTile answers whether the chunks of set ?1 cover [0, ?2)
+	// exactly, each byte once: the first starts at 0, each ends where the
+	// next starts and the last at ?2.
+	sqlChunksTile = `SELECT coalesce(min(off) = 0 AND min(len > 0 AND off + len = coalesce(next, ?2)), 0)
+FROM (SELECT off, length(data) AS len, lead(off) OVER (ORDER BY off) AS next FROM blob_chunks WHERE chunks = ?1)`
 	sqlEndUpload    = `DELETE FROM blob_uploads WHERE id = ?`
 	sqlPublishBlob  = `INSERT INTO blobs (key, size, value, chunks) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
 	sqlDeleteChunks = `DELETE FROM blob_chunks WHERE chunks = ?`
@@ -33,8 +49,13 @@ const (
 	sqlGet          = `SELECT size, value, chunks FROM blobs WHERE key = ?`
 )
 
-// errUploadLost reports an upload whose lease lapsed and which was reaped.
-var errUploadLost = fmt.Errorf("%w: the upload's lease lapsed and its staged chunks were reaped", steaderr.ErrLost)
+// errUploadLost reports an upload that ended: published, aborted, or
+// reaped once its lease lapsed.
+var errUploadLost = fmt.Errorf("%w: the upload ended (published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
+
+// errSetPublished reports a chunk at offset 0 of a chunk set that holds
+// chunks with no upload: a published value's.
+var errSetPublished = fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
 
 // writeTx runs fn in a write transaction on the writer connection, once
 // the engine is checked open.
@@ -86,41 +107,48 @@ func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
 	return blob.ChunkSet(id), err
 }
 
-// WriteChunk runs as autocommit statements, not one transaction: the writer
-// connection runs one statement at a time, the chunk goes in only while
-// its upload exists, and the lease, renewed a third of the way through,
-// cannot lapse between the two.
+// WriteChunk runs in one write transaction: an upload it starts is never
+// left behind by a chunk it fails to store.
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
-	if err := b.e.check(ctx); err != nil {
-		return err
-	}
-	now := time.Now()
-	expires := now.Add(lease).UnixNano()
-	var err error
-	if off == 0 {
-		_, err = b.e.writer.ExecContext(ctx, sqlStartUpload, int64(set), expires)
-	} else {
-		_, err = b.e.writer.ExecContext(ctx, sqlRenewUpload, expires, int64(set), now.Add(lease*2/3).UnixNano())
-	}
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	res, err := b.e.writer.ExecContext(ctx, sqlInsertChunk, int64(set), off, data)
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	if n == 0 {
-		return errUploadLost
-	}
-	return nil
+	return b.writeTx(ctx, func(tx *sql.Tx) error {
+		now := time.Now()
+		expires := now.Add(lease).UnixNano()
+		if off == 0 {
+			started, err := changed(ctx, tx, sqlStartUpload, int64(set), expires)
+			if err != nil {
+				return err
+			}
+			if !started {
+				var live bool
+				if err := tx.QueryRowContext(ctx, sqlUploadLive, int64(set)).Scan(&live); err != nil {
+					return err
+				}
+				if live {
+					return fmt.Errorf("%w: the upload has a chunk at offset 0 already", steaderr.ErrConflict)
+				}
+				return errSetPublished
+			}
+		} else if _, err := tx.ExecContext(ctx, sqlRenewUpload, expires, int64(set), now.Add(lease*2/3).UnixNano()); err != nil {
+			return err
+		}
+		stored, err := changed(ctx, tx, sqlInsertChunk, int64(set), off, data)
+		if err != nil || stored {
+			return err
+		}
+		var live bool
+		if err := tx.QueryRowContext(ctx, sqlUploadLive, int64(set)).Scan(&live); err != nil {
+			return err
+		}
+		if !live {
+			return errUploadLost
+		}
+		return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
+	})
 }
 
 // publish stores the chunked value p names and its pin in one write
-// transaction: the upload ends (none: reaped, nothing happens), the blob
+// transaction: the upload ends (none: reaped, nothing happens), its chunks
+// must cover p.Size bytes exactly (not: nothing happens), the blob
 // row names the chunk set unless the key was already stored, in which case
 // the staged chunks are deleted, and the pin is upserted as a put's is.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
@@ -135,6 +163,13 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		}
 		if !found {
 			return errUploadLost
+		}
+		var tiled bool
+		if err := tx.QueryRowContext(ctx, sqlChunksTile, int64(p.Chunks), p.Size).Scan(&tiled); err != nil {
+			return err
+		}
+		if !tiled {
+			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		inserted, err := changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
 		if err != nil {

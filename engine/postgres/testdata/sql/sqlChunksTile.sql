@@ -1,0 +1,6 @@
+SELECT coalesce(min(off) = 0 AND bool_and(len > 0 AND off + len = coalesce(next, $2)), false)
+FROM (
+    SELECT off, octet_length(data) AS len, lead(off) OVER (ORDER BY off) AS next
+    FROM "St""ead. sch;ema-ñ".blob_chunks
+    WHERE chunks = $1
+) c
