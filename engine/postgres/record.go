@@ -370,6 +370,9 @@ func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, cr
 	b := &pgx.Batch{}
 	b.Queue(r.sql.saveMany, args...)
 	b.Queue(r.sql.createFloor, creates)
+	for _, q := range byID { // a retried attempt decides afresh
+		q.matched, q.saved = false, record.Record{}
+	}
 	br := r.e.pool.SendBatch(ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
