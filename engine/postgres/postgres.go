@@ -196,8 +196,14 @@ type Engine struct {
 
 var _ engine.Engine = (*Engine)(nil)
 
-// Open connects (pinging once, so a bad address fails here) and returns the
-// engine. It does not migrate.
+// sqlIsolation reads the isolation level a session's transactions get.
+const sqlIsolation = `SELECT current_setting('transaction_isolation')`
+
+// Open connects (reading the session's isolation level once, so a bad
+// address fails here) and returns the engine. Sessions must default to
+// READ COMMITTED: a pool Open creates sets it, behind PgBouncer or in a
+// caller's pool it is checked (ErrInvalidArgument otherwise). It does not
+// migrate.
 func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = DefaultSchema
@@ -231,9 +237,19 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		}
 		e.ownsPool = true
 	}
-	if err := e.pool.Ping(ctx); err != nil {
+	// Connecting reads the isolation level: every statement stead runs is
+	// written for READ COMMITTED, where each statement of a transaction
+	// takes a new snapshot.
+	var isolation string
+	if err := e.pool.QueryRow(ctx, sqlIsolation).Scan(&isolation); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("connect: %w", interpretError(err))
+	}
+	if isolation != "read committed" {
+		e.Close()
+		return nil, fmt.Errorf("%w: postgres: sessions default to %s isolation; stead's statements need read committed: "+
+			"set default_transaction_isolation to 'read committed' on the role or database (ALTER ROLE … SET default_transaction_isolation = 'read committed')",
+			steaderr.ErrInvalidArgument, isolation)
 	}
 	e.msql = e.renderMigrateSQL()
 	e.blobs.init(e)
@@ -293,6 +309,10 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	}
 	if cfg.PgBouncer {
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	} else if _, set := pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"]; !set {
+		// A startup parameter, like synchronous_commit: a database or role
+		// defaulting to another level does not reach stead's sessions.
+		pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	}
 	return pcfg, nil
 }

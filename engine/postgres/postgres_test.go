@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -525,5 +526,45 @@ func TestAllWithPoolOfOne(t *testing.T) {
 		if n < 10 {
 			t.Fatalf("All (page %d) yielded %d blobs, want at least 10", pageSize, n)
 		}
+	}
+}
+
+// TestOpenNeedsReadCommitted: stead's statements are written for READ
+// COMMITTED. A role defaulting to another level still gets it in a pool
+// Open creates; behind PgBouncer, or in a caller's pool, Open refuses.
+func TestOpenNeedsReadCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewOwned(t)
+	if _, err := db.Admin.Exec(ctx, "ALTER ROLE "+pgx.Identifier{db.Schema}.Sanitize()+" SET default_transaction_isolation = 'serializable'"); err != nil {
+		t.Fatal(err)
+	}
+	e := open(t, db, "")
+	var level string
+	if err := e.Pool().QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil || level != "read committed" {
+		t.Fatalf("a pool Open made runs at %q (%v), want read committed", level, err)
+	}
+
+	cfg, err := postgres.ParseURL(db.StoreURL() + "&pgbouncer=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := postgres.Open(ctx, cfg); !errors.Is(err, steaderr.ErrInvalidArgument) || !strings.Contains(fmt.Sprint(err), "read committed") {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("Open behind PgBouncer at serializable: %v, want ErrInvalidArgument naming read committed", err)
+	}
+
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if e, err := postgres.Open(ctx, postgres.Config{Pool: pool, Schema: db.Schema}); !errors.Is(err, steaderr.ErrInvalidArgument) {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("Open on a caller's pool at serializable: %v, want ErrInvalidArgument", err)
 	}
 }
