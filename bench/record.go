@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +153,58 @@ func fillRecords(ctx context.Context, st *stead.Store, schema string) error {
 	return err
 }
 
+// recordChannel is the NOTIFY channel of stead's records in schema, as
+// engine/postgres derives it (records.init with Engine.lockKey).
+func recordChannel(schema string) string {
+	h := fnv.New64a()
+	h.Write([]byte("stead:records:" + schema))
+	return fmt.Sprintf("stead_records_%016x", h.Sum64())
+}
+
+// notifyCounter counts the notifications on a channel, on a connection of
+// its own.
+type notifyCounter struct {
+	conn    *pgx.Conn
+	channel string
+	n       int
+}
+
+func listenNotifies(ctx context.Context, channel string) (*notifyCounter, error) {
+	conn, err := pgx.Connect(ctx, *pgURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return &notifyCounter{conn: conn, channel: channel}, nil
+}
+
+// count returns how many notifications were sent so far, and closes the
+// connection. It notifies a sentinel and reads up to it: notifications are
+// delivered in commit order.
+func (c *notifyCounter) count(ctx context.Context) (int, error) {
+	defer c.conn.Close(ctx)
+	const sentinel = "bench sentinel"
+	if _, err := c.conn.Exec(ctx, "SELECT pg_notify($1, $2)", c.channel, sentinel); err != nil {
+		return 0, err
+	}
+	for {
+		n, err := c.conn.WaitForNotification(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if n.Payload == sentinel {
+			return c.n, nil
+		}
+		c.n++
+	}
+}
+
+// steadDrain drains the records fillRecords inserted, completing them if
+// complete; then it reports on stderr how many notifications the
+// completions sent per completed record.
 func steadDrain(ctx context.Context, complete bool) (func(context.Context, int, int) (int, error), func(), error) {
 	st, schema, cleanup, err := openRecordStore(ctx)
 	if err == nil {
@@ -158,8 +212,31 @@ func steadDrain(ctx context.Context, complete bool) (func(context.Context, int, 
 			cleanup()
 		}
 	}
+	var notifies *notifyCounter
+	if err == nil && complete {
+		if notifies, err = listenNotifies(ctx, recordChannel(schema)); err != nil {
+			cleanup()
+		}
+	}
 	if err != nil {
 		return nil, nil, err
+	}
+	var completed atomic.Int64
+	if complete {
+		steadCleanup := cleanup
+		cleanup = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			n, err := notifies.count(ctx)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "record-pg/stead claim+complete: counting notifications: %v\n", err)
+			} else {
+				done := completed.Load()
+				fmt.Fprintf(os.Stderr, "record-pg/stead claim+complete: %d notifications for %d completed records (%.3f per record)\n",
+					n, done, float64(n)/float64(max(done, 1)))
+			}
+			steadCleanup()
+		}
 	}
 	return func(ctx context.Context, w, i int) (int, error) {
 		recs, err := st.Records.ClaimNext(ctx, benchGroup, fmt.Sprintf("worker-%d", w), time.Hour, claimBatch)
@@ -179,6 +256,7 @@ func steadDrain(ctx context.Context, complete bool) (func(context.Context, int, 
 				return len(recs), res.Err
 			}
 		}
+		completed.Add(int64(len(recs)))
 		return len(recs), nil
 	}, cleanup, nil
 }

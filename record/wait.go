@@ -23,12 +23,14 @@ const (
 // faster, so that claim may come back empty too.
 //
 // It also returns when the earliest lease held in the group expires. On
-// PostgreSQL it learns of new claimable records without polling: the
-// commit that creates one or releases its lease notifies the store's one
-// listener connection (LISTEN/NOTIFY), which proves itself alive when
-// quiet, so a connection cut without a word is noticed within seconds.
-// While that connection is down, elsewhere, and in PgBouncer mode without
-// a listen URL, it polls, from every 10ms backing off to every second.
+// PostgreSQL it learns of new claimable records without polling: it marks
+// the group wanted while it waits, and the commit that creates one or
+// releases its lease then notifies the store's one listener connection
+// (LISTEN/NOTIFY), which proves itself alive when quiet, so a connection
+// cut without a word is noticed within seconds. While that connection is
+// down or the group cannot be marked, elsewhere, and in PgBouncer mode
+// without a listen URL, it polls, from every 10ms backing off to every
+// second.
 func (s *Store) WaitClaimable(ctx context.Context, group string) error {
 	if err := validate.Name("group", group); err != nil {
 		return fmt.Errorf("record wait claimable: %w", err)

@@ -47,3 +47,12 @@ func SetBeforeDelete(e *Engine, hook func(blob.Key)) {
 // SetProveEvery sets how often e's listener proves its connection alive;
 // call it before anything watches.
 func SetProveEvery(e *Engine, d time.Duration) { e.listen.proveEvery = d }
+
+// SetWantFor sets how long e's record waiters mark their group wanted;
+// call it before anything watches.
+func SetWantFor(e *Engine, d time.Duration) { e.records.wantFor = d }
+
+// RecordWantSQL returns the statement e's record waiters mark their group
+// wanted with: $1 group, $2 the mark's length, $3 the length left that
+// needs no renewal.
+func RecordWantSQL(e *Engine) string { return e.records.sql.want }

@@ -91,6 +91,10 @@ func (l *listener) watch(channel, payload string) (ch <-chan struct{}, live bool
 	return ch, l.live, stop, nil
 }
 
+// wake wakes the watchers of channel and payload, as a notification
+// would.
+func (l *listener) wake(channel, payload string) { l.hub.Wake(hubKey(channel, payload)) }
+
 // stop ends the listener for good and waits for it. It wakes every
 // watcher, so that waiters look again and learn that the engine is closed.
 func (l *listener) stop() {

@@ -343,6 +343,9 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	if e.records.close != nil { // nil when Open failed before setting records up
+		e.records.close()
+	}
 	if e.listen != nil {
 		e.listen.stop()
 	}

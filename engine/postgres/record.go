@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,9 +25,10 @@ import (
 // its transaction): a write is conditional (a compare-and-swap), and when it
 // matches no row the stored record is read back to say why (record/check).
 // Concurrent saves share a statement and a commit (group commit, see
-// docs/decisions/0014-record-seam-and-group-commit.md). A write that may
-// make a record claimable at once calls pg_notify in the same statement,
-// so waiters learn of it on commit.
+// docs/decisions/0014-record-seam-and-group-commit.md). A write that makes
+// a record claimable at once calls pg_notify in the same statement while a
+// waiter has marked the record's group wanted, so waiters learn of it on
+// commit (docs/decisions/0020-record-notify-when-wanted.md).
 type records struct {
 	e       *Engine
 	tenants tenantid.Cache
@@ -34,13 +36,27 @@ type records struct {
 	// channel is the NOTIFY channel of records made claimable, one per
 	// schema; its payload is the group.
 	channel string
+	// wantFor is how long a waiter's mark on its group lasts; a watch
+	// renews it, every wantFor/8, when less than wantFor/2 is left.
+	wantFor time.Duration
+	wantMu  sync.Mutex
+	// wanted holds, per group, until when this engine knows the group's
+	// mark lasts, on the local clock.
+	wanted map[string]time.Time
+	// closing ends when the engine closes, and with it every watch's
+	// renewals.
+	closing context.Context
+	close   context.CancelFunc
 	sql     struct {
 		registerGroup, groupExists, ensureTenant, tenantID  string
 		create, createFloor, update, saveMany, load, lookup string
 		del                                                 string
-		list, claim, claimNext, renew, probe                string
+		list, claim, claimNext, renew, probe, want          string
 	}
 }
+
+// defaultWantFor is how long a waiter's mark on its group lasts.
+const defaultWantFor = time.Minute
 
 // Group commit bounds of saves.
 const (
@@ -52,7 +68,12 @@ const (
 // The record statements. Each names its parameters; "now" is the
 // caller's instant, or the database's now() when NULL. A write's notify
 // column wakes the group's waiters when the row, as written, is claimable
-// at the instant it was written.
+// at the instant it was written and a waiter has marked the group wanted
+// (sqlRecordWant): it then reads the group's mark with FOR KEY SHARE,
+// which waits for a mark being written and returns the newest committed
+// version of the row. pg_notify runs once per claimable row, but
+// PostgreSQL delivers a notification with the same channel and payload
+// once per transaction, so a statement notifies each group at most once.
 const (
 	sqlRecordRegisterGroup = `INSERT INTO {schema}.record_groups (name) VALUES ($1) ON CONFLICT DO NOTHING`
 	sqlRecordGroupExists   = `SELECT EXISTS (SELECT 1 FROM {schema}.record_groups WHERE name = $1)`
@@ -72,7 +93,10 @@ SELECT $1::text, $2::text, $3::bigint, $4::text, $5::boolean,
 	$6::text, $7::bigint, $8::timestamptz, coalesce($10::timestamptz, now()), $9::bytea
 ON CONFLICT (id) DO NOTHING
 RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
-	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($11, r.grp) END`
+	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+		THEN pg_notify($11, r.grp) END
+	END`
 
 	// An update either keeps the stored grant ($6 the stored owner, $7
 	// its incarnation) or releases the lease ($6 empty, $8 the expiry to
@@ -84,7 +108,10 @@ SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version
 	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
 WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
 RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
-	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END`
+	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+		THEN pg_notify($12, r.grp) END
+	END`
 
 	// A batch of saves, no id twice: the creates and updates of
 	// sqlRecordCreate and sqlRecordUpdate, one row of the arrays each
@@ -110,7 +137,10 @@ RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
 		AND (i.lease_owner = '' OR (r.lease_owner = i.lease_owner AND r.lease_incarnation = i.lease_incarnation))
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
-		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
+		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+			CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+			THEN pg_notify($12, r.grp) END
+		END AS notified
 ), created AS (
 	INSERT INTO {schema}.records AS r
 		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
@@ -120,7 +150,10 @@ RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	FROM i WHERE version = 0 ORDER BY id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
-		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
+		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+			CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+			THEN pg_notify($12, r.grp) END
+		END AS notified
 )
 SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM updated
 UNION ALL
@@ -204,6 +237,43 @@ RETURNING r.id, r.grp, (SELECT name FROM {schema}.record_tenants WHERE id = r.te
 WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6
 RETURNING lease_expiry`
 
+	// A waiter marks its group wanted until now() + $2, unless the mark
+	// already lasts until now() + $3 or later: then it locks and writes
+	// nothing. It returns the mark it wrote, or else the one its snapshot
+	// saw (older, or NULL, when another waiter marked the group
+	// meanwhile), and now(); no row for a group not registered. Marks only
+	// grow.
+	//
+	// No wake-up is lost between a waiter, which marks, then probes, then
+	// sleeps until notified, and a save that makes a record claimable. The
+	// mark locks the group row FOR UPDATE, which conflicts with the FOR KEY
+	// SHARE the save's notify column takes on it (a plain UPDATE would
+	// not: it takes FOR NO KEY UPDATE), and a locking read in READ
+	// COMMITTED returns the newest committed version of the row, waiting
+	// for one being written. So either the mark commits before the save
+	// locks the row, and the save sees it and notifies, or the save locks
+	// it first, the mark waits for the save's commit, and the waiter's
+	// probe, a later statement, sees the record. A mark that is not
+	// rewritten because it lasts long enough was committed before this
+	// statement, so the same holds for it. The waiter holds no other lock,
+	// so the mark joins no deadlock; deletes (FOR NO KEY UPDATE of the row)
+	// do not conflict with saves (FOR KEY SHARE).
+	sqlRecordWant = `WITH l AS (
+	SELECT name FROM {schema}.record_groups
+	WHERE name = $1 AND NOT coalesce(wanted_until >= now() + $3::interval, false)
+	FOR UPDATE
+), m AS (
+	UPDATE {schema}.record_groups g SET wanted_until = greatest(g.wanted_until, now() + $2::interval)
+	FROM l WHERE g.name = l.name
+	RETURNING g.wanted_until
+)
+SELECT coalesce((SELECT wanted_until FROM m), g.wanted_until), now() FROM {schema}.record_groups g WHERE g.name = $1`
+
+	// sqlRecordWantLockTimeout bounds the lock waits of the rest of its
+	// transaction to $1: sent with sqlRecordWant in one batch, one
+	// transaction.
+	sqlRecordWantLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
+
 	// $1 group, $2 now. The first unleased record, and the earliest lease:
 	// expired, the group has recovery work; else it is when the next lease
 	// lapses. Each is read in its index's order, one entry: as EXISTS or
@@ -235,6 +305,10 @@ func (r *records) init(e *Engine) {
 	s.claimNext = e.render(sqlRecordClaimNext)
 	s.renew = e.render(sqlRecordRenew)
 	s.probe = e.render(sqlRecordProbe)
+	s.want = e.render(sqlRecordWant)
+	r.wantFor = defaultWantFor
+	r.wanted = map[string]time.Time{}
+	r.closing, r.close = context.WithCancel(context.Background())
 }
 
 // tenantName is how a tenant's name is stored: NULL for the default.
@@ -710,9 +784,12 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return record.Probe{}, nil
 }
 
-// WatchClaimable subscribes to the engine's listener, live while it
-// listens; without one (PgBouncer mode without a listen URL) the channel
-// is nil, so waiters poll.
+// WatchClaimable subscribes to the engine's listener and, while it
+// listens, marks group wanted (sqlRecordWant) before it returns, so that
+// saves notify, and keeps the mark while the watch lasts. It is live only
+// when both succeed: without a listener (PgBouncer mode without a listen
+// URL) the channel is nil, and with one not listening yet or a group that
+// could not be marked (not registered, or an error) waiters poll.
 func (r *records) WatchClaimable(ctx context.Context, group string) (<-chan struct{}, bool, func(), error) {
 	if err := r.e.check(ctx); err != nil {
 		return nil, false, func() {}, err
@@ -720,5 +797,99 @@ func (r *records) WatchClaimable(ctx context.Context, group string) (<-chan stru
 	if r.e.listen == nil {
 		return nil, false, func() {}, nil
 	}
-	return r.e.listen.watch(r.channel, group)
+	wake, live, stop, err := r.e.listen.watch(r.channel, group)
+	if err != nil || !live {
+		return wake, live, stop, err
+	}
+	if ok, _ := r.want(ctx, group); !ok {
+		return wake, false, stop, nil
+	}
+	keep, cancel := context.WithCancel(r.closing)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.keepWanted(keep, group)
+	}()
+	return wake, true, sync.OnceFunc(func() { cancel(); <-done; stop() }), nil
+}
+
+// keepWanted renews group's mark every wantFor/8 until ctx ends. Should
+// renewals fail until the mark has less than wantFor/4 left, it wakes the
+// group's watchers while the mark still holds: they look again, and mark
+// anew or poll.
+func (r *records) keepWanted(ctx context.Context, group string) {
+	t := time.NewTicker(r.wantFor / 8)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wctx, cancel := context.WithTimeout(ctx, r.wantFor/8)
+		ok, err := r.want(wctx, group)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if !ok {
+			r.e.listen.wake(r.channel, group)
+		}
+		if errors.Is(err, steaderr.ErrClosed) {
+			return
+		}
+	}
+}
+
+// wantLockTimeout bounds how long a mark waits for the group row's lock.
+// Claimable saves hold a share lock on it until they commit, and new ones
+// take it without queueing behind a waiting mark, so under a steady stream
+// of them a mark could wait indefinitely; it gives up, and the waiter
+// polls this round (docs/decisions/0020-record-notify-when-wanted.md).
+const wantLockTimeout = "100ms"
+
+// want marks group wanted for wantFor, unless this engine knows the mark
+// lasts more than wantFor/2 still. It reports whether the mark holds for
+// more than wantFor/4 from now: false for a group not registered, and
+// for a mark that failed, with its error, unless the last one still holds
+// that long.
+func (r *records) want(ctx context.Context, group string) (bool, error) {
+	if err := r.e.check(ctx); err != nil {
+		return false, err
+	}
+	sent := time.Now()
+	r.wantMu.Lock()
+	known := r.wanted[group]
+	r.wantMu.Unlock()
+	if known.Sub(sent) > r.wantFor/2 {
+		return true, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlRecordWantLockTimeout, wantLockTimeout)
+	b.Queue(r.sql.want, group, interval(r.wantFor), interval(r.wantFor/2))
+	br := r.e.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var until *time.Time
+	var now time.Time
+	if err == nil {
+		err = br.QueryRow().Scan(&until, &now)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return known.Sub(time.Now()) > r.wantFor/4, interpretError(err)
+	case until != nil:
+		// The statement's now() came after sent: the mark lasts at least
+		// as long from sent.
+		r.wantMu.Lock()
+		if at := sent.Add(until.Sub(now)); at.After(r.wanted[group]) {
+			r.wanted[group] = at
+		}
+		r.wantMu.Unlock()
+	}
+	return true, nil
 }

@@ -13,7 +13,10 @@ WITH i AS (
 	WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
 		AND (i.lease_owner = '' OR (r.lease_owner = i.lease_owner AND r.lease_incarnation = i.lease_incarnation))
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
-		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
+		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+			CASE WHEN (SELECT g.wanted_until > now() FROM "St""ead. sch;ema-ñ".record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+			THEN pg_notify($12, r.grp) END
+		END AS notified
 ), created AS (
 	INSERT INTO "St""ead. sch;ema-ñ".records AS r
 		(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
@@ -23,7 +26,10 @@ WITH i AS (
 	FROM i WHERE version = 0 ORDER BY id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
-		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN pg_notify($12, r.grp) END AS notified
+		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+			CASE WHEN (SELECT g.wanted_until > now() FROM "St""ead. sch;ema-ñ".record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+			THEN pg_notify($12, r.grp) END
+		END AS notified
 )
 SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM updated
 UNION ALL
