@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -114,8 +115,11 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 
 // deliverGrant answers 200 with g. When g is new (fresh) and the client
 // cannot have received it, because its request ended before the answer
-// or the answer could not be written, the grant is released: nobody
-// would know its token until it expired.
+// or writing the answer failed, the grant is released: nobody would know
+// its token until it expired. The answer is flushed so that a broken
+// connection shows here rather than after the handler returns; a writer
+// that cannot flush (a middleware's, http.ErrNotSupported) says nothing
+// about delivery, so its answer counts as delivered.
 func (s *Server) deliverGrant(w http.ResponseWriter, r *http.Request, g wire.LockGrant, fresh bool) {
 	if fresh && clientGone(r) {
 		s.releaseUndelivered(r, g)
@@ -128,7 +132,9 @@ func (s *Server) deliverGrant(w http.ResponseWriter, r *http.Request, g wire.Loc
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write(b)
 	if err == nil {
-		err = http.NewResponseController(w).Flush()
+		if err = http.NewResponseController(w).Flush(); errors.Is(err, http.ErrNotSupported) {
+			err = nil
+		}
 	}
 	if err != nil && fresh {
 		s.releaseUndelivered(r, g)

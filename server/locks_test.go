@@ -115,3 +115,87 @@ func TestLockGrantToClientGone(t *testing.T) {
 		})
 	}
 }
+
+// noFlush is a middleware's ResponseWriter that neither flushes nor
+// unwraps: http.ResponseController reports http.ErrNotSupported for it.
+type noFlush struct{ w http.ResponseWriter }
+
+func (n noFlush) Header() http.Header         { return n.w.Header() }
+func (n noFlush) Write(b []byte) (int, error) { return n.w.Write(b) }
+func (n noFlush) WriteHeader(code int)        { n.w.WriteHeader(code) }
+
+// refusalLocks signals each refusal of owner "bob", as far as the buffer
+// holds.
+type refusalLocks struct {
+	lock.Engine
+	refused chan struct{}
+}
+
+func (l *refusalLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	res, err := l.Engine.Acquire(ctx, p)
+	if err == nil && !res.Granted && p.Owner == "bob" {
+		select {
+		case l.refused <- struct{}{}:
+		default:
+		}
+	}
+	return res, err
+}
+
+type refusalEngine struct {
+	engine.Engine
+	locks *refusalLocks
+}
+
+func (e *refusalEngine) Locks() lock.Engine { return e.locks }
+
+// TestLockGrantBehindMiddleware: a grant answered through a ResponseWriter
+// that cannot flush was delivered, and stays held, with or without a wait.
+func TestLockGrantBehindMiddleware(t *testing.T) {
+	t.Parallel()
+	mem, err := stead.Open(t.Context(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &refusalEngine{Engine: mem.Engine(), locks: &refusalLocks{Engine: mem.Engine().Locks(), refused: make(chan struct{}, 1)}}
+	st, err := stead.New(t.Context(), eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := server.New(st, server.Options{Logger: quiet})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.ServeHTTP(noFlush{w}, r)
+	}))
+	t.Cleanup(hs.Close)
+	post := func(op, body string) int {
+		resp, err := hs.Client().Post(hs.URL+"/v1/locks/job/"+op, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	wantHeld := func(by string) {
+		t.Helper()
+		if _, ok, err := st.Locks.TryLock(t.Context(), "job", "carol", time.Hour); err != nil || ok {
+			t.Fatalf("TryLock(carol) of %s's lock = %v, %v; want it held", by, ok, err)
+		}
+	}
+	if code := post("acquire", `{"owner":"alice","ttl":"1h"}`); code != http.StatusOK {
+		t.Fatalf("alice's acquire = %d", code)
+	}
+	wantHeld("alice")
+
+	// Bob waits for alice's grant; the grant his wait brings is his.
+	done := make(chan int, 1)
+	go func() { done <- post("acquire", `{"owner":"bob","ttl":"1h","wait":"1m"}`) }()
+	<-eng.locks.refused
+	if code := post("release", `{"owner":"alice","token":1}`); code != http.StatusOK {
+		t.Fatalf("alice's release = %d", code)
+	}
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("bob's waiting acquire = %d", code)
+	}
+	wantHeld("bob")
+}
