@@ -102,7 +102,7 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.lockAcquired(res.Granted)
-	g := wire.LockGrant{Granted: res.Granted, Name: name, Owner: res.Grant.Owner, Token: res.Grant.Token, Expiry: res.Grant.Expiry, Now: res.Now}
+	g := wire.LockGrant{Granted: res.Granted, New: res.New, Name: name, Owner: res.Grant.Owner, Token: res.Grant.Token, Expiry: res.Grant.Expiry, Now: res.Now}
 	if !res.Granted {
 		g.Error, g.Code = fmt.Sprintf("lock %q is held by another owner", name), wire.CodeHeld
 		writeJSON(w, http.StatusConflict, g)

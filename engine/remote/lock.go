@@ -90,7 +90,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 	if err != nil {
 		return lock.AcquireResult{}, err
 	}
-	res := lock.AcquireResult{Granted: ok, Now: g.Now}
+	res := lock.AcquireResult{Granted: ok, New: ok && g.New, Now: g.Now}
 	if g.Token != 0 {
 		res.Grant = lock.Grant{Name: p.Name, Owner: g.Owner, Token: g.Token, Expiry: g.Expiry}
 	}
