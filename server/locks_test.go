@@ -199,3 +199,103 @@ func TestLockGrantBehindMiddleware(t *testing.T) {
 	}
 	wantHeld("bob")
 }
+
+// gatedLocks holds bob's waiting attempts (Wait set) at gate until it is
+// closed, then each grant to bob until the request's context ends,
+// signalling it on granted. It signals bob's refusals on refused.
+type gatedLocks struct {
+	lock.Engine
+	gate             chan struct{}
+	granted, refused chan struct{}
+}
+
+func (l *gatedLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	if p.Owner != "bob" {
+		return l.Engine.Acquire(ctx, p)
+	}
+	if p.Wait {
+		<-l.gate
+	}
+	res, err := l.Engine.Acquire(context.WithoutCancel(ctx), p)
+	switch {
+	case err == nil && res.Granted && p.Wait:
+		l.granted <- struct{}{}
+		<-ctx.Done()
+	case err == nil && !res.Granted:
+		select {
+		case l.refused <- struct{}{}:
+		default:
+		}
+	}
+	return res, err
+}
+
+type gatedEngine struct {
+	engine.Engine
+	locks *gatedLocks
+}
+
+func (e *gatedEngine) Locks() lock.Engine { return e.locks }
+
+// TestLockWaitGrantAlreadyHeld: a waiting request whose wait ends with a
+// grant its owner already held (another of its requests made it) and
+// whose client then leaves does not release that grant.
+func TestLockWaitGrantAlreadyHeld(t *testing.T) {
+	t.Parallel()
+	mem, err := stead.Open(t.Context(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(),
+		gate: make(chan struct{}), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
+	st, err := stead.New(t.Context(), eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := server.New(st, server.Options{Logger: quiet})
+	handled := make(chan struct{}, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.ServeHTTP(w, r)
+		handled <- struct{}{}
+	}))
+	t.Cleanup(hs.Close)
+
+	alice, ok, err := st.Locks.TryLock(t.Context(), "job", "alice", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("TryLock(alice) = %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/locks/job/acquire", strings.NewReader(`{"owner":"bob","ttl":"1h","wait":"1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := hs.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-eng.locks.refused // bob's request waits
+	if ok, err := alice.Release(t.Context()); err != nil || !ok {
+		t.Fatalf("Release(alice) = %v, %v", ok, err)
+	}
+	// Another of bob's requests takes the lock; the waiting one then gets
+	// that grant back, and its client leaves.
+	bob, ok, err := st.Locks.TryLock(t.Context(), "job", "bob", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("TryLock(bob) = %v, %v", ok, err)
+	}
+	close(eng.locks.gate)
+	<-eng.locks.granted
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request = %v", err)
+	}
+	<-handled
+	if ok, err := bob.Release(t.Context()); err != nil || !ok {
+		t.Fatalf("Release of bob's grant = %v, %v; want it still held", ok, err)
+	}
+}
