@@ -78,7 +78,7 @@ func TestTokenOverPlainHTTP(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"http://example.com?insecure=maybe", "http://example.com?insecure=true&insecure=true", "http://127.0.0.1?other=1"} {
+	for _, bad := range []string{"http://example.com?insecure=maybe", "http://example.com?insecure=true&insecure=true", "http://127.0.0.1?other=1", "http://localhost:7070/#x", "http://localhost:7070#"} {
 		if _, err := remote.Open(context.Background(), remote.Config{URL: bad, Client: &http.Client{Transport: &infoTransport{}}}); !errors.Is(err, stead.ErrInvalidArgument) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidArgument", bad, err)
 		}

@@ -43,11 +43,11 @@ import (
 
 // Config says how to reach a server.
 type Config struct {
-	// URL is the server's base URL, http:// or https://, without user.
-	// Its one parameter, insecure=true, lets Open send Token over http://
-	// to a host that is not loopback, where anyone on the path can read
-	// it; without it Open refuses. Loopback hosts (localhost, 127.0.0.0/8,
-	// ::1) and https:// need no parameter.
+	// URL is the server's base URL, http:// or https://, without user or
+	// fragment. Its one parameter, insecure=true, lets Open send Token
+	// over http:// to a host that is not loopback, where anyone on the
+	// path can read it; without it Open refuses. Loopback hosts
+	// (localhost, 127.0.0.0/8, ::1) and https:// need no parameter.
 	URL string
 	// Token is the bearer token the server requires, if any.
 	Token string
@@ -79,6 +79,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 		return nil, fmt.Errorf("%w: remote URL: want http://host:port or https://host:port, without user", steaderr.ErrInvalidArgument)
+	}
+	if strings.Contains(cfg.URL, "#") {
+		return nil, fmt.Errorf("%w: remote URL: a fragment (#...) would end every request's path", steaderr.ErrInvalidArgument)
 	}
 	insecure, err := parseQuery(u.RawQuery)
 	if err != nil {
