@@ -52,9 +52,9 @@ type Config struct {
 	// Token is the bearer token the server requires, if any.
 	Token string
 	// Client makes the requests. Defaults to a client of its own that
-	// keeps up to 64 idle connections to the server and gives up on an
-	// answer whose headers take more than a minute (no call of the engine
-	// waits on the server longer).
+	// keeps up to 64 idle connections to the server, gives up on an answer
+	// whose headers take more than a minute (no call of the engine waits
+	// on the server longer) and follows no redirect.
 	Client *http.Client
 }
 
@@ -96,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
 		t.ResponseHeaderTimeout = time.Minute
-		e.client = &http.Client{Transport: t}
+		e.client = &http.Client{Transport: t, CheckRedirect: refuseRedirect}
 		e.own = true
 	}
 	e.blobs.e, e.locks.e, e.records.e, e.gc.e = e, e, e, e
@@ -107,6 +107,13 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.shared, e.reason = info.Cluster, "server over "+info.Reason
 	return e, nil
+}
+
+// refuseRedirect is the own client's redirect policy: the API never
+// redirects, and following one would send the bearer token along, to
+// http:// on the same host in clear text.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("remote: the server redirected to %s; a stead server never redirects", req.URL.Redacted())
 }
 
 // parseQuery reads a remote URL's parameters: insecure (true or false,
