@@ -64,6 +64,10 @@ type AcquireParams struct {
 type AcquireResult struct {
 	// Granted reports whether p.Owner holds the lock.
 	Granted bool
+	// New is true when this call granted a new token, false when p.Owner
+	// already held the lock and got its grant back unchanged (and when
+	// not granted).
+	New bool
 	// Grant is p.Owner's grant when Granted. Otherwise it is the live
 	// holder's grant as far as the engine could read it, or zero when it
 	// could not: a hint for how long to wait, never a basis for a decision.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -78,16 +79,16 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 	p := lock.AcquireParams{Name: name, Owner: req.Owner, TTL: ttl, Now: now}
 	res, err := s.eng.Locks().Acquire(r.Context(), p)
 	if err == nil && !res.Granted && req.Wait > 0 {
-		// Refused first, so a grant the wait brings is a new one.
 		s.wait(w, time.Duration(req.Wait))
 		ctx, cancel := s.waitContext(r, time.Duration(req.Wait))
-		lk, werr := s.locks.Lock(ctx, name, req.Owner, ttl)
+		spy := &grantSpy{Engine: s.eng.Locks()}
+		lk, werr := lock.NewStore(spy, lock.Options{}).Lock(ctx, name, req.Owner, ttl)
 		waitOver := ctx.Err() != nil && r.Context().Err() == nil
 		cancel()
 		switch {
 		case werr == nil:
 			s.metrics.lockAcquired(true)
-			s.deliverGrant(w, r, wire.LockGrant{Granted: true, Name: name, Owner: req.Owner, Token: lk.Token(), Expiry: lk.Expiry()}, true)
+			s.deliverGrant(w, r, wire.LockGrant{Granted: true, New: spy.new, Name: name, Owner: req.Owner, Token: lk.Token(), Expiry: lk.Expiry()})
 			return
 		case !waitOver:
 			s.fail(w, r, werr)
@@ -101,23 +102,40 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.lockAcquired(res.Granted)
-	g := wire.LockGrant{Granted: res.Granted, Name: name, Owner: res.Grant.Owner, Token: res.Grant.Token, Expiry: res.Grant.Expiry, Now: res.Now}
+	g := wire.LockGrant{Granted: res.Granted, New: res.New, Name: name, Owner: res.Grant.Owner, Token: res.Grant.Token, Expiry: res.Grant.Expiry, Now: res.Now}
 	if !res.Granted {
 		g.Error, g.Code = fmt.Sprintf("lock %q is held by another owner", name), wire.CodeHeld
 		writeJSON(w, http.StatusConflict, g)
 		return
 	}
-	// A grant the owner already held comes back unchanged; a new one
-	// expires exactly ttl after the instant it was judged at.
-	s.deliverGrant(w, r, g, res.Grant.Expiry.Equal(res.Now.Add(ttl)))
+	s.deliverGrant(w, r, g)
 }
 
-// deliverGrant answers 200 with g. When g is new (fresh) and the client
+// grantSpy is a lock.Engine that remembers whether the last grant its
+// Acquire returned was new: what a Store's Lock, which returns only the
+// grant, leaves out. Lock calls Acquire from one goroutine.
+type grantSpy struct {
+	lock.Engine
+	new bool
+}
+
+func (g *grantSpy) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	res, err := g.Engine.Acquire(ctx, p)
+	if err == nil && res.Granted {
+		g.new = res.New
+	}
+	return res, err
+}
+
+// deliverGrant answers 200 with g. When g is new (g.New) and the client
 // cannot have received it, because its request ended before the answer
-// or the answer could not be written, the grant is released: nobody
-// would know its token until it expired.
-func (s *Server) deliverGrant(w http.ResponseWriter, r *http.Request, g wire.LockGrant, fresh bool) {
-	if fresh && clientGone(r) {
+// or writing the answer failed, the grant is released: nobody would know
+// its token until it expired. The answer is flushed so that a broken
+// connection shows here rather than after the handler returns; a writer
+// that cannot flush (a middleware's, http.ErrNotSupported) says nothing
+// about delivery, so its answer counts as delivered.
+func (s *Server) deliverGrant(w http.ResponseWriter, r *http.Request, g wire.LockGrant) {
+	if g.New && clientGone(r) {
 		s.releaseUndelivered(r, g)
 		return
 	}
@@ -128,9 +146,11 @@ func (s *Server) deliverGrant(w http.ResponseWriter, r *http.Request, g wire.Loc
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write(b)
 	if err == nil {
-		err = http.NewResponseController(w).Flush()
+		if err = http.NewResponseController(w).Flush(); errors.Is(err, http.ErrNotSupported) {
+			err = nil
+		}
 	}
-	if err != nil && fresh {
+	if err != nil && g.New {
 		s.releaseUndelivered(r, g)
 	}
 }

@@ -115,3 +115,187 @@ func TestLockGrantToClientGone(t *testing.T) {
 		})
 	}
 }
+
+// noFlush is a middleware's ResponseWriter that neither flushes nor
+// unwraps: http.ResponseController reports http.ErrNotSupported for it.
+type noFlush struct{ w http.ResponseWriter }
+
+func (n noFlush) Header() http.Header         { return n.w.Header() }
+func (n noFlush) Write(b []byte) (int, error) { return n.w.Write(b) }
+func (n noFlush) WriteHeader(code int)        { n.w.WriteHeader(code) }
+
+// refusalLocks signals each refusal of owner "bob", as far as the buffer
+// holds.
+type refusalLocks struct {
+	lock.Engine
+	refused chan struct{}
+}
+
+func (l *refusalLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	res, err := l.Engine.Acquire(ctx, p)
+	if err == nil && !res.Granted && p.Owner == "bob" {
+		select {
+		case l.refused <- struct{}{}:
+		default:
+		}
+	}
+	return res, err
+}
+
+type refusalEngine struct {
+	engine.Engine
+	locks *refusalLocks
+}
+
+func (e *refusalEngine) Locks() lock.Engine { return e.locks }
+
+// TestLockGrantBehindMiddleware: a grant answered through a ResponseWriter
+// that cannot flush was delivered, and stays held, with or without a wait.
+func TestLockGrantBehindMiddleware(t *testing.T) {
+	t.Parallel()
+	mem, err := stead.Open(t.Context(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &refusalEngine{Engine: mem.Engine(), locks: &refusalLocks{Engine: mem.Engine().Locks(), refused: make(chan struct{}, 1)}}
+	st, err := stead.New(t.Context(), eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := server.New(st, server.Options{Logger: quiet})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.ServeHTTP(noFlush{w}, r)
+	}))
+	t.Cleanup(hs.Close)
+	post := func(op, body string) int {
+		resp, err := hs.Client().Post(hs.URL+"/v1/locks/job/"+op, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	wantHeld := func(by string) {
+		t.Helper()
+		if _, ok, err := st.Locks.TryLock(t.Context(), "job", "carol", time.Hour); err != nil || ok {
+			t.Fatalf("TryLock(carol) of %s's lock = %v, %v; want it held", by, ok, err)
+		}
+	}
+	if code := post("acquire", `{"owner":"alice","ttl":"1h"}`); code != http.StatusOK {
+		t.Fatalf("alice's acquire = %d", code)
+	}
+	wantHeld("alice")
+
+	// Bob waits for alice's grant; the grant his wait brings is his.
+	done := make(chan int, 1)
+	go func() { done <- post("acquire", `{"owner":"bob","ttl":"1h","wait":"1m"}`) }()
+	<-eng.locks.refused
+	if code := post("release", `{"owner":"alice","token":1}`); code != http.StatusOK {
+		t.Fatalf("alice's release = %d", code)
+	}
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("bob's waiting acquire = %d", code)
+	}
+	wantHeld("bob")
+}
+
+// gatedLocks holds bob's waiting attempts (Wait set) at gate until it is
+// closed, then each grant to bob until the request's context ends,
+// signalling it on granted. It signals bob's refusals on refused.
+type gatedLocks struct {
+	lock.Engine
+	gate             chan struct{}
+	granted, refused chan struct{}
+}
+
+func (l *gatedLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
+	if p.Owner != "bob" {
+		return l.Engine.Acquire(ctx, p)
+	}
+	if p.Wait {
+		<-l.gate
+	}
+	res, err := l.Engine.Acquire(context.WithoutCancel(ctx), p)
+	switch {
+	case err == nil && res.Granted && p.Wait:
+		l.granted <- struct{}{}
+		<-ctx.Done()
+	case err == nil && !res.Granted:
+		select {
+		case l.refused <- struct{}{}:
+		default:
+		}
+	}
+	return res, err
+}
+
+type gatedEngine struct {
+	engine.Engine
+	locks *gatedLocks
+}
+
+func (e *gatedEngine) Locks() lock.Engine { return e.locks }
+
+// TestLockWaitGrantAlreadyHeld: a waiting request whose wait ends with a
+// grant its owner already held (another of its requests made it) and
+// whose client then leaves does not release that grant.
+func TestLockWaitGrantAlreadyHeld(t *testing.T) {
+	t.Parallel()
+	mem, err := stead.Open(t.Context(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(),
+		gate: make(chan struct{}), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
+	st, err := stead.New(t.Context(), eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := server.New(st, server.Options{Logger: quiet})
+	handled := make(chan struct{}, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.ServeHTTP(w, r)
+		handled <- struct{}{}
+	}))
+	t.Cleanup(hs.Close)
+
+	alice, ok, err := st.Locks.TryLock(t.Context(), "job", "alice", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("TryLock(alice) = %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/locks/job/acquire", strings.NewReader(`{"owner":"bob","ttl":"1h","wait":"1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := hs.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-eng.locks.refused // bob's request waits
+	if ok, err := alice.Release(t.Context()); err != nil || !ok {
+		t.Fatalf("Release(alice) = %v, %v", ok, err)
+	}
+	// Another of bob's requests takes the lock; the waiting one then gets
+	// that grant back, and its client leaves.
+	bob, ok, err := st.Locks.TryLock(t.Context(), "job", "bob", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("TryLock(bob) = %v, %v", ok, err)
+	}
+	close(eng.locks.gate)
+	<-eng.locks.granted
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request = %v", err)
+	}
+	<-handled
+	if ok, err := bob.Release(t.Context()); err != nil || !ok {
+		t.Fatalf("Release of bob's grant = %v, %v; want it still held", ok, err)
+	}
+}

@@ -32,7 +32,6 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/wire"
-	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 )
 
@@ -121,7 +120,6 @@ type Server struct {
 	eng     engine.Engine
 	blobs   *blob.Store
 	blobEng blob.Engine // under blobs, for stores on a client's clock
-	locks   *lock.Store
 	records *record.Store
 	gc      *gc.Collector
 	leases  leaseTable // sweep leases clients hold
@@ -189,7 +187,6 @@ func New(st *stead.Store, opts Options) *Server {
 		gather:      opts.Gatherer,
 		uploads:     make(chan struct{}, opts.MaxUploads),
 		recordBytes: semaphore.NewWeighted(recordBodyBudget),
-		locks:       lock.NewStore(eng.Locks(), lock.Options{}),
 		records:     record.NewStore(eng.Records(), record.Options{}),
 		gc:          st.GC,
 	}

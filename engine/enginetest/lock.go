@@ -37,6 +37,8 @@ func testLock(t *testing.T, h Harness) {
 		{"Cancelled", lockCancelled},
 		{"Virgin", lockVirgin},
 		{"Seam", lockSeam},
+		{"SeamNew", lockSeamNew},
+		{"SeamNewConcurrent", lockSeamNewConcurrent},
 		{"Concurrent", lockConcurrent},
 		{"WaitForRelease", lockWaitForRelease},
 		{"WaitForExpiry", lockWaitForExpiry},
@@ -543,6 +545,89 @@ func lockSeam(t *testing.T, h Harness) {
 	expiry, ok, err = seam.Renew(ctx, lock.RenewParams{Name: "clock", Owner: "alice", Token: 1, TTL: 2 * ttl})
 	if err != nil || !ok || expiry.Before(res.Grant.Expiry.Add(ttl)) {
 		t.Fatalf("Renew on the engine's clock = %v, %v, %v; want at least %v", expiry, ok, err, res.Grant.Expiry.Add(ttl))
+	}
+}
+
+// lockSeamNew checks AcquireResult.New: true for a grant the call made,
+// false for a grant its owner already held, however its expiry compares
+// with the call's Now and TTL, and false for a refusal.
+func lockSeamNew(t *testing.T, h Harness) {
+	seam := newEngine(t, h).Locks()
+	now := clock.NewFake(wholeMicroStart).Now()
+	for i, step := range []struct {
+		owner    string
+		at, ttl  time.Duration
+		granted  bool
+		new      bool
+		token    int64
+		release  bool
+		noClock  bool
+		whatever string
+	}{
+		{owner: "alice", ttl: ttl, granted: true, new: true, token: 1, whatever: "first grant"},
+		{owner: "alice", ttl: ttl, granted: true, token: 1, whatever: "re-acquire at the same instant, same TTL"},
+		{owner: "alice", at: time.Second, ttl: ttl - time.Second, granted: true, token: 1, whatever: "re-acquire landing on the same expiry"},
+		{owner: "alice", at: 2 * time.Second, ttl: time.Hour, granted: true, token: 1, whatever: "re-acquire with a longer TTL"},
+		{owner: "bob", at: 3 * time.Second, ttl: ttl, whatever: "refused"},
+		{owner: "bob", at: ttl, ttl: ttl, granted: true, new: true, token: 2, whatever: "grant after expiry"},
+		{owner: "bob", at: ttl, ttl: ttl, granted: true, token: 2, release: true, whatever: "re-acquire at the grant's instant"},
+		{owner: "bob", at: ttl, ttl: ttl, granted: true, new: true, token: 3, whatever: "grant after release, same instant and TTL"},
+		{owner: "carol", ttl: ttl, granted: true, new: true, token: 1, noClock: true, whatever: "engine clock: first grant"},
+		{owner: "carol", ttl: ttl, granted: true, token: 1, noClock: true, whatever: "engine clock: re-acquire"},
+	} {
+		p := lock.AcquireParams{Name: "job", Owner: step.owner, TTL: step.ttl, Now: now.Add(step.at)}
+		if step.noClock {
+			p.Name, p.Now = "clock", time.Time{}
+		}
+		res, err := seam.Acquire(t.Context(), p)
+		if err != nil || res.Granted != step.granted || res.New != step.new || (step.granted && res.Grant.Token != step.token) {
+			t.Fatalf("step %d, %s: Acquire(%+v) = %+v, %v; want granted %v, new %v, token %d", i, step.whatever, p, res, err, step.granted, step.new, step.token)
+		}
+		if step.release {
+			if ok, err := seam.Release(t.Context(), lock.ReleaseParams{Name: p.Name, Owner: p.Owner, Token: res.Grant.Token}); !ok || err != nil {
+				t.Fatalf("step %d: Release = %v, %v", i, ok, err)
+			}
+		}
+	}
+}
+
+// lockSeamNewConcurrent races acquires of a name never granted before, by
+// one owner and by many: exactly one call reports a new grant, and every
+// other call of its owner gets that grant back.
+func lockSeamNewConcurrent(t *testing.T, h Harness) {
+	seam := newEngine(t, h).Locks()
+	now := clock.NewFake(wholeMicroStart).Now()
+	const calls = 8
+	for round, owners := range []int{1, calls, 2} {
+		name := fmt.Sprint("fresh ", round)
+		results := make([]lock.AcquireResult, calls)
+		var wg sync.WaitGroup
+		for c := range calls {
+			wg.Go(func() {
+				p := lock.AcquireParams{Name: name, Owner: fmt.Sprint("owner ", c%owners), TTL: ttl, Now: now}
+				res, err := seam.Acquire(t.Context(), p)
+				if err != nil {
+					t.Errorf("Acquire(%+v): %v", p, err)
+				}
+				results[c] = res
+			})
+		}
+		wg.Wait()
+		var fresh []lock.AcquireResult
+		for _, res := range results {
+			if res.New {
+				fresh = append(fresh, res)
+			}
+		}
+		if len(fresh) != 1 || !fresh[0].Granted || fresh[0].Grant.Token != 1 {
+			t.Fatalf("%d owners: new grants %+v; want exactly one, token 1", owners, fresh)
+		}
+		for c, res := range results {
+			same := res.Granted && res.Grant == fresh[0].Grant
+			if mine := fmt.Sprint("owner ", c%owners) == fresh[0].Grant.Owner; mine != same {
+				t.Fatalf("%d owners: call %d got %+v; the new grant is %+v", owners, c, res, fresh[0])
+			}
+		}
 	}
 }
 

@@ -47,7 +47,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 		row.owner, row.token, row.expiry = p.Owner, row.token+1, now.Add(p.TTL)
 	}
 	// Otherwise re-acquired by its live holder: unchanged.
-	return lock.AcquireResult{Granted: true, Grant: row.grant(p.Name), Now: now}, nil
+	return lock.AcquireResult{Granted: true, New: !live, Grant: row.grant(p.Name), Now: now}, nil
 }
 
 func (r *lockRow) grant(name string) lock.Grant {

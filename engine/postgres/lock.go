@@ -25,9 +25,20 @@ const (
 	// the row wanted until the holder's expiry, so that a release before
 	// then notifies. A non-waiting attempt on a live grant writes nothing,
 	// and the second branch, a snapshot read, gives the holder as a hint.
-	sqlLockAcquire = `WITH g AS (
+	//
+	// Whether the grant is new: cur, read first because the upsert's rows
+	// come from it, locks the row and reads the token it had, from its
+	// latest committed version (a locking read waits for, then follows,
+	// concurrent updates). The grant is new when the upsert inserted the
+	// row (xmax = 0: an updated row keeps this statement's lock in xmax)
+	// or changed its token. A row first committed after the statement's
+	// snapshot is not in cur; a grant on it counts as new only if
+	// inserted, so the error, rare, is only ever "not new".
+	sqlLockAcquire = `WITH cur AS MATERIALIZED (
+	SELECT token FROM {schema}.locks WHERE name = $1 FOR UPDATE
+), g AS (
 	INSERT INTO {schema}.locks AS l (name, owner, token, expiry)
-	VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval)
+	SELECT $1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval FROM (SELECT count(*) FROM cur) AS read_cur_first
 	ON CONFLICT (name) DO UPDATE SET
 		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN excluded.owner ELSE l.owner END,
@@ -38,10 +49,11 @@ const (
 		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner
 			THEN l.wanted_until ELSE greatest(l.wanted_until, l.expiry) END
 	WHERE (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner OR $5::boolean
-	RETURNING l.owner = $2, l.owner, l.token, l.expiry)
+	RETURNING l.owner = $2, l.owner, l.token, l.expiry,
+		l.owner = $2 AND coalesce(l.xmax = 0 OR l.token <> (SELECT token FROM cur), false))
 SELECT *, coalesce($3::timestamptz, now()) FROM g
 UNION ALL
-SELECT false, owner, token, expiry, coalesce($3::timestamptz, now()) FROM {schema}.locks
+SELECT false, owner, token, expiry, false, coalesce($3::timestamptz, now()) FROM {schema}.locks
 WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`
 
 	// sqlLockRenew: $3 the token, $5 the TTL. An UPDATE re-checks its WHERE
@@ -84,7 +96,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 	var res lock.AcquireResult
 	g := &res.Grant
 	err := l.e.pool.QueryRow(ctx, l.sql.acquire, p.Name, p.Owner, nowArg(p.Now), interval(p.TTL), p.Wait).
-		Scan(&res.Granted, &g.Owner, &g.Token, &g.Expiry, &res.Now)
+		Scan(&res.Granted, &g.Owner, &g.Token, &g.Expiry, &res.New, &res.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // not granted; holder unknown
 		return lock.AcquireResult{Now: p.Now}, nil

@@ -45,7 +45,7 @@ const lateGrantWait = 5 * time.Second
 // Acquire asks the server for the lock. When ctx ends with the request in
 // flight the server may still grant it, to a caller that will never know
 // the token; so the request outlives ctx by up to lateGrantWait, and a
-// grant it brings back is released before Acquire returns ctx's error.
+// new grant it brings back is released before Acquire returns ctx's error.
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
 	if l.e.closed.Load() {
 		return lock.AcquireResult{}, steaderr.ErrClosed
@@ -79,7 +79,7 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 		t.Stop()
 	}
 	if err := ctx.Err(); err != nil {
-		if a.ok && fresh(a.g, p) {
+		if a.ok && a.g.New {
 			rel, stop := context.WithTimeout(context.WithoutCancel(ctx), lateGrantWait)
 			_, _ = l.Release(rel, lock.ReleaseParams{Name: p.Name, Owner: a.g.Owner, Token: a.g.Token})
 			stop()
@@ -90,22 +90,11 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 	if err != nil {
 		return lock.AcquireResult{}, err
 	}
-	res := lock.AcquireResult{Granted: ok, Now: g.Now}
+	res := lock.AcquireResult{Granted: ok, New: ok && g.New, Now: g.Now}
 	if g.Token != 0 {
 		res.Grant = lock.Grant{Name: p.Name, Owner: g.Owner, Token: g.Token, Expiry: g.Expiry}
 	}
 	return res, nil
-}
-
-// fresh reports whether g, granted to p, is a new grant rather than one
-// p.Owner already held, which Acquire returns unchanged: a new grant
-// expires exactly p.TTL after the instant it was judged at.
-func fresh(g wire.LockGrant, p lock.AcquireParams) bool {
-	now := p.Now
-	if now.IsZero() {
-		now = g.Now
-	}
-	return now.IsZero() || g.Expiry.Equal(now.Add(p.TTL))
 }
 
 func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {

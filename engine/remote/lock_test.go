@@ -77,7 +77,7 @@ func TestLockGrantAfterCancel(t *testing.T) {
 	// run cancels owner's Lock of name while its request waits at the
 	// server, runs between (with the request still held), then lets the
 	// server answer it, and returns Lock's error once both are done.
-	run := func(name, owner string, between func()) error {
+	run := func(name, owner string, ttl time.Duration, between func()) error {
 		g := newGate("/v1/locks/" + name + "/acquire")
 		armed.Store(g)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -104,7 +104,7 @@ func TestLockGrantAfterCancel(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("TryLock(%s, alice) = %v, %v", name, ok, err)
 			}
-			err = run(name, "bob", func() {
+			err = run(name, "bob", ttl, func() {
 				if ok, err := alice.Release(t.Context()); err != nil || !ok {
 					t.Fatalf("Release(alice) = %v, %v", ok, err)
 				}
@@ -122,17 +122,27 @@ func TestLockGrantAfterCancel(t *testing.T) {
 		}
 	})
 
-	t.Run("a grant already held is kept", func(t *testing.T) {
-		alice, ok, err := locks.TryLock(t.Context(), "kept", "alice", ttl)
-		if err != nil || !ok {
-			t.Fatalf("TryLock(kept, alice) = %v, %v", ok, err)
-		}
-		clk.Advance(time.Second)
-		if err := run("kept", "alice", func() {}); !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled Lock(kept, alice) = %v, want context.Canceled", err)
-		}
-		if ok, err := alice.Release(t.Context()); err != nil || !ok {
-			t.Fatalf("Release of alice's first grant = %v, %v; want it still held", ok, err)
-		}
-	})
+	// However the re-acquire's instant and TTL compare with the grant's.
+	for i, tc := range []struct {
+		advance, ttl time.Duration
+	}{
+		{time.Second, ttl},
+		{0, ttl},                         // the same instant and TTL: the same expiry
+		{time.Second, ttl - time.Second}, // a later instant landing on the same expiry
+	} {
+		t.Run(fmt.Sprintf("a grant already held is kept, %v later for %v", tc.advance, tc.ttl), func(t *testing.T) {
+			name := fmt.Sprintf("kept-%d", i)
+			alice, ok, err := locks.TryLock(t.Context(), name, "alice", ttl)
+			if err != nil || !ok {
+				t.Fatalf("TryLock(%s, alice) = %v, %v", name, ok, err)
+			}
+			clk.Advance(tc.advance)
+			if err := run(name, "alice", tc.ttl, func() {}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled Lock(%s, alice) = %v, want context.Canceled", name, err)
+			}
+			if ok, err := alice.Release(t.Context()); err != nil || !ok {
+				t.Fatalf("Release of alice's first grant = %v, %v; want it still held", ok, err)
+			}
+		})
+	}
 }

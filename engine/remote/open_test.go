@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/engine/remote"
+	"github.com/steadkit/stead/lock"
 )
 
 // infoTransport answers every request with /v1/info's answer, in process,
@@ -78,7 +80,7 @@ func TestTokenOverPlainHTTP(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"http://example.com?insecure=maybe", "http://example.com?insecure=true&insecure=true", "http://127.0.0.1?other=1"} {
+	for _, bad := range []string{"http://example.com?insecure=maybe", "http://example.com?insecure=true&insecure=true", "http://127.0.0.1?other=1", "http://localhost:7070/#x", "http://localhost:7070#"} {
 		if _, err := remote.Open(context.Background(), remote.Config{URL: bad, Client: &http.Client{Transport: &infoTransport{}}}); !errors.Is(err, stead.ErrInvalidArgument) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidArgument", bad, err)
 		}
@@ -106,3 +108,35 @@ func TestOpenStripsParameters(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestOwnClientRefusesRedirects: the engine's own client follows no
+// redirect, which would carry the bearer token along (to http:// on the
+// same host, in clear text).
+func TestOwnClientRefusesRedirects(t *testing.T) {
+	t.Parallel()
+	var trapped atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/info":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"cluster":false,"reason":"test"}`)
+		case "/trap":
+			trapped.Add(1)
+			w.WriteHeader(http.StatusOK)
+		default:
+			http.Redirect(w, r, "http://"+r.Host+"/trap", http.StatusTemporaryRedirect)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	e, err := remote.Open(t.Context(), remote.Config{URL: srv.URL, Token: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if ok, err := e.Locks().Release(t.Context(), lock.ReleaseParams{Name: "job", Owner: "alice", Token: 1}); err == nil {
+		t.Fatalf("Release answered by a redirect = %v, nil; want an error", ok)
+	}
+	if n := trapped.Load(); n != 0 {
+		t.Fatalf("the redirect was followed %d times", n)
+	}
+}

@@ -43,18 +43,18 @@ import (
 
 // Config says how to reach a server.
 type Config struct {
-	// URL is the server's base URL, http:// or https://, without user.
-	// Its one parameter, insecure=true, lets Open send Token over http://
-	// to a host that is not loopback, where anyone on the path can read
-	// it; without it Open refuses. Loopback hosts (localhost, 127.0.0.0/8,
-	// ::1) and https:// need no parameter.
+	// URL is the server's base URL, http:// or https://, without user or
+	// fragment. Its one parameter, insecure=true, lets Open send Token
+	// over http:// to a host that is not loopback, where anyone on the
+	// path can read it; without it Open refuses. Loopback hosts
+	// (localhost, 127.0.0.0/8, ::1) and https:// need no parameter.
 	URL string
 	// Token is the bearer token the server requires, if any.
 	Token string
 	// Client makes the requests. Defaults to a client of its own that
-	// keeps up to 64 idle connections to the server and gives up on an
-	// answer whose headers take more than a minute (no call of the engine
-	// waits on the server longer).
+	// keeps up to 64 idle connections to the server, gives up on an answer
+	// whose headers take more than a minute (no call of the engine waits
+	// on the server longer) and follows no redirect.
 	Client *http.Client
 }
 
@@ -80,6 +80,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 		return nil, fmt.Errorf("%w: remote URL: want http://host:port or https://host:port, without user", steaderr.ErrInvalidArgument)
 	}
+	if strings.Contains(cfg.URL, "#") {
+		return nil, fmt.Errorf("%w: remote URL: a fragment (#...) would end every request's path", steaderr.ErrInvalidArgument)
+	}
 	insecure, err := parseQuery(u.RawQuery)
 	if err != nil {
 		return nil, err
@@ -93,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
 		t.ResponseHeaderTimeout = time.Minute
-		e.client = &http.Client{Transport: t}
+		e.client = &http.Client{Transport: t, CheckRedirect: refuseRedirect}
 		e.own = true
 	}
 	e.blobs.e, e.locks.e, e.records.e, e.gc.e = e, e, e, e
@@ -104,6 +107,13 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.shared, e.reason = info.Cluster, "server over "+info.Reason
 	return e, nil
+}
+
+// refuseRedirect is the own client's redirect policy: the API never
+// redirects, and following one would send the bearer token along, to
+// http:// on the same host in clear text.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("remote: the server redirected to %s; a stead server never redirects", req.URL.Redacted())
 }
 
 // parseQuery reads a remote URL's parameters: insecure (true or false,

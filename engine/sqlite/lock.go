@@ -23,15 +23,13 @@ type locks struct {
 
 func (l *locks) init(e *Engine) {
 	l.e = e
-	// ?1 name, ?2 owner, ?3 now, ?4 ttl. SET expressions all read the row
-	// as it was: a live grant to the same owner is kept as it is, anything
-	// else that passes the WHERE becomes a new grant with the next token.
+	// ?1 name, ?2 owner, ?3 now, ?4 ttl. Only a new grant writes: a free
+	// or expired row takes the next token. RETURNING sees only the row as
+	// written, so a live grant kept for its owner would look the same as a
+	// new one; it is left alone, and found by reading the holder.
 	l.acquire = stmt{db: e.writer, query: `INSERT INTO locks (name, owner, token, expiry) VALUES (?1, ?2, 1, ?3 + ?4)
-		ON CONFLICT (name) DO UPDATE SET
-			token  = CASE WHEN owner = excluded.owner AND expiry > ?3 THEN token ELSE token + 1 END,
-			expiry = CASE WHEN owner = excluded.owner AND expiry > ?3 THEN expiry ELSE excluded.expiry END,
-			owner  = excluded.owner
-		WHERE owner IS NULL OR expiry <= ?3 OR owner = excluded.owner
+		ON CONFLICT (name) DO UPDATE SET token = token + 1, expiry = excluded.expiry, owner = excluded.owner
+		WHERE owner IS NULL OR expiry <= ?3
 		RETURNING token, expiry`}
 	l.renew = stmt{db: e.writer, query: "UPDATE locks SET expiry = ?4 WHERE name = ?1 AND owner = ?2 AND token = ?3"}
 	l.release = stmt{db: e.writer, query: "UPDATE locks SET owner = NULL, expiry = NULL WHERE name = ?1 AND owner = ?2 AND token = ?3"}
@@ -42,34 +40,44 @@ func (l *locks) close() error {
 	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close())
 }
 
+// Acquire makes a new grant in one statement. When it finds the lock
+// live, a read of the holder decides: p.Owner's grant comes back
+// unchanged, another owner's is a refusal. A lock freed between the two
+// is tried again.
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
 	if err := l.e.check(ctx); err != nil {
 		return lock.AcquireResult{}, err
 	}
-	res := lock.AcquireResult{Now: clock.OrNow(p.Now), Grant: lock.Grant{Name: p.Name, Owner: p.Owner}}
-	s, err := l.acquire.get(ctx)
-	if err != nil {
-		return lock.AcquireResult{}, interpretError(ctx, err)
-	}
-	var expiry int64
-	err = s.QueryRowContext(ctx, p.Name, p.Owner, res.Now.UnixMicro(), p.TTL.Microseconds()).Scan(&res.Grant.Token, &expiry)
-	switch {
-	case err == nil:
-		res.Granted, res.Grant.Expiry = true, time.UnixMicro(expiry).UTC()
+	now := clock.OrNow(p.Now)
+	for {
+		res := lock.AcquireResult{Now: now, Grant: lock.Grant{Name: p.Name, Owner: p.Owner}}
+		s, err := l.acquire.get(ctx)
+		if err != nil {
+			return lock.AcquireResult{}, interpretError(ctx, err)
+		}
+		var expiry int64
+		err = s.QueryRowContext(ctx, p.Name, p.Owner, now.UnixMicro(), p.TTL.Microseconds()).Scan(&res.Grant.Token, &expiry)
+		switch {
+		case err == nil:
+			res.Granted, res.New, res.Grant.Expiry = true, true, time.UnixMicro(expiry).UTC()
+			return res, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return lock.AcquireResult{}, interpretError(ctx, err)
+		}
+		if s, err = l.holder.get(ctx); err == nil {
+			err = s.QueryRowContext(ctx, p.Name).Scan(&res.Grant.Owner, &res.Grant.Token, &expiry)
+		}
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			continue // released since
+		case err != nil:
+			return lock.AcquireResult{}, interpretError(ctx, err)
+		case expiry <= now.UnixMicro():
+			continue // expired since
+		}
+		res.Granted, res.Grant.Expiry = res.Grant.Owner == p.Owner, time.UnixMicro(expiry).UTC()
 		return res, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return lock.AcquireResult{}, interpretError(ctx, err)
 	}
-	// Held by another owner: read the holder, a hint for waiters.
-	res.Grant = lock.Grant{}
-	if s, err = l.holder.get(ctx); err == nil {
-		err = s.QueryRowContext(ctx, p.Name).Scan(&res.Grant.Owner, &res.Grant.Token, &expiry)
-	}
-	if err != nil {
-		return res, nil
-	}
-	res.Grant.Name, res.Grant.Expiry = p.Name, time.UnixMicro(expiry).UTC()
-	return res, nil
 }
 
 func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {

@@ -186,7 +186,10 @@ type LockRequest struct {
 // the live holder's grant as far as the server could read it) and the
 // instant the request was judged at.
 type LockGrant struct {
-	Granted  bool      `json:"granted,omitempty"`
+	Granted bool `json:"granted,omitempty"`
+	// New, on an acquire, says the grant was made by this request rather
+	// than already held by its owner and returned unchanged.
+	New      bool      `json:"new,omitempty"`
 	Released bool      `json:"released,omitempty"`
 	Name     string    `json:"name"`
 	Owner    string    `json:"owner,omitempty"`

@@ -1,6 +1,8 @@
-WITH g AS (
+WITH cur AS MATERIALIZED (
+	SELECT token FROM "St""ead. sch;ema-ñ".locks WHERE name = $1 FOR UPDATE
+), g AS (
 	INSERT INTO "St""ead. sch;ema-ñ".locks AS l (name, owner, token, expiry)
-	VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval)
+	SELECT $1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval FROM (SELECT count(*) FROM cur) AS read_cur_first
 	ON CONFLICT (name) DO UPDATE SET
 		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN excluded.owner ELSE l.owner END,
@@ -11,8 +13,9 @@ WITH g AS (
 		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner
 			THEN l.wanted_until ELSE greatest(l.wanted_until, l.expiry) END
 	WHERE (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner OR $5::boolean
-	RETURNING l.owner = $2, l.owner, l.token, l.expiry)
+	RETURNING l.owner = $2, l.owner, l.token, l.expiry,
+		l.owner = $2 AND coalesce(l.xmax = 0 OR l.token <> (SELECT token FROM cur), false))
 SELECT *, coalesce($3::timestamptz, now()) FROM g
 UNION ALL
-SELECT false, owner, token, expiry, coalesce($3::timestamptz, now()) FROM "St""ead. sch;ema-ñ".locks
+SELECT false, owner, token, expiry, false, coalesce($3::timestamptz, now()) FROM "St""ead. sch;ema-ñ".locks
 WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)
