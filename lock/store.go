@@ -138,10 +138,27 @@ func checkTTL(ttl time.Duration) (time.Duration, error) {
 	return 0, fmt.Errorf("%w: ttl %v: want at least 1µs", steaderr.ErrInvalidArgument, ttl)
 }
 
-// acquire makes one attempt; it returns a handle only when granted.
+// attemptGrace bounds how long an attempt outlives its caller's context.
+const attemptGrace = 5 * time.Second
+
+// acquire makes one attempt; it returns a handle only when granted. An
+// attempt cut off mid-statement may still take effect, leaving a grant
+// whose token nobody knows until it lapses; so ctx does not cut it off
+// (it may run attemptGrace past ctx's end), and a new grant it brings
+// back after ctx ended is released before acquire returns ctx's error.
 func (s *Store) acquire(ctx context.Context, name, owner string, ttl time.Duration, wait bool) (*Lock, AcquireResult, error) {
 	sent, now := s.clock()
-	res, err := s.eng.Acquire(ctx, AcquireParams{Name: name, Owner: owner, TTL: ttl, Now: now, Wait: wait})
+	actx, stop := detach(ctx, attemptGrace)
+	res, err := s.eng.Acquire(actx, AcquireParams{Name: name, Owner: owner, TTL: ttl, Now: now, Wait: wait})
+	stop()
+	if cerr := ctx.Err(); cerr != nil {
+		if err == nil && res.Granted && res.New {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptGrace)
+			_, _ = s.eng.Release(rctx, ReleaseParams{Name: name, Owner: owner, Token: res.Grant.Token})
+			cancel()
+		}
+		return nil, AcquireResult{}, fmt.Errorf("lock %q: %w", name, cerr)
+	}
 	if err != nil || !res.Granted {
 		if err != nil {
 			err = fmt.Errorf("lock %q: %w", name, err)
@@ -152,6 +169,14 @@ func (s *Store) acquire(ctx context.Context, name, owner string, ttl time.Durati
 	// A re-acquired grant may have less than ttl left.
 	lk.setExpiry(res.Grant.Expiry, sent.Add(res.Grant.Expiry.Sub(res.Now)))
 	return lk, res, nil
+}
+
+// detach returns a context with ctx's values that ends grace after ctx
+// does, and a function that releases it.
+func detach(ctx context.Context, grace time.Duration) (context.Context, func()) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return dctx, func() { stop(); cancel() }
 }
 
 // clock returns the time a request is sent, in the frame deadlines are

@@ -61,3 +61,62 @@ func TestHeldReleaseStopsRenewer(t *testing.T) {
 		t.Fatalf("Release retried = %v", err)
 	}
 }
+
+// slowGrantEngine's Acquire is a statement that takes effect whatever
+// happens to its caller: it grants once proceed is closed, reporting its
+// context's error if that ended meanwhile, as a database cut off
+// mid-statement may.
+type slowGrantEngine struct {
+	grantingEngine
+	arrived, proceed chan struct{}
+	released         chan ReleaseParams
+}
+
+func (e *slowGrantEngine) Acquire(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+	close(e.arrived)
+	<-e.proceed
+	res, _ := e.grantingEngine.Acquire(ctx, p)
+	res.New = true
+	return res, ctx.Err()
+}
+
+func (e *slowGrantEngine) Release(_ context.Context, p ReleaseParams) (bool, error) {
+	e.released <- p
+	return true, nil
+}
+
+// TestCancelledAttemptReleasesItsGrant: a TryLock or Lock whose context
+// ends while its attempt is in flight lets the attempt finish and
+// releases the new grant it made.
+func TestCancelledAttemptReleasesItsGrant(t *testing.T) {
+	t.Parallel()
+	for _, waiting := range []bool{false, true} {
+		e := &slowGrantEngine{arrived: make(chan struct{}), proceed: make(chan struct{}), released: make(chan ReleaseParams, 1)}
+		s := NewStore(e, Options{})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			if waiting {
+				_, err = s.Lock(ctx, "job", "bob", time.Minute)
+			} else {
+				_, _, err = s.TryLock(ctx, "job", "bob", time.Minute)
+			}
+			done <- err
+		}()
+		<-e.arrived
+		cancel()
+		close(e.proceed)
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiting %v: cancelled attempt = %v, want context.Canceled", waiting, err)
+		}
+		select {
+		case p := <-e.released:
+			if p.Name != "job" || p.Owner != "bob" || p.Token != 1 {
+				t.Fatalf("waiting %v: released %+v, want job/bob token 1", waiting, p)
+			}
+		default:
+			t.Fatalf("waiting %v: the grant made as the caller gave up was not released", waiting)
+		}
+	}
+}

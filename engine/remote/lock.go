@@ -2,7 +2,6 @@ package remote
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -36,57 +35,8 @@ func (l *locks) grantCall(ctx context.Context, name, op string, in wire.LockRequ
 	return g, true, nil
 }
 
-// lateGrantWait bounds how long Acquire, its context ended with the
-// request in flight, still waits for the answer, so that it can release a
-// grant the server made as the caller gave up. Past it the request is
-// abandoned; the server then releases a grant it could not deliver.
-const lateGrantWait = 5 * time.Second
-
-// Acquire asks the server for the lock. When ctx ends with the request in
-// flight the server may still grant it, to a caller that will never know
-// the token; so the request outlives ctx by up to lateGrantWait, and a
-// new grant it brings back is released before Acquire returns ctx's error.
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
-	if l.e.closed.Load() {
-		return lock.AcquireResult{}, steaderr.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return lock.AcquireResult{}, err
-	}
-	type answer struct {
-		g   wire.LockGrant
-		ok  bool
-		err error
-	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	done := make(chan answer, 1)
-	go func() {
-		g, ok, err := l.grantCall(rctx, p.Name, "acquire", wire.LockRequest{Owner: p.Owner, TTL: wire.Duration(p.TTL), Now: p.Now})
-		done <- answer{g, ok, err}
-	}()
-	var a answer
-	select {
-	case a = <-done:
-	case <-ctx.Done():
-		t := time.NewTimer(lateGrantWait)
-		select {
-		case a = <-done:
-		case <-t.C:
-			cancel()
-			a = <-done
-		}
-		t.Stop()
-	}
-	if err := ctx.Err(); err != nil {
-		if a.ok && a.g.New {
-			rel, stop := context.WithTimeout(context.WithoutCancel(ctx), lateGrantWait)
-			_, _ = l.Release(rel, lock.ReleaseParams{Name: p.Name, Owner: a.g.Owner, Token: a.g.Token})
-			stop()
-		}
-		return lock.AcquireResult{}, fmt.Errorf("remote: %w", err)
-	}
-	g, ok, err := a.g, a.ok, a.err
+	g, ok, err := l.grantCall(ctx, p.Name, "acquire", wire.LockRequest{Owner: p.Owner, TTL: wire.Duration(p.TTL), Now: p.Now})
 	if err != nil {
 		return lock.AcquireResult{}, err
 	}

@@ -10,10 +10,10 @@
 // a client that dies mid-sweep blocks other sweeps for up to a minute;
 // Go-function liveness sources cannot cross HTTP (register them in the
 // server's process); as for any network store, an error may hide a write that took
-// effect (retrying is safe: every write is idempotent or fenced); and a
-// lock acquisition whose context ends in flight waits a few seconds more
-// for its answer, to release a grant the server made as the caller gave up
-// (the server, for its part, releases a grant it could not deliver).
+// effect (retrying is safe: every write is idempotent or fenced). A lock
+// grant the server made as its caller gave up is released by lock.Store,
+// which lets an attempt finish past its context, and by the server when
+// it could not deliver the answer.
 //
 // A value over the store's inline limit crosses the wire chunk by chunk;
 // the server re-hashes the chunks before it publishes them.
