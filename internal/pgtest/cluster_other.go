@@ -29,6 +29,13 @@ func (d *DB) ViaPgBouncer(t testing.TB) *DB {
 	return nil
 }
 
+// ViaPgBouncerIfAny returns d: PgBouncer runs on unix systems only.
+func (d *DB) ViaPgBouncerIfAny(t testing.TB) *DB {
+	t.Helper()
+	t.Log("pgtest: PGBOUNCER NOT AVAILABLE on this system, connecting directly instead")
+	return d
+}
+
 func stopBouncer() error { return nil }
 
 func findBinaries() (struct{}, error) {

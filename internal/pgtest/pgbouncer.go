@@ -68,6 +68,24 @@ func (d *DB) ViaPgBouncer(t testing.TB) *DB {
 	return via(t, needBouncer(t), d)
 }
 
+// ViaPgBouncerIfAny is ViaPgBouncer where PgBouncer is installed; where it
+// is not, it logs that loudly and returns d itself (or fails t under
+// STEAD_REQUIRE_PGBOUNCER=1), for suites whose PgBouncer-safe mode should
+// run either way.
+func (d *DB) ViaPgBouncerIfAny(t testing.TB) *DB {
+	t.Helper()
+	serverURL := need(t)
+	bouncerOnce.Do(func() { sharedBouncer, bouncerErr = startBouncer(serverURL) })
+	if bouncerErr != nil {
+		if os.Getenv(envRequireBouncer) == "1" {
+			t.Fatal("pgtest: PGBOUNCER NOT AVAILABLE: " + bouncerErr.Error())
+		}
+		t.Log("pgtest: PGBOUNCER NOT AVAILABLE, connecting directly instead: " + bouncerErr.Error())
+		return d
+	}
+	return via(t, sharedBouncer, d)
+}
+
 // via returns a copy of d whose URL reaches d's database through b.
 func via(t testing.TB, b *bouncer, d *DB) *DB {
 	t.Helper()
