@@ -205,7 +205,7 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 // pins the stored key (after a publish, the abort finds nothing). If the
 // abort fails too, the upload's lease lapses and ReapUploads discards it.
 func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx)
+	set, err := s.eng.BeginUpload(ctx, s.lease)
 	if err != nil {
 		return Key{}, err
 	}

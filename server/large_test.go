@@ -150,7 +150,7 @@ func sampleHeap(t *testing.T) func() int64 {
 func TestUploadEndpoints(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, server.Options{MaxBlobSize: 1 << 20})
-	a := do(t, http.MethodPost, srv.URL+"/v1/uploads", "", nil)
+	a := do(t, http.MethodPost, srv.URL+"/v1/uploads?lease=1m", "", nil)
 	var up struct{ Chunks int64 }
 	if err := json.Unmarshal([]byte(a.body), &up); a.status != http.StatusCreated || err != nil || up.Chunks <= 0 {
 		t.Fatalf("POST /v1/uploads = %d %q", a.status, a.body)
@@ -160,6 +160,8 @@ func TestUploadEndpoints(t *testing.T) {
 		name, method, path, body string
 		status                   int
 	}{
+		{"begin with no lease", http.MethodPost, "/v1/uploads", "", http.StatusBadRequest},
+		{"begin with a lease over a day", http.MethodPost, "/v1/uploads?lease=25h", "", http.StatusBadRequest},
 		{"zero set", http.MethodPut, "/v1/chunks/0/0?lease=1m", "x", http.StatusBadRequest},
 		{"set not a number", http.MethodPut, "/v1/chunks/x/0?lease=1m", "x", http.StatusBadRequest},
 		{"negative offset", http.MethodPut, "/v1/chunks/" + set + "/-1?lease=1m", "x", http.StatusBadRequest},
@@ -181,6 +183,9 @@ func TestUploadEndpoints(t *testing.T) {
 		t.Fatalf("after refused writes, the upload holds a chunk: %d %q", a.status, a.body)
 	}
 
+	if a := do(t, http.MethodPut, fmt.Sprintf("%s/v1/chunks/%d/0?lease=1m", srv.URL, up.Chunks^1), "x", nil); a.status != http.StatusConflict || a.errCode(t) != "lost" {
+		t.Fatalf("chunk write to a set never begun = %d %q, want 409 lost", a.status, a.body)
+	}
 	value := "hello, chunks"
 	if a := do(t, http.MethodPut, srv.URL+"/v1/chunks/"+set+"/0?lease=1m", value, nil); a.status != http.StatusNoContent {
 		t.Fatalf("chunk write = %d %q", a.status, a.body)

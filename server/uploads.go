@@ -20,8 +20,15 @@ import (
 // maxUploadLease bounds the lease a chunk write may ask for.
 const maxUploadLease = 24 * time.Hour
 
+// beginUpload starts an upload with the lease the lease query parameter
+// names (a Go duration) and answers its chunk set id, a random one.
 func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
-	set, err := s.blobEng.BeginUpload(r.Context())
+	lease, err := leaseOf(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	set, err := s.blobEng.BeginUpload(r.Context(), lease)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -43,9 +50,9 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want 0 to %d", r.PathValue("off"), s.opts.MaxBlobSize-1)})
 		return
 	}
-	lease, err := time.ParseDuration(r.URL.Query().Get("lease"))
-	if err != nil || lease <= 0 || lease > maxUploadLease {
-		s.fail(w, r, &badRequest{fmt.Sprintf("lease %q: want a duration up to %s", r.URL.Query().Get("lease"), maxUploadLease)})
+	lease, err := leaseOf(r)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if r.ContentLength > wire.MaxChunk {
@@ -172,6 +179,16 @@ func (s *Server) storedBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks)})
+}
+
+// leaseOf parses the lease query parameter, a Go duration up to
+// maxUploadLease.
+func leaseOf(r *http.Request) (time.Duration, error) {
+	lease, err := time.ParseDuration(r.URL.Query().Get("lease"))
+	if err != nil || lease <= 0 || lease > maxUploadLease {
+		return 0, &badRequest{fmt.Sprintf("lease %q: want a duration up to %s", r.URL.Query().Get("lease"), maxUploadLease)}
+	}
+	return lease, nil
 }
 
 // chunkSetOf parses the {chunks} path value, a positive chunk set id.
