@@ -108,12 +108,13 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// still use its older one and miss them.
 	sqlDeleteChunks = `DELETE FROM {schema}.blob_chunks WHERE chunks = $1`
 
-	sqlReapUploads = `WITH up AS (
-    DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id
-), gone AS (
-    DELETE FROM {schema}.blob_chunks WHERE chunks IN (SELECT id FROM up)
-)
-SELECT count(*) FROM up`
+	// sqlReapUploads ends every upload whose lease lapsed, answering
+	// their ids; sqlReapChunks then deletes their chunks in a statement of
+	// its own, in the same transaction, for the reason sqlDeleteChunks
+	// gives: a chunk write holding an upload's row while the reaper waits
+	// on it commits a chunk the reaper's older snapshot would miss.
+	sqlReapUploads = `DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id`
+	sqlReapChunks  = `DELETE FROM {schema}.blob_chunks WHERE chunks = ANY($1::bigint[])`
 
 	sqlReadChunk = `SELECT off, data FROM {schema}.blob_chunks
 WHERE chunks = $1 AND off <= $2
@@ -125,7 +126,7 @@ LIMIT 1`
 
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
-	begin, write, tile, publish, end, deleteChunks, reap, read, get string
+	begin, write, tile, publish, end, deleteChunks, reap, reapChunks, read, get string
 }
 
 func (c *chunkSQL) init(e *Engine) {
@@ -136,6 +137,7 @@ func (c *chunkSQL) init(e *Engine) {
 	c.end = e.render(sqlEndUpload)
 	c.deleteChunks = e.render(sqlDeleteChunks)
 	c.reap = e.render(sqlReapUploads)
+	c.reapChunks = e.render(sqlReapChunks)
 	c.read = e.render(sqlReadChunk)
 	c.get = e.render(sqlGet)
 }
@@ -254,13 +256,32 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return interpretError(err)
 }
 
+// ReapUploads ends the lapsed uploads and then deletes their chunks, two
+// statements in one transaction (see sqlReapUploads).
 func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	var n int
-	err := listError(b.e.pool.QueryRow(ctx, b.chunkSQL.reap).Scan(&n))
-	return n, err
+	tx, err := b.e.pool.Begin(ctx)
+	if err != nil {
+		return 0, listError(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	rows, err := tx.Query(ctx, b.chunkSQL.reap)
+	if err != nil {
+		return 0, listError(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err == nil && len(ids) > 0 {
+		_, err = tx.Exec(ctx, b.chunkSQL.reapChunks, ids)
+	}
+	if err == nil {
+		err = commit(ctx, tx)
+	}
+	if err != nil {
+		return 0, listError(err)
+	}
+	return len(ids), nil
 }
 
 func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
