@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -215,5 +216,33 @@ func TestUploadEndpoints(t *testing.T) {
 	}
 	if a := do(t, http.MethodDelete, srv.URL+"/v1/uploads/"+set, "", nil); a.status != http.StatusNoContent {
 		t.Fatalf("abort of a published upload = %d %q, want 204", a.status, a.body)
+	}
+}
+
+// TestUploadChunkEndPastMaxBlobSize checks that a chunk whose end is past
+// MaxBlobSize, or past the largest int64 (where offset plus length wraps
+// around), is refused with 400 and stores nothing.
+func TestUploadChunkEndPastMaxBlobSize(t *testing.T) {
+	t.Parallel()
+	for _, max := range []int64{1 << 20, math.MaxInt64} {
+		srv := newServer(t, server.Options{MaxBlobSize: max})
+		a := do(t, http.MethodPost, srv.URL+"/v1/uploads?lease=1m", "", nil)
+		var up struct{ Chunks int64 }
+		if err := json.Unmarshal([]byte(a.body), &up); a.status != http.StatusCreated || err != nil {
+			t.Fatalf("POST /v1/uploads = %d %q", a.status, a.body)
+		}
+		for _, off := range []int64{max - 9, max - 5, max - 2} {
+			path := fmt.Sprintf("%s/v1/chunks/%d/%d?lease=1m", srv.URL, up.Chunks, off)
+			if a := do(t, http.MethodPut, path, "0123456789", nil); a.status != http.StatusBadRequest {
+				t.Errorf("MaxBlobSize %d: chunk of 10 bytes at %d = %d %q, want 400", max, off, a.status, a.body)
+			}
+			if a := do(t, http.MethodGet, path, "", nil); a.status != http.StatusNotFound {
+				t.Errorf("MaxBlobSize %d: after the refused chunk at %d, GET = %d, want 404", max, off, a.status)
+			}
+		}
+		path := fmt.Sprintf("%s/v1/chunks/%d/%d?lease=1m", srv.URL, up.Chunks, max-10)
+		if a := do(t, http.MethodPut, path, "0123456789", nil); a.status != http.StatusNoContent {
+			t.Errorf("MaxBlobSize %d: chunk of 10 bytes ending at it = %d %q, want 204", max, a.status, a.body)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // The chunk endpoints expose the engine's chunked-put seam, so that a
@@ -38,7 +39,8 @@ func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
 
 // writeChunk stores the body, at most wire.MaxChunk bytes, as the chunk at
 // byte {off} of the upload {chunks}, with the lease the lease query
-// parameter names (a Go duration).
+// parameter names (a Go duration). A chunk ending past MaxBlobSize is
+// refused.
 func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 	set, err := chunkSetOf(r)
 	if err != nil {
@@ -46,8 +48,12 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	off, err := strconv.ParseInt(r.PathValue("off"), 10, 64)
-	if err != nil || off < 0 || off >= s.opts.MaxBlobSize {
-		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want 0 to %d", r.PathValue("off"), s.opts.MaxBlobSize-1)})
+	if err != nil {
+		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want a byte offset", r.PathValue("off"))})
+		return
+	}
+	if off < 0 || off >= s.opts.MaxBlobSize {
+		s.fail(w, r, fmt.Errorf("%w: offset %d: want 0 to %d", steaderr.ErrInvalidArgument, off, s.opts.MaxBlobSize-1))
 		return
 	}
 	lease, err := leaseOf(r)
@@ -76,6 +82,9 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		return
 	case len(data) == 0:
 		s.fail(w, r, &badRequest{"empty chunk"})
+		return
+	case off > s.opts.MaxBlobSize-int64(len(data)):
+		s.fail(w, r, fmt.Errorf("%w: a chunk of %d bytes at offset %d ends past the largest value, %d bytes", steaderr.ErrInvalidArgument, len(data), off, s.opts.MaxBlobSize))
 		return
 	}
 	if err := s.blobEng.WriteChunk(r.Context(), set, off, data, lease); err != nil {

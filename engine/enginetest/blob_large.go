@@ -259,6 +259,7 @@ func testUpload(t *testing.T, h Harness) {
 		{"EndedSet", uploadEndedSet},
 		{"PublishSwap", uploadPublishSwap},
 		{"RandomIDs", uploadRandomIDs},
+		{"OffsetOverflow", uploadOffsetOverflow},
 	})
 }
 
@@ -608,5 +609,25 @@ func uploadRandomIDs(t *testing.T, h Harness) {
 			t.Fatalf("BeginUpload %d drew chunk set %d after %d: want positive, distinct, not consecutive ids", i, set, last)
 		}
 		seen[set], last = true, set
+	}
+}
+
+// uploadOffsetOverflow checks that a chunk whose end is past the largest
+// int64 (where offset plus length wraps around) or whose offset is
+// negative is refused with ErrInvalidArgument and stores nothing: else
+// two overlapping chunks near the end both pass the overlap check.
+func uploadOffsetOverflow(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("offset overflow", 1000)
+	set := stageChunks(t, eng, value, 1000)
+	for _, off := range []int64{math.MaxInt64 - 2, math.MaxInt64 - 5, math.MaxInt64 - 9, math.MaxInt64, -1, math.MinInt64} {
+		err := eng.WriteChunk(ctx, set, off, []byte("0123456789"), time.Minute)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("WriteChunk of 10 bytes at %d", off))
+	}
+	for _, off := range []int64{math.MaxInt64 - 1, math.MaxInt64 - 9} {
+		if start, data, err := eng.ReadChunk(ctx, set, off); err != nil || start != 0 {
+			t.Fatalf("ReadChunk(%d) after refused writes = chunk at %d of %d bytes, %v; want the chunk at 0", off, start, len(data), err)
+		}
 	}
 }

@@ -249,6 +249,9 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+		return err
+	}
 	u, ok := b.uploads[set]
 	if !ok {
 		return fmt.Errorf("%w: chunk set %d has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost, set)

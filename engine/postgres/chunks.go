@@ -181,6 +181,9 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+		return err
+	}
 	var stored, live bool
 	err := b.e.pool.QueryRow(ctx, b.chunkSQL.write, int64(set), off, data, lease.Microseconds()).Scan(&stored, &live)
 	switch {

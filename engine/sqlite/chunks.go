@@ -117,6 +117,9 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 // WriteChunk stores a chunk only while its upload's row exists, which
 // only BeginUpload creates: an ended upload takes no chunk.
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+		return err
+	}
 	return b.writeTx(ctx, func(tx *sql.Tx) error {
 		now := time.Now()
 		if _, err := tx.ExecContext(ctx, sqlRenewUpload, now.Add(lease).UnixNano(), int64(set), now.Add(lease*2/3).UnixNano()); err != nil {
