@@ -469,7 +469,7 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 			defer st.Close()
 			before := withoutPins(raw.rows(t))
 			eng := openEngine(t, url).Blobs()
-			set, err := eng.BeginUpload(t.Context())
+			set, err := eng.BeginUpload(t.Context(), time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}

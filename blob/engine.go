@@ -34,9 +34,9 @@ type Engine interface {
 	// With p.Chunks set, Put publishes that upload's chunks as the value
 	// (p.Size bytes, p.Value unused) and ends the upload in the same
 	// commit; when the key is already stored the staged chunks are
-	// discarded instead. An upload already reaped is an error wrapping
-	// steaderr.ErrLost, and staged chunks that do not cover [0, p.Size)
-	// exactly, each byte once, an error wrapping
+	// discarded instead. An upload already ended (published, aborted or
+	// reaped) is an error wrapping steaderr.ErrLost, and staged chunks that
+	// do not cover [0, p.Size) exactly, each byte once, an error wrapping
 	// steaderr.ErrInvalidArgument: then nothing is published, pinned or
 	// discarded (the upload stays, to be aborted).
 	Put(ctx context.Context, p PutParams) error
@@ -73,20 +73,20 @@ type Engine interface {
 	// Unpin removes the pin (p.Key, p.Owner), if any.
 	Unpin(ctx context.Context, p UnpinParams) error
 
-	// BeginUpload draws a fresh chunk set id for an upload. It stores
-	// nothing an abort would have to undo.
-	BeginUpload(ctx context.Context) (ChunkSet, error)
+	// BeginUpload starts an upload under a fresh chunk set id, drawn at
+	// random (so that an id tells nothing of another upload's), with a
+	// lease of the given length; once it lapses without a chunk write
+	// renewing it, ReapUploads may discard the upload.
+	BeginUpload(ctx context.Context, lease time.Duration) (ChunkSet, error)
 	// WriteChunk stores data as the chunk starting at byte off of the
-	// upload's value, in one short transaction. The first chunk (off 0)
-	// starts the upload with a lease of the given length; each later one
-	// renews it, and once it lapses ReapUploads may discard the upload.
-	// data is only valid until WriteChunk returns. A later chunk of an
-	// upload already published, aborted or reaped, and a chunk at any
-	// offset of a published set, is an error wrapping steaderr.ErrLost; a
-	// chunk overlapping one of the set is an error wrapping
-	// steaderr.ErrConflict (an overlap two concurrent writes of one upload
-	// slip past each other is refused by the publish). A failed WriteChunk
-	// stores nothing.
+	// upload's value, in one short transaction, and renews the upload's
+	// lease to the given length. data is only valid until WriteChunk
+	// returns. A chunk set with no live upload (never begun, published,
+	// aborted or reaped: an upload once ended never takes a chunk again) is
+	// an error wrapping steaderr.ErrLost; a chunk overlapping one of the
+	// set is an error wrapping steaderr.ErrConflict (an overlap two
+	// concurrent writes of one upload slip past each other is refused by
+	// the publish). A failed WriteChunk stores nothing.
 	WriteChunk(ctx context.Context, set ChunkSet, off int64, data []byte, lease time.Duration) error
 	// AbortUpload discards an unpublished upload and its chunks; an upload
 	// already gone (published, aborted or reaped) is not an error, and a
@@ -104,8 +104,10 @@ type Engine interface {
 }
 
 // ChunkSet identifies the chunks of one chunked value, first staged under
-// an upload, then published. Engines never reuse an id, so a reader of a
-// deleted value finds nothing rather than another value's bytes.
+// an upload, then published. Engines draw ids at random from 2^63 and
+// never draw one an upload or a stored value holds, so a reader of a
+// deleted value finds nothing rather than another value's bytes (barring
+// a one in 2^63 draw).
 type ChunkSet int64
 
 // Stored is the stored form of one value.

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -205,7 +206,7 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 // pins the stored key (after a publish, the abort finds nothing). If the
 // abort fails too, the upload's lease lapses and ReapUploads discards it.
 func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx)
+	set, err := s.eng.BeginUpload(ctx, s.lease)
 	if err != nil {
 		return Key{}, err
 	}
@@ -392,15 +393,25 @@ func (s *Store) Verify(ctx context.Context, key Key) error {
 // has re-read and hashed them: staged bytes that do not hash to p.Key fail
 // with an error wrapping ErrDigestMismatch and publish nothing. It serves a
 // server publishing a remote client's chunked put, whose hash it cannot
-// take on trust. The upload stays the caller's to abort.
+// take on trust. An invalid owner (ErrInvalidName), or a TTL or instant
+// that is not a whole (positive) microsecond (ErrInvalidArgument), is
+// refused before the engine is called. The upload stays the caller's to
+// abort.
 func (s *Store) Publish(ctx context.Context, p PutParams) error {
 	key, set, size := p.Key, p.Chunks, p.Size
 	if err := checkKey(ctx, key); err != nil {
 		return fmt.Errorf("blob publish: %w", err)
 	}
+	if err := validate.Name("pin owner", p.Owner); err != nil {
+		return fmt.Errorf("blob publish %s: %w", key, err)
+	}
 	switch {
 	case set <= 0 || size <= 0:
 		return fmt.Errorf("blob publish %s: %w: chunk set %d of %d bytes", key, steaderr.ErrInvalidArgument, set, size)
+	case p.TTL <= 0 || p.TTL%time.Microsecond != 0:
+		return fmt.Errorf("blob publish %s: %w: pin TTL %v: want a positive whole number of microseconds", key, steaderr.ErrInvalidArgument, p.TTL)
+	case !p.Now.Equal(p.Now.Truncate(time.Microsecond)):
+		return fmt.Errorf("blob publish %s: %w: pin instant %v: want a whole microsecond", key, steaderr.ErrInvalidArgument, p.Now)
 	case size > s.maxSize:
 		return fmt.Errorf("blob publish %s: %w: more than %d bytes", key, steaderr.ErrTooLarge, s.maxSize)
 	}

@@ -2,6 +2,7 @@ package blob_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
@@ -95,5 +96,51 @@ func TestCloseEndsGuards(t *testing.T) {
 	}
 	if err := guard.Release(t.Context()); !errors.Is(err, steaderr.ErrLost) {
 		t.Fatalf("Release after Close = %v, want ErrLost", err)
+	}
+}
+
+// untouchedEngine is a blob engine whose chunk reads and puts fail the
+// test: what it is given must be refused before the engine is called.
+type untouchedEngine struct {
+	blob.Engine
+	t *testing.T
+}
+
+func (u untouchedEngine) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	u.t.Errorf("ReadChunk(%d, %d) called", set, off)
+	return 0, nil, steaderr.ErrNotFound
+}
+
+func (u untouchedEngine) Put(ctx context.Context, p blob.PutParams) error {
+	u.t.Errorf("Put(%+v) called", p)
+	return nil
+}
+
+// TestPublishRefusesBadPins checks that Publish refuses a pin the engines
+// may not be handed (an invalid owner, a TTL or instant that is not a
+// whole positive microsecond) before it calls the engine.
+func TestPublishRefusesBadPins(t *testing.T) {
+	t.Parallel()
+	s := blob.NewStore(untouchedEngine{t: t}, blob.Options{})
+	ok := blob.PutParams{Key: blob.KeyOf([]byte("value")), Chunks: 7, Size: 5, Owner: "publisher", TTL: time.Minute}
+	for _, c := range []struct {
+		name string
+		edit func(*blob.PutParams)
+		want error
+	}{
+		{"empty owner", func(p *blob.PutParams) { p.Owner = "" }, steaderr.ErrInvalidName},
+		{"owner with a control character", func(p *blob.PutParams) { p.Owner = "a\nb" }, steaderr.ErrInvalidName},
+		{"owner too long", func(p *blob.PutParams) { p.Owner = strings.Repeat("o", 256) }, steaderr.ErrInvalidName},
+		{"zero TTL", func(p *blob.PutParams) { p.TTL = 0 }, steaderr.ErrInvalidArgument},
+		{"negative TTL", func(p *blob.PutParams) { p.TTL = -time.Second }, steaderr.ErrInvalidArgument},
+		{"TTL of a nanosecond", func(p *blob.PutParams) { p.TTL = time.Nanosecond }, steaderr.ErrInvalidArgument},
+		{"TTL not whole microseconds", func(p *blob.PutParams) { p.TTL = time.Second + time.Nanosecond }, steaderr.ErrInvalidArgument},
+		{"instant not a whole microsecond", func(p *blob.PutParams) { p.Now = time.Unix(1, 1) }, steaderr.ErrInvalidArgument},
+	} {
+		p := ok
+		c.edit(&p)
+		if err := s.Publish(t.Context(), p); !errors.Is(err, c.want) {
+			t.Errorf("%s: Publish = %v, want an error wrapping %v", c.name, err, c.want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -150,7 +151,7 @@ func sampleHeap(t *testing.T) func() int64 {
 func TestUploadEndpoints(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, server.Options{MaxBlobSize: 1 << 20})
-	a := do(t, http.MethodPost, srv.URL+"/v1/uploads", "", nil)
+	a := do(t, http.MethodPost, srv.URL+"/v1/uploads?lease=1m", "", nil)
 	var up struct{ Chunks int64 }
 	if err := json.Unmarshal([]byte(a.body), &up); a.status != http.StatusCreated || err != nil || up.Chunks <= 0 {
 		t.Fatalf("POST /v1/uploads = %d %q", a.status, a.body)
@@ -160,6 +161,8 @@ func TestUploadEndpoints(t *testing.T) {
 		name, method, path, body string
 		status                   int
 	}{
+		{"begin with no lease", http.MethodPost, "/v1/uploads", "", http.StatusBadRequest},
+		{"begin with a lease over a day", http.MethodPost, "/v1/uploads?lease=25h", "", http.StatusBadRequest},
 		{"zero set", http.MethodPut, "/v1/chunks/0/0?lease=1m", "x", http.StatusBadRequest},
 		{"set not a number", http.MethodPut, "/v1/chunks/x/0?lease=1m", "x", http.StatusBadRequest},
 		{"negative offset", http.MethodPut, "/v1/chunks/" + set + "/-1?lease=1m", "x", http.StatusBadRequest},
@@ -181,6 +184,9 @@ func TestUploadEndpoints(t *testing.T) {
 		t.Fatalf("after refused writes, the upload holds a chunk: %d %q", a.status, a.body)
 	}
 
+	if a := do(t, http.MethodPut, fmt.Sprintf("%s/v1/chunks/%d/0?lease=1m", srv.URL, up.Chunks^1), "x", nil); a.status != http.StatusConflict || a.errCode(t) != "lost" {
+		t.Fatalf("chunk write to a set never begun = %d %q, want 409 lost", a.status, a.body)
+	}
 	value := "hello, chunks"
 	if a := do(t, http.MethodPut, srv.URL+"/v1/chunks/"+set+"/0?lease=1m", value, nil); a.status != http.StatusNoContent {
 		t.Fatalf("chunk write = %d %q", a.status, a.body)
@@ -210,5 +216,33 @@ func TestUploadEndpoints(t *testing.T) {
 	}
 	if a := do(t, http.MethodDelete, srv.URL+"/v1/uploads/"+set, "", nil); a.status != http.StatusNoContent {
 		t.Fatalf("abort of a published upload = %d %q, want 204", a.status, a.body)
+	}
+}
+
+// TestUploadChunkEndPastMaxBlobSize checks that a chunk whose end is past
+// MaxBlobSize, or past the largest int64 (where offset plus length wraps
+// around), is refused with 400 and stores nothing.
+func TestUploadChunkEndPastMaxBlobSize(t *testing.T) {
+	t.Parallel()
+	for _, max := range []int64{1 << 20, math.MaxInt64} {
+		srv := newServer(t, server.Options{MaxBlobSize: max})
+		a := do(t, http.MethodPost, srv.URL+"/v1/uploads?lease=1m", "", nil)
+		var up struct{ Chunks int64 }
+		if err := json.Unmarshal([]byte(a.body), &up); a.status != http.StatusCreated || err != nil {
+			t.Fatalf("POST /v1/uploads = %d %q", a.status, a.body)
+		}
+		for _, off := range []int64{max - 9, max - 5, max - 2} {
+			path := fmt.Sprintf("%s/v1/chunks/%d/%d?lease=1m", srv.URL, up.Chunks, off)
+			if a := do(t, http.MethodPut, path, "0123456789", nil); a.status != http.StatusBadRequest {
+				t.Errorf("MaxBlobSize %d: chunk of 10 bytes at %d = %d %q, want 400", max, off, a.status, a.body)
+			}
+			if a := do(t, http.MethodGet, path, "", nil); a.status != http.StatusNotFound {
+				t.Errorf("MaxBlobSize %d: after the refused chunk at %d, GET = %d, want 404", max, off, a.status)
+			}
+		}
+		path := fmt.Sprintf("%s/v1/chunks/%d/%d?lease=1m", srv.URL, up.Chunks, max-10)
+		if a := do(t, http.MethodPut, path, "0123456789", nil); a.status != http.StatusNoContent {
+			t.Errorf("MaxBlobSize %d: chunk of 10 bytes ending at it = %d %q, want 204", max, a.status, a.body)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // The chunk endpoints expose the engine's chunked-put seam, so that a
@@ -20,8 +21,15 @@ import (
 // maxUploadLease bounds the lease a chunk write may ask for.
 const maxUploadLease = 24 * time.Hour
 
+// beginUpload starts an upload with the lease the lease query parameter
+// names (a Go duration) and answers its chunk set id, a random one.
 func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
-	set, err := s.blobEng.BeginUpload(r.Context())
+	lease, err := leaseOf(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	set, err := s.blobEng.BeginUpload(r.Context(), lease)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -31,7 +39,8 @@ func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
 
 // writeChunk stores the body, at most wire.MaxChunk bytes, as the chunk at
 // byte {off} of the upload {chunks}, with the lease the lease query
-// parameter names (a Go duration).
+// parameter names (a Go duration). A chunk ending past MaxBlobSize is
+// refused.
 func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 	set, err := chunkSetOf(r)
 	if err != nil {
@@ -39,13 +48,17 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	off, err := strconv.ParseInt(r.PathValue("off"), 10, 64)
-	if err != nil || off < 0 || off >= s.opts.MaxBlobSize {
-		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want 0 to %d", r.PathValue("off"), s.opts.MaxBlobSize-1)})
+	if err != nil {
+		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want a byte offset", r.PathValue("off"))})
 		return
 	}
-	lease, err := time.ParseDuration(r.URL.Query().Get("lease"))
-	if err != nil || lease <= 0 || lease > maxUploadLease {
-		s.fail(w, r, &badRequest{fmt.Sprintf("lease %q: want a duration up to %s", r.URL.Query().Get("lease"), maxUploadLease)})
+	if off < 0 || off >= s.opts.MaxBlobSize {
+		s.fail(w, r, fmt.Errorf("%w: offset %d: want 0 to %d", steaderr.ErrInvalidArgument, off, s.opts.MaxBlobSize-1))
+		return
+	}
+	lease, err := leaseOf(r)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if r.ContentLength > wire.MaxChunk {
@@ -69,6 +82,9 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		return
 	case len(data) == 0:
 		s.fail(w, r, &badRequest{"empty chunk"})
+		return
+	case off > s.opts.MaxBlobSize-int64(len(data)):
+		s.fail(w, r, fmt.Errorf("%w: a chunk of %d bytes at offset %d ends past the largest value, %d bytes", steaderr.ErrInvalidArgument, len(data), off, s.opts.MaxBlobSize))
 		return
 	}
 	if err := s.blobEng.WriteChunk(r.Context(), set, off, data, lease); err != nil {
@@ -172,6 +188,16 @@ func (s *Server) storedBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks)})
+}
+
+// leaseOf parses the lease query parameter, a Go duration up to
+// maxUploadLease.
+func leaseOf(r *http.Request) (time.Duration, error) {
+	lease, err := time.ParseDuration(r.URL.Query().Get("lease"))
+	if err != nil || lease <= 0 || lease > maxUploadLease {
+		return 0, &badRequest{fmt.Sprintf("lease %q: want a duration up to %s", r.URL.Query().Get("lease"), maxUploadLease)}
+	}
+	return lease, nil
 }
 
 // chunkSetOf parses the {chunks} path value, a positive chunk set id.

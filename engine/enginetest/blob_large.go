@@ -256,6 +256,10 @@ func testUpload(t *testing.T, h Harness) {
 		{"Overlap", uploadOverlap},
 		{"Tiling", uploadTiling},
 		{"OverlapRace", uploadOverlapRace},
+		{"EndedSet", uploadEndedSet},
+		{"PublishSwap", uploadPublishSwap},
+		{"RandomIDs", uploadRandomIDs},
+		{"OffsetOverflow", uploadOffsetOverflow},
 	})
 }
 
@@ -287,7 +291,7 @@ func uploadEndRace(t *testing.T, h Harness) {
 	} {
 		t.Run(end.name, func(t *testing.T) {
 			for round := range rounds {
-				set, err := eng.BeginUpload(ctx)
+				set, err := eng.BeginUpload(ctx, time.Minute)
 				if err != nil {
 					t.Fatalf("BeginUpload: %v", err)
 				}
@@ -328,7 +332,7 @@ func uploadEndRace(t *testing.T, h Harness) {
 // bytes, returning its chunk set.
 func stageChunks(t *testing.T, eng blob.Engine, value []byte, chunk int) blob.ChunkSet {
 	t.Helper()
-	set, err := eng.BeginUpload(t.Context())
+	set, err := eng.BeginUpload(t.Context(), time.Minute)
 	if err != nil {
 		t.Fatalf("BeginUpload: %v", err)
 	}
@@ -439,7 +443,7 @@ func uploadTiling(t *testing.T, h Harness) {
 	wantValue(t, b.store, key, value)
 
 	// A gap inside: chunks [0, 1000) and [2000, 3000).
-	gap, err := eng.BeginUpload(ctx)
+	gap, err := eng.BeginUpload(ctx, time.Minute)
 	if err != nil {
 		t.Fatalf("BeginUpload: %v", err)
 	}
@@ -483,7 +487,7 @@ func uploadOverlapRace(t *testing.T, h Harness) {
 	value := testValue("overlap race", 2*uploadRaceChunk)
 	key := blob.KeyOf(value)
 	for round := range rounds {
-		set, err := eng.BeginUpload(ctx)
+		set, err := eng.BeginUpload(ctx, time.Minute)
 		if err != nil {
 			t.Fatalf("BeginUpload: %v", err)
 		}
@@ -518,6 +522,112 @@ func uploadOverlapRace(t *testing.T, h Harness) {
 			if err := eng.Delete(ctx, blob.DeleteParams{Key: key, Now: b.clock.Now()}); err != nil {
 				t.Fatalf("round %d: Delete: %v", round, err)
 			}
+		}
+	}
+}
+
+// uploadEndedSet checks that a chunk set takes chunks only while the
+// upload BeginUpload started is live: once aborted, not even a chunk at
+// offset 0 starts it again, and a set never begun takes none.
+func uploadEndedSet(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("ended set", 2000)
+	set := stageChunks(t, eng, value, 1000)
+	if err := eng.AbortUpload(ctx, set); err != nil {
+		t.Fatalf("AbortUpload: %v", err)
+	}
+	for _, off := range []int64{0, 1000, 2000} {
+		err := eng.WriteChunk(ctx, set, off, value[:1000], time.Minute)
+		wantErr(t, err, steaderr.ErrLost, fmt.Sprintf("WriteChunk at %d of an aborted upload", off))
+	}
+	if _, _, err := eng.ReadChunk(ctx, set, 0); !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("ReadChunk of an aborted upload: %v, want ErrNotFound", err)
+	}
+	err := eng.WriteChunk(ctx, set^0x5a5a5a5a, 0, value[:1000], time.Minute)
+	wantErr(t, err, steaderr.ErrLost, "WriteChunk at 0 of a set never begun")
+}
+
+// swapEngine runs swap once, after the first ReadChunk returns.
+type swapEngine struct {
+	blob.Engine
+	once sync.Once
+	swap func()
+}
+
+func (s *swapEngine) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+	start, data, err := s.Engine.ReadChunk(ctx, set, off)
+	s.once.Do(s.swap)
+	return start, data, err
+}
+
+// uploadPublishSwap aborts an upload and writes other bytes at offset 0
+// of its set while Store.Publish hashes the staged chunks (as a second
+// client of a server may): the publish must then fail, publishing
+// nothing, so the key never names bytes that do not hash to it.
+func uploadPublishSwap(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	good := testValue("the good value", 1000)
+	evil := testValue("the evil value", 1000)
+	key := blob.KeyOf(good)
+	set := stageChunks(t, eng, good, 1000)
+	swap := &swapEngine{Engine: eng, swap: func() {
+		if err := eng.AbortUpload(ctx, set); err != nil {
+			t.Errorf("AbortUpload: %v", err)
+		}
+		err := eng.WriteChunk(ctx, set, 0, evil, time.Minute)
+		if !errors.Is(err, steaderr.ErrLost) {
+			t.Errorf("WriteChunk at 0 of the aborted set: %v, want an error wrapping ErrLost", err)
+		}
+	}}
+	store := blob.NewStore(swap, blob.Options{InlineLimit: tinyInline, ChunkSize: 1000})
+	err := store.Publish(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(good)), Owner: "publisher", TTL: time.Minute})
+	// ErrNotFound: over HTTP, the server's own re-hash finds the chunks gone.
+	if !errors.Is(err, steaderr.ErrLost) && !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("Publish of an upload aborted while it was hashed: %v, want an error wrapping ErrLost (or ErrNotFound)", err)
+	}
+	if _, err := eng.Stat(ctx, key); !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("after the refused publish, Stat = %v, want ErrNotFound", err)
+	}
+}
+
+// uploadRandomIDs checks that BeginUpload draws positive, distinct chunk
+// set ids that do not follow each other, so one upload's id tells nothing
+// of another's.
+func uploadRandomIDs(t *testing.T, h Harness) {
+	b := setup(t, h)
+	const n = 16
+	seen := make(map[blob.ChunkSet]bool, n)
+	var last blob.ChunkSet
+	for i := range n {
+		set, err := b.blobs.BeginUpload(t.Context(), time.Minute)
+		if err != nil {
+			t.Fatalf("BeginUpload: %v", err)
+		}
+		if set <= 0 || seen[set] || i > 0 && (set-last == 1 || last-set == 1) {
+			t.Fatalf("BeginUpload %d drew chunk set %d after %d: want positive, distinct, not consecutive ids", i, set, last)
+		}
+		seen[set], last = true, set
+	}
+}
+
+// uploadOffsetOverflow checks that a chunk whose end is past the largest
+// int64 (where offset plus length wraps around) or whose offset is
+// negative is refused with ErrInvalidArgument and stores nothing: else
+// two overlapping chunks near the end both pass the overlap check.
+func uploadOffsetOverflow(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	value := testValue("offset overflow", 1000)
+	set := stageChunks(t, eng, value, 1000)
+	for _, off := range []int64{math.MaxInt64 - 2, math.MaxInt64 - 5, math.MaxInt64 - 9, math.MaxInt64, -1, math.MinInt64} {
+		err := eng.WriteChunk(ctx, set, off, []byte("0123456789"), time.Minute)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("WriteChunk of 10 bytes at %d", off))
+	}
+	for _, off := range []int64{math.MaxInt64 - 1, math.MaxInt64 - 9} {
+		if start, data, err := eng.ReadChunk(ctx, set, off); err != nil || start != 0 {
+			t.Fatalf("ReadChunk(%d) after refused writes = chunk at %d of %d bytes, %v; want the chunk at 0", off, start, len(data), err)
 		}
 	}
 }

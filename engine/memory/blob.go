@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/chunkid"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -27,7 +29,6 @@ type blobs struct {
 	keys    []blob.Key // the keys of values, sorted, so a page costs its size
 	uploads map[blob.ChunkSet]*upload
 	sets    map[blob.ChunkSet][]chunk // published chunk sets
-	lastSet blob.ChunkSet
 	pins    map[blob.Key]map[string]time.Time
 	window  map[blob.Key]time.Time
 	// sources are the Go-function liveness sources.
@@ -224,14 +225,22 @@ func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
 	return v.Err()
 }
 
-func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	b.lastSet++
-	return b.lastSet, nil
+	for range chunkid.Draws {
+		set := blob.ChunkSet(chunkid.New())
+		_, staged := b.uploads[set]
+		_, published := b.sets[set]
+		if !staged && !published {
+			b.uploads[set] = &upload{expires: time.Now().Add(lease)}
+			return set, nil
+		}
+	}
+	return 0, errors.New("memory: no free chunk set id in a few random draws")
 }
 
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
@@ -240,18 +249,12 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+		return err
+	}
 	u, ok := b.uploads[set]
-	_, published := b.sets[set]
-	switch {
-	case published:
-		return fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
-	case off == 0 && ok:
-		return fmt.Errorf("%w: the upload has a chunk at offset 0 already", steaderr.ErrConflict)
-	case off == 0:
-		u = &upload{}
-		b.uploads[set] = u
-	case !ok:
-		return steaderr.ErrLost
+	if !ok {
+		return fmt.Errorf("%w: chunk set %d has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost, set)
 	}
 	u.expires = time.Now().Add(lease)
 	// The chunks stay in offset order; one overlapping its neighbour

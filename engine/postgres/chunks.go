@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/chunkid"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -17,28 +20,20 @@ import (
 // serialize on it: a chunk write renews the lease the reaper re-checks, and
 // a reaped upload accepts no chunk and publishes nothing.
 const (
-	// sqlBeginUpload takes the sequence's name as a parameter
-	// ({schema}.blob_chunk_sets), so no quoting is spliced into a literal.
-	sqlBeginUpload = `SELECT nextval($1::regclass)`
+	// sqlBeginUpload starts an upload under the random id $1 with a lease
+	// of $2 microseconds, unless that id is taken: by a live upload, or by
+	// a published set (which holds chunks and no upload). It answers the id
+	// when it stored the upload.
+	sqlBeginUpload = `INSERT INTO {schema}.blob_uploads (id, expires_at)
+SELECT $1, now() + $2::bigint * interval '1 microsecond'
+WHERE NOT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $1)
+ON CONFLICT (id) DO NOTHING
+RETURNING id`
 
-	// sqlStartUpload starts an upload with its first chunk, unless the
-	// chunk set holds chunks already: a published set is never written
-	// again. It answers whether it stored the chunk and whether the upload
-	// was live before (its first chunk is then stored already).
-	sqlStartUpload = `WITH up AS (
-    INSERT INTO {schema}.blob_uploads (id, expires_at)
-    SELECT $1, now() + $4::bigint * interval '1 microsecond'
-    WHERE NOT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $1)
-    RETURNING id
-), ins AS (
-    INSERT INTO {schema}.blob_chunks (chunks, off, data)
-    SELECT id, $2, $3 FROM up
-    RETURNING 1
-)
-SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM {schema}.blob_uploads WHERE id = $1)`
-
-	// sqlWriteChunk renews the upload's lease and stores a later chunk
-	// unless it overlaps a chunk of the set: the one starting at or before
+	// sqlWriteChunk renews the upload's lease and stores a chunk, only
+	// while the upload's row exists (BeginUpload stored it; nothing but
+	// BeginUpload creates one, so an ended upload takes no chunk), unless
+	// it overlaps a chunk of the set: the one starting at or before
 	// it, or one starting inside it. It answers whether it stored the
 	// chunk and whether the upload was live. Its checks use the snapshot
 	// taken before it waited on the upload's row, so a concurrent write of
@@ -113,12 +108,13 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// still use its older one and miss them.
 	sqlDeleteChunks = `DELETE FROM {schema}.blob_chunks WHERE chunks = $1`
 
-	sqlReapUploads = `WITH up AS (
-    DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id
-), gone AS (
-    DELETE FROM {schema}.blob_chunks WHERE chunks IN (SELECT id FROM up)
-)
-SELECT count(*) FROM up`
+	// sqlReapUploads ends every upload whose lease lapsed, answering
+	// their ids; sqlReapChunks then deletes their chunks in a statement of
+	// its own, in the same transaction, for the reason sqlDeleteChunks
+	// gives: a chunk write holding an upload's row while the reaper waits
+	// on it commits a chunk the reaper's older snapshot would miss.
+	sqlReapUploads = `DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id`
+	sqlReapChunks  = `DELETE FROM {schema}.blob_chunks WHERE chunks = ANY($1::bigint[])`
 
 	sqlReadChunk = `SELECT off, data FROM {schema}.blob_chunks
 WHERE chunks = $1 AND off <= $2
@@ -130,21 +126,18 @@ LIMIT 1`
 
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
-	begin, start, write, tile, publish, end, deleteChunks, reap, read, get string
-	// sequence is the chunk set sequence's name, sqlBeginUpload's argument.
-	sequence string
+	begin, write, tile, publish, end, deleteChunks, reap, reapChunks, read, get string
 }
 
 func (c *chunkSQL) init(e *Engine) {
 	c.begin = e.render(sqlBeginUpload)
-	c.start = e.render(sqlStartUpload)
-	c.sequence = e.ident + ".blob_chunk_sets"
 	c.write = e.render(sqlWriteChunk)
 	c.tile = e.render(sqlChunksTile)
 	c.publish = e.render(sqlPublish)
 	c.end = e.render(sqlEndUpload)
 	c.deleteChunks = e.render(sqlDeleteChunks)
 	c.reap = e.render(sqlReapUploads)
+	c.reapChunks = e.render(sqlReapChunks)
 	c.read = e.render(sqlReadChunk)
 	c.get = e.render(sqlGet)
 }
@@ -165,27 +158,34 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return st, nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+// BeginUpload draws random ids until one is free (chunkid.Draws at most).
+func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	var id int64
-	if err := b.e.pool.QueryRow(ctx, b.chunkSQL.begin, b.chunkSQL.sequence).Scan(&id); err != nil {
-		return 0, interpretError(err)
+	for range chunkid.Draws {
+		var id int64
+		err := b.e.pool.QueryRow(ctx, b.chunkSQL.begin, chunkid.New(), lease.Microseconds()).Scan(&id)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue // the id is taken
+		case err != nil:
+			return 0, interpretError(err)
+		}
+		return blob.ChunkSet(id), nil
 	}
-	return blob.ChunkSet(id), nil
+	return 0, errors.New("postgres: no free chunk set id in a few random draws")
 }
 
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	query := b.chunkSQL.write
-	if off == 0 {
-		query = b.chunkSQL.start
+	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+		return err
 	}
 	var stored, live bool
-	err := b.e.pool.QueryRow(ctx, query, int64(set), off, data, lease.Microseconds()).Scan(&stored, &live)
+	err := b.e.pool.QueryRow(ctx, b.chunkSQL.write, int64(set), off, data, lease.Microseconds()).Scan(&stored, &live)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("%w: chunk set %d has a chunk at offset %d already: %w", steaderr.ErrConflict, set, off, interpretError(err))
@@ -193,23 +193,15 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 		return interpretError(err)
 	case stored:
 		return nil
-	case off == 0 && live:
-		return fmt.Errorf("%w: chunk set %d has a chunk at offset 0 already", steaderr.ErrConflict, set)
-	case off == 0:
-		return errSetPublished
 	case !live:
 		return errUploadLost
 	}
 	return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
 }
 
-// errUploadLost reports an upload that ended: published, aborted, or
-// reaped once its lease lapsed.
-var errUploadLost = fmt.Errorf("%w: the upload ended (published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
-
-// errSetPublished reports a chunk at offset 0 of a chunk set that holds
-// chunks with no upload: a published value's.
-var errSetPublished = fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
+// errUploadLost reports a chunk set with no live upload: never begun,
+// published, aborted, or reaped once its lease lapsed.
+var errUploadLost = fmt.Errorf("%w: the chunk set has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
 
 // publish stores the chunked value p names in one transaction: the
 // upload ends (sqlEndUpload; none: reaped, nothing happens), its chunks
@@ -267,13 +259,32 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return interpretError(err)
 }
 
+// ReapUploads ends the lapsed uploads and then deletes their chunks, two
+// statements in one transaction (see sqlReapUploads).
 func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	var n int
-	err := listError(b.e.pool.QueryRow(ctx, b.chunkSQL.reap).Scan(&n))
-	return n, err
+	tx, err := b.e.pool.Begin(ctx)
+	if err != nil {
+		return 0, listError(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	rows, err := tx.Query(ctx, b.chunkSQL.reap)
+	if err != nil {
+		return 0, listError(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err == nil && len(ids) > 0 {
+		_, err = tx.Exec(ctx, b.chunkSQL.reapChunks, ids)
+	}
+	if err == nil {
+		err = commit(ctx, tx)
+	}
+	if err != nil {
+		return 0, listError(err)
+	}
+	return len(ids), nil
 }
 
 func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {

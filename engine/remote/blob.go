@@ -62,9 +62,10 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks)}, nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
 	var up wire.Upload
-	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", nil, nil, &up); err != nil {
+	req := &request{query: query("lease", lease.String())}
+	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", req, nil, &up); err != nil {
 		return 0, err
 	}
 	if up.Chunks <= 0 {

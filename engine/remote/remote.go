@@ -10,13 +10,19 @@
 // a client that dies mid-sweep blocks other sweeps for up to a minute;
 // Go-function liveness sources cannot cross HTTP (register them in the
 // server's process); as for any network store, an error may hide a write that took
-// effect (retrying is safe: every write is idempotent or fenced). A lock
-// grant the server made as its caller gave up is released by lock.Store,
-// which lets an attempt finish past its context, and by the server when
-// it could not deliver the answer.
+// effect (retrying is safe: every write but a chunked put's is idempotent
+// or fenced, below). A lock grant the server made as its caller gave up is
+// released by lock.Store, which lets an attempt finish past its context,
+// and by the server when it could not deliver the answer.
 //
 // A value over the store's inline limit crosses the wire chunk by chunk;
 // the server re-hashes the chunks before it publishes them.
+// Two steps of that chunked put are not safe to retry: a WriteChunk retried
+// after its first attempt landed answers an error wrapping ErrConflict (its
+// offset is taken: the chunk is stored), and a retried BeginUpload leaves
+// the first upload to be reaped once its lease lapses. A Store's put
+// retries neither: on an error it aborts its upload and returns the error,
+// and the put as a whole is safe to retry.
 package remote
 
 import (

@@ -3,10 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/chunkid"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -16,10 +18,10 @@ import (
 // writes, publishing and reaping never interleave; reads use the reader
 // pool, one statement each.
 const (
-	sqlBeginUpload = `UPDATE blob_chunk_sets SET last = last + 1 RETURNING last`
-	// sqlStartUpload starts an upload unless its chunk set holds chunks
-	// already: a published set is never written again.
-	sqlStartUpload = `INSERT INTO blob_uploads (id, expires_at) SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1)`
+	// sqlBeginUpload starts an upload under the random id ?1, unless that
+	// id is taken: by a live upload, or by a published set (which holds
+	// chunks and no upload).
+	sqlBeginUpload = `INSERT INTO blob_uploads (id, expires_at) SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1) ON CONFLICT (id) DO NOTHING`
 	sqlUploadLive  = `SELECT EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?)`
 	// sqlRenewUpload extends a lease only once a third of it has passed, so
 	// most chunk writes change no upload row.
@@ -49,13 +51,9 @@ FROM (SELECT off, length(data) AS len, lead(off) OVER (ORDER BY off) AS next FRO
 	sqlGet          = `SELECT size, value, chunks FROM blobs WHERE key = ?`
 )
 
-// errUploadLost reports an upload that ended: published, aborted, or
-// reaped once its lease lapsed.
-var errUploadLost = fmt.Errorf("%w: the upload ended (published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
-
-// errSetPublished reports a chunk at offset 0 of a chunk set that holds
-// chunks with no upload: a published value's.
-var errSetPublished = fmt.Errorf("%w: the chunk set is published", steaderr.ErrLost)
+// errUploadLost reports a chunk set with no live upload: never begun,
+// published, aborted, or reaped once its lease lapsed.
+var errUploadLost = fmt.Errorf("%w: the chunk set has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
 
 // writeTx runs fn in a write transaction on the writer connection, once
 // the engine is checked open.
@@ -99,36 +97,32 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return st, nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+// BeginUpload draws random ids until one is free (chunkid.Draws at most).
+func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
 	var id int64
 	err := b.writeTx(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, sqlBeginUpload).Scan(&id)
+		expires := time.Now().Add(lease).UnixNano()
+		for range chunkid.Draws {
+			id = chunkid.New()
+			started, err := changed(ctx, tx, sqlBeginUpload, id, expires)
+			if err != nil || started {
+				return err
+			}
+		}
+		return errors.New("sqlite: no free chunk set id in a few random draws")
 	})
 	return blob.ChunkSet(id), err
 }
 
-// WriteChunk runs in one write transaction: an upload it starts is never
-// left behind by a chunk it fails to store.
+// WriteChunk stores a chunk only while its upload's row exists, which
+// only BeginUpload creates: an ended upload takes no chunk.
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+		return err
+	}
 	return b.writeTx(ctx, func(tx *sql.Tx) error {
 		now := time.Now()
-		expires := now.Add(lease).UnixNano()
-		if off == 0 {
-			started, err := changed(ctx, tx, sqlStartUpload, int64(set), expires)
-			if err != nil {
-				return err
-			}
-			if !started {
-				var live bool
-				if err := tx.QueryRowContext(ctx, sqlUploadLive, int64(set)).Scan(&live); err != nil {
-					return err
-				}
-				if live {
-					return fmt.Errorf("%w: the upload has a chunk at offset 0 already", steaderr.ErrConflict)
-				}
-				return errSetPublished
-			}
-		} else if _, err := tx.ExecContext(ctx, sqlRenewUpload, expires, int64(set), now.Add(lease*2/3).UnixNano()); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlRenewUpload, now.Add(lease).UnixNano(), int64(set), now.Add(lease*2/3).UnixNano()); err != nil {
 			return err
 		}
 		stored, err := changed(ctx, tx, sqlInsertChunk, int64(set), off, data)

@@ -298,11 +298,11 @@ func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
 	return b.inner.RenewPin(ctx, p)
 }
 
-func (b *blobs) BeginUpload(ctx context.Context) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
 	if err := b.inj.Inject(BlobBeginUpload); err != nil {
 		return 0, err
 	}
-	return b.inner.BeginUpload(ctx)
+	return b.inner.BeginUpload(ctx, lease)
 }
 
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {

@@ -1,1 +1,5 @@
-SELECT nextval($1::regclass)
+INSERT INTO "St""ead. sch;ema-ñ".blob_uploads (id, expires_at)
+SELECT $1, now() + $2::bigint * interval '1 microsecond'
+WHERE NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".blob_chunks WHERE chunks = $1)
+ON CONFLICT (id) DO NOTHING
+RETURNING id
