@@ -124,31 +124,6 @@ func (n noFlush) Header() http.Header         { return n.w.Header() }
 func (n noFlush) Write(b []byte) (int, error) { return n.w.Write(b) }
 func (n noFlush) WriteHeader(code int)        { n.w.WriteHeader(code) }
 
-// refusalLocks signals each refusal of owner "bob", as far as the buffer
-// holds.
-type refusalLocks struct {
-	lock.Engine
-	refused chan struct{}
-}
-
-func (l *refusalLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
-	res, err := l.Engine.Acquire(ctx, p)
-	if err == nil && !res.Granted && p.Owner == "bob" {
-		select {
-		case l.refused <- struct{}{}:
-		default:
-		}
-	}
-	return res, err
-}
-
-type refusalEngine struct {
-	engine.Engine
-	locks *refusalLocks
-}
-
-func (e *refusalEngine) Locks() lock.Engine { return e.locks }
-
 // TestLockGrantBehindMiddleware: a grant answered through a ResponseWriter
 // that cannot flush was delivered, and stays held, with or without a wait.
 func TestLockGrantBehindMiddleware(t *testing.T) {
@@ -157,7 +132,7 @@ func TestLockGrantBehindMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := &refusalEngine{Engine: mem.Engine(), locks: &refusalLocks{Engine: mem.Engine().Locks(), refused: make(chan struct{}, 1)}}
+	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(), refused: make(chan struct{}, 1)}}
 	st, err := stead.New(t.Context(), eng)
 	if err != nil {
 		t.Fatal(err)
@@ -200,9 +175,10 @@ func TestLockGrantBehindMiddleware(t *testing.T) {
 	wantHeld("bob")
 }
 
-// gatedLocks holds bob's waiting attempts (Wait set) at gate until it is
-// closed, then each grant to bob until the request's context ends,
-// signalling it on granted. It signals bob's refusals on refused.
+// gatedLocks signals bob's refusals on refused, as far as its buffer
+// holds. With a gate, it holds bob's waiting attempts (Wait set) until the
+// gate is closed; with granted, it holds each waiting grant to bob until
+// the request's context ends, signalling it on granted.
 type gatedLocks struct {
 	lock.Engine
 	gate             chan struct{}
@@ -213,12 +189,12 @@ func (l *gatedLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Ac
 	if p.Owner != "bob" {
 		return l.Engine.Acquire(ctx, p)
 	}
-	if p.Wait {
+	if p.Wait && l.gate != nil {
 		<-l.gate
 	}
 	res, err := l.Engine.Acquire(context.WithoutCancel(ctx), p)
 	switch {
-	case err == nil && res.Granted && p.Wait:
+	case err == nil && res.Granted && p.Wait && l.granted != nil:
 		l.granted <- struct{}{}
 		<-ctx.Done()
 	case err == nil && !res.Granted:

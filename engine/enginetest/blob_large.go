@@ -291,13 +291,7 @@ func uploadEndRace(t *testing.T, h Harness) {
 	} {
 		t.Run(end.name, func(t *testing.T) {
 			for round := range rounds {
-				set, err := eng.BeginUpload(ctx, time.Minute)
-				if err != nil {
-					t.Fatalf("BeginUpload: %v", err)
-				}
-				if err := eng.WriteChunk(ctx, set, 0, value[:uploadRaceChunk], time.Minute); err != nil {
-					t.Fatalf("round %d: WriteChunk at 0: %v", round, err)
-				}
+				set := stageChunks(t, eng, value[:uploadRaceChunk], uploadRaceChunk)
 				var writeErr, endErr error
 				var wg sync.WaitGroup
 				wg.Go(func() { writeErr = eng.WriteChunk(ctx, set, uploadRaceChunk, value[uploadRaceChunk:], time.Minute) })
@@ -487,13 +481,7 @@ func uploadOverlapRace(t *testing.T, h Harness) {
 	value := testValue("overlap race", 2*uploadRaceChunk)
 	key := blob.KeyOf(value)
 	for round := range rounds {
-		set, err := eng.BeginUpload(ctx, time.Minute)
-		if err != nil {
-			t.Fatalf("BeginUpload: %v", err)
-		}
-		if err := eng.WriteChunk(ctx, set, 0, value[:uploadRaceChunk], time.Minute); err != nil {
-			t.Fatalf("round %d: WriteChunk at 0: %v", round, err)
-		}
+		set := stageChunks(t, eng, value[:uploadRaceChunk], uploadRaceChunk)
 		var errs [2]error
 		var wg sync.WaitGroup
 		wg.Go(func() { errs[0] = eng.WriteChunk(ctx, set, uploadRaceChunk, value[uploadRaceChunk:], time.Minute) })
@@ -504,7 +492,7 @@ func uploadOverlapRace(t *testing.T, h Harness) {
 				t.Fatalf("round %d: racing overlapping chunk writes: %v, want nil or ErrConflict", round, err)
 			}
 		}
-		err = eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute, Now: b.clock.Now()})
+		err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute, Now: b.clock.Now()})
 		switch {
 		case errs[0] == nil && errs[1] == nil:
 			wantRefusedPublish(t, err, fmt.Sprintf("round %d: publish of overlapping chunks", round))
