@@ -33,6 +33,8 @@ const (
 	DefaultChunkSize = 1 << 20
 	// DefaultUploadLease is the default for Options.UploadLease.
 	DefaultUploadLease = 5 * time.Minute
+	// MaxUploadLease bounds Options.UploadLease; a longer one is cut to it.
+	MaxUploadLease = 24 * time.Hour
 	// abortTimeout bounds the clean-up of a failed put, which runs even
 	// when the put's context is done.
 	abortTimeout = 30 * time.Second
@@ -61,7 +63,8 @@ type Options struct {
 	ChunkSize int
 	// UploadLease is how long a chunked put may go without writing a chunk
 	// before its staged chunks may be reaped (ReapUploads), for instance
-	// after its process was killed. Defaults to DefaultUploadLease.
+	// after its process was killed, in whole microseconds, at most
+	// MaxUploadLease. Defaults to DefaultUploadLease.
 	UploadLease time.Duration
 	// Owner owns the store's pins: the stead store's instance id. Defaults
 	// to a random id.
@@ -107,7 +110,7 @@ func NewStore(eng Engine, opts Options) *Store {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
 	}
-	if opts.UploadLease <= 0 {
+	if opts.UploadLease = min(opts.UploadLease.Truncate(time.Microsecond), MaxUploadLease); opts.UploadLease <= 0 {
 		opts.UploadLease = DefaultUploadLease
 	}
 	if opts.PinTTL = opts.PinTTL.Truncate(time.Microsecond); opts.PinTTL <= 0 {

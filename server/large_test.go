@@ -163,6 +163,7 @@ func TestUploadEndpoints(t *testing.T) {
 	}{
 		{"begin with no lease", http.MethodPost, "/v1/uploads", "", http.StatusBadRequest},
 		{"begin with a lease over a day", http.MethodPost, "/v1/uploads?lease=25h", "", http.StatusBadRequest},
+		{"begin with a lease under a microsecond", http.MethodPost, "/v1/uploads?lease=999ns", "", http.StatusBadRequest},
 		{"zero set", http.MethodPut, "/v1/chunks/0/0?lease=1m", "x", http.StatusBadRequest},
 		{"set not a number", http.MethodPut, "/v1/chunks/x/0?lease=1m", "x", http.StatusBadRequest},
 		{"negative offset", http.MethodPut, "/v1/chunks/" + set + "/-1?lease=1m", "x", http.StatusBadRequest},

@@ -18,8 +18,6 @@ import (
 // upload, write its chunks, publish them under their key (the server
 // re-hashes them first) or abort; read a published value's chunks.
 
-// maxUploadLease bounds the lease a chunk write may ask for.
-const maxUploadLease = 24 * time.Hour
 
 // beginUpload starts an upload with the lease the lease query parameter
 // names (a Go duration) and answers its chunk set id, a random one.
@@ -191,11 +189,11 @@ func (s *Server) storedBlob(w http.ResponseWriter, r *http.Request) {
 }
 
 // leaseOf parses the lease query parameter, a Go duration up to
-// maxUploadLease.
+// blob.MaxUploadLease.
 func leaseOf(r *http.Request) (time.Duration, error) {
 	lease, err := time.ParseDuration(r.URL.Query().Get("lease"))
-	if err != nil || lease <= 0 || lease > maxUploadLease {
-		return 0, &badRequest{fmt.Sprintf("lease %q: want a duration up to %s", r.URL.Query().Get("lease"), maxUploadLease)}
+	if err != nil || lease < time.Microsecond || lease > blob.MaxUploadLease {
+		return 0, &badRequest{fmt.Sprintf("lease %q: want a duration from 1µs up to %s", r.URL.Query().Get("lease"), blob.MaxUploadLease)}
 	}
 	return lease, nil
 }
