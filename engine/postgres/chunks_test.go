@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // waitLockWaiters waits until n statements in db's schema wait on a lock.
@@ -160,6 +162,76 @@ func TestChunkRaces(t *testing.T) {
 		got, err := io.ReadAll(rd)
 		if err != nil || blob.KeyOf(got) != key {
 			t.Fatalf("blob %s reads %d bytes hashing elsewhere (%v)", k, len(got), err)
+		}
+	}
+}
+
+// TestChunkPublishRacesReap: a publish and a reap of the same lapsed
+// upload, either waiting first on the upload row, end with the value
+// published whole and nothing reaped, or reaped and the publish lost;
+// never a value without its chunks.
+func TestChunkPublishRacesReap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, publishFirst := range []bool{true, false} {
+		db := pgtest.New(t)
+		eng := open(t, db, "").Blobs()
+		uploads := pgx.Identifier{db.Schema, "blob_uploads"}.Sanitize()
+		chunks := pgx.Identifier{db.Schema, "blob_chunks"}.Sanitize()
+		content := []byte("lapsed upload content")
+		key := blob.KeyOf(content)
+		set, err := eng.BeginUpload(ctx, time.Microsecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.WriteChunk(ctx, set, 0, content, time.Microsecond); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, "the upload's lease to lapse", func() bool {
+			var lapsed bool
+			err := db.Admin.QueryRow(ctx, "SELECT expires_at < now() FROM "+uploads+" WHERE id = $1", int64(set)).Scan(&lapsed)
+			return err == nil && lapsed
+		})
+		tx, err := db.Admin.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT FROM "+uploads+" WHERE id = $1 FOR UPDATE", int64(set)); err != nil {
+			t.Fatal(err)
+		}
+		pub := make(chan error, 1)
+		reap := make(chan int, 1)
+		doPub := func() {
+			pub <- eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
+		}
+		doReap := func() {
+			n, err := eng.ReapUploads(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			reap <- n
+		}
+		if publishFirst {
+			go doPub()
+			waitLockWaiters(t, db, 1, "publish waits")
+			go doReap()
+		} else {
+			go doReap()
+			waitLockWaiters(t, db, 1, "reap waits")
+			go doPub()
+		}
+		waitLockWaiters(t, db, 2, "both wait")
+		_ = tx.Rollback(ctx)
+		perr, n := <-pub, <-reap
+		var nchunks, nblobs int
+		if err := db.Admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+chunks+"), (SELECT count(*) FROM "+pgx.Identifier{db.Schema, "blobs"}.Sanitize()+")").Scan(&nchunks, &nblobs); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case perr == nil && (n != 0 || nchunks != 1 || nblobs != 1):
+			t.Fatalf("publish first %v: published, but reaped %d, %d blobs, %d chunks; want 0, 1, 1", publishFirst, n, nblobs, nchunks)
+		case perr != nil && (!errors.Is(perr, steaderr.ErrLost) || n != 1 || nchunks != 0 || nblobs != 0):
+			t.Fatalf("publish first %v: publish %v, reaped %d, %d blobs, %d chunks; want ErrLost, 1, 0, 0", publishFirst, perr, n, nblobs, nchunks)
 		}
 	}
 }
