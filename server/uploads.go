@@ -18,7 +18,6 @@ import (
 // upload, write its chunks, publish them under their key (the server
 // re-hashes them first) or abort; read a published value's chunks.
 
-
 // beginUpload starts an upload with the lease the lease query parameter
 // names (a Go duration) and answers its chunk set id, a random one.
 func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
