@@ -144,6 +144,53 @@ func runTorture(t *testing.T, mode string, d time.Duration) tortureResult {
 	return total
 }
 
+// pinnedReadLoss reads through get a key whose put started at start, and
+// reports whether a miss is a loss: only if the read returned within half
+// the pin TTL of start, the least a put's pin protects its blob. The time
+// is taken when the read returns, not before it is sent: a read delayed (a
+// stalled process, a wait for a pool connection) may run after the pin
+// lapsed and its blob was rightly collected. err is any error but a miss.
+func pinnedReadLoss(start time.Time, now func() time.Time, get func() error) (readBy time.Duration, loss bool, err error) {
+	err = get()
+	readBy = now().Sub(start)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		return readBy, readBy < torturePinTTL/2, nil
+	}
+	return readBy, false, err
+}
+
+func TestPinnedReadLoss(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name     string
+		took     time.Duration // the read's own duration, sent at start
+		err      error
+		wantLoss bool
+		wantErr  error
+	}{
+		{"hit", time.Millisecond, nil, false, nil},
+		{"miss within the pin", time.Millisecond, steaderr.ErrNotFound, true, nil},
+		// Sent at once, but answered after the pin lapsed: the blob may
+		// have been collected meanwhile.
+		{"miss of a read delayed past the pin", torturePinTTL, steaderr.ErrNotFound, false, nil},
+		{"error", time.Millisecond, boom, false, boom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := start
+			_, loss, err := pinnedReadLoss(start, func() time.Time { return clock }, func() error {
+				clock = clock.Add(tc.took)
+				return tc.err
+			})
+			if loss != tc.wantLoss || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("loss %v, err %v; want loss %v, err %v", loss, err, tc.wantLoss, tc.wantErr)
+			}
+		})
+	}
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
@@ -203,13 +250,15 @@ func tortureChild() int {
 	// readPinned reads key at about the end of the pin its put took at
 	// start (at least half the TTL): a miss before then is a loss.
 	readPinned := func(key blob.Key, start time.Time) {
-		readAt := time.Now()
-		if _, err := s.Get(ctx, key); err != nil {
-			if errors.Is(err, steaderr.ErrNotFound) && readAt.Sub(start) < torturePinTTL/2 {
-				loss("%s unreadable %v after its put started, within its pin", key, readAt.Sub(start))
-			} else if !errors.Is(err, steaderr.ErrNotFound) {
-				fail("get", err)
-			}
+		readBy, lost, err := pinnedReadLoss(start, time.Now, func() error {
+			_, err := s.Get(ctx, key)
+			return err
+		})
+		switch {
+		case lost:
+			loss("%s unreadable %v after its put started, within its pin", key, readBy)
+		case err != nil:
+			fail("get", err)
 		}
 	}
 	type putDone struct {
@@ -313,15 +362,16 @@ func tortureChild() int {
 					case !errors.Is(err, pgx.ErrNoRows):
 						fail("reference", err)
 					}
-					if _, err := s.Get(ctx, key); err != nil {
-						select {
-						case <-guard.Lost():
-						default:
-							loss("%s unreadable while pinned by a guard: %v", key, err)
-						}
-					}
-					if err := guard.Release(ctx); err != nil && !errors.Is(err, steaderr.ErrLost) {
+					// Release reports the guard lost if its deadline passed
+					// before Release began, so a miss it does not excuse was
+					// read while the pin was surely live.
+					_, getErr := s.Get(ctx, key)
+					err = guard.Release(ctx)
+					if err != nil && !errors.Is(err, steaderr.ErrLost) {
 						fail("release", err)
+					}
+					if getErr != nil && !errors.Is(err, steaderr.ErrLost) {
+						loss("%s unreadable while pinned by a guard: %v", key, getErr)
 					}
 				case n < 4 && len(mine) > 0: // drop a reference
 					i := rand.IntN(len(mine))
