@@ -27,6 +27,17 @@ func waitLockWaiters(t *testing.T, db *pgtest.DB, n int, what string) {
 	})
 }
 
+// waitLapsed waits until the lease of upload set has lapsed.
+func waitLapsed(t *testing.T, db *pgtest.DB, set blob.ChunkSet) {
+	t.Helper()
+	uploads := pgx.Identifier{db.Schema, "blob_uploads"}.Sanitize()
+	poll.Until(t, "the upload's lease to lapse", func() bool {
+		var lapsed bool
+		err := db.Admin.QueryRow(t.Context(), "SELECT expires_at < now() FROM "+uploads+" WHERE id = $1", int64(set)).Scan(&lapsed)
+		return err == nil && lapsed
+	})
+}
+
 // TestChunkReapRacesChunkWrite holds a lapsed upload's row while a chunk
 // write and then the reaper wait on it: whichever goes first, once the
 // reaper has discarded the upload no chunk of it may be left behind (a
@@ -42,11 +53,7 @@ func TestChunkReapRacesChunkWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the upload's lease to lapse", func() bool {
-		var lapsed bool
-		err := db.Admin.QueryRow(ctx, "SELECT expires_at < now() FROM "+uploads+" WHERE id = $1", int64(set)).Scan(&lapsed)
-		return err == nil && lapsed
-	})
+	waitLapsed(t, db, set)
 	tx, err := db.Admin.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -187,11 +194,7 @@ func TestChunkPublishRacesReap(t *testing.T) {
 		if err := eng.WriteChunk(ctx, set, 0, content, time.Microsecond); err != nil {
 			t.Fatal(err)
 		}
-		poll.Until(t, "the upload's lease to lapse", func() bool {
-			var lapsed bool
-			err := db.Admin.QueryRow(ctx, "SELECT expires_at < now() FROM "+uploads+" WHERE id = $1", int64(set)).Scan(&lapsed)
-			return err == nil && lapsed
-		})
+		waitLapsed(t, db, set)
 		tx, err := db.Admin.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
