@@ -15,37 +15,6 @@ import (
 	"github.com/steadkit/stead/server"
 )
 
-// lateLocks grants as its engine does, but holds each grant to owner
-// "bob" until the request's context ends, then returns it: the grant
-// happened just as the client left. It signals bob's grants and refusals.
-type lateLocks struct {
-	lock.Engine
-	granted chan struct{}
-	refused chan struct{} // bob's refusals, as far as the buffer holds
-}
-
-func (l *lateLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
-	res, err := l.Engine.Acquire(context.WithoutCancel(ctx), p)
-	if err == nil && res.Granted && p.Owner == "bob" {
-		l.granted <- struct{}{}
-		<-ctx.Done()
-	}
-	if err == nil && !res.Granted && p.Owner == "bob" {
-		select {
-		case l.refused <- struct{}{}:
-		default:
-		}
-	}
-	return res, err
-}
-
-type lateEngine struct {
-	engine.Engine
-	locks *lateLocks
-}
-
-func (e *lateEngine) Locks() lock.Engine { return e.locks }
-
 // TestLockGrantToClientGone: a grant made as its client leaves, with or
 // without a wait, is released, so that the lock is free at once rather
 // than held, until it expires, by a token nobody knows.
@@ -61,7 +30,7 @@ func TestLockGrantToClientGone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eng := &lateEngine{Engine: mem.Engine(), locks: &lateLocks{Engine: mem.Engine().Locks(), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
+			eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
 			st, err := stead.New(t.Context(), eng)
 			if err != nil {
 				t.Fatal(err)
@@ -177,12 +146,14 @@ func TestLockGrantBehindMiddleware(t *testing.T) {
 
 // gatedLocks signals bob's refusals on refused, as far as its buffer
 // holds. With a gate, it holds bob's waiting attempts (Wait set) until the
-// gate is closed; with granted, it holds each waiting grant to bob until
-// the request's context ends, signalling it on granted.
+// gate is closed. With granted, it holds each grant to bob (only those of
+// waiting attempts, with waitOnly) until the request's context ends,
+// signalling it on granted: the grant happened just as the client left.
 type gatedLocks struct {
 	lock.Engine
 	gate             chan struct{}
 	granted, refused chan struct{}
+	waitOnly         bool
 }
 
 func (l *gatedLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
@@ -194,7 +165,7 @@ func (l *gatedLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Ac
 	}
 	res, err := l.Engine.Acquire(context.WithoutCancel(ctx), p)
 	switch {
-	case err == nil && res.Granted && p.Wait && l.granted != nil:
+	case err == nil && res.Granted && l.granted != nil && (p.Wait || !l.waitOnly):
 		l.granted <- struct{}{}
 		<-ctx.Done()
 	case err == nil && !res.Granted:
@@ -223,7 +194,7 @@ func TestLockWaitGrantAlreadyHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(),
-		gate: make(chan struct{}), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
+		gate: make(chan struct{}), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1), waitOnly: true}}
 	st, err := stead.New(t.Context(), eng)
 	if err != nil {
 		t.Fatal(err)
