@@ -4,32 +4,15 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // A guard whose deadline passed before its renewal goroutine ran (a stalled
 // process, a starved scheduler) is lost and its blob may be swept: Release
@@ -37,7 +20,7 @@ func (c *fakeClock) Add(d time.Duration) {
 func TestPinReleaseReportsLostAfterMissedDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	eng := memory.New()
 	t.Cleanup(func() { eng.Close() })
 	s := blob.NewStore(eng.Blobs(), blob.Options{PinTTL: time.Hour, Owner: "me", Now: clk.Now})
@@ -49,13 +32,13 @@ func TestPinReleaseReportsLostAfterMissedDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(2 * time.Hour) // the renewal timer (20 minutes, real time) has not fired
+	clk.Advance(2 * time.Hour) // the renewal timer (20 minutes, real time) has not fired
 	col := gc.New(eng.GC(), gc.Options{Grace: time.Microsecond, Now: clk.Now})
 	for range 2 {
 		if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		clk.Add(time.Second)
+		clk.Advance(time.Second)
 	}
 	if _, err := s.Stat(ctx, key); !errors.Is(err, steaderr.ErrNotFound) {
 		t.Fatalf("Stat after the guard's deadline and two sweeps = %v, want ErrNotFound", err)

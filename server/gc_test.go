@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,43 +13,26 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/server"
 )
 
-// testClock is a clock a test moves.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // gcServer serves a store at url with a 1s grace, its collector on a test
 // clock that starts at the system clock's now (the server's puts pin on
 // the engine's clock).
-func gcServer(t *testing.T, url string) (*stead.Store, *httptest.Server, *testClock) {
+func gcServer(t *testing.T, url string) (*stead.Store, *httptest.Server, *clock.Fake) {
 	t.Helper()
-	clock := &testClock{now: time.Now()}
-	st, err := stead.Open(context.Background(), url, stead.WithClock(clock.Now), stead.WithGCGrace(time.Second))
+	clk := clock.NewFake(time.Now())
+	st, err := stead.Open(context.Background(), url, stead.WithClock(clk.Now), stead.WithGCGrace(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
 	t.Cleanup(srv.Close)
-	return st, srv, clock
+	return st, srv, clk
 }
 
 func sweepOver(t *testing.T, url, body string) wire.SweepReport {
@@ -86,7 +68,7 @@ func TestGCOverHTTP(t *testing.T) {
 	if rep := sweepOver(t, srv.URL, ""); rep.Staged != 0 || rep.Deleted != 0 {
 		t.Fatalf("sweep under a live pin: %+v", rep)
 	}
-	clock.Add(blob.DefaultPinTTL + time.Second)
+	clock.Advance(blob.DefaultPinTTL + time.Second)
 	if rep := sweepOver(t, srv.URL, `{"dry_run":true}`); !rep.DryRun || rep.Reaped != 1 || rep.Staged != 1 {
 		t.Fatalf("dry run after the pin expired: %+v", rep)
 	}
@@ -115,7 +97,7 @@ func TestGCOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clock.Add(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	if rep := sweepOver(t, srv.URL, ""); rep.Deleted != 1 || rep.BytesFreed != int64(len("collect me")) {
 		t.Fatalf("sweep past the grace: %+v", rep)
 	}
