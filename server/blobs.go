@@ -50,17 +50,11 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 			want = key
 		}
 	}
-	if r.ContentLength > s.opts.MaxBlobSize {
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("blob of %d bytes, limit %d", r.ContentLength, s.opts.MaxBlobSize))
-		return
-	}
-	release, ok := s.uploadSlot(w)
+	body, done, ok := s.openBody(w, r, s.opts.MaxBlobSize, "too_large", "blob")
 	if !ok {
 		return
 	}
-	defer release()
-	body := s.newBodyReader(w, r)
-	defer body.done()
+	defer done()
 	res := &putResult{}
 	ctx := context.WithValue(r.Context(), putResultKey{}, res)
 	blobs, err := s.blobsAt(r)

@@ -62,17 +62,11 @@ func (s *Server) putPinned(w http.ResponseWriter, r *http.Request, key blob.Key)
 		return
 	}
 	limit := min(s.opts.MaxBlobSize, blob.InlineLimit)
-	if r.ContentLength > limit {
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("blob of %d bytes, limit %d", r.ContentLength, limit))
-		return
-	}
-	release, ok := s.uploadSlot(w)
+	body, done, ok := s.openBody(w, r, limit, "too_large", "blob")
 	if !ok {
 		return
 	}
-	defer release()
-	body := s.newBodyReader(w, r)
-	defer body.done()
+	defer done()
 	value, err := readLimited(body, limit)
 	if err != nil {
 		s.fail(w, r, err)

@@ -734,6 +734,23 @@ func (s *Server) clock(now time.Time) (time.Time, error) {
 	return now, nil
 }
 
+// openBody admits a request body of at most limit declared bytes (else
+// 413 with code, naming what it carries), in one of the upload slots
+// (else 503 busy), and returns it read through a bodyReader; done
+// releases both.
+func (s *Server) openBody(w http.ResponseWriter, r *http.Request, limit int64, code, what string) (body *bodyReader, done func(), ok bool) {
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, code, fmt.Sprintf("%s of %d bytes, limit %d", what, r.ContentLength, limit))
+		return nil, nil, false
+	}
+	release, ok := s.uploadSlot(w)
+	if !ok {
+		return nil, nil, false
+	}
+	body = s.newBodyReader(w, r)
+	return body, func() { body.done(); release() }, true
+}
+
 // uploadSlot takes one of the MaxUploads slots that bodies of size
 // (blobs, record saves) share, or answers 503 busy and returns false.
 func (s *Server) uploadSlot(w http.ResponseWriter) (release func(), ok bool) {

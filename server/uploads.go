@@ -58,17 +58,11 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if r.ContentLength > wire.MaxChunk {
-		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, fmt.Sprintf("chunk of %d bytes, limit %d", r.ContentLength, wire.MaxChunk))
-		return
-	}
-	release, ok := s.uploadSlot(w)
+	body, done, ok := s.openBody(w, r, wire.MaxChunk, wire.CodeBodyTooLarge, "chunk")
 	if !ok {
 		return
 	}
-	defer release()
-	body := s.newBodyReader(w, r)
-	defer body.done()
+	defer done()
 	data, err := io.ReadAll(io.LimitReader(body, wire.MaxChunk+1))
 	switch {
 	case err != nil:
