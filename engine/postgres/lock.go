@@ -26,19 +26,12 @@ const (
 	// then notifies. A non-waiting attempt on a live grant writes nothing,
 	// and the second branch, a snapshot read, gives the holder as a hint.
 	//
-	// Whether the grant is new: cur, read first because the upsert's rows
-	// come from it, locks the row and reads the token it had, from its
-	// latest committed version (a locking read waits for, then follows,
-	// concurrent updates). The grant is new when the upsert inserted the
-	// row (xmax = 0: an updated row keeps this statement's lock in xmax)
-	// or changed its token. A row first committed after the statement's
-	// snapshot is not in cur; a grant on it counts as new only if
-	// inserted, so the error, rare, is only ever "not new".
-	sqlLockAcquire = `WITH cur AS MATERIALIZED (
-	SELECT token FROM {schema}.locks WHERE name = $1 FOR UPDATE
-), g AS (
-	INSERT INTO {schema}.locks AS l (name, owner, token, expiry)
-	SELECT $1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval FROM (SELECT count(*) FROM cur) AS read_cur_first
+	// Whether the grant is new: a new grant stamps the row with this
+	// transaction's id (granted_by), which RETURNING, seeing only new
+	// values, compares; a grant the owner already held keeps its stamp.
+	sqlLockAcquire = `WITH g AS (
+	INSERT INTO {schema}.locks AS l (name, owner, token, expiry, granted_by)
+	VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval, pg_current_xact_id())
 	ON CONFLICT (name) DO UPDATE SET
 		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN excluded.owner ELSE l.owner END,
@@ -46,11 +39,13 @@ const (
 			THEN l.token + 1 ELSE l.token END,
 		expiry       = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN excluded.expiry ELSE l.expiry END,
+		granted_by   = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+			THEN excluded.granted_by ELSE l.granted_by END,
 		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner
 			THEN l.wanted_until ELSE greatest(l.wanted_until, l.expiry) END
 	WHERE (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner OR $5::boolean
 	RETURNING l.owner = $2, l.owner, l.token, l.expiry,
-		l.owner = $2 AND coalesce(l.xmax = 0 OR l.token <> (SELECT token FROM cur), false))
+		l.owner = $2 AND l.granted_by IS NOT DISTINCT FROM pg_current_xact_id())
 SELECT *, coalesce($3::timestamptz, now()) FROM g
 UNION ALL
 SELECT false, owner, token, expiry, false, coalesce($3::timestamptz, now()) FROM {schema}.locks
