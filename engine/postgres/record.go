@@ -438,12 +438,14 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 }
 
 // saveManyOnce runs sqlRecordSaveMany with args, and sqlRecordCreateFloor
-// on its creates, in one round trip and one transaction, and marks the
-// saves of byID it wrote.
+// on its creates if any, in one round trip and one transaction, and marks
+// the saves of byID it wrote.
 func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, creates []string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(r.sql.saveMany, args...)
-	b.Queue(r.sql.createFloor, creates)
+	if len(creates) > 0 {
+		b.Queue(r.sql.createFloor, creates)
+	}
 	for _, q := range byID { // a retried attempt decides afresh
 		q.matched, q.saved = false, record.Record{}
 	}
@@ -467,6 +469,9 @@ func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, cr
 	}
 	if err := rows.Err(); err != nil {
 		return interpretError(err)
+	}
+	if len(creates) == 0 {
+		return interpretError(br.Close())
 	}
 	if rows, err = br.Query(); err != nil {
 		return interpretError(err)
