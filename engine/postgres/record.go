@@ -48,10 +48,10 @@ type records struct {
 	closing context.Context
 	close   context.CancelFunc
 	sql     struct {
-		registerGroup, groupExists, ensureTenant, tenantID  string
-		create, createFloor, update, saveMany, load, lookup string
-		del                                                 string
-		list, claim, claimNext, renew, probe, want          string
+		registerGroup, groupExists, ensureTenant, tenantID string
+		create, createFloor, update, updateMany, saveMany  string
+		load, lookup, del                                  string
+		list, claim, claimNext, renew, probe, want         string
 	}
 }
 
@@ -113,15 +113,39 @@ RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		THEN pg_notify($12, r.grp) END
 	END`
 
-	// A batch of saves, no id twice: the creates and updates of
-	// sqlRecordCreate and sqlRecordUpdate, one row of the arrays each
-	// ($11 now: NULL elements are the database's now()), $12 channel. It
-	// returns the rows written. It first locks, in id order, every row of
-	// the batch that exists (a create's conflict check would otherwise
-	// wait on another batch updating it), and creates insert in id order
-	// (a create waits on another's uncommitted insert of its id), so that
-	// two batches do not deadlock; should they all the same, the
-	// statement, which then changed nothing, is run again.
+	// A batch of updates, no id twice: sqlRecordUpdate's, one row of the
+	// arrays each ($11 now: NULL elements are the database's now()), $12
+	// channel. It returns the rows written. It first locks, in id order,
+	// every row of the batch, so that two batches do not deadlock; should
+	// they all the same, the statement, which then changed nothing, is run
+	// again. A batch without creates runs it, not sqlRecordSaveMany,
+	// whose creates and union cost every batch (docs/BENCHMARKS.md).
+	sqlRecordUpdateMany = `WITH i AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
+		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
+		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
+), locked AS (
+	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
+)
+UPDATE {schema}.records AS r
+SET tenant_id = i.tenant_id, status = i.status, parked = i.parked, payload = i.payload, version = r.version + 1,
+	updated_at = coalesce(i.at, now()),
+	lease_owner = i.lease_owner, lease_expiry = CASE WHEN i.lease_owner = '' THEN i.lease_expiry ELSE r.lease_expiry END
+FROM i JOIN locked l ON l.id = i.id
+WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
+	AND (i.lease_owner = '' OR (r.lease_owner = i.lease_owner AND r.lease_incarnation = i.lease_incarnation))
+RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
+	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+		THEN pg_notify($12, r.grp) END
+	END`
+
+	// A batch of saves with creates, no id twice: sqlRecordUpdateMany's
+	// updates and sqlRecordCreate's creates, with the same parameters. It
+	// also locks the existing rows of the creates' ids (a create's
+	// conflict check would otherwise wait on another batch updating it),
+	// and creates insert in id order (a create waits on another's
+	// uncommitted insert of its id).
 	sqlRecordSaveMany = `WITH i AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
 		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
@@ -296,6 +320,7 @@ func (r *records) init(e *Engine) {
 	s.create = e.render(sqlRecordCreate)
 	s.createFloor = e.render(sqlRecordCreateFloor)
 	s.update = e.render(sqlRecordUpdate)
+	s.updateMany = e.render(sqlRecordUpdateMany)
 	s.saveMany = e.render(sqlRecordSaveMany)
 	s.load = e.render(sqlRecordLoad)
 	s.lookup = e.render(sqlRecordLookup)
@@ -401,7 +426,7 @@ func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveR
 }
 
 // saveMany runs saves qs, no id twice, as one statement (one alone, several
-// as sqlRecordSaveMany): one round trip, one commit.
+// as sqlRecordUpdateMany or sqlRecordSaveMany): one round trip, one commit.
 func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 	if len(qs) == 1 {
 		q := qs[0]
@@ -437,13 +462,15 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 	})
 }
 
-// saveManyOnce runs sqlRecordSaveMany with args, and sqlRecordCreateFloor
-// on its creates if any, in one round trip and one transaction, and marks
-// the saves of byID it wrote.
+// saveManyOnce runs sqlRecordUpdateMany with args, or if there are creates
+// sqlRecordSaveMany and then sqlRecordCreateFloor on them, in one round
+// trip and one transaction, and marks the saves of byID it wrote.
 func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, creates []string, args ...any) error {
 	b := &pgx.Batch{}
-	b.Queue(r.sql.saveMany, args...)
-	if len(creates) > 0 {
+	if len(creates) == 0 {
+		b.Queue(r.sql.updateMany, args...)
+	} else {
+		b.Queue(r.sql.saveMany, args...)
 		b.Queue(r.sql.createFloor, creates)
 	}
 	for _, q := range byID { // a retried attempt decides afresh
