@@ -40,6 +40,10 @@ const (
 //     $2 of the same table (stead's, with its indexes and fillfactor),
 //     setting the payload, version and updated_at. Each caller owns one
 //     record: no contention, every save succeeds.
+//   - The same-SQL save: a raw pgx loop issuing the statement stead sends
+//     for a lone save (engine/postgres sqlRecordUpdate), so that stead's
+//     save against it is what stead's code costs, and it against the raw
+//     CAS save what stead's statement costs.
 //   - Claiming: ClaimNext(claimBatch) against River's fetch query
 //     (riverdriver JobGetAvailable, MaxToLock claimBatch), each draining
 //     drainItems pre-inserted records or jobs, items/s.
@@ -53,6 +57,7 @@ const (
 func recordPostgres() []scenario {
 	return []scenario{
 		{group: "record-pg", name: "raw cas save", setup: rawCASSave},
+		{group: "record-pg", name: "raw same-SQL save", base: "raw cas save", setup: rawSameSQLSave},
 		{group: "record-pg", name: "stead save", base: "raw cas save", setup: steadSave},
 		{group: "record-pg", name: "river fetch (items/s)", drain: riverFetch},
 		{group: "record-pg", name: "stead claimnext (items/s)", base: "river fetch (items/s)", drain: steadClaimNext},
@@ -110,6 +115,50 @@ func rawCASSave(ctx context.Context, n int) (func(context.Context, int, int) err
 		rec := &recs[w]
 		rec.Payload[0] = byte(i)
 		return pool.QueryRow(ctx, update, rec.ID, rec.Version, rec.Payload).Scan(&rec.Version)
+	}, func() { pool.Close(); cleanup() }, nil
+}
+
+// sameSQLSave is the statement stead sends for a lone update
+// (engine/postgres sqlRecordUpdate).
+const sameSQLSave = `UPDATE %[1]s.records AS r
+SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version + 1,
+	updated_at = coalesce($11::timestamptz, now()),
+	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
+WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
+RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
+	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
+		CASE WHEN (SELECT g.wanted_until > now() FROM %[1]s.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
+		THEN pg_notify($12, r.grp) END
+	END`
+
+func rawSameSQLSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+	st, schema, cleanup, err := openRecordStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := heldRecords(ctx, st, n)
+	pool, perr := rawPool(ctx, "")
+	if err = errors.Join(err, perr); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	sch := pgx.Identifier{schema}.Sanitize()
+	var tenant int64
+	if err := pool.QueryRow(ctx, "SELECT id FROM "+sch+".record_tenants WHERE grp = $1 AND name IS NULL", benchGroup).Scan(&tenant); err != nil {
+		pool.Close()
+		cleanup()
+		return nil, nil, err
+	}
+	update := fmt.Sprintf(sameSQLSave, sch)
+	channel := recordChannel(schema)
+	return func(ctx context.Context, w, i int) error {
+		rec := &recs[w]
+		rec.Payload[0] = byte(i)
+		var incarnation int64
+		var expiry, updated time.Time
+		return pool.QueryRow(ctx, update, rec.ID, rec.Group, rec.Version, tenant, string(rec.Status),
+			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, false, rec.Payload, nil, channel,
+		).Scan(&rec.Version, &incarnation, &expiry, &updated, nil)
 	}, func() { pool.Close(); cleanup() }, nil
 }
 
