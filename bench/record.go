@@ -98,15 +98,28 @@ func heldRecords(ctx context.Context, st *stead.Store, n int) ([]record.Record, 
 	return recs, nil
 }
 
-func rawCASSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+// rawHeldRecords is heldRecords in a fresh stead schema, with a raw pool
+// over the same database and a cleanup closing both.
+func rawHeldRecords(ctx context.Context, n int) ([]record.Record, *pgxpool.Pool, string, func(), error) {
 	st, schema, cleanup, err := openRecordStore(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", nil, err
 	}
 	recs, err := heldRecords(ctx, st, n)
 	pool, perr := rawPool(ctx, "")
 	if err = errors.Join(err, perr); err != nil {
+		if pool != nil {
+			pool.Close()
+		}
 		cleanup()
+		return nil, nil, "", nil, err
+	}
+	return recs, pool, schema, func() { pool.Close(); cleanup() }, nil
+}
+
+func rawCASSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
+	recs, pool, schema, cleanup, err := rawHeldRecords(ctx, n)
+	if err != nil {
 		return nil, nil, err
 	}
 	update := "UPDATE " + pgx.Identifier{schema, "records"}.Sanitize() +
@@ -115,7 +128,7 @@ func rawCASSave(ctx context.Context, n int) (func(context.Context, int, int) err
 		rec := &recs[w]
 		rec.Payload[0] = byte(i)
 		return pool.QueryRow(ctx, update, rec.ID, rec.Version, rec.Payload).Scan(&rec.Version)
-	}, func() { pool.Close(); cleanup() }, nil
+	}, cleanup, nil
 }
 
 // sameSQLSave is the statement stead sends for a lone update
@@ -132,20 +145,13 @@ RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	END`
 
 func rawSameSQLSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
-	st, schema, cleanup, err := openRecordStore(ctx)
+	recs, pool, schema, cleanup, err := rawHeldRecords(ctx, n)
 	if err != nil {
-		return nil, nil, err
-	}
-	recs, err := heldRecords(ctx, st, n)
-	pool, perr := rawPool(ctx, "")
-	if err = errors.Join(err, perr); err != nil {
-		cleanup()
 		return nil, nil, err
 	}
 	sch := pgx.Identifier{schema}.Sanitize()
 	var tenant int64
 	if err := pool.QueryRow(ctx, "SELECT id FROM "+sch+".record_tenants WHERE grp = $1 AND name IS NULL", benchGroup).Scan(&tenant); err != nil {
-		pool.Close()
 		cleanup()
 		return nil, nil, err
 	}
@@ -159,7 +165,7 @@ func rawSameSQLSave(ctx context.Context, n int) (func(context.Context, int, int)
 		return pool.QueryRow(ctx, update, rec.ID, rec.Group, rec.Version, tenant, string(rec.Status),
 			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, false, rec.Payload, nil, channel,
 		).Scan(&rec.Version, &incarnation, &expiry, &updated, nil)
-	}, func() { pool.Close(); cleanup() }, nil
+	}, cleanup, nil
 }
 
 func steadSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
