@@ -430,13 +430,16 @@ func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveR
 func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 	if len(qs) == 1 {
 		q := qs[0]
-		var err error
-		q.saved, err = r.write(ctx, r.e.pool, q.rec, q.tenantID, q.now)
+		err := retryTransient(ctx, func() error {
+			var err error
+			q.saved, err = r.write(ctx, r.e.pool, q.rec, q.tenantID, q.now)
+			return err
+		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		q.matched = err == nil
-		return interpretError(err)
+		return err
 	}
 	n := len(qs)
 	ids, groups, statuses, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -531,7 +534,17 @@ func saved(rec record.Record, version, incarnation int64, expiry, updated time.T
 // tenant's insert and select are two statements: the select's snapshot
 // must see a row a concurrent insert committed while this one waited on
 // it.
-func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (_ record.Record, matched bool, err error) {
+func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (written record.Record, matched bool, err error) {
+	err = retryTransient(ctx, func() error {
+		var err error
+		written, matched, err = r.saveResolvingOnce(ctx, rec, now)
+		return err
+	})
+	return written, matched, err
+}
+
+// saveResolvingOnce is one attempt of saveResolving.
+func (r *records) saveResolvingOnce(ctx context.Context, rec record.Record, now time.Time) (_ record.Record, matched bool, err error) {
 	tx, err := r.e.pool.Begin(ctx)
 	if err != nil {
 		return rec, false, interpretError(err)
@@ -714,12 +727,24 @@ func (r *records) Delete(ctx context.Context, id string) error {
 	if err := r.e.check(ctx); err != nil {
 		return err
 	}
-	_, err := r.e.pool.Exec(ctx, r.sql.del, id)
-	return interpretError(err)
+	return retryTransient(ctx, func() error {
+		_, err := r.e.pool.Exec(ctx, r.sql.del, id)
+		return err
+	})
 }
 
-// queryRecords runs query and reads the records it returns, in id order.
-func (r *records) queryRecords(ctx context.Context, query string, args ...any) ([]record.Record, error) {
+// queryRecords runs query, again should it fail with a deadlock or
+// serialization failure, and reads the records it returns, in id order.
+func (r *records) queryRecords(ctx context.Context, query string, args ...any) (out []record.Record, err error) {
+	err = retryTransient(ctx, func() error {
+		out, err = r.queryRecordsOnce(ctx, query, args...)
+		return err
+	})
+	return out, err
+}
+
+// queryRecordsOnce is one attempt of queryRecords.
+func (r *records) queryRecordsOnce(ctx context.Context, query string, args ...any) ([]record.Record, error) {
 	rows, err := r.e.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(err)
@@ -780,12 +805,14 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 	}
 	return cas.Do(ctx, func() (record.Lease, bool, error) {
 		lease := record.Lease{Owner: p.Owner, Incarnation: p.Incarnation}
-		err := r.e.pool.QueryRow(ctx, r.sql.renew, nowArg(p.Now), interval(p.TTL), p.ID, p.Group, p.Owner, p.Incarnation).Scan(&lease.Expiry)
+		err := retryTransient(ctx, func() error {
+			return r.e.pool.QueryRow(ctx, r.sql.renew, nowArg(p.Now), interval(p.TTL), p.ID, p.Group, p.Owner, p.Incarnation).Scan(&lease.Expiry)
+		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return lease, false, nil
 		}
 		lease.Expiry = lease.Expiry.UTC()
-		return lease, err == nil, interpretError(err)
+		return lease, err == nil, err
 	}, func() error {
 		stored, exists, now, err := r.lookupAt(ctx, p.ID, p.Now)
 		if err != nil {

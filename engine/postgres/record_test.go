@@ -570,3 +570,121 @@ func TestRecordCreateAfterRacingDeleteStartsAbove(t *testing.T) {
 		}
 	}
 }
+
+// A lone write chosen as a deadlock's victim runs again instead of failing
+// with 40P01, as batches do: a deadlock rolls its transaction back whole.
+// The cycle is forced: transaction A holds x, the write waits for x (and
+// so holds x's tuple lock, first in line), transaction B holds y and waits
+// in line for x, then A waits for y. The write's deadlock check runs
+// first (A and B check after 10 s), so the write is the victim.
+func TestRecordLoneWriteSurvivesDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	_, s := node(t, db, nil)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		write func(x record.Record) error
+	}{
+		{"Save", func(x record.Record) error { _, err := s.Save(ctx, x); return err }},
+		{"SaveAll", func(x record.Record) error { return s.SaveAll(ctx, []record.Record{x})[0].Err }},
+		{"Claim", func(x record.Record) error { _, err := s.Claim(ctx, "g", x.ID, "w", time.Hour); return err }},
+		{"Renew", func(x record.Record) error { _, err := s.Renew(ctx, x, time.Hour); return err }},
+		{"Delete", func(x record.Record) error { return s.Delete(ctx, x.ID) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var x record.Record
+			for _, id := range []string{tc.name + "-x", tc.name + "-y"} {
+				if _, err := s.Save(ctx, record.Record{ID: id, Group: "g", Status: record.Active}); err != nil {
+					t.Fatal(err)
+				}
+				rec, err := s.Claim(ctx, "g", id, "w", time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id == tc.name+"-x" {
+					x = rec
+				}
+			}
+			begin := func() (pgx.Tx, int) {
+				conn, err := pgx.Connect(ctx, db.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close(context.Background()) })
+				tx, err := conn.Begin(ctx)
+				var pid int
+				if err == nil {
+					_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '10s'")
+				}
+				if err == nil {
+					err = tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { tx.Rollback(context.Background()) })
+				return tx, pid
+			}
+			touch := func(tx pgx.Tx, id string) error {
+				_, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "records"}.Sanitize()+" SET payload = payload WHERE id = $1", id)
+				return err
+			}
+			// until polls query, of a backend's pid, until it is true.
+			until := func(what, query string, pid int) {
+				t.Helper()
+				poll.Until(t, what, func() bool {
+					var ok bool
+					if err := db.Admin.QueryRow(ctx, query, pid).Scan(&ok); err != nil {
+						t.Fatal(err)
+					}
+					return ok
+				})
+			}
+			const (
+				blocks = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))"
+				waits  = "SELECT cardinality(pg_blocking_pids($1::int)) > 0"
+			)
+			a, aPID := begin()
+			b, bPID := begin()
+			if err := touch(a, x.ID); err != nil {
+				t.Fatal(err)
+			}
+			wrote := make(chan error, 1)
+			go func() { wrote <- tc.write(x) }()
+			until("the write waiting for A", blocks, aPID)
+			if err := touch(b, tc.name+"-y"); err != nil {
+				t.Fatal(err)
+			}
+			bDone := make(chan error, 1)
+			go func() { bDone <- touch(b, x.ID) }()
+			until("B waiting for the write", waits, bPID)
+			aDone := make(chan error, 1)
+			go func() { aDone <- touch(a, tc.name+"-y") }()
+			until("A waiting for B", waits, aPID)
+			// Once the write gives way, A and B deadlock with each other;
+			// cancelling A lets B, then the write, through.
+			select {
+			case err := <-wrote:
+				t.Fatalf("%s returned before the cycle ended: %v", tc.name, err)
+			case <-time.After(2 * time.Second): // past the write's deadlock check
+			}
+			if _, err := db.Admin.Exec(ctx, "SELECT pg_cancel_backend($1)", aPID); err != nil {
+				t.Fatal(err)
+			}
+			<-aDone
+			if err := <-bDone; err != nil {
+				t.Fatalf("B: %v", err)
+			}
+			a.Rollback(ctx)
+			b.Rollback(ctx)
+			if err := <-wrote; err != nil {
+				t.Fatalf("%s: %v, want it run again after the deadlock", tc.name, err)
+			}
+		})
+	}
+}
