@@ -49,7 +49,8 @@ type records struct {
 	close   context.CancelFunc
 	sql     struct {
 		registerGroup, groupExists, ensureTenant, tenantID string
-		create, createFloor, update, updateMany, saveMany  string
+		create, createFloor, update, updateUnclaimable     string
+		updateMany, saveMany                               string
 		load, lookup, del                                  string
 		list, claim, claimNext, renew, probe, want         string
 	}
@@ -112,6 +113,19 @@ RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
 		THEN pg_notify($12, r.grp) END
 	END`
+
+	// sqlRecordUpdate for a save that parks the record or keeps its
+	// lease, written only if the row as written is not claimable (parked,
+	// or its kept lease has not lapsed), so without a notify column: a
+	// checkpoint or a completion does not pay for the group row's check.
+	// $1-$11 as there.
+	sqlRecordUpdateUnclaimable = `UPDATE {schema}.records AS r
+SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version + 1,
+	updated_at = coalesce($11::timestamptz, now()),
+	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
+WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
+	AND ($9 OR r.lease_expiry > coalesce($11::timestamptz, now()))
+RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at`
 
 	// A batch of updates, no id twice: sqlRecordUpdate's, one row of the
 	// arrays each ($11 now: NULL elements are the database's now()), $12
@@ -320,6 +334,7 @@ func (r *records) init(e *Engine) {
 	s.create = e.render(sqlRecordCreate)
 	s.createFloor = e.render(sqlRecordCreateFloor)
 	s.update = e.render(sqlRecordUpdate)
+	s.updateUnclaimable = e.render(sqlRecordUpdateUnclaimable)
 	s.updateMany = e.render(sqlRecordUpdateMany)
 	s.saveMany = e.render(sqlRecordSaveMany)
 	s.load = e.render(sqlRecordLoad)
@@ -577,7 +592,9 @@ func (r *records) saveResolvingOnce(ctx context.Context, rec record.Record, now 
 
 // write runs Save's create or conditional update; pgx.ErrNoRows when it
 // matched no row. A create runs with sqlRecordCreateFloor, in one round
-// trip and one transaction.
+// trip and one transaction. An update that parks the record or keeps its
+// lease first runs sqlRecordUpdateUnclaimable, then, if that matched no
+// row and the record stays unparked, sqlRecordUpdate.
 func (r *records) write(ctx context.Context, q sender, rec record.Record, tenantID int64, now time.Time) (record.Record, error) {
 	var version, incarnation int64
 	var expiry, updated time.Time
@@ -600,9 +617,17 @@ func (r *records) write(ctx context.Context, q sender, rec record.Record, tenant
 			err = cerr
 		}
 	} else {
-		err = q.QueryRow(ctx, r.sql.update, rec.ID, rec.Group, rec.Version, tenantID, rec.Status,
-			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Status.Parked(), rec.Payload, nowArg(now), r.channel,
-		).Scan(&version, &incarnation, &expiry, &updated, nil)
+		args := []any{rec.ID, rec.Group, rec.Version, tenantID, rec.Status,
+			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Status.Parked(), rec.Payload, nowArg(now)}
+		err = pgx.ErrNoRows
+		if rec.Status.Parked() || rec.Lease.Owner != "" {
+			err = q.QueryRow(ctx, r.sql.updateUnclaimable, args...).Scan(&version, &incarnation, &expiry, &updated)
+		}
+		if errors.Is(err, pgx.ErrNoRows) && !rec.Status.Parked() {
+			// Claimable as written (released, or under a lapsed lease),
+			// or no match: the statement that notifies.
+			err = q.QueryRow(ctx, r.sql.update, append(args, r.channel)...).Scan(&version, &incarnation, &expiry, &updated, nil)
+		}
 	}
 	if err != nil {
 		return rec, err

@@ -12,9 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // pgInterval is d as an interval argument.
@@ -378,4 +380,71 @@ func TestRecordMarkGivesUpOnABusyGroup(t *testing.T) {
 	}
 	_, stop = watchLive(t, ea, "g")
 	stop()
+}
+
+// TestRecordCheckpointNotifiesOnlyWhenClaimable: a save that keeps its
+// lease or parks the record notifies nothing; a checkpoint under a lease
+// that has lapsed leaves the record claimable as written, so it wakes the
+// group's waiters; a stale checkpoint conflicts and changes nothing.
+func TestRecordCheckpointNotifiesOnlyWhenClaimable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	c := clock.NewFake(time.Now())
+	e, s := node(t, db, c)
+	if err := s.RegisterGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	n := listenRecords(t, db, e)
+	_, stop := watchLive(t, e, "g")
+	defer stop()
+
+	var held [3]record.Record
+	for i := range held {
+		id := fmt.Sprint("r", i)
+		if _, err := s.Save(ctx, record.Record{ID: id, Group: "g", Status: record.Active}); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Claim(ctx, "g", id, "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = rec
+	}
+	n.take(t) // the creates' notifications
+	save := func(rec record.Record) record.Record {
+		t.Helper()
+		saved, err := s.Save(ctx, rec)
+		if err != nil {
+			t.Fatalf("Save(%s): %v", rec.ID, err)
+		}
+		return saved
+	}
+	held[0] = save(held[0]) // a checkpoint under a live lease
+	held[1].Status = record.Completed
+	save(held[1])
+	if got := n.take(t); len(got) != 0 {
+		t.Fatalf("notifications of a checkpoint and a completion: %v, want none", got)
+	}
+
+	c.Advance(2 * time.Minute) // r0's and r2's leases lapse
+	stale := held[0]
+	stale.Version--
+	if _, err := s.Save(ctx, stale); !errors.Is(err, steaderr.ErrConflict) {
+		t.Fatalf("stale Save: %v, want ErrConflict", err)
+	}
+	if got := n.take(t); len(got) != 0 {
+		t.Fatalf("notifications of a stale save: %v, want none", got)
+	}
+	saved := save(held[0])
+	if saved.Version != held[0].Version+1 || saved.Lease != held[0].Lease {
+		t.Fatalf("checkpoint under a lapsed lease: %+v, want version %d and lease %+v", saved, held[0].Version+1, held[0].Lease)
+	}
+	if got := n.take(t); got["g"] != 1 {
+		t.Fatalf("notifications of a checkpoint under a lapsed lease: %v, want 1 of g", got)
+	}
+	claimable, err := s.ListClaimable(ctx, "g", time.Time{}, 10)
+	if err != nil || len(claimable) != 2 {
+		t.Fatalf("ListClaimable: %v, %v; want r0 and r2", claimable, err)
+	}
 }
