@@ -41,7 +41,7 @@ const (
 //     setting the payload, version and updated_at. Each caller owns one
 //     record: no contention, every save succeeds.
 //   - The same-SQL save: a raw pgx loop issuing the statement stead sends
-//     for a lone save (engine/postgres sqlRecordUpdate), so that stead's
+//     for a lone checkpoint (engine/postgres sqlRecordUpdateUnclaimable), so that stead's
 //     save against it is what stead's code costs, and it against the raw
 //     CAS save what stead's statement costs.
 //   - Claiming: ClaimNext(claimBatch) against River's fetch query
@@ -131,18 +131,15 @@ func rawCASSave(ctx context.Context, n int) (func(context.Context, int, int) err
 	}, cleanup, nil
 }
 
-// sameSQLSave is the statement stead sends for a lone update
-// (engine/postgres sqlRecordUpdate).
+// sameSQLSave is the statement stead sends for a lone checkpoint, a save
+// that keeps its lease (engine/postgres sqlRecordUpdateUnclaimable).
 const sameSQLSave = `UPDATE %[1]s.records AS r
 SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version + 1,
 	updated_at = coalesce($11::timestamptz, now()),
 	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
 WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
-RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
-	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
-		CASE WHEN (SELECT g.wanted_until > now() FROM %[1]s.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-		THEN pg_notify($12, r.grp) END
-	END`
+	AND ($9 OR r.lease_expiry > coalesce($11::timestamptz, now()))
+RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at`
 
 func rawSameSQLSave(ctx context.Context, n int) (func(context.Context, int, int) error, func(), error) {
 	recs, pool, schema, cleanup, err := rawHeldRecords(ctx, n)
@@ -156,15 +153,14 @@ func rawSameSQLSave(ctx context.Context, n int) (func(context.Context, int, int)
 		return nil, nil, err
 	}
 	update := fmt.Sprintf(sameSQLSave, sch)
-	channel := recordChannel(schema)
 	return func(ctx context.Context, w, i int) error {
 		rec := &recs[w]
 		rec.Payload[0] = byte(i)
 		var incarnation int64
 		var expiry, updated time.Time
 		return pool.QueryRow(ctx, update, rec.ID, rec.Group, rec.Version, tenant, string(rec.Status),
-			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, false, rec.Payload, nil, channel,
-		).Scan(&rec.Version, &incarnation, &expiry, &updated, nil)
+			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, false, rec.Payload, nil,
+		).Scan(&rec.Version, &incarnation, &expiry, &updated)
 	}, cleanup, nil
 }
 
