@@ -37,11 +37,10 @@ AND NOT EXISTS (
 	WHERE off + len > ?2
 )
 AND NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1 AND off > ?2 AND off < ?2 + length(?3))`
-	// sqlChunksTile answers whether the chunks of set ?1 cover [0, ?2)
-	// exactly, each byte once: the first starts at 0, each ends where the
-	// next starts and the last at ?2.
-	sqlChunksTile = `SELECT coalesce(min(off) = 0 AND min(len > 0 AND off + len = coalesce(next, ?2)), 0)
-FROM (SELECT off, length(data) AS len, lead(off) OVER (ORDER BY off) AS next FROM blob_chunks WHERE chunks = ?1)`
+	// sqlChunkSpans lists the chunks of a set in order, without their
+	// bytes: length() of a column does not read a blob's content, where
+	// length() under a window function reads every chunk whole.
+	sqlChunkSpans   = `SELECT off, length(data) FROM blob_chunks WHERE chunks = ? ORDER BY off`
 	sqlEndUpload    = `DELETE FROM blob_uploads WHERE id = ?`
 	sqlPublishBlob  = `INSERT INTO blobs (key, size, value, chunks) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
 	sqlDeleteChunks = `DELETE FROM blob_chunks WHERE chunks = ?`
@@ -158,8 +157,8 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		if !found {
 			return errUploadLost
 		}
-		var tiled bool
-		if err := tx.QueryRowContext(ctx, sqlChunksTile, int64(p.Chunks), p.Size).Scan(&tiled); err != nil {
+		tiled, err := chunksTile(ctx, tx, p.Chunks, p.Size)
+		if err != nil {
 			return err
 		}
 		if !tiled {
@@ -223,4 +222,27 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (in
 		return 0, nil, readError(ctx, err)
 	}
 	return start, data, nil
+}
+
+// chunksTile reports whether the chunks of set cover [0, size) exactly,
+// each byte once: the first starts at 0, each ends where the next starts
+// and the last at size.
+func chunksTile(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, size int64) (bool, error) {
+	rows, err := tx.QueryContext(ctx, sqlChunkSpans, int64(set))
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	var end int64
+	for rows.Next() {
+		var off, n int64
+		if err := rows.Scan(&off, &n); err != nil {
+			return false, err
+		}
+		if off != end || n <= 0 {
+			return false, rows.Err()
+		}
+		end += n
+	}
+	return end == size, rows.Err()
 }
