@@ -458,6 +458,17 @@ func uploadTiling(t *testing.T, h Harness) {
 	if _, _, err := eng.ReadChunk(ctx, gap, 0); !errors.Is(err, steaderr.ErrNotFound) {
 		t.Fatalf("after the abort, ReadChunk = %v, want ErrNotFound", err)
 	}
+
+	// No chunks at all: nothing to publish, even as an empty value.
+	empty, err := eng.BeginUpload(ctx, time.Minute)
+	if err != nil {
+		t.Fatalf("BeginUpload: %v", err)
+	}
+	err = eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(nil), Chunks: empty, Size: 0, Owner: "publisher", TTL: time.Minute})
+	wantRefusedPublish(t, err, "publish of a set with no chunks")
+	if _, err := eng.Stat(ctx, blob.KeyOf(nil)); !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("after a refused publish, Stat = %v, want ErrNotFound", err)
+	}
 }
 
 // wantRefusedPublish checks that err refuses the publish of staged chunks

@@ -225,8 +225,8 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (in
 }
 
 // chunksTile reports whether the chunks of set cover [0, size) exactly,
-// each byte once: the first starts at 0, each ends where the next starts
-// and the last at size.
+// each byte once: there is one, the first starts at 0, each ends where the
+// next starts and the last at size.
 func chunksTile(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, size int64) (bool, error) {
 	rows, err := tx.QueryContext(ctx, sqlChunkSpans, int64(set))
 	if err != nil {
@@ -234,7 +234,9 @@ func chunksTile(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, size int64) 
 	}
 	defer rows.Close()
 	var end int64
+	seen := false
 	for rows.Next() {
+		seen = true
 		var off, n int64
 		if err := rows.Scan(&off, &n); err != nil {
 			return false, err
@@ -244,5 +246,5 @@ func chunksTile(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, size int64) 
 		}
 		end += n
 	}
-	return end == size, rows.Err()
+	return seen && end == size, rows.Err()
 }
