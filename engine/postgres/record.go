@@ -22,7 +22,8 @@ import (
 
 // records is the engine's record.Engine. Every operation is one statement
 // (but a save into a tenant not yet cached, which resolves the tenant in
-// its transaction): a write is conditional (a compare-and-swap), and when it
+// its transaction, and a checkpoint that sqlRecordUpdateUnclaimable did
+// not write): a write is conditional (a compare-and-swap), and when it
 // matches no row the stored record is read back to say why (record/check).
 // Concurrent saves share a statement and a commit (group commit, see
 // docs/decisions/0014-record-seam-and-group-commit.md). A write that makes
