@@ -546,11 +546,7 @@ func TestRecordCreateAfterRacingDeleteStartsAbove(t *testing.T) {
 			}
 			done <- r
 		}()
-		poll.Until(t, "the create to wait on the racing insert", func() bool {
-			var n int
-			err := db.Admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'", db.Schema).Scan(&n)
-			return err == nil && n > 0
-		})
+		waitLockWaiters(t, db, 1, "the create to wait on the racing insert")
 		if _, err := tx.Exec(ctx, "WITH d AS (DELETE FROM "+records+" WHERE id = $1 RETURNING grp, version) UPDATE "+
 			pgx.Identifier{db.Schema, "record_groups"}.Sanitize()+" g SET deleted_version = d.version FROM d WHERE g.name = d.grp", id); err != nil {
 			t.Fatal(err)
@@ -579,26 +575,37 @@ func TestRecordCreateAfterRacingDeleteStartsAbove(t *testing.T) {
 // first (A and B check after 10 s), so the write is the victim.
 func TestRecordLoneWriteSurvivesDeadlock(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	db := pgtest.New(t)
-	_, s := node(t, db, nil)
-	if err := s.RegisterGroup(ctx, "g"); err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name  string
-		write func(x record.Record) error
+		write func(ctx context.Context, s *record.Store, x record.Record) error
 	}{
-		{"Save", func(x record.Record) error { _, err := s.Save(ctx, x); return err }},
-		{"SaveAll", func(x record.Record) error { return s.SaveAll(ctx, []record.Record{x})[0].Err }},
-		{"Claim", func(x record.Record) error { _, err := s.Claim(ctx, "g", x.ID, "w", time.Hour); return err }},
-		{"Renew", func(x record.Record) error { _, err := s.Renew(ctx, x, time.Hour); return err }},
-		{"Delete", func(x record.Record) error { return s.Delete(ctx, x.ID) }},
+		{"Save", func(ctx context.Context, s *record.Store, x record.Record) error {
+			_, err := s.Save(ctx, x)
+			return err
+		}},
+		{"SaveAll", func(ctx context.Context, s *record.Store, x record.Record) error {
+			return s.SaveAll(ctx, []record.Record{x})[0].Err
+		}},
+		{"Claim", func(ctx context.Context, s *record.Store, x record.Record) error {
+			_, err := s.Claim(ctx, "g", x.ID, "w", time.Hour)
+			return err
+		}},
+		{"Renew", func(ctx context.Context, s *record.Store, x record.Record) error {
+			_, err := s.Renew(ctx, x, time.Hour)
+			return err
+		}},
+		{"Delete", func(ctx context.Context, s *record.Store, x record.Record) error { return s.Delete(ctx, x.ID) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t) // a schema of its own: waitLockWaiters counts the schema's waits
+			_, s := node(t, db, nil)
+			if err := s.RegisterGroup(ctx, "g"); err != nil {
+				t.Fatal(err)
+			}
 			var x record.Record
-			for _, id := range []string{tc.name + "-x", tc.name + "-y"} {
+			for _, id := range []string{"y", "x"} {
 				if _, err := s.Save(ctx, record.Record{ID: id, Group: "g", Status: record.Active}); err != nil {
 					t.Fatal(err)
 				}
@@ -606,82 +613,58 @@ func TestRecordLoneWriteSurvivesDeadlock(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if id == tc.name+"-x" {
-					x = rec
-				}
+				x = rec
 			}
-			begin := func() (pgx.Tx, int) {
+			begin := func() *pgx.Conn {
 				conn, err := pgx.Connect(ctx, db.URL)
+				if err == nil {
+					_, err = conn.Exec(ctx, "BEGIN; SET LOCAL deadlock_timeout = '10s'")
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { conn.Close(context.Background()) })
-				tx, err := conn.Begin(ctx)
-				var pid int
-				if err == nil {
-					_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '10s'")
-				}
-				if err == nil {
-					err = tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { tx.Rollback(context.Background()) })
-				return tx, pid
+				return conn
 			}
-			touch := func(tx pgx.Tx, id string) error {
-				_, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "records"}.Sanitize()+" SET payload = payload WHERE id = $1", id)
+			touch := func(conn *pgx.Conn, id string) error {
+				_, err := conn.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "records"}.Sanitize()+" SET payload = payload WHERE id = $1", id)
 				return err
 			}
-			// until polls query, of a backend's pid, until it is true.
-			until := func(what, query string, pid int) {
-				t.Helper()
-				poll.Until(t, what, func() bool {
-					var ok bool
-					if err := db.Admin.QueryRow(ctx, query, pid).Scan(&ok); err != nil {
-						t.Fatal(err)
-					}
-					return ok
-				})
-			}
-			const (
-				blocks = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))"
-				waits  = "SELECT cardinality(pg_blocking_pids($1::int)) > 0"
-			)
-			a, aPID := begin()
-			b, bPID := begin()
-			if err := touch(a, x.ID); err != nil {
+			a, b := begin(), begin()
+			if err := touch(a, "x"); err != nil {
 				t.Fatal(err)
 			}
 			wrote := make(chan error, 1)
-			go func() { wrote <- tc.write(x) }()
-			until("the write waiting for A", blocks, aPID)
-			if err := touch(b, tc.name+"-y"); err != nil {
+			go func() { wrote <- tc.write(ctx, s, x) }()
+			waitLockWaiters(t, db, 1, "the write to wait for A")
+			if err := touch(b, "y"); err != nil {
 				t.Fatal(err)
 			}
 			bDone := make(chan error, 1)
-			go func() { bDone <- touch(b, x.ID) }()
-			until("B waiting for the write", waits, bPID)
+			go func() { bDone <- touch(b, "x") }()
+			waitLockWaiters(t, db, 2, "B to wait for the write")
 			aDone := make(chan error, 1)
-			go func() { aDone <- touch(a, tc.name+"-y") }()
-			until("A waiting for B", waits, aPID)
+			go func() { aDone <- touch(a, "y") }()
+			waitLockWaiters(t, db, 3, "A to wait for B")
 			// Once the write gives way, A and B deadlock with each other;
-			// cancelling A lets B, then the write, through.
+			// cancelling A's statement lets B, then the write, through.
 			select {
 			case err := <-wrote:
 				t.Fatalf("%s returned before the cycle ended: %v", tc.name, err)
 			case <-time.After(2 * time.Second): // past the write's deadlock check
 			}
-			if _, err := db.Admin.Exec(ctx, "SELECT pg_cancel_backend($1)", aPID); err != nil {
+			if err := a.PgConn().CancelRequest(ctx); err != nil {
 				t.Fatal(err)
 			}
 			<-aDone
 			if err := <-bDone; err != nil {
 				t.Fatalf("B: %v", err)
 			}
-			a.Rollback(ctx)
-			b.Rollback(ctx)
+			for _, c := range []*pgx.Conn{a, b} {
+				if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err := <-wrote; err != nil {
 				t.Fatalf("%s: %v, want it run again after the deadlock", tc.name, err)
 			}

@@ -242,11 +242,7 @@ func TestRecordSaveSeesAMarkCommittedDuringIt(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- save(group) }()
-		poll.Until(t, kind+": the save to wait for the mark's lock", func() bool {
-			var waiting int
-			err := db.Admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'", db.Schema).Scan(&waiting)
-			return err == nil && waiting > 0
-		})
+		waitLockWaiters(t, db, 1, kind+": the save to wait for the mark's lock")
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
