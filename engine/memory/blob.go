@@ -270,14 +270,11 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 // tiles reports whether chunks, in offset order, cover [0, size) exactly,
 // each byte once.
 func tiles(chunks []chunk, size int64) bool {
-	var end int64
+	var t chunkid.Tiling
 	for _, c := range chunks {
-		if c.off != end || len(c.data) == 0 {
-			return false
-		}
-		end = c.end()
+		t.Add(c.off, int64(len(c.data)))
 	}
-	return end == size && len(chunks) > 0
+	return t.Covers(size)
 }
 
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {

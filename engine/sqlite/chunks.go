@@ -225,26 +225,20 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (in
 }
 
 // chunksTile reports whether the chunks of set cover [0, size) exactly,
-// each byte once: there is one, the first starts at 0, each ends where the
-// next starts and the last at size.
+// each byte once (chunkid.Tiling).
 func chunksTile(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, size int64) (bool, error) {
 	rows, err := tx.QueryContext(ctx, sqlChunkSpans, int64(set))
 	if err != nil {
 		return false, err
 	}
 	defer rows.Close()
-	var end int64
-	seen := false
+	var t chunkid.Tiling
 	for rows.Next() {
-		seen = true
 		var off, n int64
 		if err := rows.Scan(&off, &n); err != nil {
 			return false, err
 		}
-		if off != end || n <= 0 {
-			return false, rows.Err()
-		}
-		end += n
+		t.Add(off, n)
 	}
-	return seen && end == size, rows.Err()
+	return t.Covers(size), rows.Err()
 }

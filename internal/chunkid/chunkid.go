@@ -1,5 +1,6 @@
-// Package chunkid draws chunk set ids for the engines' BeginUpload and
-// checks the span of a chunk an engine's WriteChunk is given. An id
+// Package chunkid draws chunk set ids for the engines' BeginUpload, checks
+// the span of a chunk an engine's WriteChunk is given, and whether the
+// chunks a publish names tile its value. An id
 // is random, 63 bits from crypto/rand, so that over HTTP it is a
 // capability: knowing one upload's id tells nothing of another's. The
 // engine that stores an upload under it retries on the rare collision.
@@ -37,4 +38,29 @@ func CheckSpan(off int64, n int) error {
 		return fmt.Errorf("%w: a chunk of %d bytes at offset %d: want an offset from 0 whose end fits in an int64", steaderr.ErrInvalidArgument, n, off)
 	}
 	return nil
+}
+
+// Tiling checks that chunks, given in offset order, cover [0, size)
+// exactly, each byte once: there is one, the first starts at 0, and each
+// ends where the next starts and the last at size. The zero Tiling has
+// seen no chunk.
+type Tiling struct {
+	end    int64 // where the chunks seen so far end
+	chunks int
+	broken bool // a gap, an overlap or an empty chunk was seen
+}
+
+// Add takes the next chunk: n bytes at off.
+func (t *Tiling) Add(off, n int64) {
+	if off != t.end || n <= 0 {
+		t.broken = true
+		return
+	}
+	t.end += n
+	t.chunks++
+}
+
+// Covers reports whether the chunks added tile [0, size).
+func (t *Tiling) Covers(size int64) bool {
+	return !t.broken && t.chunks > 0 && t.end == size
 }

@@ -37,3 +37,35 @@ func TestCheckSpan(t *testing.T) {
 		}
 	}
 }
+
+func TestTiling(t *testing.T) {
+	t.Parallel()
+	type span struct{ off, n int64 }
+	for _, tc := range []struct {
+		name   string
+		chunks []span
+		size   int64
+		want   bool
+	}{
+		{"exact", []span{{0, 10}, {10, 5}}, 15, true},
+		{"one", []span{{0, 7}}, 7, true},
+		{"none", nil, 0, false},
+		{"none, size 5", nil, 5, false},
+		{"short", []span{{0, 10}}, 11, false},
+		{"long", []span{{0, 10}}, 9, false},
+		{"gap", []span{{0, 10}, {11, 4}}, 15, false},
+		{"overlap", []span{{0, 10}, {9, 6}}, 15, false},
+		{"not from 0", []span{{1, 10}}, 11, false},
+		{"empty chunk", []span{{0, 10}, {10, 0}}, 10, false},
+		{"empty alone", []span{{0, 0}}, 0, false},
+		{"broken, then back in step", []span{{0, 5}, {6, 4}, {5, 5}}, 10, false},
+	} {
+		var tl chunkid.Tiling
+		for _, c := range tc.chunks {
+			tl.Add(c.off, c.n)
+		}
+		if got := tl.Covers(tc.size); got != tc.want {
+			t.Errorf("%s: Covers(%d) = %v, want %v", tc.name, tc.size, got, tc.want)
+		}
+	}
+}
