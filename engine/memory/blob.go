@@ -3,7 +3,6 @@ package memory
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -231,16 +230,17 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	for range chunkid.Draws {
-		set := blob.ChunkSet(chunkid.New())
+	id, err := chunkid.Draw(func(id int64) (bool, error) {
+		set := blob.ChunkSet(id)
 		_, staged := b.uploads[set]
 		_, published := b.sets[set]
-		if !staged && !published {
-			b.uploads[set] = &upload{expires: time.Now().Add(lease)}
-			return set, nil
+		if staged || published {
+			return false, nil
 		}
-	}
-	return 0, errors.New("memory: no free chunk set id in a few random draws")
+		b.uploads[set] = &upload{expires: time.Now().Add(lease)}
+		return true, nil
+	})
+	return blob.ChunkSet(id), err
 }
 
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {

@@ -158,23 +158,19 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return st, nil
 }
 
-// BeginUpload draws random ids until one is free (chunkid.Draws at most).
+// BeginUpload draws random ids until one is free (chunkid.Draw).
 func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	for range chunkid.Draws {
-		var id int64
-		err := b.e.pool.QueryRow(ctx, b.chunkSQL.begin, chunkid.New(), lease.Microseconds()).Scan(&id)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			continue // the id is taken
-		case err != nil:
-			return 0, interpretError(err)
+	id, err := chunkid.Draw(func(id int64) (bool, error) {
+		err := b.e.pool.QueryRow(ctx, b.chunkSQL.begin, id, lease.Microseconds()).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil // the id is taken
 		}
-		return blob.ChunkSet(id), nil
-	}
-	return 0, errors.New("postgres: no free chunk set id in a few random draws")
+		return err == nil, interpretError(err)
+	})
+	return blob.ChunkSet(id), err
 }
 
 func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -96,19 +95,15 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return st, nil
 }
 
-// BeginUpload draws random ids until one is free (chunkid.Draws at most).
+// BeginUpload draws random ids until one is free (chunkid.Draw).
 func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
 	var id int64
-	err := b.writeTx(ctx, func(tx *sql.Tx) error {
+	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
 		expires := time.Now().Add(lease).UnixNano()
-		for range chunkid.Draws {
-			id = chunkid.New()
-			started, err := changed(ctx, tx, sqlBeginUpload, id, expires)
-			if err != nil || started {
-				return err
-			}
-		}
-		return errors.New("sqlite: no free chunk set id in a few random draws")
+		id, err = chunkid.Draw(func(id int64) (bool, error) {
+			return changed(ctx, tx, sqlBeginUpload, id, expires)
+		})
+		return err
 	})
 	return blob.ChunkSet(id), err
 }

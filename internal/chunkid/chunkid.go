@@ -9,6 +9,7 @@ package chunkid
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -28,6 +29,20 @@ func New() int64 {
 			return id
 		}
 	}
+}
+
+// Draw calls start with random ids (New) until it starts an upload under
+// one, at most Draws times, and returns that id; start reports false when
+// the id is taken.
+func Draw(start func(id int64) (bool, error)) (int64, error) {
+	for range Draws {
+		id := New()
+		started, err := start(id)
+		if err != nil || started {
+			return id, err
+		}
+	}
+	return 0, errors.New("no free chunk set id in a few random draws")
 }
 
 // CheckSpan refuses, with an error wrapping steaderr.ErrInvalidArgument, a

@@ -69,3 +69,20 @@ func TestTiling(t *testing.T) {
 		}
 	}
 }
+
+func TestDraw(t *testing.T) {
+	t.Parallel()
+	tries := 0
+	id, err := chunkid.Draw(func(int64) (bool, error) { tries++; return tries == 3, nil })
+	if err != nil || id <= 0 || tries != 3 {
+		t.Fatalf("Draw taking the third id: %d, %v after %d tries", id, err, tries)
+	}
+	tries = 0
+	if _, err := chunkid.Draw(func(int64) (bool, error) { tries++; return false, nil }); err == nil || tries != chunkid.Draws {
+		t.Fatalf("Draw with every id taken: %v after %d tries, want an error after %d", err, tries, chunkid.Draws)
+	}
+	boom := errors.New("boom")
+	if _, err := chunkid.Draw(func(int64) (bool, error) { return false, boom }); !errors.Is(err, boom) {
+		t.Fatalf("Draw with a failing start: %v, want boom", err)
+	}
+}
