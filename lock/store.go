@@ -172,8 +172,11 @@ func (s *Store) acquire(ctx context.Context, name, owner string, ttl time.Durati
 }
 
 // detach returns a context with ctx's values that ends grace after ctx
-// does, and a function that releases it.
+// does, and a function that releases it: ctx itself, should it never end.
 func detach(ctx context.Context, grace time.Duration) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
 	return dctx, func() { stop(); cancel() }
