@@ -5,6 +5,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 )
 
@@ -22,18 +23,30 @@ func (c *cluster) stop() error { return nil }
 func (c *cluster) halt() error   { return nil }
 func (c *cluster) resume() error { return nil }
 
-// ViaPgBouncer skips t: PgBouncer tests run on unix systems only.
+// ViaPgBouncer skips t, or fails it under STEAD_REQUIRE_PGBOUNCER=1:
+// PgBouncer tests run on unix systems only.
 func (d *DB) ViaPgBouncer(t testing.TB) *DB {
 	t.Helper()
+	noBouncer(t)
 	t.Skip("pgtest: PGBOUNCER NOT AVAILABLE: tests through PgBouncer run on unix systems only")
 	return nil
 }
 
-// ViaPgBouncerIfAny returns d: PgBouncer runs on unix systems only.
+// ViaPgBouncerIfAny returns d, or fails t under STEAD_REQUIRE_PGBOUNCER=1:
+// PgBouncer runs on unix systems only.
 func (d *DB) ViaPgBouncerIfAny(t testing.TB) *DB {
 	t.Helper()
+	noBouncer(t)
 	t.Log("pgtest: PGBOUNCER NOT AVAILABLE on this system, connecting directly instead")
 	return d
+}
+
+// noBouncer fails t if PgBouncer is required.
+func noBouncer(t testing.TB) {
+	t.Helper()
+	if os.Getenv(envRequireBouncer) == "1" {
+		t.Fatal("pgtest: PGBOUNCER NOT AVAILABLE: tests through PgBouncer run on unix systems only, and STEAD_REQUIRE_PGBOUNCER=1")
+	}
 }
 
 func stopBouncer() error { return nil }

@@ -22,10 +22,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// envRequireBouncer set to "1" turns a skip for want of PgBouncer into a
-// failure.
-const envRequireBouncer = "STEAD_REQUIRE_PGBOUNCER"
-
 // bouncerStartTimeout bounds starting PgBouncer until it answers.
 const bouncerStartTimeout = 30 * time.Second
 

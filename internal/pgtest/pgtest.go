@@ -42,6 +42,10 @@ import (
 // schemaParam is the URL query parameter stead reads its schema from.
 const schemaParam = "schema"
 
+// envRequireBouncer set to "1" turns a skip for want of PgBouncer into a
+// failure.
+const envRequireBouncer = "STEAD_REQUIRE_PGBOUNCER"
+
 // adminMaxConns is the size of DB.Admin.
 const adminMaxConns = 4
 
