@@ -483,7 +483,7 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 			}
 			var rep gc.Report
 			poll.Until(t, "a sweep to reap the lapsed upload", func() bool {
-				if rep, err = st.GC.Sweep(t.Context(), gc.SweepOptions{}); err != nil {
+				if rep, err = st.GC.Sweep(t.Context(), gc.SweepOptions{AllUnreferenced: true}); err != nil {
 					t.Fatal(err)
 				}
 				return rep.Uploads == 1

@@ -13,7 +13,10 @@ import (
 	"github.com/steadkit/stead/gc"
 )
 
-var gcSweepN = flag.Int("gcsweep", 0, "with -only gc-sweep: the number of blobs the sweep benchmark stores (10% unreferenced)")
+var (
+	gcSweepN       = flag.Int("gcsweep", 0, "with -only gc-sweep: the number of blobs the sweep benchmark stores (10% unreferenced)")
+	gcSweepChunked = flag.Int("gcsweep-chunked", 0, "with -only gc-sweep: how many of the unreferenced blobs are stored chunked, 3 MiB each")
+)
 
 // pinsTableDDL is stead's pins table, so the same-SQL raw loop does the
 // same work.
@@ -25,25 +28,30 @@ const pinsTableDDL = `CREATE TABLE %[1]s.pins (
 ) WITH (fillfactor = 70);
 CREATE INDEX pins_expiry ON %[1]s.pins (expiry)`
 
+// pinColumnsDDL adds the columns of the pin stead keeps in a blob's row.
+const pinColumnsDDL = `ALTER TABLE %[1]s.blobs ADD COLUMN pin_owner text COLLATE "C" CHECK (pin_owner <> ''), ADD COLUMN pin_expiry timestamptz`
+
 // sameSQLPut is the statement stead sends for a lone put (engine/postgres
 // sqlPut), with one-element arrays.
 const sameSQLPut = `WITH b AS (
-	INSERT INTO %[1]s.blobs AS t (key, size, value)
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+	INSERT INTO %[1]s.blobs AS t (key, size, value, pin_owner, pin_expiry)
+	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
-	RETURNING 1
+	RETURNING key, pin_owner
 )
 INSERT INTO %[1]s.pins AS p (key, owner, expiry)
 SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, d, n)
+FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
 WHERE (SELECT count(*) FROM b) >= 0
+AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
 func gcPostgres() []scenario {
 	return []scenario{
 		{group: "gc-pg", name: "raw put", setup: rawPGPut("")},
 		{group: "gc-pg", name: "raw same-SQL put", base: "raw put", setup: rawSameSQLPut},
-		{group: "gc-pg", name: "stead put", base: "raw same-SQL put", setup: steadPut(openSteadPG)},
+		{group: "gc-pg", name: "stead put", base: "raw put", setup: steadPut(openSteadPG)},
 		{group: "gc-pg", name: "stead put, sweeping", base: "stead put", setup: steadPutSweeping},
 		{group: "gc-pg", name: "raw exists", setup: rawExists},
 		{group: "gc-pg", name: "stead hot re-put", base: "raw exists", setup: steadHotPut},
@@ -57,9 +65,11 @@ func rawSameSQLPut(ctx context.Context, n int) (opFunc, func(), error) {
 		return nil, nil, err
 	}
 	schema := table[:len(table)-len(".blobs")]
-	if _, err := pool.Exec(ctx, fmt.Sprintf(pinsTableDDL, schema)); err != nil {
-		cleanup()
-		return nil, nil, err
+	for _, ddl := range []string{pinColumnsDDL, pinsTableDDL} {
+		if _, err := pool.Exec(ctx, fmt.Sprintf(ddl, schema)); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
 	}
 	stmt := fmt.Sprintf(sameSQLPut, schema)
 	vals := newValues(n)
@@ -69,7 +79,7 @@ func rawSameSQLPut(ctx context.Context, n int) (opFunc, func(), error) {
 	return func(ctx context.Context, w, i int) error {
 		v := vals.next(w, i)
 		k := []string{keyText(v)}
-		_, err := pool.Exec(ctx, stmt, k, []int64{int64(len(v))}, [][]byte{v}, k, owner, ttl, nows)
+		_, err := pool.Exec(ctx, stmt, k, []int64{int64(len(v))}, [][]byte{v}, owner, ttl, nows, k, owner, ttl, nows)
 		return err
 	}, cleanup, nil
 }
@@ -95,7 +105,7 @@ func steadPutSweeping(ctx context.Context, n int) (opFunc, func(), error) {
 				time.Sleep(5 * time.Millisecond)
 				continue
 			}
-			if _, err := st.GC.Sweep(ctx, gc.SweepOptions{}); err != nil {
+			if _, err := st.GC.Sweep(ctx, gc.SweepOptions{AllUnreferenced: true}); err != nil {
 				fmt.Fprintln(os.Stderr, "sweep:", err)
 			}
 		}
@@ -154,9 +164,13 @@ func steadHotPut(ctx context.Context, n int) (opFunc, func(), error) {
 	}, cleanup, nil
 }
 
-// sweepBench stores -gcsweep blobs (10% unreferenced by one SQL source,
-// none pinned) and times a staging sweep, then a deleting one; its ops/s is
-// the number of blobs over the two sweeps' time. It prints the phases.
+// sweepBench stores -gcsweep blobs, 10% of them unreferenced by one SQL
+// source and none pinned (-gcsweep-chunked of the unreferenced ones stored
+// chunked, 3 MiB each), and times a staging sweep over the whole store,
+// then a deleting one; its ops/s is the number of blobs over the two
+// sweeps' time. It prints the phases, their rates and their longest steps
+// (a staging range is one statement; an arbitration batch is one
+// transaction of five).
 func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 	if *gcSweepN <= 0 {
 		return nil, nil, fmt.Errorf("gc-sweep needs -gcsweep N")
@@ -170,13 +184,25 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
+	key := `'sha256:' || encode(sha256(i::text::bytea), 'hex')`
 	stmts := []string{
 		fmt.Sprintf(`INSERT INTO %[1]s.blobs (key, size, value)
-			SELECT 'sha256:' || encode(sha256(i::text::bytea), 'hex'), 8, int8send(i) FROM generate_series(1, %[2]d) i`, schema, *gcSweepN),
+			SELECT %[3]s, 8, int8send(i) FROM generate_series(1, %[2]d) i`, schema, *gcSweepN, key),
 		fmt.Sprintf(`CREATE TABLE %[1]s.refs (key text PRIMARY KEY)`, schema),
-		fmt.Sprintf(`INSERT INTO %[1]s.refs SELECT 'sha256:' || encode(sha256(i::text::bytea), 'hex') FROM generate_series(1, %[2]d) i WHERE i %% 10 <> 0`, schema, *gcSweepN),
-		fmt.Sprintf(`ANALYZE %[1]s.blobs; ANALYZE %[1]s.refs`, schema),
+		fmt.Sprintf(`INSERT INTO %[1]s.refs SELECT %[3]s FROM generate_series(1, %[2]d) i WHERE i %% 10 <> 0`, schema, *gcSweepN, key),
 	}
+	if *gcSweepChunked > 0 {
+		// The first -gcsweep-chunked unreferenced blobs (i = 10, 20, …)
+		// become 3 MiB values in three 1 MiB chunks, as a chunked put
+		// stores them.
+		stmts = append(stmts,
+			fmt.Sprintf(`UPDATE %[1]s.blobs SET size = 3 << 20, value = '\x', chunks = ('x' || substr(key, 8, 15))::bit(60)::bigint
+				WHERE key IN (SELECT %[3]s FROM generate_series(10, %[2]d * 10, 10) i)`, schema, *gcSweepChunked, key),
+			fmt.Sprintf(`INSERT INTO %[1]s.blob_chunks (chunks, off, data)
+				SELECT b.chunks, o.off, repeat(int8send(o.off + b.chunks), 131072)
+				FROM %[1]s.blobs b, (VALUES (0), (1 << 20), (2 << 20)) AS o(off) WHERE b.chunks IS NOT NULL`, schema))
+	}
+	stmts = append(stmts, fmt.Sprintf(`VACUUM ANALYZE %[1]s.blobs; ANALYZE %[1]s.refs; ANALYZE %[1]s.blob_chunks`, schema))
 	for _, s := range stmts {
 		if _, err := pool.Exec(ctx, s); err != nil {
 			pool.Close()
@@ -184,7 +210,8 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 			return nil, nil, err
 		}
 	}
-	if err := st.GC.RegisterSource(ctx, gc.Source{Schema: schema, Table: "refs", Column: "key"}); err != nil {
+	col := gc.New(st.Engine().GC(), gc.Options{StagePerSweep: *gcSweepN + 1})
+	if err := col.RegisterSource(ctx, gc.Source{Schema: schema, Table: "refs", Column: "key"}); err != nil {
 		pool.Close()
 		cleanup()
 		return nil, nil, err
@@ -196,7 +223,7 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 				return nil
 			}
 			t0 := time.Now()
-			stage, err := st.GC.Sweep(ctx, gc.SweepOptions{})
+			stage, stageStep, err := timedSweep(ctx, col)
 			if err != nil {
 				return err
 			}
@@ -204,16 +231,31 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 				return err
 			}
 			t1 := time.Now()
-			del, err := st.GC.Sweep(ctx, gc.SweepOptions{})
+			del, delStep, err := timedSweep(ctx, col)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "sweep of %d blobs: stage %d in %v (%.0f blobs/s scanned); arbitrate %d, delete %d in %v (%.0f keys/s)\n",
-				*gcSweepN, stage.Staged, t1.Sub(t0).Round(time.Millisecond), float64(*gcSweepN)/t1.Sub(t0).Seconds(),
-				del.Taken, del.Deleted, time.Since(t1).Round(time.Millisecond), float64(del.Taken)/time.Since(t1).Seconds())
+			t2 := time.Now()
+			fmt.Fprintf(os.Stderr, "sweep of %d blobs (%d chunked): stage %d of %d covered in %v (%.0f keys/s covered; longest range %v); "+
+				"arbitrate %d, delete %d (%d MiB) in %v (%.0f keys/s; longest batch %v)\n",
+				*gcSweepN, *gcSweepChunked, stage.Staged, stage.Covered, t1.Sub(t0).Round(time.Millisecond), float64(stage.Covered)/t1.Sub(t0).Seconds(),
+				stageStep.Round(time.Millisecond), del.Taken, del.Deleted, del.BytesFreed>>20, t2.Sub(t1).Round(time.Millisecond),
+				float64(del.Taken)/t2.Sub(t1).Seconds(), delStep.Round(time.Millisecond))
 			return nil
 		}, func() {
 			pool.Close()
 			cleanup()
 		}, nil
+}
+
+// timedSweep runs one sweep and returns its report and its longest step
+// (the time between two progress reports).
+func timedSweep(ctx context.Context, col *gc.Collector) (gc.Report, time.Duration, error) {
+	last, longest := time.Now(), time.Duration(0)
+	rep, err := col.Sweep(ctx, gc.SweepOptions{Progress: func(gc.Report) {
+		now := time.Now()
+		longest = max(longest, now.Sub(last))
+		last = now
+	}})
+	return rep, longest, err
 }

@@ -2,7 +2,10 @@ package blob
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/steadkit/stead/steaderr"
 )
 
 // Engine is what a storage engine does for blobs: mechanics only. The
@@ -55,11 +58,13 @@ type Engine interface {
 	// yield returns false. yield may run while the engine holds a connection
 	// or a snapshot; it must not call back into the engine.
 	List(ctx context.Context, after Key, limit int, yield func(Info) bool) error
-	// Delete removes p.Key (and its chunks) after arbitrating it like a
-	// garbage-collection delete: it fails with an error wrapping steaderr.ErrProtected while a
-	// live pin or a liveness source references the key, and with
-	// steaderr.ErrNotFound when the key is absent.
-	Delete(ctx context.Context, p DeleteParams) error
+	// Delete arbitrates p.Keys (sorted, distinct, at most MaxDeleteBatch)
+	// like a garbage-collection sweep, in one transaction, waiting for a
+	// row a put or pin holds instead of skipping it, and removes (with
+	// their chunks) those no live pin or liveness source protects. It
+	// returns one Verdict per key, in p.Keys' order: Deleted, Protected or
+	// Absent. An error means nothing was deleted.
+	Delete(ctx context.Context, p DeleteParams) ([]Verdict, error)
 	// Pin pins the stored key p.Key for p.Owner until at least p.Now +
 	// p.TTL, taking the same row lock a put does, so it cannot interleave
 	// with an arbitration of the key: either the pin commits first and the
@@ -154,9 +159,70 @@ type UnpinParams struct {
 
 // DeleteParams are the arguments of Engine.Delete.
 type DeleteParams struct {
-	Key Key
+	Keys []Key
 	// Now is the instant pins are judged at; zero: the engine's clock.
 	Now time.Time
+}
+
+// MaxDeleteBatch bounds the keys of one Engine.Delete and of one
+// garbage-collection arbitration: the keys of one transaction.
+const MaxDeleteBatch = 10000
+
+// Outcome is what an arbitration found for one key.
+type Outcome uint8
+
+const (
+	// Deleted: the blob was unprotected and is deleted (in a dry run:
+	// would be).
+	Deleted Outcome = iota + 1
+	// Protected: a live pin or a liveness source references the key.
+	Protected
+	// Busy: a put or pin held the row, so a sweep, which never waits,
+	// skipped it: it is being protected now.
+	Busy
+	// Absent: no blob is stored under the key.
+	Absent
+)
+
+var outcomeNames = [...]string{Deleted: "deleted", Protected: "protected", Busy: "busy", Absent: "absent"}
+
+// String names o as the HTTP API does: deleted, protected, busy or absent.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// ParseOutcome reads an Outcome's name; ok is false for any other text.
+func ParseOutcome(s string) (o Outcome, ok bool) {
+	for i, name := range outcomeNames {
+		if name != "" && name == s {
+			return Outcome(i), true
+		}
+	}
+	return 0, false
+}
+
+// Verdict is the outcome of one key's arbitration.
+type Verdict struct {
+	Key     Key
+	Outcome Outcome
+	// Size is the deleted (or, in a dry run, deletable) blob's size.
+	Size int64
+}
+
+// Err is the error a Delete of the key returns: nil once deleted, an
+// error wrapping steaderr.ErrNotFound for an absent blob, and
+// steaderr.ErrProtected for a protected one (or one a put holds).
+func (v Verdict) Err() error {
+	switch v.Outcome {
+	case Deleted:
+		return nil
+	case Absent:
+		return steaderr.ErrNotFound
+	}
+	return steaderr.ErrProtected
 }
 
 // Info describes a stored blob.

@@ -13,6 +13,7 @@ import (
 	"hash"
 	"io"
 	"iter"
+	"slices"
 	"sync"
 	"time"
 
@@ -538,10 +539,63 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 	if err := checkKey(ctx, key); err != nil {
 		return fmt.Errorf("blob delete: %w", err)
 	}
-	if err := s.eng.Delete(ctx, DeleteParams{Key: key, Now: s.pins.engineNow()}); err != nil {
+	vs, err := s.eng.Delete(ctx, DeleteParams{Keys: []Key{key}, Now: s.pins.engineNow()})
+	if err == nil && (len(vs) != 1 || vs[0].Key != key) {
+		err = fmt.Errorf("engine answered %d verdicts for one key", len(vs))
+	}
+	if err == nil {
+		err = vs[0].Err()
+	}
+	if err != nil {
 		return fmt.Errorf("blob delete %s: %w", key, err)
 	}
 	return nil
+}
+
+// deleteBatch is how many keys one transaction of DeleteMany arbitrates.
+const deleteBatch = 1000
+
+// DeleteMany deletes each of keys as Delete would, arbitrating them in
+// batches of up to a thousand keys, each batch one transaction (one
+// commit), and returns one Verdict per key in keys' order: Deleted,
+// Protected or Absent (Verdict.Err gives Delete's error). A key given
+// twice is arbitrated once and gets the same verdict twice. A zero key
+// fails the call before anything is deleted. A batch that fails ends the
+// call with its error after the batches before it committed: the keys
+// not arbitrated then have a Verdict with the zero Outcome.
+func (s *Store) DeleteMany(ctx context.Context, keys []Key) ([]Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("blob delete: %w", err)
+	}
+	for _, key := range keys {
+		if key.IsZero() {
+			return nil, fmt.Errorf("blob delete: %w: zero key", steaderr.ErrInvalidKey)
+		}
+	}
+	distinct := slices.Clone(keys)
+	slices.SortFunc(distinct, Key.Compare)
+	distinct = slices.Compact(distinct)
+	verdicts := make(map[Key]Verdict, len(distinct))
+	var err error
+	for batch := range slices.Chunk(distinct, deleteBatch) {
+		var vs []Verdict
+		if vs, err = s.eng.Delete(ctx, DeleteParams{Keys: batch, Now: s.pins.engineNow()}); err == nil && len(vs) != len(batch) {
+			err = fmt.Errorf("engine answered %d verdicts for %d keys", len(vs), len(batch))
+		}
+		if err != nil {
+			err = fmt.Errorf("blob delete %d keys from %s: %w", len(batch), batch[0], err)
+			break
+		}
+		for _, v := range vs {
+			verdicts[v.Key] = v
+		}
+	}
+	out := make([]Verdict, len(keys))
+	for i, key := range keys {
+		out[i] = verdicts[key]
+		out[i].Key = key
+	}
+	return out, err
 }
 
 func checkKey(ctx context.Context, key Key) error {

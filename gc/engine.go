@@ -22,34 +22,54 @@ import (
 // only. The portable Collector validates every argument before calling it.
 // Every method returns steaderr.ErrClosed once the engine is closed. Times
 // are whole microseconds; a zero Now means the engine's clock (the
-// database's now() on PostgreSQL, the system clock elsewhere).
+// database's now() on PostgreSQL, the system clock elsewhere). Keys passed
+// in a slice are sorted and distinct, at most blob.MaxDeleteBatch of them.
+//
+// The sweep's own steps (ReapPins, StageRange, Take, Arbitrate) take the
+// sweep Lease they run under: an engine may refuse one without a lease
+// (the remote engine's server does), refuses one whose lease is gone (an
+// error wrapping steaderr.ErrLost) where the lease lives in a database
+// session or row, and Arbitrate shares the lease's fate atomically.
 type Engine interface {
 	// ReapPins deletes the pins expired at p.Now (expiry <= now) and
 	// reports how many; with p.DryRun it deletes nothing and reports how
 	// many it would.
 	ReapPins(ctx context.Context, p NowParams) (int64, error)
-	// Stage makes key a delete candidate visible after visibleAfter.
-	// Staging the same (key, deadline) again changes nothing; a new
-	// deadline replaces the old.
-	Stage(ctx context.Context, key blob.Key, visibleAfter time.Time) error
-	// StageUnreferenced stages, visible after p.Now + p.Grace, every stored
-	// blob that is not staged yet and that no live pin and no liveness
-	// source references, set-based (no round trip per key), and reports
-	// how many; with p.DryRun it stages nothing and reports how many it
-	// would.
-	StageUnreferenced(ctx context.Context, p StageParams) (int64, error)
-	// Take removes and returns, in key order, up to p.Limit (<= 0: every)
-	// candidates
-	// whose visible_after <= p.Now, in one atomic step: a candidate is
-	// never returned twice. With p.DryRun it returns them and removes
-	// nothing.
+	// Stage makes p.Keys delete candidates visible after p.VisibleAfter,
+	// in one statement. Staging a key again with the same deadline changes
+	// nothing; a new deadline replaces the old.
+	Stage(ctx context.Context, p StageParams) error
+	// StagePass reports where the staging pass stands: the durable cursor
+	// StageRange last recorded, and when the pass began.
+	StagePass(ctx context.Context) (Pass, error)
+	// StageRange stages, visible after p.Now + p.Grace, every blob among
+	// the first p.Limit stored keys after p.After (the zero Key: from the
+	// first key) that is not staged yet and that no live pin and no
+	// liveness source references: set-based, in statements whose work is
+	// bounded by p.Limit, not by the store's size, committed before it
+	// returns. Unless p.DryRun it then records the cursor durably: the
+	// last key covered, or the zero Key when the range reached the last
+	// stored key (the pass is complete); a range from the zero Key records
+	// p.Now as the pass's start. With p.DryRun it writes nothing and
+	// reports what it would stage.
+	StageRange(ctx context.Context, p StageRangeParams) (StagedRange, error)
+	// Take removes and returns, sorted by key, up to p.Limit (at least 1)
+	// candidates whose visible_after <= p.Now, the longest overdue first
+	// when more are, in one atomic step that reads only the rows it
+	// returns: a candidate is never returned twice. With p.DryRun it
+	// returns them and removes nothing.
 	Take(ctx context.Context, p TakeParams) ([]blob.Key, error)
-	// Arbitrate decides p.Key in its own short transaction: it locks the
-	// blob row, skipping it when a put or pin holds it (Busy); then, in
-	// new statements, checks live pins at p.Now and every liveness source
-	// (Protected); else it deletes the blob (Deleted; with p.DryRun it
-	// deletes nothing). An absent blob is Absent.
-	Arbitrate(ctx context.Context, p ArbitrateParams) (Verdict, error)
+	// Arbitrate decides p.Keys in one short transaction and returns one
+	// Verdict per key, in p.Keys' order. It locks the keys' blob rows,
+	// skipping those a put or pin holds (Busy); then, in new statements,
+	// whose snapshots see whatever committed while the rows were being
+	// locked, it locks and judges their pins at p.Now and then asks every
+	// liveness source about the rest, one set-based query per source
+	// (Protected); then it deletes the unprotected blobs with their
+	// chunks, pins and window rows in one statement (Deleted; with
+	// p.DryRun nothing is deleted) and commits once. A key not stored is
+	// Absent. An error means nothing was deleted.
+	Arbitrate(ctx context.Context, p ArbitrateParams) ([]blob.Verdict, error)
 	// AcquireSweep tries to take the sweep lease of this store's data
 	// (one sweeper at a time per database or schema) for holder; ok is
 	// false when another sweep holds it. The lease lasts until Release or
@@ -65,11 +85,13 @@ type Engine interface {
 	UnregisterSource(ctx context.Context, src Source) error
 	// Sources lists the registered sources.
 	Sources(ctx context.Context) ([]Source, error)
-	// Explain says why key is kept or not at now.
-	Explain(ctx context.Context, key blob.Key, now time.Time) (Explanation, error)
-	// Pins calls yield for each pin, live or not, in (key, owner) order,
-	// until it returns false.
-	Pins(ctx context.Context, yield func(PinInfo) bool) error
+	// Explain says why p.Key is kept or not at p.Now.
+	Explain(ctx context.Context, p ExplainParams) (Explanation, error)
+	// Pins calls yield for each pin, in (key, owner) order, until it
+	// returns false: every pin live at p.Now, and expired ones not reaped
+	// yet (an engine that keeps a put's pin in its blob's row lists it only
+	// while it is live).
+	Pins(ctx context.Context, p PinsParams, yield func(PinInfo) bool) error
 	// Window calls yield for each staged candidate in key order until it
 	// returns false.
 	Window(ctx context.Context, yield func(Candidate) bool) error
@@ -77,6 +99,10 @@ type Engine interface {
 
 // Lease is a held sweep lease.
 type Lease interface {
+	// Renew confirms that the lease is still held, extending it where it
+	// lasts for a time, or fails with an error wrapping steaderr.ErrLost
+	// once its session or row is gone: the sweeper must then stop.
+	Renew(ctx context.Context) error
 	// Release gives the lease up, on the connection that took it.
 	Release(ctx context.Context) error
 }
@@ -85,13 +111,47 @@ type Lease interface {
 type NowParams struct {
 	Now    time.Time
 	DryRun bool
+	// Lease is the sweep lease the call runs under, or nil.
+	Lease Lease
 }
 
-// StageParams are the arguments of Engine.StageUnreferenced.
+// StageParams are the arguments of Engine.Stage.
 type StageParams struct {
+	Keys         []blob.Key
+	VisibleAfter time.Time
+	// Lease is the sweep lease the call runs under, or nil.
+	Lease Lease
+}
+
+// Pass is where a staging pass over the store's keys stands.
+type Pass struct {
+	// After is the last key the pass covered; the zero Key when the next
+	// range starts a new pass at the first key.
+	After blob.Key
+	// Started is when the pass began (when After is zero: when the last
+	// pass began); zero if staging never ran.
+	Started time.Time
+}
+
+// StageRangeParams are the arguments of Engine.StageRange.
+type StageRangeParams struct {
+	After  blob.Key
+	Limit  int
 	Now    time.Time
 	Grace  time.Duration
 	DryRun bool
+	// Lease is the sweep lease the call runs under, or nil.
+	Lease Lease
+}
+
+// StagedRange is what one StageRange covered and staged.
+type StagedRange struct {
+	// Covered counts the stored keys the range read; Staged those it
+	// staged (in a dry run: would stage).
+	Covered, Staged int64
+	// Last is the last key covered, or the zero Key when the range reached
+	// the last stored key.
+	Last blob.Key
 }
 
 // TakeParams are the arguments of Engine.Take.
@@ -99,11 +159,13 @@ type TakeParams struct {
 	Now    time.Time
 	Limit  int
 	DryRun bool
+	// Lease is the sweep lease the call runs under, or nil.
+	Lease Lease
 }
 
 // ArbitrateParams are the arguments of Engine.Arbitrate.
 type ArbitrateParams struct {
-	Key    blob.Key
+	Keys   []blob.Key
 	Now    time.Time
 	DryRun bool
 	// Lease is the sweep lease the arbitration runs under. An engine whose
@@ -113,27 +175,16 @@ type ArbitrateParams struct {
 	Lease Lease
 }
 
-// Verdict is the outcome of one arbitration.
-type Verdict struct {
-	Outcome Outcome
-	// Size is the deleted (or, in a dry run, deletable) blob's size.
-	Size int64
+// PinsParams are the arguments of Engine.Pins.
+type PinsParams struct {
+	Now time.Time
 }
 
-// Outcome is what an arbitration found.
-type Outcome uint8
-
-const (
-	// Deleted: the blob was unprotected and is deleted (in a dry run:
-	// would be).
-	Deleted Outcome = iota + 1
-	// Protected: a live pin or a liveness source references the key.
-	Protected
-	// Busy: a put or pin held the row; it is being protected now.
-	Busy
-	// Absent: no blob is stored under the key.
-	Absent
-)
+// ExplainParams are the arguments of Engine.Explain.
+type ExplainParams struct {
+	Key blob.Key
+	Now time.Time
+}
 
 // Source is a liveness source: a key referenced by one is live. Exactly
 // one of the SQL form (Schema, Table, Column: a text column of a table in
@@ -191,19 +242,6 @@ type Explanation struct {
 	Now time.Time
 }
 
-// Err is the error a Delete returns for v: nil once deleted, an error
-// wrapping steaderr.ErrNotFound for an absent blob, steaderr.ErrProtected
-// for a protected one (or one a put holds).
-func (v Verdict) Err() error {
-	switch v.Outcome {
-	case Deleted:
-		return nil
-	case Absent:
-		return steaderr.ErrNotFound
-	}
-	return steaderr.ErrProtected
-}
-
 // ProcessLease is a sweep lease held in process, for engines whose data
 // one process uses. The zero value is free.
 type ProcessLease struct{ held atomic.Bool }
@@ -213,13 +251,26 @@ func (p *ProcessLease) TryAcquire() (Lease, bool) {
 	if !p.held.CompareAndSwap(false, true) {
 		return nil, false
 	}
-	return processRelease{p}, true
+	return &processRelease{p: p}, true
 }
 
-type processRelease struct{ p *ProcessLease }
+type processRelease struct {
+	p        *ProcessLease
+	released atomic.Bool
+}
 
-func (r processRelease) Release(context.Context) error {
-	r.p.held.Store(false)
+// Renew succeeds until Release: the lease lasts as long as its process.
+func (r *processRelease) Renew(context.Context) error {
+	if r.released.Load() {
+		return fmt.Errorf("%w: sweep lease released", steaderr.ErrLost)
+	}
+	return nil
+}
+
+func (r *processRelease) Release(context.Context) error {
+	if !r.released.Swap(true) {
+		r.p.held.Store(false)
+	}
 	return nil
 }
 
@@ -276,6 +327,30 @@ func (f *FuncSources) List() []Source {
 	out := slices.Collect(maps.Values(f.sources))
 	slices.SortFunc(out, func(x, y Source) int { return strings.Compare(x.Name, y.Name) })
 	return out
+}
+
+// Referenced returns those of keys some source references, asking each
+// source about the keys no source before it referenced.
+func (f *FuncSources) Referenced(ctx context.Context, keys []blob.Key) (map[blob.Key]bool, error) {
+	refs := map[blob.Key]bool{}
+	for _, src := range f.List() {
+		for _, key := range keys {
+			if refs[key] {
+				continue
+			}
+			ok, err := src.Referenced(ctx, key)
+			if err != nil {
+				return nil, fmt.Errorf("liveness source %s: %w", src, err)
+			}
+			refs[key] = ok
+		}
+	}
+	for key, ok := range refs {
+		if !ok {
+			delete(refs, key)
+		}
+	}
+	return refs, nil
 }
 
 // References returns the names of the sources referencing key, asking

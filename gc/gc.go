@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -18,21 +19,45 @@ const (
 	DefaultGrace = time.Hour
 	// DefaultBatch is the default for Options.Batch.
 	DefaultBatch = 1000
+	// DefaultStageRange is the default for Options.StageRange.
+	DefaultStageRange = 10000
+	// DefaultStagePerSweep is the default for Options.StagePerSweep.
+	DefaultStagePerSweep = 1000000
 	// maxIdentLen bounds a SQL source's names: PostgreSQL truncates longer
 	// identifiers silently.
 	maxIdentLen = 63
+	// restageTimeout bounds putting a failed batch's keys back in the
+	// window, which runs even when the sweep's context has ended.
+	restageTimeout = 10 * time.Second
+	// renewEvery is how often a sweep renews its lease between steps, well
+	// within the shortest lease an engine keeps without renewal.
+	renewEvery = 5 * time.Second
 )
 
 // Options configures a Collector.
 type Options struct {
 	// Grace is how long a blob found unreferenced and unpinned waits in the
-	// window before a sweep may delete it. Safety never rests on it (every
-	// delete is arbitrated); it bounds how soon unreferenced content goes.
+	// window before a sweep may delete it, and the least time between the
+	// starts of two staging passes. Safety never rests on it (every delete
+	// is arbitrated); it bounds how soon unreferenced content goes: between
+	// one and about two graces after it lost its last protection.
 	// Defaults to DefaultGrace.
 	Grace time.Duration
-	// Batch is how many window candidates one step takes. Defaults to
+	// Batch is how many window candidates one arbitration takes and
+	// decides in one transaction, at most blob.MaxDeleteBatch. Defaults to
 	// DefaultBatch.
 	Batch int
+	// StageRange is how many stored keys one staging statement covers.
+	// Defaults to DefaultStageRange.
+	StageRange int
+	// StagePerSweep is the most stored keys one sweep's staging covers; a
+	// pass over a larger store resumes in the next sweep from a durable
+	// cursor. Defaults to DefaultStagePerSweep.
+	StagePerSweep int
+	// AllUnreferenced lets every sweep of this collector delete in a store
+	// that declares no liveness at all (see SweepOptions.AllUnreferenced).
+	// Defaults to false.
+	AllUnreferenced bool
 	// Holder names this process in the sweep lease (the store's instance
 	// id).
 	Holder string
@@ -59,22 +84,35 @@ type Collector struct {
 // process is not registered in this one, which cannot consult it.
 var ErrSourceMissing = errors.New("gc: liveness source not registered in this process")
 
+// ErrNoLiveness is wrapped by the error of a sweep refused because the
+// store declares no liveness at all (no source is registered), so every
+// blob in it is garbage once its pin lapses. It wraps steaderr.ErrProtected.
+var ErrNoLiveness = fmt.Errorf("%w: the store declares no liveness", steaderr.ErrProtected)
+
 // errNoGC is what a Collector over a nil Engine answers.
 var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
 
 // New returns a Collector over eng (nil: see Collector). Non-positive
-// Grace or Batch mean the defaults.
+// Grace, Batch, StageRange or StagePerSweep mean their defaults; a Batch
+// over blob.MaxDeleteBatch or a StageRange over MaxStageRange is cut to it.
 func New(eng Engine, opts Options) *Collector {
 	if eng == nil {
 		eng = unsupported{}
 	}
-
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
 	}
 	opts.Grace = opts.Grace.Truncate(time.Microsecond)
 	if opts.Batch <= 0 {
 		opts.Batch = DefaultBatch
+	}
+	opts.Batch = min(opts.Batch, blob.MaxDeleteBatch)
+	if opts.StageRange <= 0 {
+		opts.StageRange = DefaultStageRange
+	}
+	opts.StageRange = min(opts.StageRange, MaxStageRange)
+	if opts.StagePerSweep <= 0 {
+		opts.StagePerSweep = DefaultStagePerSweep
 	}
 	if opts.Holder == "" {
 		opts.Holder = "stead"
@@ -102,6 +140,14 @@ type Report struct {
 	BytesFreed int64
 	// Staged counts blobs newly found unreferenced and staged.
 	Staged int64
+	// Covered counts the stored keys the sweep's staging read, and
+	// Wrapped reports that its pass reached the last key. A dry run covers
+	// a whole pass from the first key.
+	Covered int64
+	Wrapped bool
+	// NextPass, when staging did not run because a pass completed less
+	// than a grace ago, is when the next pass may begin.
+	NextPass time.Time
 	// Duration is how long the sweep ran.
 	Duration time.Duration
 }
@@ -117,24 +163,37 @@ func (r Report) String() string {
 	if r.DryRun {
 		prefix = "dry run (would): "
 	}
-	return fmt.Sprintf("%sreaped %d pins and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; staged %d; in %v",
-		prefix, r.Reaped, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, r.Staged, r.Duration.Round(time.Millisecond))
+	staging := fmt.Sprintf("staged %d of %d keys covered", r.Staged, r.Covered)
+	switch {
+	case !r.NextPass.IsZero():
+		staging = "staging paused until " + r.NextPass.UTC().Format(time.RFC3339)
+	case r.Wrapped:
+		staging += " (pass complete)"
+	}
+	return fmt.Sprintf("%sreaped %d pins and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; %s; in %v",
+		prefix, r.Reaped, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, staging, r.Duration.Round(time.Millisecond))
 }
 
 // SweepOptions are the options of one sweep.
 type SweepOptions struct {
 	// DryRun changes nothing and reports what a sweep would do.
 	DryRun bool
+	// AllUnreferenced lets the sweep delete in a store that declares no
+	// liveness: no registered source. There every blob is garbage once its
+	// pin lapses, so a sweep refuses (ErrNoLiveness) unless told so; a dry
+	// run reports what it would do either way.
+	AllUnreferenced bool
 	// Progress, if set, is called with the report so far after each step.
 	Progress func(Report)
 }
 
 // Sweep runs one sweep under the sweep lease: (1) reap expired pins; (2)
-// take the overdue window candidates and arbitrate each in its own short
-// transaction, deleting only what no live pin and no source protects; (3)
-// stage the blobs now unreferenced and unpinned, visible after now + Grace.
-// Another sweep holding the lease is not an error: the report says
-// Aborted: SweeperBusy.
+// take the overdue window candidates a batch at a time and arbitrate each
+// batch in one short transaction, deleting only what no live pin and no
+// source protects; (3) continue the staging pass from its durable cursor,
+// a range at a time, staging what nothing protects, visible after now +
+// Grace. A new pass begins at most once per Grace. Another sweep holding
+// the lease is not an error: the report says Aborted: SweeperBusy.
 func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, err error) {
 	start := time.Now()
 	rep.DryRun = opts.DryRun
@@ -155,6 +214,11 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 			err = errors.Join(err, fmt.Errorf("gc sweep: releasing the lease: %w", rerr))
 		}
 	}()
+	if !opts.DryRun && !opts.AllUnreferenced && !c.opts.AllUnreferenced {
+		if err := c.checkLiveness(ctx); err != nil {
+			return rep, fmt.Errorf("gc sweep: %w", err)
+		}
+	}
 	progress := func() {
 		if opts.Progress != nil {
 			rep.Duration = time.Since(start)
@@ -162,7 +226,7 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		}
 	}
 	now := c.now()
-	if rep.Reaped, err = c.eng.ReapPins(ctx, NowParams{Now: now, DryRun: opts.DryRun}); err != nil {
+	if rep.Reaped, err = c.eng.ReapPins(ctx, NowParams{Now: now, DryRun: opts.DryRun, Lease: lease}); err != nil {
 		return rep, fmt.Errorf("gc sweep: reap: %w", err)
 	}
 	if c.opts.ReapUploads != nil && !opts.DryRun {
@@ -173,38 +237,173 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		}
 	}
 	progress()
-	for {
-		keys, err := c.eng.Take(ctx, TakeParams{Now: now, Limit: c.opts.Batch, DryRun: opts.DryRun})
-		if err != nil {
-			return rep, fmt.Errorf("gc sweep: take: %w", err)
+	held := &heldLease{lease: lease, renewed: time.Now()}
+	if err := c.collect(ctx, held, now, opts.DryRun, &rep, progress); err != nil {
+		return rep, err
+	}
+	if err := c.stage(ctx, held, opts.DryRun, &rep, progress); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// heldLease is a sweep's lease and when it was last renewed.
+type heldLease struct {
+	lease   Lease
+	renewed time.Time
+}
+
+// keep renews the lease when renewEvery has passed since the last renewal:
+// an engine may end a lease left idle (a stopped sweeper's), and a sweep
+// that lost its lease must stop.
+func (h *heldLease) keep(ctx context.Context) error {
+	if time.Since(h.renewed) < renewEvery {
+		return nil
+	}
+	if err := h.lease.Renew(ctx); err != nil {
+		return fmt.Errorf("gc sweep: renewing the lease: %w", err)
+	}
+	h.renewed = time.Now()
+	return nil
+}
+
+// CheckKeys checks keys as the Engine seam expects them: none zero, sorted
+// in strictly ascending order (so distinct), at most blob.MaxDeleteBatch.
+// Errors wrap ErrInvalidKey or ErrInvalidArgument. Adapters that hand a
+// client's keys to an Engine (the HTTP server) call it.
+func CheckKeys(keys []blob.Key) error {
+	if len(keys) > blob.MaxDeleteBatch {
+		return fmt.Errorf("%w: %d keys, at most %d at a time", steaderr.ErrInvalidArgument, len(keys), blob.MaxDeleteBatch)
+	}
+	for i, k := range keys {
+		if k.IsZero() {
+			return fmt.Errorf("%w: zero key", steaderr.ErrInvalidKey)
 		}
-		for _, key := range keys {
-			rep.Taken++
-			v, err := c.eng.Arbitrate(ctx, ArbitrateParams{Key: key, Now: c.now(), DryRun: opts.DryRun, Lease: lease})
-			if err != nil {
-				return rep, fmt.Errorf("gc sweep: arbitrate %s: %w", key, err)
+		if i > 0 && keys[i-1].Compare(k) >= 0 {
+			return fmt.Errorf("%w: keys not in strictly ascending order at %s", steaderr.ErrInvalidArgument, k)
+		}
+	}
+	return nil
+}
+
+// CheckLimit checks the limit of a take or a staging range: 1 to max.
+func CheckLimit(limit, max int) error {
+	if limit < 1 || limit > max {
+		return fmt.Errorf("%w: limit %d, want 1 to %d", steaderr.ErrInvalidArgument, limit, max)
+	}
+	return nil
+}
+
+// MaxStageRange bounds Options.StageRange and one staging step's limit.
+const MaxStageRange = 1000000
+
+// checkLiveness refuses a sweep of a store that declares no liveness.
+func (c *Collector) checkLiveness(ctx context.Context) error {
+	srcs, err := c.eng.Sources(ctx)
+	if err != nil {
+		return fmt.Errorf("reading liveness sources: %w", err)
+	}
+	if len(srcs) == 0 {
+		return fmt.Errorf("%w: no liveness source is registered, so every blob is garbage once its pin lapses; "+
+			"nothing is deleted: register a source (Collector.RegisterSource), or, if the store is a cache whose blobs "+
+			"may all go, sweep with AllUnreferenced (stead gc --all-unreferenced); a dry run shows what would go", ErrNoLiveness)
+	}
+	return nil
+}
+
+// collect takes the overdue candidates a batch at a time and arbitrates
+// each batch. A batch whose arbitration fails goes back to the window,
+// overdue, instead of waiting for a new pass and a whole grace.
+func (c *Collector) collect(ctx context.Context, held *heldLease, now time.Time, dry bool, rep *Report, progress func()) error {
+	lease := held.lease
+	for {
+		if err := held.keep(ctx); err != nil {
+			return err
+		}
+		keys, err := c.eng.Take(ctx, TakeParams{Now: now, Limit: c.opts.Batch, DryRun: dry, Lease: lease})
+		if err != nil {
+			return fmt.Errorf("gc sweep: take: %w", err)
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		rep.Taken += int64(len(keys))
+		verdicts, err := c.eng.Arbitrate(ctx, ArbitrateParams{Keys: keys, Now: c.now(), DryRun: dry, Lease: lease})
+		if err == nil && len(verdicts) != len(keys) {
+			err = fmt.Errorf("engine answered %d verdicts for %d keys", len(verdicts), len(keys))
+		}
+		if err != nil {
+			err = fmt.Errorf("gc sweep: arbitrate %d keys from %s: %w", len(keys), keys[0], err)
+			if !dry {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restageTimeout)
+				defer cancel()
+				if serr := c.eng.Stage(rctx, StageParams{Keys: keys, VisibleAfter: c.nowOr(now)}); serr != nil {
+					err = errors.Join(err, fmt.Errorf("gc sweep: returning the batch to the window (the next pass stages it again): %w", serr))
+				}
 			}
+			return err
+		}
+		for _, v := range verdicts {
 			switch v.Outcome {
-			case Deleted:
+			case blob.Deleted:
 				rep.Deleted++
 				rep.BytesFreed += v.Size
-			case Protected, Busy:
+			case blob.Protected, blob.Busy:
 				rep.Rescued++
-			case Absent:
+			case blob.Absent:
 				rep.Absent++
 			}
 		}
 		progress()
-		// A dry run peeks the same candidates every time: one page only.
-		if len(keys) < c.opts.Batch || opts.DryRun {
-			break
+		// A dry run peeks the same candidates every time: one batch only.
+		if len(keys) < c.opts.Batch || dry {
+			return nil
 		}
 	}
-	if rep.Staged, err = c.eng.StageUnreferenced(ctx, StageParams{Now: c.now(), Grace: c.opts.Grace, DryRun: opts.DryRun}); err != nil {
-		return rep, fmt.Errorf("gc sweep: stage: %w", err)
+}
+
+// stage continues the staging pass from its durable cursor, a range at a
+// time, until it wraps or has covered StagePerSweep keys. A completed pass
+// is followed by a new one only once a grace has passed since it began. A
+// dry run counts a whole pass from the first key and records nothing.
+func (c *Collector) stage(ctx context.Context, held *heldLease, dry bool, rep *Report, progress func()) error {
+	var after blob.Key
+	budget := c.opts.StagePerSweep
+	if !dry {
+		pass, err := c.eng.StagePass(ctx)
+		if err != nil {
+			return fmt.Errorf("gc sweep: stage: %w", err)
+		}
+		now := c.nowOr(time.Now())
+		if next := pass.Started.Add(c.opts.Grace); pass.After.IsZero() && !pass.Started.IsZero() && now.Before(next) {
+			rep.NextPass = next
+			return nil
+		}
+		after = pass.After
+	} else {
+		budget = math.MaxInt
 	}
-	progress()
-	return rep, nil
+	for rep.Covered < int64(budget) {
+		if err := held.keep(ctx); err != nil {
+			return err
+		}
+		r, err := c.eng.StageRange(ctx, StageRangeParams{
+			After: after, Limit: min(c.opts.StageRange, budget-int(rep.Covered)),
+			Now: c.now(), Grace: c.opts.Grace, DryRun: dry, Lease: held.lease,
+		})
+		if err != nil {
+			return fmt.Errorf("gc sweep: stage after %s: %w", after, err)
+		}
+		rep.Covered += r.Covered
+		rep.Staged += r.Staged
+		progress()
+		if r.Last.IsZero() {
+			rep.Wrapped = true
+			return nil
+		}
+		after = r.Last
+	}
+	return nil
 }
 
 // Run sweeps every interval until ctx ends, reporting each sweep's result
@@ -223,6 +422,14 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration, report func
 			report(rep, err)
 		}
 	}
+}
+
+// nowOr returns the injected clock's reading, or local when there is none.
+func (c *Collector) nowOr(local time.Time) time.Time {
+	if c.opts.Now == nil {
+		return local.Truncate(time.Microsecond)
+	}
+	return c.now()
 }
 
 func (c *Collector) now() time.Time {
@@ -318,7 +525,7 @@ func (c *Collector) Explain(ctx context.Context, key blob.Key) (Explanation, err
 	if key.IsZero() {
 		return Explanation{}, fmt.Errorf("gc explain: %w: zero key", steaderr.ErrInvalidKey)
 	}
-	x, err := c.eng.Explain(ctx, key, c.now())
+	x, err := c.eng.Explain(ctx, ExplainParams{Key: key, Now: c.now()})
 	if err != nil {
 		return Explanation{}, fmt.Errorf("gc explain %s: %w", key, err)
 	}
@@ -353,7 +560,7 @@ func (x Explanation) Verdict() string {
 // Pins calls yield for each pin in (key, owner) order until it returns
 // false.
 func (c *Collector) Pins(ctx context.Context, yield func(PinInfo) bool) error {
-	if err := c.eng.Pins(ctx, yield); err != nil {
+	if err := c.eng.Pins(ctx, PinsParams{Now: c.now()}, yield); err != nil {
 		return fmt.Errorf("gc pins: %w", err)
 	}
 	return nil
@@ -372,13 +579,14 @@ func (c *Collector) Window(ctx context.Context, yield func(Candidate) bool) erro
 type unsupported struct{}
 
 func (unsupported) ReapPins(context.Context, NowParams) (int64, error) { return 0, errNoGC }
-func (unsupported) Stage(context.Context, blob.Key, time.Time) error   { return errNoGC }
-func (unsupported) StageUnreferenced(context.Context, StageParams) (int64, error) {
-	return 0, errNoGC
+func (unsupported) Stage(context.Context, StageParams) error           { return errNoGC }
+func (unsupported) StagePass(context.Context) (Pass, error)            { return Pass{}, errNoGC }
+func (unsupported) StageRange(context.Context, StageRangeParams) (StagedRange, error) {
+	return StagedRange{}, errNoGC
 }
 func (unsupported) Take(context.Context, TakeParams) ([]blob.Key, error) { return nil, errNoGC }
-func (unsupported) Arbitrate(context.Context, ArbitrateParams) (Verdict, error) {
-	return Verdict{}, errNoGC
+func (unsupported) Arbitrate(context.Context, ArbitrateParams) ([]blob.Verdict, error) {
+	return nil, errNoGC
 }
 func (unsupported) AcquireSweep(context.Context, string) (Lease, bool, error) {
 	return nil, false, errNoGC
@@ -386,8 +594,8 @@ func (unsupported) AcquireSweep(context.Context, string) (Lease, bool, error) {
 func (unsupported) RegisterSource(context.Context, Source) error   { return errNoGC }
 func (unsupported) UnregisterSource(context.Context, Source) error { return errNoGC }
 func (unsupported) Sources(context.Context) ([]Source, error)      { return nil, errNoGC }
-func (unsupported) Explain(context.Context, blob.Key, time.Time) (Explanation, error) {
+func (unsupported) Explain(context.Context, ExplainParams) (Explanation, error) {
 	return Explanation{}, errNoGC
 }
-func (unsupported) Pins(context.Context, func(PinInfo) bool) error     { return errNoGC }
-func (unsupported) Window(context.Context, func(Candidate) bool) error { return errNoGC }
+func (unsupported) Pins(context.Context, PinsParams, func(PinInfo) bool) error { return errNoGC }
+func (unsupported) Window(context.Context, func(Candidate) bool) error         { return errNoGC }

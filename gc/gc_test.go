@@ -47,8 +47,8 @@ func TestParseSource(t *testing.T) {
 
 func TestVerdictErr(t *testing.T) {
 	t.Parallel()
-	for outcome, want := range map[gc.Outcome]error{gc.Deleted: nil, gc.Absent: steaderr.ErrNotFound, gc.Protected: steaderr.ErrProtected, gc.Busy: steaderr.ErrProtected} {
-		if err := (gc.Verdict{Outcome: outcome}).Err(); !errors.Is(err, want) || (want == nil) != (err == nil) {
+	for outcome, want := range map[blob.Outcome]error{blob.Deleted: nil, blob.Absent: steaderr.ErrNotFound, blob.Protected: steaderr.ErrProtected, blob.Busy: steaderr.ErrProtected} {
+		if err := (blob.Verdict{Outcome: outcome}).Err(); !errors.Is(err, want) || (want == nil) != (err == nil) {
 			t.Errorf("Verdict{%d}.Err() = %v, want %v", outcome, err, want)
 		}
 	}

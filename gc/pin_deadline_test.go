@@ -35,7 +35,7 @@ func TestPinReleaseReportsLostAfterMissedDeadline(t *testing.T) {
 	clk.Advance(2 * time.Hour) // the renewal timer (20 minutes, real time) has not fired
 	col := gc.New(eng.GC(), gc.Options{Grace: time.Microsecond, Now: clk.Now})
 	for range 2 {
-		if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil {
+		if _, err := col.Sweep(ctx, gc.SweepOptions{AllUnreferenced: true}); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(time.Second)

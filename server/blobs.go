@@ -433,8 +433,14 @@ func checkRange(header string) (rangeVerdict, string) {
 // instant.
 func (s *Server) blobsAt(r *http.Request) (*blob.Store, error) {
 	now, err := s.queryNow(r)
-	if err != nil || now.IsZero() {
-		return s.blobs, err
+	return s.blobStore(now), err
+}
+
+// blobStore returns the server's blob store, or one on the clock stopped
+// at now when now is set (a client's clock, allowed in tests).
+func (s *Server) blobStore(now time.Time) *blob.Store {
+	if now.IsZero() {
+		return s.blobs
 	}
-	return blob.NewStore(s.blobEng, blob.Options{MaxSize: s.opts.MaxBlobSize, VerifyReads: s.opts.VerifyReads, Now: func() time.Time { return now }}), nil
+	return blob.NewStore(s.blobEng, blob.Options{MaxSize: s.opts.MaxBlobSize, VerifyReads: s.opts.VerifyReads, Now: func() time.Time { return now }})
 }

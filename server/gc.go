@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/steaderr"
@@ -35,6 +34,16 @@ func newGCMetrics(reg prometheus.Registerer) *gcMetrics {
 	}
 	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed)
 	return m
+}
+
+// verdicts counts the deletions of an arbitration run through the API.
+func (m *gcMetrics) verdicts(vs []blob.Verdict) {
+	for _, v := range vs {
+		if v.Outcome == blob.Deleted {
+			m.deletions.Inc()
+			m.bytesFreed.Add(float64(v.Size))
+		}
+	}
 }
 
 func (m *gcMetrics) sweep(rep gc.Report, err error) {
@@ -65,15 +74,16 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 	}
 	// A sweep takes as long as the window is deep: its answer may wait.
 	s.wait(w, maxSweep)
-	rep, err := s.gc.Sweep(r.Context(), gc.SweepOptions{DryRun: req.DryRun})
+	rep, err := s.gc.Sweep(r.Context(), gc.SweepOptions{DryRun: req.DryRun, AllUnreferenced: req.AllUnreferenced})
 	s.gcMetrics.sweep(rep, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.SweepReport{
-		DryRun: rep.DryRun, Aborted: rep.Aborted, Reaped: rep.Reaped, Taken: rep.Taken, Deleted: rep.Deleted,
-		Rescued: rep.Rescued, Absent: rep.Absent, BytesFreed: rep.BytesFreed, Staged: rep.Staged, Duration: wire.Duration(rep.Duration),
+		DryRun: rep.DryRun, Aborted: rep.Aborted, Reaped: rep.Reaped, Uploads: rep.Uploads, Taken: rep.Taken, Deleted: rep.Deleted,
+		Rescued: rep.Rescued, Absent: rep.Absent, BytesFreed: rep.BytesFreed, Staged: rep.Staged,
+		Covered: rep.Covered, Wrapped: rep.Wrapped, NextPass: rep.NextPass, Duration: wire.Duration(rep.Duration),
 	})
 }
 
@@ -99,7 +109,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	case now.IsZero():
 		x, err = s.gc.Explain(r.Context(), key)
 	default:
-		x, err = s.eng.GC().Explain(r.Context(), key, now.Truncate(time.Microsecond))
+		x, err = s.eng.GC().Explain(r.Context(), gc.ExplainParams{Key: key, Now: now.Truncate(time.Microsecond)})
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -121,9 +131,18 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 // but each is bounded by maxListLimit; a longer one is an error that
 // says so.
 func (s *Server) listPins(w http.ResponseWriter, r *http.Request) {
-	out := wire.PinsPage{Now: time.Now().UTC().Truncate(time.Microsecond), Pins: []wire.Pin{}, Window: []wire.Candidate{}}
+	now, err := s.queryNow(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	now = now.Truncate(time.Microsecond)
+	out := wire.PinsPage{Now: now, Pins: []wire.Pin{}, Window: []wire.Candidate{}}
+	if now.IsZero() {
+		out.Now = time.Now().UTC().Truncate(time.Microsecond)
+	}
 	over := false
-	err := s.gc.Pins(r.Context(), func(p gc.PinInfo) bool {
+	err = s.eng.GC().Pins(r.Context(), gc.PinsParams{Now: now}, func(p gc.PinInfo) bool {
 		out.Pins = append(out.Pins, wirePin(p, out.Now))
 		over = len(out.Pins) > maxListLimit
 		return !over
@@ -148,22 +167,16 @@ func (s *Server) listPins(w http.ResponseWriter, r *http.Request) {
 // errFuncSource: a Go function cannot cross the wire.
 var errFuncSource = fmt.Errorf("%w: a Go-function liveness source runs in the process that registers it and cannot be registered over HTTP: register it with Store.GC.RegisterSource in the server's process, or use a SQL source on PostgreSQL", steaderr.ErrInvalidArgument)
 
-// readSource reads a SQL source from the request body, refusing it unless
-// the server runs PostgreSQL (the only engine that consults SQL sources).
+// readSource reads a SQL source from the request body; an engine that
+// cannot consult SQL sources refuses it at registration.
 func (s *Server) readSource(w http.ResponseWriter, r *http.Request) (gc.Source, bool) {
 	var req struct {
 		wire.Source
 		Name string `json:"name,omitempty"`
 	}
 	err := s.readJSON(w, r, &req)
-	switch {
-	case err != nil:
-	case req.Name != "":
+	if err == nil && req.Name != "" {
 		err = errFuncSource
-	default:
-		if _, ok := s.eng.(*postgres.Engine); !ok {
-			err = fmt.Errorf("%w: SQL liveness sources need a server over PostgreSQL", steaderr.ErrInvalidArgument)
-		}
 	}
 	if err != nil {
 		s.fail(w, r, err)

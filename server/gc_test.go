@@ -65,14 +65,19 @@ func TestGCOverHTTP(t *testing.T) {
 		t.Fatalf("GET /v1/pins: %d %s (%v)", a.status, a.body, err)
 	}
 
-	if rep := sweepOver(t, srv.URL, ""); rep.Staged != 0 || rep.Deleted != 0 {
+	// No source is registered: a sweep refuses unless told so.
+	if a := do(t, "POST", srv.URL+"/v1/gc/sweep", "", nil); a.status != 409 || a.errCode(t) != "protected" || !strings.Contains(a.body, "all-unreferenced") {
+		t.Fatalf("sweep of a store with no liveness: %d %s, want 409 protected naming --all-unreferenced", a.status, a.body)
+	}
+	const all = `{"all_unreferenced":true}`
+	if rep := sweepOver(t, srv.URL, all); rep.Staged != 0 || rep.Deleted != 0 {
 		t.Fatalf("sweep under a live pin: %+v", rep)
 	}
 	clock.Advance(blob.DefaultPinTTL + time.Second)
 	if rep := sweepOver(t, srv.URL, `{"dry_run":true}`); !rep.DryRun || rep.Reaped != 1 || rep.Staged != 1 {
 		t.Fatalf("dry run after the pin expired: %+v", rep)
 	}
-	if rep := sweepOver(t, srv.URL, "{}"); rep.Reaped != 1 || rep.Staged != 1 || rep.Deleted != 0 {
+	if rep := sweepOver(t, srv.URL, all); rep.Reaped != 1 || rep.Staged != 1 || rep.Deleted != 0 {
 		t.Fatalf("sweep after the pin expired: %+v", rep)
 	}
 	var x wire.Explanation
@@ -90,7 +95,7 @@ func TestGCOverHTTP(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("AcquireSweep: %v, %v", ok, err)
 	}
-	if rep := sweepOver(t, srv.URL, ""); rep.Aborted != "SweeperBusy" {
+	if rep := sweepOver(t, srv.URL, all); rep.Aborted != "SweeperBusy" {
 		t.Fatalf("sweep while the lease is held: %+v", rep)
 	}
 	if err := lease.Release(t.Context()); err != nil {
@@ -98,7 +103,7 @@ func TestGCOverHTTP(t *testing.T) {
 	}
 
 	clock.Advance(2 * time.Second)
-	if rep := sweepOver(t, srv.URL, ""); rep.Deleted != 1 || rep.BytesFreed != int64(len("collect me")) {
+	if rep := sweepOver(t, srv.URL, all); rep.Deleted != 1 || rep.BytesFreed != int64(len("collect me")) {
 		t.Fatalf("sweep past the grace: %+v", rep)
 	}
 	a = do(t, "GET", srv.URL+"/v1/gc/explain/"+key, "", nil)
@@ -113,10 +118,13 @@ func TestGCOverHTTP(t *testing.T) {
 		{"PUT", "/v1/gc/sources", `{"schema":"public","table":"t","column":"k"}`, "invalid_argument"},
 		{"PUT", "/v1/gc/sources", `{"name":"func"}`, "invalid_argument"},
 		{"POST", "/v1/gc/take", `{"limit":-1}`, "invalid_argument"},
+		{"POST", "/v1/gc/take", `{"limit":10}`, "bad_request"}, // no lease
 		{"POST", "/v1/gc/stage", `{"grace":"-1s"}`, "invalid_argument"},
 		{"POST", "/v1/gc/reap", `{"now":"2030-01-01T00:00:00Z"}`, "bad_request"}, // no client clocks here
-		{"PUT", "/v1/gc/window/" + key, `{}`, "bad_request"},
-		{"POST", "/v1/gc/arbitrate/sha256:00", `{}`, "invalid_key"},
+		{"PUT", "/v1/gc/window", `{"keys":["` + key + `"]}`, "bad_request"},      // no visible_after
+		{"PUT", "/v1/gc/window", `{"keys":["sha256:00"],"visible_after":"2030-01-01T00:00:00Z"}`, "invalid_key"},
+		{"POST", "/v1/gc/arbitrate", `{"keys":["` + key + `"]}`, "bad_request"}, // no lease
+		{"POST", "/v1/blobs/delete", `{"keys":["sha256:00"]}`, "invalid_key"},
 		{"POST", "/v1/gc/lease", `{"holder":""}`, "invalid_name"},
 		{"POST", "/v1/gc/lease", `{"holder":"a\u0000b"}`, "invalid_name"},
 		{"GET", "/v1/gc/explain/" + key + "?now=2030-01-01T00:00:00Z", "", "bad_request"},
@@ -126,8 +134,8 @@ func TestGCOverHTTP(t *testing.T) {
 			t.Errorf("%s %s %s: %d %s, want 400 %s", bad.method, bad.path, bad.body, a.status, a.body, bad.code)
 		}
 	}
-	if a := do(t, "PUT", srv.URL+"/v1/gc/lease/nosuchlease", "", nil); a.status != 404 || a.errCode(t) != "not_found" {
-		t.Errorf("renewing an unknown sweep lease: %d %s, want 404 not_found", a.status, a.body)
+	if a := do(t, "PUT", srv.URL+"/v1/gc/lease/nosuchlease", "", nil); a.status != 409 || a.errCode(t) != "lost" {
+		t.Errorf("renewing an unknown sweep lease: %d %s, want 409 lost", a.status, a.body)
 	}
 	if a := do(t, "DELETE", srv.URL+"/v1/gc/lease/nosuchlease", "", nil); a.status != 204 {
 		t.Errorf("releasing an unknown sweep lease: %d %s, want 204", a.status, a.body)

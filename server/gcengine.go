@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -18,35 +19,62 @@ import (
 
 // The garbage-collection mechanics a remote engine drives, so that a
 // collector in the client (stead gc --db http://…) sweeps the server's
-// store with every rule the server's engine decides.
+// store with every rule the server's engine decides. Every step of a
+// sweep names the sweep lease it runs under; the server renews that lease
+// (proving its database session or row alive) before the step, and
+// refuses the step with 409 lost once the lease is gone.
 
-// readStep reads a mechanics request and checks its now.
-func (s *Server) readStep(w http.ResponseWriter, r *http.Request) (wire.GCStep, bool) {
+// maxKeysBody bounds the body of a step that carries keys: a batch of
+// blob.MaxDeleteBatch keys.
+const maxKeysBody = 1 << 20
+
+// readStep reads a mechanics request and checks its now. With leased, the
+// step must name a lease the server holds, which it renews: the lease is
+// returned.
+func (s *Server) readStep(w http.ResponseWriter, r *http.Request, leased bool) (wire.GCStep, gc.Lease, bool) {
 	var req wire.GCStep
-	err := s.readJSON(w, r, &req)
+	var lease gc.Lease
+	err := s.readJSONLimit(w, r, &req, maxKeysBody)
 	if err == nil {
 		req.Now, err = s.clock(req.Now)
 	}
 	if err == nil && (req.Grace < 0 || req.Limit < 0) {
 		err = fmt.Errorf("%w: negative grace or limit", steaderr.ErrInvalidArgument)
 	}
+	if err == nil && (leased || req.Lease != "") {
+		lease, err = s.leases.renew(r.Context(), req.Lease)
+	}
 	if err != nil {
 		s.fail(w, r, err)
-		return req, false
+		return req, nil, false
 	}
 	req.Now = req.Now.Truncate(time.Microsecond)
 	req.Grace = wire.Duration(time.Duration(req.Grace).Truncate(time.Microsecond))
 	req.VisibleAfter = req.VisibleAfter.Truncate(time.Microsecond)
-	return req, true
+	return req, lease, true
+}
+
+// parseKeys parses a step's keys, which must be as the engine seam takes
+// them (gc.CheckKeys).
+func parseKeys(texts []string) ([]blob.Key, error) {
+	keys := make([]blob.Key, len(texts))
+	for i, t := range texts {
+		k, err := blob.ParseKey(t)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, gc.CheckKeys(keys)
 }
 
 // reapPins: POST /v1/gc/reap.
 func (s *Server) reapPins(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.readStep(w, r)
+	req, lease, ok := s.readStep(w, r, true)
 	if !ok {
 		return
 	}
-	n, err := s.eng.GC().ReapPins(r.Context(), gc.NowParams{Now: req.Now, DryRun: req.DryRun})
+	n, err := s.eng.GC().ReapPins(r.Context(), gc.NowParams{Now: req.Now, DryRun: req.DryRun, Lease: lease})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -54,49 +82,81 @@ func (s *Server) reapPins(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.GCCount{Count: n})
 }
 
-// stageKey stages one key: PUT /v1/gc/window/{key}.
-func (s *Server) stageKey(w http.ResponseWriter, r *http.Request) {
-	key, err := blob.ParseKey(r.PathValue("key"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	req, ok := s.readStep(w, r)
+// stageKeys stages keys: PUT /v1/gc/window. It needs no lease: staging only
+// makes candidates, which arbitration judges (a sweep returns a failed
+// batch to the window this way, even after losing its lease).
+func (s *Server) stageKeys(w http.ResponseWriter, r *http.Request) {
+	req, lease, ok := s.readStep(w, r, false)
 	if !ok {
 		return
 	}
-	if req.VisibleAfter.IsZero() {
-		s.fail(w, r, &badRequest{"visible_after is required"})
-		return
+	keys, err := parseKeys(req.Keys)
+	if err == nil && req.VisibleAfter.IsZero() {
+		err = &badRequest{"visible_after is required"}
 	}
-	if err := s.eng.GC().Stage(r.Context(), key, req.VisibleAfter); err != nil {
+	if err == nil {
+		err = s.eng.GC().Stage(r.Context(), gc.StageParams{Keys: keys, VisibleAfter: req.VisibleAfter, Lease: lease})
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// stageUnreferenced: POST /v1/gc/stage.
-func (s *Server) stageUnreferenced(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.readStep(w, r)
-	if !ok {
-		return
-	}
-	n, err := s.eng.GC().StageUnreferenced(r.Context(), gc.StageParams{Now: req.Now, Grace: time.Duration(req.Grace), DryRun: req.DryRun})
+// stagePass: GET /v1/gc/pass.
+func (s *Server) stagePass(w http.ResponseWriter, r *http.Request) {
+	pass, err := s.eng.GC().StagePass(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.GCCount{Count: n})
+	out := wire.GCPass{Started: pass.Started}
+	if !pass.After.IsZero() {
+		out.After = pass.After.String()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// stageRange: POST /v1/gc/stage.
+func (s *Server) stageRange(w http.ResponseWriter, r *http.Request) {
+	req, lease, ok := s.readStep(w, r, true)
+	if !ok {
+		return
+	}
+	var after blob.Key
+	err := gc.CheckLimit(req.Limit, gc.MaxStageRange)
+	if err == nil && req.After != "" {
+		after, err = blob.ParseKey(req.After)
+	}
+	var rng gc.StagedRange
+	if err == nil {
+		rng, err = s.eng.GC().StageRange(r.Context(), gc.StageRangeParams{
+			After: after, Limit: req.Limit, Now: req.Now, Grace: time.Duration(req.Grace), DryRun: req.DryRun, Lease: lease,
+		})
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := wire.GCRange{Covered: rng.Covered, Staged: rng.Staged}
+	if !rng.Last.IsZero() {
+		out.Last = rng.Last.String()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // takeCandidates: POST /v1/gc/take.
 func (s *Server) takeCandidates(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.readStep(w, r)
+	req, lease, ok := s.readStep(w, r, true)
 	if !ok {
 		return
 	}
-	keys, err := s.eng.GC().Take(r.Context(), gc.TakeParams{Now: req.Now, Limit: req.Limit, DryRun: req.DryRun})
+	var keys []blob.Key
+	err := gc.CheckLimit(req.Limit, blob.MaxDeleteBatch)
+	if err == nil {
+		keys, err = s.eng.GC().Take(r.Context(), gc.TakeParams{Now: req.Now, Limit: req.Limit, DryRun: req.DryRun, Lease: lease})
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -108,39 +168,45 @@ func (s *Server) takeCandidates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// outcomes name gc.Outcome on the wire.
-var outcomes = map[gc.Outcome]string{gc.Deleted: "deleted", gc.Protected: "protected", gc.Busy: "busy", gc.Absent: "absent"}
-
-// arbitrate decides one key: POST /v1/gc/arbitrate/{key}.
+// arbitrate decides a batch of keys: POST /v1/gc/arbitrate.
 func (s *Server) arbitrate(w http.ResponseWriter, r *http.Request) {
-	key, err := blob.ParseKey(r.PathValue("key"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	req, ok := s.readStep(w, r)
+	req, lease, ok := s.readStep(w, r, true)
 	if !ok {
 		return
 	}
-	v, err := s.eng.GC().Arbitrate(r.Context(), gc.ArbitrateParams{Key: key, Now: req.Now, DryRun: req.DryRun})
+	keys, err := parseKeys(req.Keys)
+	var vs []blob.Verdict
+	if err == nil {
+		vs, err = s.eng.GC().Arbitrate(r.Context(), gc.ArbitrateParams{Keys: keys, Now: req.Now, DryRun: req.DryRun, Lease: lease})
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if v.Outcome == gc.Deleted && !req.DryRun {
-		s.gcMetrics.deletions.Inc()
-		s.gcMetrics.bytesFreed.Add(float64(v.Size))
+	if !req.DryRun {
+		s.gcMetrics.verdicts(vs)
 	}
-	writeJSON(w, http.StatusOK, wire.Verdict{Outcome: outcomes[v.Outcome], Size: v.Size})
+	writeJSON(w, http.StatusOK, verdictsBody(vs))
+}
+
+func verdictsBody(vs []blob.Verdict) wire.Verdicts {
+	out := wire.Verdicts{Verdicts: make([]wire.Verdict, len(vs))}
+	for i, v := range vs {
+		out.Verdicts[i] = wire.Verdict{Key: v.Key.String(), Outcome: v.Outcome.String(), Size: v.Size}
+	}
+	return out
 }
 
 // leaseIdle is how long the server holds a sweep lease for a client that
 // stops renewing it (a remote engine renews every leaseIdle/3): a client
-// that dies mid-sweep blocks other sweeps for at most this long.
+// that dies or stops mid-sweep blocks other sweeps for at most this long,
+// and its next step is refused.
 const leaseIdle = time.Minute
 
-// leaseTable holds the sweep leases clients took.
+// leaseTable holds the sweep leases clients took; idle is how long one
+// lasts unrenewed (leaseIdle; tests shorten it).
 type leaseTable struct {
+	idle   time.Duration
 	mu     sync.Mutex
 	leases map[string]*heldLease
 }
@@ -148,6 +214,34 @@ type leaseTable struct {
 type heldLease struct {
 	lease gc.Lease
 	timer *time.Timer
+}
+
+// errLeaseGone answers a step naming a lease the server no longer holds.
+var errLeaseGone = fmt.Errorf("%w: sweep lease released, by its holder or when it went unrenewed", steaderr.ErrLost)
+
+// renew returns the lease id names, after renewing it in the engine, and
+// restarts its idle timer. A lease the engine lost is dropped; an unknown
+// id is ErrLost too: it was released, or idled out.
+func (t *leaseTable) renew(ctx context.Context, id string) (gc.Lease, error) {
+	if id == "" {
+		return nil, &badRequest{"lease is required: take one with POST /v1/gc/lease"}
+	}
+	t.mu.Lock()
+	h := t.leases[id]
+	if h != nil {
+		h.timer.Reset(t.idle)
+	}
+	t.mu.Unlock()
+	if h == nil {
+		return nil, errLeaseGone
+	}
+	if err := h.lease.Renew(ctx); err != nil {
+		if errors.Is(err, steaderr.ErrLost) {
+			_, _ = t.drop(context.WithoutCancel(ctx), id)
+		}
+		return nil, err
+	}
+	return h.lease, nil
 }
 
 // drop releases and forgets the lease id, if held.
@@ -192,7 +286,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	if t.leases == nil {
 		t.leases = map[string]*heldLease{}
 	}
-	t.leases[id] = &heldLease{lease: lease, timer: time.AfterFunc(leaseIdle, func() {
+	t.leases[id] = &heldLease{lease: lease, timer: time.AfterFunc(t.idle, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.RequestTimeout)
 		defer cancel()
 		if _, err := t.drop(ctx, id); err != nil {
@@ -203,18 +297,12 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.SweepLease{Holder: req.Holder, ID: id, Acquired: true})
 }
 
-// renewLease keeps a sweep lease held: PUT /v1/gc/lease/{id}, 204, or 404
-// when the server released it.
+// renewLease keeps a sweep lease held: PUT /v1/gc/lease/{id}, 204, or 409
+// lost once the lease is gone (its database session ended, its row
+// lapsed, or the server released it).
 func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) {
-	t := &s.leases
-	t.mu.Lock()
-	h := t.leases[r.PathValue("id")]
-	if h != nil {
-		h.timer.Reset(leaseIdle)
-	}
-	t.mu.Unlock()
-	if h == nil {
-		s.fail(w, r, fmt.Errorf("sweep lease: %w: released, or idle too long", steaderr.ErrNotFound))
+	if _, err := s.leases.renew(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

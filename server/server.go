@@ -189,6 +189,7 @@ func New(st *stead.Store, opts Options) *Server {
 		recordBytes: semaphore.NewWeighted(recordBodyBudget),
 		records:     record.NewStore(eng.Records(), record.Options{}),
 		gc:          st.GC,
+		leases:      leaseTable{idle: leaseIdle},
 	}
 	s.gcMetrics = newGCMetrics(opts.Registerer)
 	if pg, ok := eng.(*postgres.Engine); ok {
@@ -234,6 +235,7 @@ func (s *Server) table() []route {
 		{"PUT /v1/blobs/{key}", false, s.putBlob},
 		{"GET /v1/blobs/{key}", false, s.getBlob}, // GET also serves HEAD
 		{"DELETE /v1/blobs/{key}", false, s.deleteBlob},
+		{"POST /v1/blobs/delete", false, s.deleteBlobs},
 		{"POST /v1/blobs/{key}/pins", false, s.pinBlob},
 		{"PUT /v1/blobs/{key}/pins/{owner}", false, s.renewPin},
 		{"DELETE /v1/blobs/{key}/pins/{owner}", false, s.unpinBlob},
@@ -245,10 +247,11 @@ func (s *Server) table() []route {
 		{"DELETE /v1/gc/sources", false, s.unregisterSource},
 		{"GET /v1/pins", false, s.listPins},
 		{"POST /v1/gc/reap", false, s.reapPins},
-		{"PUT /v1/gc/window/{key}", false, s.stageKey},
-		{"POST /v1/gc/stage", false, s.stageUnreferenced},
+		{"PUT /v1/gc/window", false, s.stageKeys},
+		{"GET /v1/gc/pass", false, s.stagePass},
+		{"POST /v1/gc/stage", false, s.stageRange},
 		{"POST /v1/gc/take", false, s.takeCandidates},
-		{"POST /v1/gc/arbitrate/{key}", false, s.arbitrate},
+		{"POST /v1/gc/arbitrate", false, s.arbitrate},
 		{"POST /v1/gc/lease", false, s.acquireLease},
 		{"PUT /v1/gc/lease/{id}", false, s.renewLease},
 		{"DELETE /v1/gc/lease/{id}", false, s.releaseLease},

@@ -283,7 +283,7 @@ func blobAbsent(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrNotFound, "engine Get(absent)")
 	_, err = b.blobs.Stat(ctx, key)
 	wantErr(t, err, steaderr.ErrNotFound, "engine Stat(absent)")
-	wantErr(t, b.blobs.Delete(ctx, blob.DeleteParams{Key: key}), steaderr.ErrNotFound, "engine Delete(absent)")
+	wantErr(t, engineDelete(ctx, b.blobs, key, time.Time{}), steaderr.ErrNotFound, "engine Delete(absent)")
 	if n := len(mustList(t, b.store, blob.Key{}, 10)); n != 1 {
 		t.Fatalf("List after operations on an absent key holds %d blobs, want 1", n)
 	}
@@ -522,7 +522,7 @@ func blobCancel(t *testing.T, h Harness) {
 			{"EngineList", func(ctx context.Context) error {
 				return b.blobs.List(ctx, blob.Key{}, 10, func(blob.Info) bool { return true })
 			}},
-			{"EngineDelete", func(ctx context.Context) error { return b.blobs.Delete(ctx, blob.DeleteParams{Key: key}) }},
+			{"EngineDelete", func(ctx context.Context) error { return engineDelete(ctx, b.blobs, key, time.Time{}) }},
 		} {
 			wantErr(t, tc.call(cancelled(t)), context.Canceled, tc.name+" with a cancelled ctx")
 		}
@@ -1015,7 +1015,7 @@ func blobDelete(t *testing.T, h Harness) {
 			t.Fatalf("Delete: %v", err)
 		}
 		wantErr(t, b.store.Delete(t.Context(), key), steaderr.ErrNotFound, "second Delete")
-		wantErr(t, b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key}), steaderr.ErrNotFound, "engine Delete after Delete")
+		wantErr(t, engineDelete(t.Context(), b.blobs, key, time.Time{}), steaderr.ErrNotFound, "engine Delete after Delete")
 	})
 	t.Run("RePut", func(t *testing.T) {
 		t.Parallel()
@@ -1035,7 +1035,7 @@ func blobDelete(t *testing.T, h Harness) {
 		b := setup(t, h)
 		key := mustPut(t, b.store, testValue("engine delete", 10))
 		b.expirePins()
-		if err := b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key, Now: b.clock.Now()}); err != nil {
+		if err := engineDelete(t.Context(), b.blobs, key, b.clock.Now()); err != nil {
 			t.Fatalf("engine Delete: %v", err)
 		}
 		_, err := b.blobs.Stat(t.Context(), key)

@@ -518,7 +518,7 @@ func uploadOverlapRace(t *testing.T, h Harness) {
 		if _, err := eng.Stat(ctx, key); err == nil {
 			wantValue(t, b.store, key, value)
 			b.expirePins()
-			if err := eng.Delete(ctx, blob.DeleteParams{Key: key, Now: b.clock.Now()}); err != nil {
+			if err := engineDelete(ctx, eng, key, b.clock.Now()); err != nil {
 				t.Fatalf("round %d: Delete: %v", round, err)
 			}
 		}

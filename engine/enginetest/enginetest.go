@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
@@ -311,6 +312,19 @@ func wantErr(t *testing.T, err, target error, what string) {
 	if !errors.Is(err, target) {
 		t.Fatalf("%s: error %v, want one wrapping %v", what, err, target)
 	}
+}
+
+// engineDelete deletes key through eng's Delete, as blob.Store.Delete
+// does: nil once deleted, else the verdict's error or the call's.
+func engineDelete(ctx context.Context, eng blob.Engine, key blob.Key, now time.Time) error {
+	vs, err := eng.Delete(ctx, blob.DeleteParams{Keys: []blob.Key{key}, Now: now})
+	if err != nil {
+		return err
+	}
+	if len(vs) != 1 || vs[0].Key != key {
+		return fmt.Errorf("Delete of %s answered %+v", key, vs)
+	}
+	return vs[0].Err()
 }
 
 // keysOf returns the keys of infos.

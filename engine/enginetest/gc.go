@@ -37,6 +37,14 @@ func testGC(t *testing.T, h Harness) {
 		{"Lease", gcLease},
 		{"Explain", gcExplain},
 		{"Closed", gcClosed},
+		{"ArbitrateBatch", gcArbitrateBatch},
+		{"DeleteMany", gcDeleteMany},
+		{"StageRange", gcStageRange},
+		{"SweepResumes", gcSweepResumes},
+		{"TakeOverdueFirst", gcTakeOverdueFirst},
+		{"FailedBatchRestaged", gcFailedBatchRestaged},
+		{"NoLiveness", gcNoLiveness},
+		{"LeaseRenew", gcLeaseRenew},
 	})
 }
 
@@ -57,7 +65,9 @@ func setupGC(t *testing.T, h Harness) *gcBundle {
 	if b.eng.GC() == nil {
 		t.Skip("the engine's data is collected elsewhere (Engine.GC is nil)")
 	}
-	return &gcBundle{bundle: b, gce: b.eng, col: gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Batch: 7, Holder: "enginetest", Now: b.clock.Now})}
+	// The bundle's collector sweeps a store with no source registered too:
+	// the refusal to is tested on its own (NoLiveness).
+	return &gcBundle{bundle: b, gce: b.eng, col: gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Batch: 7, Holder: "enginetest", Now: b.clock.Now, AllUnreferenced: true})}
 }
 
 func (b *gcBundle) sweep(t *testing.T) gc.Report {
@@ -81,9 +91,21 @@ func window(t *testing.T, g gc.Engine) map[blob.Key]time.Time {
 	return out
 }
 
-func take(t *testing.T, g gc.Engine, now time.Time) []blob.Key {
+// sweepLease takes g's sweep lease for the mechanics a test drives itself,
+// released when the test ends: an engine may refuse them without it.
+func sweepLease(t *testing.T, g gc.Engine) gc.Lease {
 	t.Helper()
-	keys, err := g.Take(t.Context(), gc.TakeParams{Now: now, Limit: 1000})
+	lease, ok, err := g.AcquireSweep(t.Context(), "enginetest mechanics")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	return lease
+}
+
+func take(t *testing.T, g gc.Engine, lease gc.Lease, now time.Time) []blob.Key {
+	t.Helper()
+	keys, err := g.Take(t.Context(), gc.TakeParams{Now: now, Limit: 1000, Lease: lease})
 	if err != nil {
 		t.Fatalf("Take(%v): %v", now, err)
 	}
@@ -96,7 +118,7 @@ func gcStageIdempotent(t *testing.T, h Harness) {
 	key := absentKey("stage")
 	d1 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for range 2 {
-		if err := g.Stage(t.Context(), key, d1); err != nil {
+		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{key}, VisibleAfter: d1}); err != nil {
 			t.Fatalf("Stage: %v", err)
 		}
 	}
@@ -104,7 +126,7 @@ func gcStageIdempotent(t *testing.T, h Harness) {
 		t.Fatalf("window after staging twice = %v, want %s at %v", w, key, d1)
 	}
 	d2 := d1.Add(time.Hour)
-	if err := g.Stage(t.Context(), key, d2); err != nil {
+	if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{key}, VisibleAfter: d2}); err != nil {
 		t.Fatalf("re-Stage: %v", err)
 	}
 	if w := window(t, g); len(w) != 1 || !w[key].Equal(d2) {
@@ -115,30 +137,31 @@ func gcStageIdempotent(t *testing.T, h Harness) {
 func gcTake(t *testing.T, h Harness) {
 	b := setupGC(t, h)
 	g := b.eng.GC()
+	lease := sweepLease(t, g)
 	t0 := time.Date(2030, 5, 6, 7, 8, 9, 123000, time.UTC)
-	if keys := take(t, g, t0.Add(100*365*24*time.Hour)); len(keys) != 0 {
+	if keys := take(t, g, lease, t0.Add(100*365*24*time.Hour)); len(keys) != 0 {
 		t.Fatalf("Take on a fresh store = %v, want none", keys)
 	}
 	keys := sortedKeys([]blob.Key{absentKey("t1"), absentKey("t2"), absentKey("t3"), absentKey("t4")})
 	deadlines := []time.Time{t0.Add(-time.Second), t0, t0.Add(time.Microsecond), t0.Add(time.Hour)}
 	for i, k := range keys {
-		if err := g.Stage(t.Context(), k, deadlines[i]); err != nil {
+		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{k}, VisibleAfter: deadlines[i]}); err != nil {
 			t.Fatalf("Stage: %v", err)
 		}
 	}
 	// visible_after <= now: the one at exactly t0 is overdue, the one a
 	// microsecond later is not.
-	if got := take(t, g, t0); !slices.Equal(got, keys[:2]) {
+	if got := take(t, g, lease, t0); !slices.Equal(got, keys[:2]) {
 		t.Fatalf("Take(t0) = %v, want %v", got, keys[:2])
 	}
-	if got := take(t, g, t0); len(got) != 0 {
+	if got := take(t, g, lease, t0); len(got) != 0 {
 		t.Fatalf("second Take(t0) = %v, want none: a candidate is handed out once", got)
 	}
-	dry, err := g.Take(t.Context(), gc.TakeParams{Now: t0.Add(time.Hour), Limit: 10, DryRun: true})
+	dry, err := g.Take(t.Context(), gc.TakeParams{Now: t0.Add(time.Hour), Limit: 10, DryRun: true, Lease: lease})
 	if err != nil || !slices.Equal(dry, keys[2:]) {
 		t.Fatalf("dry Take = %v, %v; want %v", dry, err, keys[2:])
 	}
-	if got := take(t, g, t0.Add(time.Hour)); !slices.Equal(got, keys[2:]) {
+	if got := take(t, g, lease, t0.Add(time.Hour)); !slices.Equal(got, keys[2:]) {
 		t.Fatalf("Take(t0+1h) = %v, want %v (a dry take removes nothing)", got, keys[2:])
 	}
 	if w := window(t, g); len(w) != 0 {
@@ -149,10 +172,11 @@ func gcTake(t *testing.T, h Harness) {
 func gcTakeConcurrent(t *testing.T, h Harness) {
 	b := setupGC(t, h)
 	g := b.eng.GC()
+	lease := sweepLease(t, g)
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	const n = 120
 	for i := range n {
-		if err := g.Stage(t.Context(), absentKey(fmt.Sprint("concurrent take ", i)), at); err != nil {
+		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{absentKey(fmt.Sprint("concurrent take ", i))}, VisibleAfter: at}); err != nil {
 			t.Fatalf("Stage: %v", err)
 		}
 	}
@@ -162,7 +186,7 @@ func gcTakeConcurrent(t *testing.T, h Harness) {
 	for range 4 {
 		wg.Go(func() {
 			for {
-				keys, err := g.Take(t.Context(), gc.TakeParams{Now: at, Limit: 7})
+				keys, err := g.Take(t.Context(), gc.TakeParams{Now: at, Limit: 7, Lease: lease})
 				if err != nil {
 					t.Errorf("Take: %v", err)
 					return
@@ -192,21 +216,22 @@ func gcTakeConcurrent(t *testing.T, h Harness) {
 func gcTimes(t *testing.T, h Harness) {
 	b := setupGC(t, h)
 	g := b.eng.GC()
+	lease := sweepLease(t, g)
 	old := time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
 	far := time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
 	kOld, kFar := absentKey("pre-epoch"), absentKey("far future")
 	for k, d := range map[blob.Key]time.Time{kOld: old, kFar: far} {
-		if err := g.Stage(t.Context(), k, d); err != nil {
+		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{k}, VisibleAfter: d}); err != nil {
 			t.Fatalf("Stage(%v): %v", d, err)
 		}
 	}
 	if w := window(t, g); !w[kOld].Equal(old) || !w[kFar].Equal(far) {
 		t.Fatalf("window = %v, want %v and %v", w, old, far)
 	}
-	if got := take(t, g, old); !slices.Equal(got, []blob.Key{kOld}) {
+	if got := take(t, g, lease, old); !slices.Equal(got, []blob.Key{kOld}) {
 		t.Fatalf("Take(1900) = %v, want the pre-epoch key", got)
 	}
-	if got := take(t, g, far); !slices.Equal(got, []blob.Key{kFar}) {
+	if got := take(t, g, lease, far); !slices.Equal(got, []blob.Key{kFar}) {
 		t.Fatalf("Take(9999) = %v, want the far-future key", got)
 	}
 	// Pins at both ends of time.
@@ -244,7 +269,7 @@ func gcPinRenew(t *testing.T, h Harness) {
 	}
 	wantPin := func(owner string, expiry time.Time) {
 		t.Helper()
-		x, err := b.eng.GC().Explain(t.Context(), key, t0)
+		x, err := b.eng.GC().Explain(t.Context(), gc.ExplainParams{Key: key, Now: t0})
 		if err != nil {
 			t.Fatalf("Explain: %v", err)
 		}
@@ -279,7 +304,7 @@ func gcPinRenew(t *testing.T, h Harness) {
 	if err := b.blobs.Unpin(t.Context(), blob.UnpinParams{Key: key, Owner: "a"}); err != nil {
 		t.Fatalf("Unpin: %v", err)
 	}
-	if err := b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key, Now: t0}); err != nil {
+	if err := engineDelete(t.Context(), b.blobs, key, t0); err != nil {
 		t.Fatalf("Delete after Unpin: %v", err)
 	}
 }
@@ -292,7 +317,7 @@ func gcPinAbsent(t *testing.T, h Harness) {
 	_, err = b.store.Pin(t.Context(), key)
 	wantErr(t, err, steaderr.ErrNotFound, "Pin of an absent blob")
 	var pins int
-	if err := b.eng.GC().Pins(t.Context(), func(gc.PinInfo) bool { pins++; return true }); err != nil || pins != 0 {
+	if err := b.eng.GC().Pins(t.Context(), gc.PinsParams{Now: b.clock.Now()}, func(gc.PinInfo) bool { pins++; return true }); err != nil || pins != 0 {
 		t.Fatalf("Pins = %d, %v; want none after pinning an absent blob", pins, err)
 	}
 }
@@ -383,7 +408,7 @@ func gcGuard(t *testing.T, h Harness) {
 		t.Fatal("a renewing guard was lost")
 	default:
 	}
-	err = b.blobs.Delete(t.Context(), blob.DeleteParams{Key: key})
+	err = engineDelete(t.Context(), b.blobs, key, time.Time{})
 	wantErr(t, err, steaderr.ErrProtected, "Delete while a guard renews")
 	if err := guard.Release(t.Context()); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -393,7 +418,7 @@ func gcGuard(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("Pin: %v", err)
 	}
-	x, err := b.eng.GC().Explain(t.Context(), key, time.Time{})
+	x, err := b.eng.GC().Explain(t.Context(), gc.ExplainParams{Key: key, Now: time.Time{}})
 	if err != nil || len(x.Pins) != 1 {
 		t.Fatalf("Explain = %+v, %v; want one pin", x, err)
 	}
@@ -419,7 +444,7 @@ func gcPutFailure(t *testing.T, h Harness) {
 	}
 	wantHas(t, b.store, key, false)
 	var pins int
-	if err := b.eng.GC().Pins(t.Context(), func(gc.PinInfo) bool { pins++; return true }); err != nil || pins != 0 {
+	if err := b.eng.GC().Pins(t.Context(), gc.PinsParams{Now: b.clock.Now()}, func(gc.PinInfo) bool { pins++; return true }); err != nil || pins != 0 {
 		t.Fatalf("Pins = %d, %v; want none after a failed put", pins, err)
 	}
 }
@@ -476,8 +501,17 @@ func gcSweep(t *testing.T, h Harness) {
 	}
 	r.set(referenced, true)
 	rep := b.sweep(t)
-	if rep.Reaped != 2 || rep.Staged != 1 || rep.Taken != 0 {
-		t.Fatalf("sweep = %+v, want 2 pins reaped, 1 staged (the loose blob)", rep)
+	if rep.Staged != 1 || rep.Taken != 0 {
+		t.Fatalf("sweep = %+v, want 1 staged (the loose blob)", rep)
+	}
+	// The expired pins are gone (reaped, or never listed once expired).
+	if err := b.eng.GC().Pins(t.Context(), gc.PinsParams{Now: b.clock.Now()}, func(p gc.PinInfo) bool {
+		if !p.Expiry.After(b.clock.Now()) {
+			t.Errorf("expired pin %+v listed after a sweep", p)
+		}
+		return true
+	}); err != nil {
+		t.Fatalf("Pins: %v", err)
 	}
 	if w := window(t, b.eng.GC()); len(w) != 1 || !w[loose].Equal(b.clock.Now().Add(testGrace)) {
 		t.Fatalf("window = %v, want %s at now + grace", w, loose)
@@ -505,10 +539,10 @@ func gcSweep(t *testing.T, h Harness) {
 	wantHas(t, b.store, referenced, true)
 
 	// A candidate that became protected after staging is rescued.
-	if err := b.eng.GC().Stage(t.Context(), pinned, b.clock.Now()); err != nil {
+	if err := b.eng.GC().Stage(t.Context(), gc.StageParams{Keys: []blob.Key{pinned}, VisibleAfter: b.clock.Now()}); err != nil {
 		t.Fatalf("Stage: %v", err)
 	}
-	if err := b.eng.GC().Stage(t.Context(), referenced, b.clock.Now()); err != nil {
+	if err := b.eng.GC().Stage(t.Context(), gc.StageParams{Keys: []blob.Key{referenced}, VisibleAfter: b.clock.Now()}); err != nil {
 		t.Fatalf("Stage: %v", err)
 	}
 	rep = b.sweep(t)
@@ -520,6 +554,10 @@ func gcSweep(t *testing.T, h Harness) {
 		t.Fatalf("Release: %v", err)
 	}
 	r.set(referenced, false)
+	if rep := b.sweep(t); rep.Staged != 0 || rep.NextPass.IsZero() {
+		t.Fatalf("sweep within a grace of the last pass's start = %+v, want staging paused", rep)
+	}
+	b.clock.Advance(testGrace)
 	if rep := b.sweep(t); rep.Staged != 2 {
 		t.Fatalf("sweep after release = %+v, want 2 staged", rep)
 	}
@@ -643,7 +681,7 @@ func gcClosed(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrClosed, "Sweep after Close")
 	_, err = b.store.Pin(ctx, key)
 	wantErr(t, err, steaderr.ErrClosed, "Pin after Close")
-	wantErr(t, g.Stage(ctx, key, time.Now()), steaderr.ErrClosed, "Stage after Close")
+	wantErr(t, g.Stage(ctx, gc.StageParams{Keys: []blob.Key{key}, VisibleAfter: time.Now()}), steaderr.ErrClosed, "Stage after Close")
 	_, err = g.Take(ctx, gc.TakeParams{Limit: 1})
 	wantErr(t, err, steaderr.ErrClosed, "Take after Close")
 	_, err = b.col.Explain(ctx, key)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -86,7 +87,7 @@ func lifecycleClosed(t *testing.T, h Harness) {
 			}
 			return err
 		}},
-		{"EngineDelete", func(ctx context.Context) error { return b.eng.Blobs().Delete(ctx, blob.DeleteParams{Key: key}) }},
+		{"EngineDelete", func(ctx context.Context) error { return engineDelete(ctx, b.eng.Blobs(), key, time.Time{}) }},
 		{"EngineGetFromEarlierHandle", func(ctx context.Context) error { _, err := b.blobs.Get(ctx, key); return err }},
 		{"Migrate", func(ctx context.Context) error { return b.eng.Migrate(ctx) }},
 		{"SchemaVersion", func(ctx context.Context) error { _, _, err := b.eng.SchemaVersion(ctx); return err }},
@@ -299,6 +300,20 @@ func lifecycleVirgin(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatalf("engine List on a virgin database: %v", err)
 		}
+		if g := b.eng.GC(); g != nil {
+			// The collector's reads answer empty there too.
+			lease := sweepLease(t, g)
+			keys, err := g.Take(ctx, gc.TakeParams{Limit: 10, Lease: lease})
+			if err != nil || len(keys) != 0 {
+				t.Fatalf("Take on a virgin database = %v, %v; want none, nil", keys, err)
+			}
+			if pass, err := g.StagePass(ctx); err != nil || pass != (gc.Pass{}) {
+				t.Fatalf("StagePass on a virgin database = %+v, %v; want the zero Pass", pass, err)
+			}
+			if n, err := g.ReapPins(ctx, gc.NowParams{Lease: lease}); err != nil || n != 0 {
+				t.Fatalf("ReapPins on a virgin database = %d, %v; want 0, nil", n, err)
+			}
+		}
 		if current, _ := schemaVersion(t, b.eng, "after reads"); current != 0 {
 			t.Fatalf("reads on a virgin database migrated it to version %d", current)
 		}
@@ -314,7 +329,7 @@ func lifecycleVirgin(t *testing.T, h Harness) {
 		wantSchemaErr(t, b.store.PutExpect(ctx, key, bytes.NewReader(value)), "PutExpect on a virgin database")
 		wantSchemaErr(t, b.store.Delete(ctx, key), "Delete on a virgin database")
 		wantSchemaErr(t, b.blobs.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}), "engine Put on a virgin database")
-		wantSchemaErr(t, b.blobs.Delete(ctx, blob.DeleteParams{Key: key}), "engine Delete on a virgin database")
+		wantSchemaErr(t, engineDelete(ctx, b.blobs, key, time.Time{}), "engine Delete on a virgin database")
 		if current, _ := schemaVersion(t, b.eng, "after failed writes"); current != 0 {
 			t.Fatalf("writes on a virgin database migrated it to version %d", current)
 		}

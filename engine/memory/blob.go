@@ -30,6 +30,8 @@ type blobs struct {
 	sets    map[blob.ChunkSet][]chunk // published chunk sets
 	pins    map[blob.Key]map[string]time.Time
 	window  map[blob.Key]time.Time
+	// pass is the staging pass's cursor.
+	pass gc.Pass
 	// sources are the Go-function liveness sources.
 	sources gc.FuncSources
 	// lease is the sweep lease.
@@ -216,12 +218,8 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	return nil
 }
 
-func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
-	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
-	if err != nil {
-		return err
-	}
-	return v.Err()
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
+	return b.arbitrate(ctx, p.Keys, p.Now, false)
 }
 
 func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {

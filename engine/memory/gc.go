@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -16,39 +17,53 @@ type gcMech struct{ b *blobs }
 
 var _ gc.Engine = gcMech{}
 
-// arbitrate decides key under the mutex, so no put or pin interleaves:
-// pins first, then every source, then the delete.
-func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry bool) (gc.Verdict, error) {
+// arbitrate decides keys in one critical section, so no put or pin
+// interleaves: pins first, then every source, then the deletes.
+func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, dry bool) ([]blob.Verdict, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
-		return gc.Verdict{}, err
+		return nil, err
 	}
-	value, ok := b.values[key]
-	if !ok {
-		return gc.Verdict{Outcome: gc.Absent}, nil
+	now = clock.OrNow(now)
+	verdicts := make([]blob.Verdict, len(keys))
+	var ask []blob.Key // stored and unpinned: for the sources
+	for i, key := range keys {
+		verdicts[i] = blob.Verdict{Key: key, Outcome: blob.Absent}
+		if value, ok := b.values[key]; ok {
+			verdicts[i] = blob.Verdict{Key: key, Outcome: blob.Deleted, Size: value.Size}
+			if b.pinnedLocked(key, now) {
+				verdicts[i] = blob.Verdict{Key: key, Outcome: blob.Protected}
+			} else {
+				ask = append(ask, key)
+			}
+		}
 	}
-	if b.pinnedLocked(key, clock.OrNow(now)) {
-		return gc.Verdict{Outcome: gc.Protected}, nil
-	}
-	refs, err := b.sources.References(ctx, key, true)
+	refs, err := b.sources.Referenced(ctx, ask)
 	if err != nil {
-		return gc.Verdict{}, err
+		return nil, err
 	}
-	if len(refs) > 0 {
-		return gc.Verdict{Outcome: gc.Protected}, nil
+	gone := map[blob.Key]bool{}
+	for i, v := range verdicts {
+		switch {
+		case v.Outcome != blob.Deleted:
+		case refs[v.Key]:
+			verdicts[i] = blob.Verdict{Key: v.Key, Outcome: blob.Protected}
+		default:
+			gone[v.Key] = true
+		}
 	}
-	v := gc.Verdict{Outcome: gc.Deleted, Size: value.Size}
-	if dry {
-		return v, nil
+	if dry || len(gone) == 0 {
+		return verdicts, nil
 	}
-	delete(b.values, key)
-	delete(b.sets, value.Chunks)
-	delete(b.window, key)
-	delete(b.pins, key) // all expired
-	i, _ := slices.BinarySearchFunc(b.keys, key, blob.Key.Compare)
-	b.keys = slices.Delete(b.keys, i, i+1)
-	return v, nil
+	for key := range gone {
+		delete(b.sets, b.values[key].Chunks)
+		delete(b.values, key)
+		delete(b.window, key)
+		delete(b.pins, key) // all expired
+	}
+	b.keys = slices.DeleteFunc(b.keys, func(k blob.Key) bool { return gone[k] })
+	return verdicts, nil
 }
 
 // pinnedLocked reports whether key has a live pin at now.
@@ -61,8 +76,8 @@ func (b *blobs) pinnedLocked(key blob.Key, now time.Time) bool {
 	return false
 }
 
-func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
-	return g.b.arbitrate(ctx, p.Key, p.Now, p.DryRun)
+func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) ([]blob.Verdict, error) {
+	return g.b.arbitrate(ctx, p.Keys, p.Now, p.DryRun)
 }
 
 func (g gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
@@ -87,43 +102,77 @@ func (g gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
 	return n, nil
 }
 
-func (g gcMech) Stage(ctx context.Context, key blob.Key, visibleAfter time.Time) error {
+func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	b := g.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	b.window[key] = visibleAfter
+	for _, key := range p.Keys {
+		b.window[key] = p.VisibleAfter
+	}
 	return nil
 }
 
-func (g gcMech) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64, error) {
+func (g gcMech) StagePass(ctx context.Context) (gc.Pass, error) {
+	b := g.b
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.e.check(ctx); err != nil {
+		return gc.Pass{}, err
+	}
+	return b.pass, nil
+}
+
+func (g gcMech) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.StagedRange, error) {
 	b := g.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
-		return 0, err
+		return gc.StagedRange{}, err
 	}
 	now := clock.OrNow(p.Now)
-	var n int64
-	for _, key := range b.keys {
-		if _, staged := b.window[key]; staged || b.pinnedLocked(key, now) {
+	start := 0
+	if !p.After.IsZero() {
+		i, found := slices.BinarySearchFunc(b.keys, p.After, blob.Key.Compare)
+		if found {
+			i++
+		}
+		start = i
+	}
+	keys := b.keys[start:min(len(b.keys), start+p.Limit)]
+	var r gc.StagedRange
+	r.Covered = int64(len(keys))
+	if len(keys) == p.Limit {
+		r.Last = keys[len(keys)-1]
+	}
+	var ask []blob.Key
+	for _, key := range keys {
+		if _, staged := b.window[key]; !staged && !b.pinnedLocked(key, now) {
+			ask = append(ask, key)
+		}
+	}
+	refs, err := b.sources.Referenced(ctx, ask)
+	if err != nil {
+		return gc.StagedRange{}, err
+	}
+	for _, key := range ask {
+		if refs[key] {
 			continue
 		}
-		refs, err := b.sources.References(ctx, key, true)
-		if err != nil {
-			return n, err
-		}
-		if len(refs) > 0 {
-			continue
-		}
-		n++
+		r.Staged++
 		if !p.DryRun {
 			b.window[key] = now.Add(p.Grace)
 		}
 	}
-	return n, nil
+	if !p.DryRun {
+		if p.After.IsZero() {
+			b.pass.Started = now
+		}
+		b.pass.After = r.Last
+	}
+	return r, nil
 }
 
 func (g gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
@@ -134,21 +183,25 @@ func (g gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
 		return nil, err
 	}
 	now := clock.OrNow(p.Now)
-	var keys []blob.Key
+	var overdue []gc.Candidate
 	for key, after := range b.window {
 		if !after.After(now) {
-			keys = append(keys, key)
+			overdue = append(overdue, gc.Candidate{Key: key, VisibleAfter: after})
+		}
+	}
+	// The longest overdue first, as the SQL engines' index gives them.
+	slices.SortFunc(overdue, func(x, y gc.Candidate) int {
+		return cmp.Or(x.VisibleAfter.Compare(y.VisibleAfter), x.Key.Compare(y.Key))
+	})
+	overdue = overdue[:min(len(overdue), p.Limit)]
+	keys := make([]blob.Key, len(overdue))
+	for i, c := range overdue {
+		keys[i] = c.Key
+		if !p.DryRun {
+			delete(b.window, c.Key)
 		}
 	}
 	slices.SortFunc(keys, blob.Key.Compare)
-	if p.Limit > 0 && len(keys) > p.Limit {
-		keys = keys[:p.Limit]
-	}
-	if !p.DryRun {
-		for _, key := range keys {
-			delete(b.window, key)
-		}
-	}
 	return keys, nil
 }
 
@@ -183,7 +236,8 @@ func (g gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
 	return g.b.sources.List(), nil
 }
 
-func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Explanation, error) {
+func (g gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation, error) {
+	key, now := p.Key, p.Now
 	b := g.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -206,7 +260,7 @@ func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Ex
 	return x, nil
 }
 
-func (g gcMech) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error {
+func (g gcMech) Pins(ctx context.Context, _ gc.PinsParams, yield func(gc.PinInfo) bool) error {
 	b := g.b
 	b.mu.RLock()
 	if err := b.e.check(ctx); err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -29,43 +30,50 @@ const (
 // The blob statements. A put is one statement per batch: the blobs are
 // inserted with ON CONFLICT DO UPDATE … WHERE false, which locks an existing
 // row against arbitration's FOR UPDATE without writing a new row version
-// (and inserts again a row arbitration deleted first), and the pins are
-// upserted only after every blob row is locked (the scalar subquery runs
+// (and inserts again a row arbitration deleted first). A new row carries
+// its put's pin (pin_owner, pin_expiry), so a lone put writes one row; the
+// pins of existing rows, and of other owners in the batch, are upserted
+// into pins only after every blob row is locked (the scalar subquery runs
 // the blob insert to completion first), so batches lock rows in one order:
-// blobs by key, then pins by (key, owner). docs/decisions/0006-put-statement.md.
+// blobs by key, then pins by (key, owner).
+// docs/decisions/0006-put-statement.md, 0021-gc-at-scale.md.
 const (
 	sqlPut = `WITH b AS (
-	INSERT INTO {schema}.blobs AS t (key, size, value)
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
+	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
-	RETURNING 1
+	RETURNING key, pin_owner
 )
 INSERT INTO {schema}.pins AS p (key, owner, expiry)
 SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, d, n)
+FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
 WHERE (SELECT count(*) FROM b) >= 0
+AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
 	// sqlPutNaive is the known-unsafe put, for tests that prove the
 	// torture test sees the race: ON CONFLICT DO NOTHING does not wait on
 	// arbitration's row lock, so its pin can commit beside a deletion.
 	sqlPutNaive = `WITH b AS (
-	INSERT INTO {schema}.blobs AS t (key, size, value)
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
+	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO NOTHING
-	RETURNING 1
+	RETURNING key, pin_owner
 )
 INSERT INTO {schema}.pins AS p (key, owner, expiry)
 SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($4::text[], $5::text[], $6::bigint[], $7::timestamptz[]) AS u(k, o, d, n)
+FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
 WHERE (SELECT count(*) FROM b) >= 0
+AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
 	sqlStat     = `SELECT size FROM {schema}.blobs WHERE key = $1`
 	sqlListPage = `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`
 
-	// sqlPin locks the blob row as a put does, then pins it; 0 rows: the
-	// blob is absent.
+	// sqlPin locks the blob row as a put does, then pins it in pins; 0
+	// rows: the blob is absent.
 	sqlPin = `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = $1 FOR NO KEY UPDATE
 ), p AS (
@@ -76,17 +84,39 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 )
 SELECT count(*) FROM b`
 
-	// sqlRenewPin extends a live pin only: an expired or absent one stays
-	// so. Liveness is judged at clock_timestamp(), the instant the row is
+	// sqlRenewPin extends a live pin only: the owner's row in pins, else
+	// the pin in the blob's row; an expired or absent one stays so.
+	// Liveness is judged at clock_timestamp(), the instant the row is
 	// read, not at now(), the statement's start: a renewal that started
 	// before the pin expired but reached the row after an arbitration had
 	// judged it expired (and deleted the blob) would otherwise resurrect
-	// it. The new expiry runs from now(), the earlier instant.
-	sqlRenewPin = `UPDATE {schema}.pins
-SET expiry = greatest(expiry, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond')
-WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, clock_timestamp())`
+	// it. The new expiry runs from now(), the earlier instant. The inline
+	// update runs only when pins had no live row (an initplan), so a
+	// renewal locks one of the two rows, never both.
+	sqlRenewPin = `WITH p AS (
+	UPDATE {schema}.pins
+	SET expiry = greatest(expiry, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond')
+	WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, clock_timestamp())
+	RETURNING 1
+), i AS (
+	UPDATE {schema}.blobs
+	SET pin_expiry = greatest(pin_expiry, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond')
+	WHERE key = $1 AND pin_owner = $2 AND pin_expiry > coalesce($4::timestamptz, clock_timestamp())
+	AND NOT EXISTS (SELECT FROM p)
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM p) + (SELECT count(*) FROM i)`
 
-	sqlUnpin = `DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2`
+	// sqlUnpin removes the owner's pin, in the blob's row while it is live
+	// there, then in pins: rows are locked in the order a put locks them
+	// (the initplan runs the blob update first), so an unpin never
+	// deadlocks with an arbitration holding the blob row.
+	sqlUnpin = `WITH i AS (
+	UPDATE {schema}.blobs SET pin_owner = NULL, pin_expiry = NULL
+	WHERE key = $1 AND pin_owner = $2 AND pin_expiry > now()
+	RETURNING 1
+)
+DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2 AND (SELECT count(*) FROM i) >= 0`
 )
 
 type blobs struct {
@@ -146,25 +176,34 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	keys := make([]string, len(blobRows))
 	sizes := make([]int64, len(blobRows))
 	values := make([][]byte, len(blobRows))
+	blobOwners := make([]string, len(blobRows))
+	blobTTLs := make([]int64, len(blobRows))
+	blobNows := make([]pgtype.Timestamptz, len(blobRows))
 	for i, r := range blobRows {
 		keys[i], sizes[i], values[i] = r.Item.Key, int64(len(r.Item.Value)), r.Item.Value
+		blobOwners[i], blobTTLs[i], blobNows[i] = r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
 	}
 	pinKeys := make([]string, len(pins))
 	owners := make([]string, len(pins))
 	ttls := make([]int64, len(pins))
 	nows := make([]pgtype.Timestamptz, len(pins))
 	for i, r := range pins {
-		pinKeys[i], owners[i], ttls[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds()
-		nows[i] = pgtype.Timestamptz{Time: r.Item.Pin.Now, Valid: !r.Item.Pin.Now.IsZero()}
+		pinKeys[i], owners[i], ttls[i], nows[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
 	}
 	stmt := b.sql.put
 	if b.naive.Load() {
 		stmt = b.sql.putNaive
 	}
 	return retryTransient(ctx, func() error {
-		_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, pinKeys, owners, ttls, nows)
+		_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
 		return err
 	})
+}
+
+// nowTimestamp is a pin's Now as an array element: NULL (the database's
+// clock) for the zero time.
+func nowTimestamp(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
 }
 
 // laterPin compares two pins of one key and owner by the expiry they ask
@@ -245,11 +284,11 @@ func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
 	if err := b.e.check(ctx); err != nil {
 		return false, err
 	}
-	tag, err := b.e.pool.Exec(ctx, b.sql.renewPin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now))
-	if err != nil {
+	var n int64
+	if err := b.e.pool.QueryRow(ctx, b.sql.renewPin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n); err != nil {
 		return false, interpretError(err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {

@@ -76,13 +76,14 @@ FROM (
 
 	// sqlPublish is sqlPut (engine/postgres/blob.go) for one chunked
 	// value, run after sqlEndUpload in the same transaction: the blob row
-	// is inserted naming the chunk set with the same row lock, the staged
-	// chunks are deleted when the key was already stored, and the pin is
-	// upserted after the blob row is locked. Its snapshot is taken after
-	// the upload's row was locked, so the discard sees every chunk written.
+	// is inserted naming the chunk set, pinned in the row, with the same
+	// row lock; when the key was already stored the staged chunks are
+	// deleted and the pin goes to pins, after the blob row is locked. Its
+	// snapshot is taken after the upload's row was locked, so the discard
+	// sees every chunk written.
 	sqlPublish = `WITH b AS (
-	INSERT INTO {schema}.blobs AS t (key, size, value, chunks)
-	VALUES ($1, $2, '\x'::bytea, $3)
+	INSERT INTO {schema}.blobs AS t (key, size, value, chunks, pin_owner, pin_expiry)
+	VALUES ($1, $2, '\x'::bytea, $3, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond')
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING 1
 ), discard AS (
@@ -91,7 +92,7 @@ FROM (
 )
 INSERT INTO {schema}.pins AS p (key, owner, expiry)
 SELECT $1, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond'
-WHERE (SELECT count(*) FROM b) >= 0
+WHERE (SELECT count(*) FROM b) = 0
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
 	// sqlEndUpload ends an upload by deleting its row, which locks it: an

@@ -34,9 +34,10 @@ func SetNaiveArbitration(e *Engine, pause time.Duration) { e.gc.naiveArbitration
 // SweepLockKey returns the advisory lock key of e's sweep lease.
 func SweepLockKey(e *Engine) int64 { return e.lockKey("sweep") }
 
-// SetBeforeDelete makes e's arbitrations run hook between their checks and
-// their delete, or before the naive arbitration's statement (nil: nothing).
-func SetBeforeDelete(e *Engine, hook func(blob.Key)) {
+// SetBeforeDelete makes e's arbitrations run hook with their keys between
+// their checks and their delete, or before the naive arbitration's
+// statement (nil: nothing).
+func SetBeforeDelete(e *Engine, hook func([]blob.Key)) {
 	if hook == nil {
 		e.gc.beforeDelete.Store(nil)
 		return
@@ -56,3 +57,7 @@ func SetWantFor(e *Engine, d time.Duration) { e.records.wantFor = d }
 // wanted with: $1 group, $2 the mark's length, $3 the length left that
 // needs no renewal.
 func RecordWantSQL(e *Engine) string { return e.records.sql.want }
+
+// SetSweepIdle sets how long the server keeps e's sweep lease session
+// once it idles; call it before the first sweep.
+func SetSweepIdle(e *Engine, d time.Duration) { e.gc.idle = d }

@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,65 +21,89 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// The garbage-collection statements (docs/decisions/0006-0010). An
-// arbitration is three steps in one short transaction: lock the blob row,
-// then read (and lock) its pins in a new statement (its snapshot sees a
-// pin committed while the lock was awaited), then, in yet another
-// statement, every source, then delete the blob with its expired pins: a
-// one-statement DELETE … WHERE NOT EXISTS (pins) keeps the statement's old
-// snapshot and was seen deleting a blob whose pin had just committed.
+// The garbage-collection statements (docs/decisions/0006-0010, 0021). An
+// arbitration decides a batch of keys in one short transaction of separate
+// statements: lock the blob rows, then read (and lock) their pins in a new
+// statement (its snapshot sees a pin committed while a lock was awaited),
+// then, in yet another, ask every source, then delete the unprotected
+// blobs with their expired pins and window rows. A one-statement DELETE …
+// WHERE NOT EXISTS (pins) keeps the statement's old snapshot and was seen
+// deleting a blob whose pin had just committed.
 const (
-	sqlLockBlob           = `SELECT size FROM {schema}.blobs WHERE key = $1 FOR UPDATE`
-	sqlLockBlobSkipLocked = `SELECT size FROM {schema}.blobs WHERE key = $1 FOR UPDATE SKIP LOCKED`
-	sqlBlobExists         = `SELECT EXISTS (SELECT 1 FROM {schema}.blobs WHERE key = $1)`
-	// sqlPinned locks every pin of the key, then judges them: a renewal
-	// in flight (which judged the pin live before it expired) is waited
-	// for and its new expiry read; one arriving later waits for this
-	// transaction, which deletes the pins with the blob, and finds none.
-	// The judgement stays above the lock (an aggregate): a filter pushed
-	// into the locking scan would judge the old row version and skip it
-	// unlocked.
-	sqlPinned = `SELECT coalesce(bool_or(p.expiry > coalesce($2::timestamptz, now())), false)
-FROM (SELECT expiry FROM {schema}.pins WHERE key = $1 FOR UPDATE) p`
-	sqlReferenced = `SELECT EXISTS (SELECT 1 FROM {schema}.gc_references($1))`
-	sqlDeleteBlob = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = $1),
-p AS (DELETE FROM {schema}.pins WHERE key = $1)
-DELETE FROM {schema}.blobs WHERE key = $1`
+	// sqlArbLock locks the stored keys' rows in key order and judges their
+	// inline pins: the row a lock returns is the newest version, and no
+	// one changes it while the lock is held.
+	sqlArbLock = `SELECT key, size, coalesce(pin_expiry > coalesce($2::timestamptz, now()), false)
+FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE`
+	sqlArbLockSkipLocked = `SELECT key, size, coalesce(pin_expiry > coalesce($2::timestamptz, now()), false)
+FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE SKIP LOCKED`
+	// sqlArbStored tells a row a put holds (skipped by the lock) from an
+	// absent one, without waiting.
+	sqlArbStored = `SELECT key FROM {schema}.blobs WHERE key = ANY ($1::text[])`
+	// sqlArbPinned locks every pin of the keys, then judges them: a
+	// renewal in flight (which judged its pin live before it expired) is
+	// waited for and its new expiry read; one arriving later waits for
+	// this transaction, which deletes the pins with the blob, and finds
+	// none. The judgement stays above the lock (an aggregate): a filter
+	// pushed into the locking scan would judge the old row version and
+	// skip it unlocked.
+	sqlArbPinned = `SELECT key FROM (
+	SELECT key, expiry FROM {schema}.pins WHERE key = ANY ($1::text[]) ORDER BY key, owner FOR UPDATE
+) p GROUP BY key HAVING bool_or(expiry > coalesce($2::timestamptz, now()))`
+	sqlArbReferenced = `SELECT DISTINCT k FROM {schema}.gc_referenced($1::text[])`
+	sqlArbDelete     = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
+p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[]))
+DELETE FROM {schema}.blobs WHERE key = ANY ($1::text[])`
 
-	// sqlArbitrateNaive is the known-unsafe one-statement arbitration, for
-	// tests that prove the torture test sees the race: its pin check keeps
-	// the statement's snapshot, so a pin committed after the statement
-	// began is not seen. The test widens that window with a pause of $3
-	// seconds inside the statement.
+	// sqlArbitrateNaive is the known-unsafe one-statement arbitration of a
+	// batch, for tests that prove the torture test sees the race: its pin
+	// check keeps the statement's snapshot, so a pin committed after the
+	// statement began is not seen. The test widens that window with a
+	// pause of $3 seconds inside the statement.
 	sqlArbitrateNaive = `WITH pause AS (SELECT pg_sleep($3::float8))
-DELETE FROM {schema}.blobs b WHERE key = $1
+DELETE FROM {schema}.blobs b WHERE key = ANY ($1::text[])
 AND EXISTS (SELECT FROM pause)
+AND coalesce(b.pin_expiry <= coalesce($2::timestamptz, now()), true)
 AND NOT EXISTS (SELECT 1 FROM {schema}.pins p WHERE p.key = b.key AND p.expiry > coalesce($2::timestamptz, now()))
-AND NOT EXISTS (SELECT 1 FROM {schema}.gc_references($1))
-RETURNING size`
+AND NOT EXISTS (SELECT 1 FROM {schema}.gc_referenced(ARRAY[b.key]))
+RETURNING key, size`
 
-	// sqlReapPins skips pins a put or renewal holds, so a reap never
-	// waits on (or deadlocks with) a writer; they are reaped next time.
-	sqlReapPins = `DELETE FROM {schema}.pins WHERE ctid IN (
-	SELECT ctid FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now()) FOR UPDATE SKIP LOCKED)`
+	// sqlReapPins deletes up to $2 expired pins, skipping those a put or
+	// renewal holds, so a reap never waits on (or deadlocks with) a
+	// writer; they are reaped next time.
+	sqlReapPins = `DELETE FROM {schema}.pins WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	sqlCountExpiredPins = `SELECT count(*) FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now())`
 
-	sqlStage = `INSERT INTO {schema}.gc_window AS w (key, visible_after) VALUES ($1, $2)
+	sqlStage = `INSERT INTO {schema}.gc_window AS w (key, visible_after)
+SELECT k, $2 FROM unnest($1::text[]) AS k
 ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after
 WHERE w.visible_after IS DISTINCT FROM excluded.visible_after`
-	sqlStageUnreferenced = `SELECT {schema}.gc_stage(coalesce($1::timestamptz, now()), $2 * interval '1 microsecond', $3)`
+	sqlStagePass  = `SELECT last_key, started FROM {schema}.gc_pass`
+	sqlStageRange = `SELECT covered, staged, last_covered
+FROM {schema}.gc_stage_range($1, $2, coalesce($3::timestamptz, now()), $4 * interval '1 microsecond', $5)`
 
-	// sqlTake removes and returns the overdue candidates in one statement;
-	// SKIP LOCKED hands a row to one concurrent taker only.
-	sqlTake = `DELETE FROM {schema}.gc_window WHERE key IN (
+	// sqlTake removes and returns up to $2 overdue candidates, the longest
+	// overdue first, in one statement that reads only those rows (the
+	// visible_after index); SKIP LOCKED hands a row to one concurrent
+	// taker only. The caller sorts them by key.
+	sqlTake = `DELETE FROM {schema}.gc_window WHERE key = ANY (ARRAY(
 	SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
-	ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END FOR UPDATE SKIP LOCKED)
+	ORDER BY visible_after LIMIT $2 FOR UPDATE SKIP LOCKED))
 RETURNING key`
 	sqlPeekOverdue = `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
-ORDER BY key LIMIT CASE WHEN $2 > 0 THEN $2 END`
+ORDER BY visible_after LIMIT $2`
 
-	sqlSweepTryLock = `SELECT pg_try_advisory_lock($1)`
-	sqlSweepUnlock  = `SELECT pg_advisory_unlock($1)`
+	// The session lease: an advisory lock on a connection of its own. The
+	// session is ended by the server once it idles for $2 while the lock
+	// is held (idle_session_timeout, where the server has it): a sweeper
+	// stopped mid-sweep frees the lease that long after its last statement.
+	sqlSweepTryLock = `SELECT l, (SELECT set_config(name, CASE WHEN l THEN $2 ELSE '0' END, false)
+	FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout')
+FROM pg_try_advisory_lock($1) AS l`
+	sqlSweepUnlock = `SELECT pg_advisory_unlock($1), (SELECT set_config(name, '0', false)
+	FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout')`
+	sqlSweepPing = `SELECT 1`
 	// The lease row, behind PgBouncer: taken when free or expired. Its
 	// holder is unique per sweep, so a second sweep of one process is
 	// refused too.
@@ -85,8 +112,8 @@ VALUES ('sweep', $1, now() + $2 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expiry = excluded.expiry
 WHERE l.expiry <= now()
 RETURNING holder`
-	// sqlSweepLeaseRenew, in each arbitration's transaction, confirms the
-	// row still names this sweep and extends it; its row lock keeps any
+	// sqlSweepLeaseRenew confirms the row still names this sweep and
+	// extends it; in an arbitration's transaction its row lock keeps any
 	// other sweeper from taking the row before the arbitration commits.
 	sqlSweepLeaseRenew = `UPDATE {schema}.gc_lease SET expiry = now() + $2 * interval '1 microsecond'
 WHERE name = 'sweep' AND holder = $1 AND expiry > now()`
@@ -103,48 +130,73 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 	sqlSourceUnregister = `DELETE FROM {schema}.gc_sources WHERE schema_name = $1 AND table_name = $2 AND column_name = $3`
 	sqlSources          = `SELECT schema_name, table_name, column_name FROM {schema}.gc_sources ORDER BY 1, 2, 3`
 
-	sqlExplainBlob    = `SELECT size FROM {schema}.blobs WHERE key = $1`
+	sqlExplainBlob    = `SELECT size, pin_owner, pin_expiry FROM {schema}.blobs WHERE key = $1`
 	sqlExplainPins    = `SELECT owner, expiry FROM {schema}.pins WHERE key = $1 ORDER BY owner`
-	sqlExplainSources = `SELECT s FROM {schema}.gc_references($1) AS s`
+	sqlExplainSources = `SELECT src FROM {schema}.gc_referenced(ARRAY[$1]) ORDER BY src`
 	sqlExplainWindow  = `SELECT visible_after FROM {schema}.gc_window WHERE key = $1`
 	sqlExplainNow     = `SELECT coalesce($1::timestamptz, now())`
-	sqlListPins       = `SELECT key, owner, expiry FROM {schema}.pins ORDER BY key, owner`
-	sqlListWindow     = `SELECT key, visible_after FROM {schema}.gc_window ORDER BY key`
+	// sqlListPins lists the rows of pins and the live pins in blob rows
+	// (an expired one is no pin; nothing reaps it), one entry per (key,
+	// owner) with the later expiry.
+	sqlListPins = `SELECT key, owner, max(expiry) FROM (
+	SELECT key, owner, expiry FROM {schema}.pins
+	UNION ALL
+	SELECT key, pin_owner, pin_expiry FROM {schema}.blobs WHERE pin_expiry > coalesce($1::timestamptz, now())
+) p GROUP BY key, owner ORDER BY key, owner`
+	sqlListWindow = `SELECT key, visible_after FROM {schema}.gc_window ORDER BY key`
 )
 
-// sweepLeaseTTL is how long a lease row lasts without renewal, behind
-// PgBouncer; every arbitration of the sweep renews it, and one that finds
-// it lapsed or taken fails with ErrLost.
-const sweepLeaseTTL = 10 * time.Minute
+const (
+	// sweepLeaseTTL is how long a lease row lasts without renewal, behind
+	// PgBouncer; every renewal and arbitration of the sweep extends it,
+	// and one that finds it lapsed or taken fails with ErrLost.
+	sweepLeaseTTL = 10 * time.Minute
+	// sweepIdle is how long the server keeps a sweep lease's session once
+	// it stops sending statements (idle_session_timeout): a collector
+	// renews its lease between steps, well within it.
+	sweepIdle = 30 * time.Second
+	// reapBatch bounds the pins one reaping statement deletes.
+	reapBatch = 10000
+)
 
 type gcMech struct {
 	e   *Engine
 	sql struct {
-		lockBlob, lockBlobSkip, blobExists, pinned, referenced, deleteBlob, arbitrateNaive string
-		reap, countExpired, stage, stageUnref, take, peek                                  string
-		leaseAcquire, leaseRenew, leaseRelease                                             string
-		sourceRegister, sourceUnregister, sources                                          string
-		explainBlob, explainPins, explainSources, explainWindow, explainNow                string
-		listPins, listWindow                                                               string
+		arbLock, arbLockSkip, arbStored, arbPinned, arbReferenced, arbDelete, arbitrateNaive string
+		reap, countExpired, stage, stagePass, stageRange, take, peek                         string
+		leaseAcquire, leaseRenew, leaseRelease                                               string
+		sourceRegister, sourceUnregister, sources                                            string
+		explainBlob, explainPins, explainSources, explainWindow, explainNow                  string
+		listPins, listWindow                                                                 string
 	}
+	// sweep is the connection session leases are taken on, kept between
+	// sweeps; current is the lease a sweep of this engine holds on it, if
+	// any (a session advisory lock is re-entrant, so the engine itself
+	// refuses a second).
+	sweepMu sync.Mutex
+	sweep   *pgx.Conn
+	current *sessionLease
+	// idle is the lease session's idle_session_timeout (sweepIdle; tests
+	// shorten it).
+	idle time.Duration
 	// naiveArbitration, when set (tests only), selects sqlArbitrateNaive
 	// with a pause of that many nanoseconds.
 	naiveArbitration atomic.Pointer[time.Duration]
 	// beforeDelete, when set (tests only), runs between an arbitration's
 	// checks and its delete (before the naive arbitration's statement), so
-	// a test can race a put of the key against the delete.
-	beforeDelete atomic.Pointer[func(blob.Key)]
+	// a test can race a put of the keys against the delete.
+	beforeDelete atomic.Pointer[func([]blob.Key)]
 	pgBouncer    bool
 }
 
 func (g *gcMech) init(e *Engine, pgBouncer bool) {
-	g.e, g.pgBouncer = e, pgBouncer
+	g.e, g.pgBouncer, g.idle = e, pgBouncer, sweepIdle
 	s := &g.sql
-	s.lockBlob, s.lockBlobSkip = e.render(sqlLockBlob), e.render(sqlLockBlobSkipLocked)
-	s.blobExists, s.pinned, s.referenced = e.render(sqlBlobExists), e.render(sqlPinned), e.render(sqlReferenced)
-	s.deleteBlob, s.arbitrateNaive = e.render(sqlDeleteBlob), e.render(sqlArbitrateNaive)
+	s.arbLock, s.arbLockSkip, s.arbStored = e.render(sqlArbLock), e.render(sqlArbLockSkipLocked), e.render(sqlArbStored)
+	s.arbPinned, s.arbReferenced, s.arbDelete = e.render(sqlArbPinned), e.render(sqlArbReferenced), e.render(sqlArbDelete)
+	s.arbitrateNaive = e.render(sqlArbitrateNaive)
 	s.reap, s.countExpired = e.render(sqlReapPins), e.render(sqlCountExpiredPins)
-	s.stage, s.stageUnref = e.render(sqlStage), e.render(sqlStageUnreferenced)
+	s.stage, s.stagePass, s.stageRange = e.render(sqlStage), e.render(sqlStagePass), e.render(sqlStageRange)
 	s.take, s.peek = e.render(sqlTake), e.render(sqlPeekOverdue)
 	s.leaseAcquire, s.leaseRenew, s.leaseRelease = e.render(sqlSweepLeaseAcquire), e.render(sqlSweepLeaseRenew), e.render(sqlSweepLeaseRelease)
 	s.sourceRegister, s.sourceUnregister, s.sources = e.render(sqlSourceRegister), e.render(sqlSourceUnregister), e.render(sqlSources)
@@ -153,110 +205,192 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 	s.listPins, s.listWindow = e.render(sqlListPins), e.render(sqlListWindow)
 }
 
-// Delete implements blob.Engine: an arbitration that waits for the row.
-func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
-	v, err := b.e.gc.arbitrate(ctx, p.Key, p.Now, nil, false, false)
-	if err != nil {
-		return err
+// close closes the kept sweep connection.
+func (g *gcMech) close() {
+	g.sweepMu.Lock()
+	defer g.sweepMu.Unlock()
+	if g.sweep != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.sweep.Close(ctx)
+		g.sweep = nil
 	}
-	return v.Err()
 }
 
-func (g *gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
-	return g.arbitrate(ctx, p.Key, p.Now, p.Lease, true, p.DryRun)
+// Delete implements blob.Engine: an arbitration that waits for the rows.
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
+	return b.e.gc.arbitrate(ctx, p.Keys, p.Now, nil, false, false)
 }
 
-// arbitrate runs one arbitration of key; skipLocked makes a row a put
+func (g *gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) ([]blob.Verdict, error) {
+	return g.arbitrate(ctx, p.Keys, p.Now, p.Lease, true, p.DryRun)
+}
+
+// arbitrate decides keys in one transaction; skipLocked makes a row a put
 // holds Busy instead of waited for. Under a session lease it runs on the
-// lease's own connection, so a lease whose session ended deletes nothing.
-func (g *gcMech) arbitrate(ctx context.Context, key blob.Key, now time.Time, lease gc.Lease, skipLocked, dry bool) (gc.Verdict, error) {
-	var v gc.Verdict
-	k := key.String()
+// lease's own connection, so a lease whose session ended deletes nothing;
+// under a row lease it renews the row first, keeping it locked until the
+// commit.
+func (g *gcMech) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, lease gc.Lease, skipLocked, dry bool) ([]blob.Verdict, error) {
+	texts := make([]string, len(keys))
+	for i, k := range keys {
+		texts[i] = k.String()
+	}
 	var db beginner = g.e.pool
 	session, _ := lease.(*sessionLease)
 	if session != nil {
+		session.mu.Lock()
+		defer session.mu.Unlock()
+		if session.conn == nil {
+			return nil, fmt.Errorf("%w: sweep lease released", steaderr.ErrLost)
+		}
 		db = session.conn
 	}
 	row, _ := lease.(*rowLease)
+	var verdicts []blob.Verdict
 	err := retryTransient(ctx, func() error {
 		return g.e.inTxOn(ctx, db, func(tx pgx.Tx) error {
-			v = gc.Verdict{}
 			if row != nil {
-				tag, err := tx.Exec(ctx, g.sql.leaseRenew, row.holder, sweepLeaseTTL.Microseconds())
-				if err != nil {
+				if err := row.renewIn(ctx, tx); err != nil {
 					return err
 				}
-				if tag.RowsAffected() == 0 {
-					return fmt.Errorf("%w: sweep lease row lapsed or taken by another sweeper", steaderr.ErrLost)
-				}
 			}
+			var err error
 			if pause := g.naiveArbitration.Load(); pause != nil && !dry {
-				if hook := g.beforeDelete.Load(); hook != nil {
-					(*hook)(key)
-				}
-				err := tx.QueryRow(ctx, g.sql.arbitrateNaive, k, nowArg(now), pause.Seconds()).Scan(&v.Size)
-				if errors.Is(err, pgx.ErrNoRows) {
-					v.Outcome = gc.Protected
-					return nil
-				}
-				v.Outcome = gc.Deleted
-				return err
+				verdicts, err = g.arbitrateNaive(ctx, tx, keys, texts, now, *pause)
+			} else {
+				verdicts, err = g.arbitrateTx(ctx, tx, keys, texts, now, skipLocked, dry)
 			}
-			lock := g.sql.lockBlob
-			if skipLocked {
-				lock = g.sql.lockBlobSkip
-			}
-			err := tx.QueryRow(ctx, lock, k).Scan(&v.Size)
-			if errors.Is(err, pgx.ErrNoRows) {
-				v.Outcome = gc.Absent
-				if skipLocked {
-					// Skipped, or absent: tell them apart without waiting.
-					var exists bool
-					if err := tx.QueryRow(ctx, g.sql.blobExists, k).Scan(&exists); err != nil {
-						return err
-					}
-					if exists {
-						v.Outcome = gc.Busy
-					}
-				}
-				return nil
-			} else if err != nil {
-				return err
-			}
-			// Pins first, then sources, each in a statement of its own: an
-			// application references a key before it releases its pin, so
-			// a reference committed before the pin's release is visible to
-			// the later statement.
-			var protected bool
-			if err := tx.QueryRow(ctx, g.sql.pinned, k, nowArg(now)).Scan(&protected); err != nil {
-				return err
-			}
-			if !protected {
-				if err := tx.QueryRow(ctx, g.sql.referenced, k).Scan(&protected); err != nil {
-					return fmt.Errorf("reading liveness sources: %w", sourceError(err))
-				}
-			}
-			if protected {
-				v.Outcome = gc.Protected
-				return nil
-			}
-			v.Outcome = gc.Deleted
-			if dry {
-				return nil
-			}
-			if hook := g.beforeDelete.Load(); hook != nil {
-				(*hook)(key)
-			}
-			_, err = tx.Exec(ctx, g.sql.deleteBlob, k)
 			return err
 		})
 	})
 	if err != nil && session != nil && session.conn.IsClosed() {
 		err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
 	}
-	return v, err
+	return verdicts, err
 }
 
+// arbitrateTx is one arbitration's statements, in tx.
+func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time, skipLocked, dry bool) ([]blob.Verdict, error) {
+	lock := g.sql.arbLock
+	if skipLocked {
+		lock = g.sql.arbLockSkip
+	}
+	verdicts := make([]blob.Verdict, len(keys))
+	for i, k := range keys {
+		verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Absent}
+	}
+	at := map[string]int{}
+	for i, t := range texts {
+		at[t] = i
+	}
+	rows, err := tx.Query(ctx, lock, texts, nowArg(now))
+	if err != nil {
+		return nil, err
+	}
+	var locked []string // stored, locked, no live inline pin
+	var k string
+	var size int64
+	var pinned bool
+	if _, err := pgx.ForEachRow(rows, []any{&k, &size, &pinned}, func() error {
+		v := &verdicts[at[k]]
+		if pinned {
+			v.Outcome = blob.Protected
+			return nil
+		}
+		v.Outcome, v.Size = blob.Deleted, size
+		locked = append(locked, k)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if skipLocked && len(locked) < len(keys) {
+		// Skipped, or absent: tell them apart without waiting.
+		var missing []string
+		for i, t := range texts {
+			if verdicts[i].Outcome == blob.Absent {
+				missing = append(missing, t)
+			}
+		}
+		if len(missing) > 0 {
+			rows, err := tx.Query(ctx, g.sql.arbStored, missing)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := pgx.ForEachRow(rows, []any{&k}, func() error {
+				verdicts[at[k]].Outcome = blob.Busy
+				return nil
+			}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Pins first, then sources, each in a statement of its own: an
+	// application references a key before it releases its pin, so a
+	// reference committed before the pin's release is visible to the later
+	// statement.
+	protect := func(query string, wrap func(error) error, args ...any) error {
+		if len(locked) == 0 {
+			return nil
+		}
+		rows, err := tx.Query(ctx, query, append([]any{locked}, args...)...)
+		if err != nil {
+			return wrap(err)
+		}
+		if _, err := pgx.ForEachRow(rows, []any{&k}, func() error {
+			v := &verdicts[at[k]]
+			v.Outcome, v.Size = blob.Protected, 0
+			return nil
+		}); err != nil {
+			return wrap(err)
+		}
+		locked = slices.DeleteFunc(locked, func(t string) bool { return verdicts[at[t]].Outcome == blob.Protected })
+		return nil
+	}
+	if err := protect(g.sql.arbPinned, func(err error) error { return err }, nowArg(now)); err != nil {
+		return nil, err
+	}
+	if err := protect(g.sql.arbReferenced, sourceError); err != nil {
+		return nil, fmt.Errorf("reading liveness sources: %w", err)
+	}
+	if dry || len(locked) == 0 {
+		return verdicts, nil
+	}
+	if hook := g.beforeDelete.Load(); hook != nil {
+		(*hook)(keys)
+	}
+	tag, err := tx.Exec(ctx, g.sql.arbDelete, locked)
+	if err == nil && tag.RowsAffected() != int64(len(locked)) {
+		err = fmt.Errorf("postgres: deleted %d of %d locked blobs", tag.RowsAffected(), len(locked))
+	}
+	return verdicts, err
+}
+
+// arbitrateNaive is the known-unsafe arbitration (tests only).
+func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time, pause time.Duration) ([]blob.Verdict, error) {
+	if hook := g.beforeDelete.Load(); hook != nil {
+		(*hook)(keys)
+	}
+	verdicts := make([]blob.Verdict, len(keys))
+	at := map[string]int{}
+	for i, t := range texts {
+		at[t] = i
+		verdicts[i] = blob.Verdict{Key: keys[i], Outcome: blob.Protected}
+	}
+	rows, err := tx.Query(ctx, g.sql.arbitrateNaive, texts, nowArg(now), pause.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	var k string
+	var size int64
+	_, err = pgx.ForEachRow(rows, []any{&k, &size}, func() error {
+		verdicts[at[k]] = blob.Verdict{Key: keys[at[k]], Outcome: blob.Deleted, Size: size}
+		return nil
+	})
+	return verdicts, err
+}
+
+// ReapPins deletes expired pins in statements of at most reapBatch rows.
 func (g *gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
 	if err := g.e.check(ctx); err != nil {
 		return 0, err
@@ -264,29 +398,77 @@ func (g *gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
 	if p.DryRun {
 		var n int64
 		err := g.e.pool.QueryRow(ctx, g.sql.countExpired, nowArg(p.Now)).Scan(&n)
-		return n, interpretError(err)
+		return n, listError(err)
 	}
-	tag, err := g.e.pool.Exec(ctx, g.sql.reap, nowArg(p.Now))
-	return tag.RowsAffected(), interpretError(err)
+	var total int64
+	for {
+		tag, err := g.e.pool.Exec(ctx, g.sql.reap, nowArg(p.Now), reapBatch)
+		if err != nil {
+			return total, listError(err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < reapBatch {
+			return total, nil
+		}
+	}
 }
 
-func (g *gcMech) Stage(ctx context.Context, key blob.Key, visibleAfter time.Time) error {
+func (g *gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	if err := g.e.check(ctx); err != nil {
 		return err
 	}
-	_, err := g.e.pool.Exec(ctx, g.sql.stage, key.String(), visibleAfter)
+	texts := make([]string, len(p.Keys))
+	for i, k := range p.Keys {
+		texts[i] = k.String()
+	}
+	_, err := g.e.pool.Exec(ctx, g.sql.stage, texts, p.VisibleAfter)
 	return interpretError(err)
 }
 
-func (g *gcMech) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64, error) {
+func (g *gcMech) StagePass(ctx context.Context) (gc.Pass, error) {
 	if err := g.e.check(ctx); err != nil {
-		return 0, err
+		return gc.Pass{}, err
 	}
-	var n int64
+	var last string
+	var started pgtype.Timestamptz
+	err := g.e.pool.QueryRow(ctx, g.sql.stagePass).Scan(&last, &started)
+	if err = readError(err); errors.Is(err, steaderr.ErrNotFound) {
+		return gc.Pass{}, nil // never migrated: no pass yet
+	} else if err != nil {
+		return gc.Pass{}, err
+	}
+	pass := gc.Pass{Started: started.Time}
+	if last != "" {
+		if pass.After, err = blob.ParseKey(last); err != nil {
+			return gc.Pass{}, fmt.Errorf("postgres: stored staging cursor: %w", err)
+		}
+	}
+	return pass, nil
+}
+
+func (g *gcMech) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.StagedRange, error) {
+	if err := g.e.check(ctx); err != nil {
+		return gc.StagedRange{}, err
+	}
+	after := ""
+	if !p.After.IsZero() {
+		after = p.After.String()
+	}
+	var r gc.StagedRange
+	var last pgtype.Text
 	err := retryTransient(ctx, func() error {
-		return sourceError(g.e.pool.QueryRow(ctx, g.sql.stageUnref, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).Scan(&n))
+		return sourceError(g.e.pool.QueryRow(ctx, g.sql.stageRange, after, p.Limit, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).
+			Scan(&r.Covered, &r.Staged, &last))
 	})
-	return n, err
+	if err != nil {
+		return gc.StagedRange{}, err
+	}
+	if last.Valid {
+		if r.Last, err = blob.ParseKey(last.String); err != nil {
+			return gc.StagedRange{}, fmt.Errorf("postgres: stored key: %w", err)
+		}
+	}
+	return r, nil
 }
 
 func (g *gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
@@ -297,29 +479,31 @@ func (g *gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) 
 	if p.DryRun {
 		stmt = g.sql.peek
 	}
-	rows, err := g.e.pool.Query(ctx, stmt, nowArg(p.Now), int64(p.Limit))
+	rows, err := g.e.pool.Query(ctx, stmt, nowArg(p.Now), p.Limit)
 	if err != nil {
-		return nil, interpretError(err)
+		return nil, listError(err)
 	}
 	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, interpretError(err)
+		return nil, listError(err)
 	}
 	keys := make([]blob.Key, len(texts))
 	for i, t := range texts {
 		if keys[i], err = blob.ParseKey(t); err != nil {
-			return nil, fmt.Errorf("stored window key: %w", err)
+			return nil, fmt.Errorf("postgres: stored window key: %w", err)
 		}
 	}
+	slices.SortFunc(keys, blob.Key.Compare)
 	return keys, nil
 }
 
 // AcquireSweep takes the sweep lease: a session advisory lock on a
-// connection of its own, opened from the pool's configuration but outside
-// the pool (so a pool of one connection still serves the sweep's
-// statements, and the pool never recycles the lock's session under it),
-// held until Release, which unlocks on that same connection and closes it.
-// Behind PgBouncer, where session locks are unsafe, a lease row instead.
+// connection of its own, opened as the pool opens its own (its
+// BeforeConnect and AfterConnect hooks run) but outside it, so a pool of
+// one connection still serves the sweep's statements and the pool never
+// recycles the lock's session under it. The connection is kept for the
+// next sweep; Release unlocks on it. Behind PgBouncer, where session locks
+// are unsafe, a lease row instead.
 func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool, error) {
 	if err := g.e.check(ctx); err != nil {
 		return nil, false, err
@@ -340,41 +524,131 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 		}
 		return &rowLease{g: g, holder: holder}, true, nil
 	}
-	conn, err := pgx.ConnectConfig(ctx, g.e.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return nil, false, interpretError(err)
+	g.sweepMu.Lock()
+	defer g.sweepMu.Unlock()
+	if l := g.current; l != nil {
+		// Held here, unless its session ended: then the lease is lost,
+		// and free to take again at once.
+		if err := l.Renew(ctx); !errors.Is(err, steaderr.ErrLost) {
+			return nil, false, nil
+		}
+		g.current = nil
 	}
 	key := g.e.lockKey("sweep")
-	var ok bool
-	if err := conn.QueryRow(ctx, sqlSweepTryLock, key).Scan(&ok); err != nil || !ok {
-		return nil, false, errors.Join(interpretError(err), conn.Close(context.WithoutCancel(ctx)))
+	for attempt := 0; ; attempt++ {
+		if g.sweep == nil || g.sweep.IsClosed() {
+			conn, err := g.e.dialDirect(ctx)
+			if err != nil {
+				return nil, false, interpretError(err)
+			}
+			g.sweep = conn
+		}
+		var ok bool
+		err := g.sweep.QueryRow(ctx, sqlSweepTryLock, key, fmt.Sprintf("%dms", g.idle.Milliseconds())).Scan(&ok, new(pgtype.Text))
+		if err != nil {
+			// A kept connection may have died since the last sweep: one
+			// fresh try.
+			_ = g.sweep.Close(context.WithoutCancel(ctx))
+			g.sweep = nil
+			if attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			return nil, false, interpretError(err)
+		}
+		if !ok {
+			return nil, false, nil
+		}
+		g.current = &sessionLease{g: g, conn: g.sweep, key: key}
+		return g.current, true, nil
 	}
-	return &sessionLease{conn: conn, key: key}, true, nil
 }
 
+// sessionLease is a held session advisory lock; mu serializes the
+// statements run on its connection (arbitrations, renewals, the release).
 type sessionLease struct {
-	conn *pgx.Conn
+	g    *gcMech
 	key  int64
+	mu   sync.Mutex
+	conn *pgx.Conn // nil once released
 }
 
-// Release unlocks on the lease's own connection, then closes it (which
-// would release the lock too).
+// Renew proves the lease's session alive with a statement on it, which
+// also restarts the server's idle clock.
+func (l *sessionLease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return fmt.Errorf("%w: sweep lease released", steaderr.ErrLost)
+	}
+	if _, err := l.conn.Exec(ctx, sqlSweepPing); err != nil {
+		if l.conn.IsClosed() {
+			return fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, interpretError(err))
+		}
+		return interpretError(err)
+	}
+	return nil
+}
+
+// Release unlocks on the lease's own connection and keeps it for the next
+// sweep; a connection that fails is closed, which ends the lock too.
 func (l *sessionLease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	conn := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	g := l.g
+	g.sweepMu.Lock()
+	defer g.sweepMu.Unlock()
+	if g.current == l {
+		g.current = nil
+	}
 	var ok bool
-	err := l.conn.QueryRow(ctx, sqlSweepUnlock, l.key).Scan(&ok)
+	err := conn.QueryRow(ctx, sqlSweepUnlock, l.key).Scan(&ok, new(pgtype.Text))
 	if err == nil && !ok {
 		err = fmt.Errorf("postgres: sweep lease was not held at release")
 	}
-	err = interpretError(err)
-	if err != nil && l.conn.IsClosed() {
-		err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
+	if err != nil {
+		lost := conn.IsClosed()
+		_ = conn.Close(context.WithoutCancel(ctx))
+		if g.sweep == conn {
+			g.sweep = nil
+		}
+		err = interpretError(err)
+		if lost {
+			err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
+		}
 	}
-	return errors.Join(err, l.conn.Close(context.WithoutCancel(ctx)))
+	return err
 }
 
 type rowLease struct {
 	g      *gcMech
 	holder string
+}
+
+func (l *rowLease) Renew(ctx context.Context) error {
+	return l.renewIn(ctx, l.g.e.pool)
+}
+
+// execer runs a statement: the pool, a connection or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// renewIn renews the lease row through db; in a transaction, its row lock
+// keeps the lease until the commit.
+func (l *rowLease) renewIn(ctx context.Context, db execer) error {
+	tag, err := db.Exec(ctx, l.g.sql.leaseRenew, l.holder, sweepLeaseTTL.Microseconds())
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: sweep lease row lapsed or taken by another sweeper", steaderr.ErrLost)
+	}
+	return nil
 }
 
 func (l *rowLease) Release(ctx context.Context) error {
@@ -415,12 +689,16 @@ func (g *gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 }
 
 // sourceError interprets the error of a statement reading the registered
-// sources: a missing table or column there is a source dropped or altered
-// after registration, not a database never migrated.
+// sources. gc_referenced names the source in the messages of the errors it
+// raises; one of class 42 (a table or column dropped, a type changed, a
+// collation or privilege missing) is a source that can no longer be read,
+// not a database never migrated: steaderr.ErrSchema, until the source is
+// restored or unregistered.
 func sourceError(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == sqlstateUndefinedTable || pgErr.Code == sqlstateUndefinedColumn) {
-		return fmt.Errorf("%w: a registered liveness source no longer exists (%s): restore it, or unregister it (gc.Collector.UnregisterSource); nothing is deleted meanwhile: %w", steaderr.ErrSchema, pgErr.Message, err)
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "liveness source ") && strings.HasPrefix(pgErr.Code, "42") {
+		return fmt.Errorf("%w: a registered %s (SQLSTATE %s): restore it, or unregister it (gc.Collector.UnregisterSource); nothing is deleted meanwhile: %w",
+			steaderr.ErrSchema, pgErr.Message, pgErr.Code, err)
 	}
 	return err
 }
@@ -459,17 +737,20 @@ func (g *gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
 
 // Explain reads in one repeatable-read, read-only transaction: one
 // snapshot for the whole answer.
-func (g *gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Explanation, error) {
+func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation, error) {
+	key := p.Key
 	x := gc.Explanation{Key: key}
 	k := key.String()
 	err := g.e.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlExplainTx); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, g.sql.explainNow, nowArg(now)).Scan(&x.Now); err != nil {
+		if err := tx.QueryRow(ctx, g.sql.explainNow, nowArg(p.Now)).Scan(&x.Now); err != nil {
 			return err
 		}
-		switch err := tx.QueryRow(ctx, g.sql.explainBlob, k).Scan(&x.Size); {
+		var owner pgtype.Text
+		var expiry pgtype.Timestamptz
+		switch err := tx.QueryRow(ctx, g.sql.explainBlob, k).Scan(&x.Size, &owner, &expiry); {
 		case err == nil:
 			x.Stored = true
 		case !errors.Is(err, pgx.ErrNoRows):
@@ -484,6 +765,11 @@ func (g *gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.E
 			return p, r.Scan(&p.Owner, &p.Expiry)
 		}); err != nil {
 			return err
+		}
+		// The pin in the blob's row is listed while it is live: an expired
+		// one is no pin, and nothing reaps it.
+		if owner.Valid && expiry.Valid && expiry.Time.After(x.Now) {
+			x.Pins = mergePin(x.Pins, gc.PinInfo{Key: key, Owner: owner.String, Expiry: expiry.Time})
 		}
 		rows, err = tx.Query(ctx, g.sql.explainSources, k)
 		if err != nil {
@@ -504,10 +790,23 @@ func (g *gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.E
 	return x, err
 }
 
+// mergePin adds the inline pin p to pins, sorted by owner: the pin of an
+// owner with a row in pins too is the later of the two.
+func mergePin(pins []gc.PinInfo, p gc.PinInfo) []gc.PinInfo {
+	i, found := slices.BinarySearchFunc(pins, p.Owner, func(x gc.PinInfo, owner string) int { return strings.Compare(x.Owner, owner) })
+	if !found {
+		return slices.Insert(pins, i, p)
+	}
+	if p.Expiry.After(pins[i].Expiry) {
+		pins[i].Expiry = p.Expiry
+	}
+	return pins
+}
+
 const sqlExplainTx = `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`
 
-func (g *gcMech) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error {
-	return g.scan(ctx, g.sql.listPins, func(r pgx.Rows) (bool, error) {
+func (g *gcMech) Pins(ctx context.Context, p gc.PinsParams, yield func(gc.PinInfo) bool) error {
+	return g.scan(ctx, g.sql.listPins, []any{nowArg(p.Now)}, func(r pgx.Rows) (bool, error) {
 		var p gc.PinInfo
 		var k string
 		if err := r.Scan(&k, &p.Owner, &p.Expiry); err != nil {
@@ -522,7 +821,7 @@ func (g *gcMech) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error {
 }
 
 func (g *gcMech) Window(ctx context.Context, yield func(gc.Candidate) bool) error {
-	return g.scan(ctx, g.sql.listWindow, func(r pgx.Rows) (bool, error) {
+	return g.scan(ctx, g.sql.listWindow, nil, func(r pgx.Rows) (bool, error) {
 		var c gc.Candidate
 		var k string
 		if err := r.Scan(&k, &c.VisibleAfter); err != nil {
@@ -537,11 +836,11 @@ func (g *gcMech) Window(ctx context.Context, yield func(gc.Candidate) bool) erro
 }
 
 // scan runs query and hands each row to row until it reports false.
-func (g *gcMech) scan(ctx context.Context, query string, row func(pgx.Rows) (bool, error)) error {
+func (g *gcMech) scan(ctx context.Context, query string, args []any, row func(pgx.Rows) (bool, error)) error {
 	if err := g.e.check(ctx); err != nil {
 		return err
 	}
-	rows, err := g.e.pool.Query(ctx, query)
+	rows, err := g.e.pool.Query(ctx, query, args...)
 	if err != nil {
 		return listError(err)
 	}

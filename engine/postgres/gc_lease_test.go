@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -30,8 +32,8 @@ func TestSweepStopsWhenLeaseSessionDies(t *testing.T) {
 		}
 	}
 	time.Sleep(5 * time.Millisecond) // the puts' pins expire
-	col1 := gc.New(e1.GC(), gc.Options{Grace: time.Microsecond, Batch: 5, Holder: "one"})
-	col2 := gc.New(e2.GC(), gc.Options{Grace: time.Microsecond, Batch: 5, Holder: "two"})
+	col1 := gc.New(e1.GC(), gc.Options{Grace: time.Microsecond, Batch: 5, Holder: "one", AllUnreferenced: true})
+	col2 := gc.New(e2.GC(), gc.Options{Grace: time.Microsecond, Batch: 5, Holder: "two", AllUnreferenced: true})
 	if _, err := col1.Sweep(ctx, gc.SweepOptions{}); err != nil { // stages
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestSweepLeaseRowIsPerSweep(t *testing.T) {
 		}
 	}
 	time.Sleep(5 * time.Millisecond)
-	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 5, Holder: "inst"})
+	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 5, Holder: "inst", AllUnreferenced: true})
 	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil { // stages
 		t.Fatal(err)
 	}
@@ -147,3 +149,95 @@ func TestSweepLeaseRowIsPerSweep(t *testing.T) {
 }
 
 func pgxIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// TestSweepLeaseIdleSession: a sweeper that stops sending statements while
+// it holds the lease (a stopped process) loses it once its session idles
+// past idle_session_timeout: another sweeper takes the lease, and the
+// stopped one's next arbitration fails with ErrLost.
+func TestSweepLeaseIdleSession(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e1, e2 := open(t, db, ""), open(t, db, "")
+	postgres.SetSweepIdle(e1, 200*time.Millisecond)
+	ctx := context.Background()
+	lease, ok, err := e1.GC().AcquireSweep(ctx, "stopped")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	poll.Until(t, "the idle lease session to end, freeing the lease", func() bool {
+		l, ok, err := e2.GC().AcquireSweep(ctx, "next")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			t.Cleanup(func() { l.Release(ctx) })
+		}
+		return ok
+	})
+	_, err = e1.GC().Arbitrate(ctx, gc.ArbitrateParams{Keys: []blob.Key{blob.KeyOf([]byte("x"))}, Lease: lease})
+	if !errors.Is(err, steaderr.ErrLost) {
+		t.Fatalf("the stopped sweeper's arbitration = %v, want ErrLost", err)
+	}
+	if err := lease.Renew(ctx); !errors.Is(err, steaderr.ErrLost) {
+		t.Fatalf("its Renew = %v, want ErrLost", err)
+	}
+	// The engine takes the lease again once it is free.
+	if err := lease.Release(ctx); err == nil {
+		t.Error("releasing the lost lease reported success")
+	}
+}
+
+// The sweep lease's own connection is opened as the caller's pool opens
+// its connections: with its BeforeConnect (which here supplies the
+// database a credential-injecting hook would) and AfterConnect hooks.
+func TestSweepLeaseUsesPoolHooks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	database := pcfg.ConnConfig.Database
+	pcfg.ConnConfig.Database = "no_such_database_without_the_hook"
+	pcfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		cc.Database = database
+		return nil
+	}
+	pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET application_name = 'stead-hooked'")
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e, err := postgres.Open(ctx, postgres.Config{Pool: pool, Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease, ok, err := e.GC().AcquireSweep(ctx, "hooked")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep through a pool with hooks = %v, %v", ok, err)
+	}
+	defer lease.Release(ctx)
+	var app string
+	if err := db.Admin.QueryRow(ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", leaseBackend(t, db, e)).Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+	if app != "stead-hooked" {
+		t.Errorf("the lease's session has application_name %q: AfterConnect did not run on it", app)
+	}
+	col := gc.New(e.GC(), gc.Options{AllUnreferenced: true})
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil {
+		t.Fatalf("Sweep through a pool with hooks: %v", err)
+	}
+}

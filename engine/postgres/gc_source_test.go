@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/steaderr"
@@ -37,7 +38,7 @@ func TestRegisterSourceRelationKind(t *testing.T) {
 			if _, err := e.Pool().Exec(ctx, fmt.Sprintf(tt.ddl, pgxIdent(db.Schema))); err != nil {
 				t.Fatal(err)
 			}
-			col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond})
+			col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, AllUnreferenced: true})
 			err := col.RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: tt.name, Column: "k"})
 			if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, steaderr.ErrInvalidArgument)) {
 				t.Fatalf("RegisterSource(%s) = %v, want ok=%v or ErrInvalidArgument", tt.name, err, tt.ok)
@@ -69,5 +70,115 @@ func TestSweepWithDroppedSource(t *testing.T) {
 	_, err := col.Sweep(ctx, gc.SweepOptions{})
 	if err == nil || strings.Contains(err.Error(), "migrate") || !strings.Contains(err.Error(), "liveness source") {
 		t.Errorf("sweep with a dropped source = %v, want an error naming the missing liveness source", err)
+	}
+}
+
+// A source column of any collation works: the keys reach each source as
+// an array parameter, so the column's collation decides the comparison
+// (a join against stead's "C" keys could not choose one: 42P22).
+func TestSourceCollations(t *testing.T) {
+	t.Parallel()
+	for _, coll := range []string{`"POSIX"`, `"und-x-icu"`, `"C"`, "ci"} {
+		t.Run(coll, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			e := open(t, db, "")
+			ctx := context.Background()
+			schema := pgxIdent(db.Schema)
+			if coll == "ci" {
+				coll = schema + ".ci"
+				if _, err := e.Pool().Exec(ctx, "CREATE COLLATION "+coll+" (provider = icu, locale = 'und-u-ks-level2', deterministic = false)"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+schema+".refs (k text COLLATE "+coll+" PRIMARY KEY)"); err != nil {
+				t.Fatal(err)
+			}
+			col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond})
+			if err := col.RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: "refs", Column: "k"}); err != nil {
+				t.Fatal(err)
+			}
+			s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: time.Millisecond})
+			kept, err := s.Put(ctx, bytesReader(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gone, err := s.Put(ctx, bytesReader(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Pool().Exec(ctx, "INSERT INTO "+schema+".refs VALUES ($1)", kept.String()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			for range 2 {
+				if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil {
+					t.Fatalf("Sweep with a source collated %s: %v", coll, err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if _, err := s.Stat(ctx, kept); err != nil {
+				t.Errorf("the referenced blob: %v", err)
+			}
+			if _, err := s.Stat(ctx, gone); !errors.Is(err, steaderr.ErrNotFound) {
+				t.Errorf("the unreferenced blob = %v, want collected", err)
+			}
+			if x, err := col.Explain(ctx, kept); err != nil || len(x.Sources) != 1 {
+				t.Errorf("Explain = %+v, %v; want the source named", x, err)
+			}
+		})
+	}
+}
+
+// A source that can no longer be read fails every sweep with an error
+// naming it (of several) and wrapping ErrSchema, whatever broke it.
+func TestSourceBroken(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, ddl string }{
+		{"column dropped", "ALTER TABLE %s DROP COLUMN k"},
+		{"column type changed", "ALTER TABLE %s ALTER COLUMN k TYPE integer USING 0"},
+		{"table dropped", "DROP TABLE %s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			e := open(t, db, "")
+			ctx := context.Background()
+			col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond})
+			for _, table := range []string{"good", "broken"} {
+				if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+pgxIdent(db.Schema)+"."+table+" (id int, k text)"); err != nil {
+					t.Fatal(err)
+				}
+				if err := col.RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: table, Column: "k"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: time.Millisecond})
+			key, err := s.Put(ctx, bytesReader(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil {
+				t.Fatalf("Sweep before the source broke: %v", err)
+			}
+			if _, err := e.Pool().Exec(ctx, fmt.Sprintf(tc.ddl, pgxIdent(db.Schema)+".broken")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			for range 2 {
+				_, err := col.Sweep(ctx, gc.SweepOptions{})
+				if !errors.Is(err, steaderr.ErrSchema) || !strings.Contains(err.Error(), "liveness source") ||
+					!strings.Contains(err.Error(), ".broken(k)") || strings.Contains(err.Error(), "good") || strings.Contains(err.Error(), "migrate") {
+					t.Fatalf("Sweep with a source %s = %v, want ErrSchema naming that source", tc.name, err)
+				}
+			}
+			if _, err := s.Stat(ctx, key); err != nil {
+				t.Fatalf("a sweep with a broken source deleted: %v", err)
+			}
+			_, err = col.Explain(ctx, key)
+			if !errors.Is(err, steaderr.ErrSchema) || !strings.Contains(err.Error(), ".broken(k)") {
+				t.Errorf("Explain with a broken source = %v, want ErrSchema naming it", err)
+			}
+		})
 	}
 }

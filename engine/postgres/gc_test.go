@@ -103,7 +103,7 @@ func TestSweepPoolOfOne(t *testing.T) {
 		}
 	}
 	time.Sleep(5 * time.Millisecond)
-	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 3})
+	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 3, AllUnreferenced: true})
 	for range 2 {
 		rep, err := col.Sweep(ctx, gc.SweepOptions{})
 		if err != nil {
@@ -155,7 +155,7 @@ func TestSweepCancelled(t *testing.T) {
 		t.Fatalf("Put: %v", err)
 	}
 	time.Sleep(5 * time.Millisecond)
-	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 5})
+	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond, Batch: 5, AllUnreferenced: true})
 	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil { // stages
 		t.Fatalf("Sweep: %v", err)
 	}
@@ -190,53 +190,87 @@ func TestSweepCancelled(t *testing.T) {
 // the pin expired, but commits after an arbitration judged it expired,
 // must not leave a live pin on a deleted blob. Here the renewal is held
 // back by a row lock; the arbitration must wait for it and keep the blob.
+// Both homes of a pin are raced: a row of pins (a guard's), and the
+// blob's own row (the first put's pin), which a waiting Delete meets.
 func TestRenewRacingArbitration(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	e := open(t, db, "")
-	ctx := context.Background()
-	value := []byte("renewed late")
-	key := blob.KeyOf(value)
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "o", TTL: time.Minute, Now: t0}); err != nil {
-		t.Fatalf("Put: %v", err)
-	}
-	tx, err := db.Admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{db.Schema, "pins"}.Sanitize()+" WHERE key = $1 FOR UPDATE", key.String()); err != nil {
-		t.Fatal(err)
-	}
-	renewed := make(chan error, 1)
-	go func() {
-		ok, err := e.Blobs().RenewPin(ctx, blob.PinParams{Key: key, Owner: "o", TTL: time.Minute, Now: t0.Add(50 * time.Second)})
-		if err == nil && !ok {
-			err = errors.New("not renewed")
-		}
-		renewed <- err
-	}()
-	time.Sleep(300 * time.Millisecond) // the renewal reads the row, then waits
-	judged := make(chan gc.Verdict, 1)
-	go func() {
-		v, err := e.GC().Arbitrate(ctx, gc.ArbitrateParams{Key: key, Now: t0.Add(70 * time.Second)})
-		if err != nil {
-			t.Errorf("Arbitrate: %v", err)
-		}
-		judged <- v
-	}()
-	time.Sleep(300 * time.Millisecond)
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-renewed; err != nil {
-		t.Fatalf("RenewPin: %v", err)
-	}
-	if v := <-judged; v.Outcome != gc.Protected {
-		t.Fatalf("arbitration = %+v, want Protected by the renewal it waited for", v)
-	}
-	if _, err := e.Blobs().Stat(ctx, key); err != nil {
-		t.Fatalf("Stat after the race: %v", err)
+	for _, tc := range []struct {
+		name, table string
+		arbitrate   func(e *postgres.Engine, key blob.Key, now time.Time) (blob.Verdict, error)
+	}{
+		{"pins row, sweep", "pins", func(e *postgres.Engine, key blob.Key, now time.Time) (blob.Verdict, error) {
+			vs, err := e.GC().Arbitrate(context.Background(), gc.ArbitrateParams{Keys: []blob.Key{key}, Now: now})
+			if err != nil {
+				return blob.Verdict{}, err
+			}
+			return vs[0], nil
+		}},
+		{"blob row, delete", "blobs", func(e *postgres.Engine, key blob.Key, now time.Time) (blob.Verdict, error) {
+			vs, err := e.Blobs().Delete(context.Background(), blob.DeleteParams{Keys: []blob.Key{key}, Now: now})
+			if err != nil {
+				return blob.Verdict{}, err
+			}
+			return vs[0], nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			e := open(t, db, "")
+			ctx := context.Background()
+			value := []byte("renewed late")
+			key := blob.KeyOf(value)
+			t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			owner := "o"
+			if tc.table == "pins" {
+				owner = "first" // the put's pin is in the blob's row; o's is a row of pins
+			}
+			if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: owner, TTL: time.Minute, Now: t0}); err != nil {
+				t.Fatalf("Put: %v", err)
+			}
+			if tc.table == "pins" {
+				if err := e.Blobs().Pin(ctx, blob.PinParams{Key: key, Owner: "o", TTL: time.Minute, Now: t0}); err != nil {
+					t.Fatalf("Pin: %v", err)
+				}
+			}
+			tx, err := db.Admin.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{db.Schema, tc.table}.Sanitize()+" WHERE key = $1 FOR UPDATE", key.String()); err != nil {
+				t.Fatal(err)
+			}
+			renewed := make(chan error, 1)
+			go func() {
+				ok, err := e.Blobs().RenewPin(ctx, blob.PinParams{Key: key, Owner: "o", TTL: time.Minute, Now: t0.Add(50 * time.Second)})
+				if err == nil && !ok {
+					err = errors.New("not renewed")
+				}
+				renewed <- err
+			}()
+			waitLockWaiters(t, db, 1, "the renewal to wait on the held row")
+			judged := make(chan blob.Verdict, 1)
+			go func() {
+				v, err := tc.arbitrate(e, key, t0.Add(70*time.Second))
+				if err != nil {
+					t.Errorf("arbitration: %v", err)
+				}
+				judged <- v
+			}()
+			waitLockWaiters(t, db, 2, "the arbitration to wait behind the renewal")
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-renewed; err != nil {
+				t.Fatalf("RenewPin: %v", err)
+			}
+			if v := <-judged; v.Outcome != blob.Protected {
+				t.Fatalf("arbitration = %+v, want Protected by the renewal it waited for", v)
+			}
+			if _, err := e.Blobs().Stat(ctx, key); err != nil {
+				t.Fatalf("Stat after the race: %v", err)
+			}
+		})
 	}
 }

@@ -349,6 +349,7 @@ func (e *Engine) Close() error {
 	if e.listen != nil {
 		e.listen.stop()
 	}
+	e.gc.close()
 	if e.ownsPool {
 		e.pool.Close()
 	}
@@ -360,6 +361,30 @@ func (e *Engine) check(ctx context.Context) error {
 		return steaderr.ErrClosed
 	}
 	return ctx.Err()
+}
+
+// dialDirect opens a connection of its own, outside the pool, as the pool
+// opens its connections: from the pool's configuration, with its
+// BeforeConnect and AfterConnect hooks (a caller's pool may inject
+// credentials or session settings there).
+func (e *Engine) dialDirect(ctx context.Context) (*pgx.Conn, error) {
+	pcfg := e.pool.Config()
+	cc := pcfg.ConnConfig.Copy()
+	if pcfg.BeforeConnect != nil {
+		if err := pcfg.BeforeConnect(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	if pcfg.AfterConnect != nil {
+		if err := pcfg.AfterConnect(ctx, conn); err != nil {
+			return nil, errors.Join(err, conn.Close(context.WithoutCancel(ctx)))
+		}
+	}
+	return conn, nil
 }
 
 // lockKey derives a 64-bit advisory lock key for purpose in this schema, so

@@ -229,10 +229,13 @@ func tortureChild() int {
 	col := gc.New(e.GC(), gc.Options{Grace: tortureGrace, Batch: 50, Holder: name})
 	schema := cfg.Schema
 	refs := pgx.Identifier{schema, tortureRefs}.Sanitize()
-	// A reference is inserted only while this owner's pin is live, checked
-	// in the insert itself: the application's contract.
+	// A reference is inserted only while this owner's pin is live (a row
+	// of pins, or the pin in the blob's row), checked in the insert
+	// itself: the application's contract.
 	insertRef := "INSERT INTO " + refs + " (key) SELECT $1 WHERE EXISTS (SELECT 1 FROM " +
-		pgx.Identifier{schema, "pins"}.Sanitize() + " WHERE key = $1 AND owner = $2 AND expiry > clock_timestamp() + interval '5 milliseconds') RETURNING id"
+		pgx.Identifier{schema, "pins"}.Sanitize() + " WHERE key = $1 AND owner = $2 AND expiry > clock_timestamp() + interval '5 milliseconds')" +
+		" OR EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "blobs"}.Sanitize() +
+		" WHERE key = $1 AND pin_owner = $2 AND pin_expiry > clock_timestamp() + interval '5 milliseconds') RETURNING id"
 
 	var res struct{ losses, puts, errors, sweeps, deleted, refChecks atomic.Int64 }
 	loss := func(format string, args ...any) {
@@ -284,7 +287,8 @@ func tortureChild() int {
 		valueOf[blob.KeyOf(v)] = v
 	}
 	var adversary sync.WaitGroup
-	postgres.SetBeforeDelete(e, func(key blob.Key) {
+	postgres.SetBeforeDelete(e, func(keys []blob.Key) {
+		key := keys[rand.IntN(len(keys))]
 		if rand.IntN(2) == 0 || valueOf[key] == nil {
 			return
 		}

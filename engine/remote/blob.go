@@ -226,7 +226,11 @@ func expect(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
-	_, err := b.e.do(ctx, http.MethodDelete, "/v1/blobs/"+p.Key.String(), &request{query: query("now", timeText(p.Now))}, nil, nil)
-	return err
+// Delete arbitrates the keys with POST /v1/blobs/delete.
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
+	var out wire.Verdicts
+	if _, err := b.e.do(ctx, http.MethodPost, "/v1/blobs/delete", nil, wire.DeleteBlobs{Keys: keyTexts(p.Keys), Now: p.Now}, &out); err != nil {
+		return nil, err
+	}
+	return readVerdicts(p.Keys, out)
 }

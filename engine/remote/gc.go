@@ -26,26 +26,73 @@ func (g *gcEngine) step(ctx context.Context, path string, in wire.GCStep, out an
 	return err
 }
 
+// leaseID is the server's id of a lease this engine took; "" for none.
+func leaseID(l gc.Lease) string {
+	if l, ok := l.(*lease); ok {
+		return l.id
+	}
+	return ""
+}
+
+func keyTexts(keys []blob.Key) []string {
+	texts := make([]string, len(keys))
+	for i, k := range keys {
+		texts[i] = k.String()
+	}
+	return texts
+}
+
 func (g *gcEngine) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
 	var out wire.GCCount
-	err := g.step(ctx, "/v1/gc/reap", wire.GCStep{Now: p.Now, DryRun: p.DryRun}, &out)
+	err := g.step(ctx, "/v1/gc/reap", wire.GCStep{Lease: leaseID(p.Lease), Now: p.Now, DryRun: p.DryRun}, &out)
 	return out.Count, err
 }
 
-func (g *gcEngine) Stage(ctx context.Context, key blob.Key, visibleAfter time.Time) error {
-	_, err := g.e.do(ctx, http.MethodPut, "/v1/gc/window/"+key.String(), nil, wire.GCStep{VisibleAfter: visibleAfter}, nil)
+func (g *gcEngine) Stage(ctx context.Context, p gc.StageParams) error {
+	_, err := g.e.do(ctx, http.MethodPut, "/v1/gc/window", nil,
+		wire.GCStep{Lease: leaseID(p.Lease), Keys: keyTexts(p.Keys), VisibleAfter: p.VisibleAfter}, nil)
 	return err
 }
 
-func (g *gcEngine) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64, error) {
-	var out wire.GCCount
-	err := g.step(ctx, "/v1/gc/stage", wire.GCStep{Now: p.Now, Grace: wire.Duration(p.Grace), DryRun: p.DryRun}, &out)
-	return out.Count, err
+func (g *gcEngine) StagePass(ctx context.Context) (gc.Pass, error) {
+	var out wire.GCPass
+	if _, err := g.e.do(ctx, http.MethodGet, "/v1/gc/pass", nil, nil, &out); err != nil {
+		return gc.Pass{}, err
+	}
+	pass := gc.Pass{Started: out.Started}
+	if out.After != "" {
+		k, err := blob.ParseKey(out.After)
+		if err != nil {
+			return gc.Pass{}, fmt.Errorf("gc pass: %w: %w", errMalformed, err)
+		}
+		pass.After = k
+	}
+	return pass, nil
+}
+
+func (g *gcEngine) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.StagedRange, error) {
+	in := wire.GCStep{Lease: leaseID(p.Lease), Limit: p.Limit, Now: p.Now, Grace: wire.Duration(p.Grace), DryRun: p.DryRun}
+	if !p.After.IsZero() {
+		in.After = p.After.String()
+	}
+	var out wire.GCRange
+	if err := g.step(ctx, "/v1/gc/stage", in, &out); err != nil {
+		return gc.StagedRange{}, err
+	}
+	r := gc.StagedRange{Covered: out.Covered, Staged: out.Staged}
+	if out.Last != "" {
+		k, err := blob.ParseKey(out.Last)
+		if err != nil {
+			return gc.StagedRange{}, fmt.Errorf("gc stage: %w: %w", errMalformed, err)
+		}
+		r.Last = k
+	}
+	return r, nil
 }
 
 func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
 	var out wire.GCKeys
-	if err := g.step(ctx, "/v1/gc/take", wire.GCStep{Now: p.Now, Limit: max(p.Limit, 0), DryRun: p.DryRun}, &out); err != nil {
+	if err := g.step(ctx, "/v1/gc/take", wire.GCStep{Lease: leaseID(p.Lease), Now: p.Now, Limit: p.Limit, DryRun: p.DryRun}, &out); err != nil {
 		return nil, err
 	}
 	keys := make([]blob.Key, len(out.Keys))
@@ -59,19 +106,30 @@ func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error
 	return keys, nil
 }
 
-// outcomes read gc.Outcome from the wire.
-var outcomes = map[string]gc.Outcome{"deleted": gc.Deleted, "protected": gc.Protected, "busy": gc.Busy, "absent": gc.Absent}
+func (g *gcEngine) Arbitrate(ctx context.Context, p gc.ArbitrateParams) ([]blob.Verdict, error) {
+	var out wire.Verdicts
+	in := wire.GCStep{Lease: leaseID(p.Lease), Keys: keyTexts(p.Keys), Now: p.Now, DryRun: p.DryRun}
+	if err := g.step(ctx, "/v1/gc/arbitrate", in, &out); err != nil {
+		return nil, err
+	}
+	return readVerdicts(p.Keys, out)
+}
 
-func (g *gcEngine) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
-	var out wire.Verdict
-	if err := g.step(ctx, "/v1/gc/arbitrate/"+p.Key.String(), wire.GCStep{Now: p.Now, DryRun: p.DryRun}, &out); err != nil {
-		return gc.Verdict{}, err
+// readVerdicts checks an answer's verdicts against the keys asked about:
+// one each, in their order.
+func readVerdicts(keys []blob.Key, out wire.Verdicts) ([]blob.Verdict, error) {
+	if len(out.Verdicts) != len(keys) {
+		return nil, fmt.Errorf("%w: %d verdicts for %d keys", errMalformed, len(out.Verdicts), len(keys))
 	}
-	outcome, ok := outcomes[out.Outcome]
-	if !ok {
-		return gc.Verdict{}, fmt.Errorf("gc arbitrate: %w: outcome %q", errMalformed, out.Outcome)
+	vs := make([]blob.Verdict, len(keys))
+	for i, v := range out.Verdicts {
+		outcome, ok := blob.ParseOutcome(v.Outcome)
+		if !ok || v.Key != keys[i].String() {
+			return nil, fmt.Errorf("%w: verdict %+v for %s", errMalformed, v, keys[i])
+		}
+		vs[i] = blob.Verdict{Key: keys[i], Outcome: outcome, Size: v.Size}
 	}
-	return gc.Verdict{Outcome: outcome, Size: out.Size}, nil
+	return vs, nil
 }
 
 // leaseRenewal is how often a held sweep lease is renewed; the server
@@ -79,9 +137,11 @@ func (g *gcEngine) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verd
 const leaseRenewal = 20 * time.Second
 
 // AcquireSweep takes the server's sweep lease. The server holds it on the
-// client's behalf while the client renews it, and releases it a minute
-// after the renewals stop (the client died): unlike a local lease, it
-// does not end with the client's process at once.
+// client's behalf while the client renews it (in the background, and with
+// every step of the sweep), and releases it a minute after the renewals
+// stop (the client died or stopped): unlike a local lease, it does not end
+// with the client's process at once. Every step names it, and once it is
+// gone the server refuses them with ErrLost.
 func (g *gcEngine) AcquireSweep(ctx context.Context, holder string) (gc.Lease, bool, error) {
 	var out wire.SweepLease
 	if _, err := g.e.do(ctx, http.MethodPost, "/v1/gc/lease", nil, wire.SweepLease{Holder: holder}, &out); err != nil {
@@ -90,20 +150,21 @@ func (g *gcEngine) AcquireSweep(ctx context.Context, holder string) (gc.Lease, b
 	if !out.Acquired {
 		return nil, false, nil
 	}
-	l := &lease{e: g.e, path: "/v1/gc/lease/" + escape(out.ID), stop: make(chan struct{}), done: make(chan struct{})}
-	go l.renew()
+	l := &lease{e: g.e, id: out.ID, path: "/v1/gc/lease/" + escape(out.ID), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.renewEvery()
 	return l, true, nil
 }
 
 type lease struct {
 	e    *Engine
+	id   string
 	path string
 	once sync.Once
 	stop chan struct{}
 	done chan struct{}
 }
 
-func (l *lease) renew() {
+func (l *lease) renewEvery() {
 	defer close(l.done)
 	t := time.NewTicker(leaseRenewal)
 	defer t.Stop()
@@ -114,12 +175,19 @@ func (l *lease) renew() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), leaseRenewal)
-		_, err := l.e.do(ctx, http.MethodPut, l.path, nil, nil, nil)
+		err := l.Renew(ctx)
 		cancel()
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return // released by the server, or the engine closed
+			return // lost, or the engine closed: the next step says so
 		}
 	}
+}
+
+// Renew asks the server to renew the lease: an error wrapping ErrLost
+// once the server no longer holds it.
+func (l *lease) Renew(ctx context.Context) error {
+	_, err := l.e.do(ctx, http.MethodPut, l.path, nil, nil, nil)
+	return err
 }
 
 func (l *lease) Release(ctx context.Context) error {
@@ -172,7 +240,8 @@ func (g *gcEngine) Sources(ctx context.Context) ([]gc.Source, error) {
 	return srcs, nil
 }
 
-func (g *gcEngine) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Explanation, error) {
+func (g *gcEngine) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation, error) {
+	key, now := p.Key, p.Now
 	var out wire.Explanation
 	if _, err := g.e.do(ctx, http.MethodGet, "/v1/gc/explain/"+key.String(), &request{query: query("now", timeText(now))}, nil, &out); err != nil {
 		return gc.Explanation{}, err
@@ -197,14 +266,14 @@ func readPins(in []wire.Pin) ([]gc.PinInfo, error) {
 	return out, nil
 }
 
-func (g *gcEngine) pinsPage(ctx context.Context) (wire.PinsPage, error) {
+func (g *gcEngine) pinsPage(ctx context.Context, now time.Time) (wire.PinsPage, error) {
 	var out wire.PinsPage
-	_, err := g.e.do(ctx, http.MethodGet, "/v1/pins", nil, nil, &out)
+	_, err := g.e.do(ctx, http.MethodGet, "/v1/pins", &request{query: query("now", timeText(now))}, nil, &out)
 	return out, err
 }
 
-func (g *gcEngine) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error {
-	page, err := g.pinsPage(ctx)
+func (g *gcEngine) Pins(ctx context.Context, p gc.PinsParams, yield func(gc.PinInfo) bool) error {
+	page, err := g.pinsPage(ctx, p.Now)
 	if err != nil {
 		return err
 	}
@@ -221,7 +290,7 @@ func (g *gcEngine) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error 
 }
 
 func (g *gcEngine) Window(ctx context.Context, yield func(gc.Candidate) bool) error {
-	page, err := g.pinsPage(ctx)
+	page, err := g.pinsPage(ctx, time.Time{})
 	if err != nil {
 		return err
 	}

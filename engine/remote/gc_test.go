@@ -24,7 +24,7 @@ func TestGoSourceRefused(t *testing.T) {
 		t.Fatalf("Sources = %v, %v", srcs, err)
 	}
 	// A sweep through the remote engine runs under the server's lease.
-	rep, err := col.Sweep(t.Context(), gc.SweepOptions{})
+	rep, err := col.Sweep(t.Context(), gc.SweepOptions{AllUnreferenced: true})
 	if err != nil || rep.Aborted != "" {
 		t.Fatalf("Sweep = %+v, %v", rep, err)
 	}

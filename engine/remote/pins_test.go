@@ -49,7 +49,7 @@ func pinServer(t *testing.T, url string, clientClock bool) (*stead.Store, *remot
 func serverPins(t *testing.T, st *stead.Store) []gc.PinInfo {
 	t.Helper()
 	var out []gc.PinInfo
-	if err := st.Engine().GC().Pins(t.Context(), func(p gc.PinInfo) bool { out = append(out, p); return true }); err != nil {
+	if err := st.Engine().GC().Pins(t.Context(), gc.PinsParams{}, func(p gc.PinInfo) bool { out = append(out, p); return true }); err != nil {
 		t.Fatalf("Pins: %v", err)
 	}
 	return out
@@ -219,8 +219,8 @@ func TestHotKeySkipOverHTTP(t *testing.T) {
 	}
 	wantPins(t, st, "after the skipped re-put", gc.PinInfo{Key: key, Owner: "client-x", Expiry: t0.Add(time.Minute)})
 	// The pin the skip trusted protects the key on the server.
-	if err := eng.Blobs().Delete(ctx, blob.DeleteParams{Key: key, Now: now}); !errors.Is(err, stead.ErrProtected) {
-		t.Fatalf("Delete under the client's pin = %v, want ErrProtected", err)
+	if vs, err := eng.Blobs().Delete(ctx, blob.DeleteParams{Keys: []blob.Key{key}, Now: now}); err != nil || vs[0].Outcome != blob.Protected {
+		t.Fatalf("Delete under the client's pin = %+v, %v; want protected", vs, err)
 	}
 	now = t0.Add(40 * time.Second) // past half: the re-put renews
 	if _, err := client.Put(ctx, bytes.NewReader(value)); err != nil {

@@ -218,10 +218,6 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	return interpretError(ctx, rows.Err())
 }
 
-func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
-	v, err := b.arbitrate(ctx, p.Key, p.Now, false)
-	if err != nil {
-		return err
-	}
-	return v.Err()
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
+	return b.arbitrate(ctx, p.Keys, p.Now, false)
 }

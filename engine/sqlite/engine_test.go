@@ -240,7 +240,7 @@ func TestVirgin(t *testing.T) {
 	}
 	for name, err := range map[string]error{
 		"Put":    b.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}),
-		"Delete": b.Delete(ctx, blob.DeleteParams{Key: key}),
+		"Delete": deleteErr(b.Delete(ctx, blob.DeleteParams{Keys: []blob.Key{key}})),
 	} {
 		if !errors.Is(err, steaderr.ErrSchema) || !strings.Contains(err.Error(), "schema not initialized: run stead migrate") {
 			t.Errorf("%s = %v, want ErrSchema saying to run stead migrate", name, err)
@@ -258,6 +258,14 @@ func TestVirgin(t *testing.T) {
 	}
 }
 
+// deleteErr is a one-key Delete's outcome as an error.
+func deleteErr(vs []blob.Verdict, err error) error {
+	if err != nil {
+		return err
+	}
+	return vs[0].Err()
+}
+
 // calls exercises every method of e, returning each one's error by name.
 func calls(ctx context.Context, e *sqlite.Engine) map[string]error {
 	b := e.Blobs()
@@ -272,7 +280,7 @@ func calls(ctx context.Context, e *sqlite.Engine) map[string]error {
 		"Get":           getErr,
 		"Stat":          statErr,
 		"List":          b.List(ctx, blob.Key{}, 1000, func(blob.Info) bool { return true }),
-		"Delete":        b.Delete(ctx, blob.DeleteParams{Key: key}),
+		"Delete":        deleteErr(b.Delete(ctx, blob.DeleteParams{Keys: []blob.Key{key}})),
 	}
 }
 
@@ -368,7 +376,7 @@ func TestListPageIsOneSnapshot(t *testing.T) {
 			}
 		}
 		if len(seen) == 10 {
-			if err := e.Blobs().Delete(t.Context(), blob.DeleteParams{Key: info.Key, Now: time.Now().Add(time.Hour)}); err != nil {
+			if err := deleteErr(e.Blobs().Delete(t.Context(), blob.DeleteParams{Keys: []blob.Key{info.Key}, Now: time.Now().Add(time.Hour)})); err != nil {
 				t.Errorf("Delete inside yield: %v", err)
 			}
 		}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,32 +12,41 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/clock"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // The garbage-collection statements. Times are Unix microseconds. Every
 // write runs on the single writer connection, so an arbitration (one write
-// transaction: read the blob, its pins, the sources, then delete) never
-// interleaves with a put or a pin.
+// transaction: read the blobs, their pins, the sources, then delete) never
+// interleaves with a put or a pin. A batch of keys is bound as one JSON
+// array, read with json_each.
 const (
-	sqlArbBlob        = `SELECT size FROM blobs WHERE key = ?1`
-	sqlArbPinned      = `SELECT EXISTS (SELECT 1 FROM pins WHERE key = ?1 AND expiry > ?2)`
-	sqlArbDeleteBlob  = `DELETE FROM blobs WHERE key = ?1`
-	sqlArbDeleteStage = `DELETE FROM gc_window WHERE key = ?1`
-	sqlArbDeletePins  = `DELETE FROM pins WHERE key = ?1`
+	sqlArbBlobs       = `SELECT key, size FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbPinned      = `SELECT DISTINCT key FROM pins WHERE key IN (SELECT value FROM json_each(?1)) AND expiry > ?2`
+	sqlArbDeleteBlobs = `DELETE FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbDeleteStage = `DELETE FROM gc_window WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbDeletePins  = `DELETE FROM pins WHERE key IN (SELECT value FROM json_each(?1))`
 	sqlReapPins       = `DELETE FROM pins WHERE expiry <= ?1`
 	sqlCountExpired   = `SELECT count(*) FROM pins WHERE expiry <= ?1`
-	sqlStage          = `INSERT INTO gc_window (key, visible_after) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after`
-	// sqlUnreferenced pages through the blobs no live pin holds and not
-	// staged yet, for the Go-function sources to judge.
-	sqlUnreferenced = `SELECT key FROM blobs b WHERE key > ?1
-AND NOT EXISTS (SELECT 1 FROM pins p WHERE p.key = b.key AND p.expiry > ?2)
-AND NOT EXISTS (SELECT 1 FROM gc_window w WHERE w.key = b.key)
-ORDER BY key LIMIT ?3`
-	sqlStageNew = `INSERT INTO gc_window (key, visible_after) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING`
-	sqlTake     = `DELETE FROM gc_window WHERE key IN (
-	SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY key LIMIT ?2)
+	sqlStage          = `INSERT INTO gc_window (key, visible_after) SELECT value, ?2 FROM json_each(?1) WHERE true
+ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after`
+	// sqlStageRange reads the range of keys after ?1, each with whether it
+	// is a candidate: no live pin at ?2 and not staged yet.
+	sqlStageRange = `SELECT b.key,
+	NOT EXISTS (SELECT 1 FROM pins p WHERE p.key = b.key AND p.expiry > ?2)
+	AND NOT EXISTS (SELECT 1 FROM gc_window w WHERE w.key = b.key)
+FROM blobs b WHERE b.key > ?1 ORDER BY b.key LIMIT ?3`
+	sqlStageNew = `INSERT INTO gc_window (key, visible_after) SELECT value, ?2 FROM json_each(?1) WHERE true
+ON CONFLICT (key) DO NOTHING`
+	sqlPassRead  = `SELECT after, started FROM gc_pass WHERE id = 1`
+	sqlPassWrite = `UPDATE gc_pass SET after = ?1, started = coalesce(?2, started) WHERE id = 1`
+	// sqlTake takes the longest overdue first (the visible_after index);
+	// the caller sorts them by key.
+	sqlTake = `DELETE FROM gc_window WHERE key IN (
+	SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY visible_after LIMIT ?2)
 RETURNING key`
-	sqlPeek          = `SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY key LIMIT ?2`
+	sqlPeek          = `SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY visible_after LIMIT ?2`
+	sqlExplainBlob   = `SELECT size FROM blobs WHERE key = ?1`
 	sqlExplainPins   = `SELECT owner, expiry FROM pins WHERE key = ?1 ORDER BY owner`
 	sqlExplainWindow = `SELECT visible_after FROM gc_window WHERE key = ?1`
 	sqlListPins      = `SELECT key, owner, expiry FROM pins ORDER BY key, owner`
@@ -47,60 +57,126 @@ RETURNING key`
 	sqlFuncSourceMarks  = `SELECT name FROM gc_func_sources ORDER BY name`
 )
 
-// stagePage is how many candidates one page of StageUnreferenced reads.
-const stagePage = 1000
-
 // gcMech is the engine's gc.Engine.
 type gcMech struct{ b *blobs }
 
 var _ gc.Engine = gcMech{}
 
-func (b *blobs) arbitrate(ctx context.Context, key blob.Key, now time.Time, dry bool) (gc.Verdict, error) {
-	if err := b.e.check(ctx); err != nil {
-		return gc.Verdict{}, err
+// keyArray is keys as the JSON array the statements read with json_each.
+func keyArray(keys []blob.Key) string {
+	texts := make([]string, len(keys))
+	for i, k := range keys {
+		texts[i] = k.String()
 	}
-	var v gc.Verdict
+	b, _ := json.Marshal(texts) // strings always marshal
+	return string(b)
+}
+
+// arbitrate decides keys in one write transaction.
+func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, dry bool) ([]blob.Verdict, error) {
+	if err := b.e.check(ctx); err != nil {
+		return nil, err
+	}
+	var verdicts []blob.Verdict
 	err := b.e.writeTx(ctx, func(tx *sql.Tx) error {
 		if err := b.checkFuncSources(ctx, tx); err != nil {
 			return err
 		}
-		k := key.String()
-		err := tx.QueryRowContext(ctx, sqlArbBlob, k).Scan(&v.Size)
-		if errors.Is(err, sql.ErrNoRows) {
-			v.Outcome = gc.Absent
+		all := keyArray(keys)
+		sizes, err := storedSizes(ctx, tx, all)
+		if err != nil {
+			return err
+		}
+		pinnedKeys, err := queryKeys(ctx, tx, sqlArbPinned, all, clock.OrNow(now).UnixMicro())
+		if err != nil {
+			return err
+		}
+		pinned := map[blob.Key]bool{}
+		for _, k := range pinnedKeys {
+			pinned[k] = true
+		}
+		var ask []blob.Key
+		for _, k := range keys {
+			if _, ok := sizes[k]; ok && !pinned[k] {
+				ask = append(ask, k)
+			}
+		}
+		refs, err := b.sources.Referenced(ctx, ask)
+		if err != nil {
+			return err
+		}
+		verdicts = make([]blob.Verdict, len(keys))
+		var gone []blob.Key
+		for i, k := range keys {
+			size, stored := sizes[k]
+			switch {
+			case !stored:
+				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Absent}
+			case pinned[k] || refs[k]:
+				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Protected}
+			default:
+				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Deleted, Size: size}
+				gone = append(gone, k)
+			}
+		}
+		if dry || len(gone) == 0 {
 			return nil
-		} else if err != nil {
-			return err
 		}
-		var pinned bool
-		if err := tx.QueryRowContext(ctx, sqlArbPinned, k, clock.OrNow(now).UnixMicro()).Scan(&pinned); err != nil {
-			return err
-		}
-		if !pinned {
-			refs, err := b.sources.References(ctx, key, true)
-			if err != nil {
+		doomed := keyArray(gone)
+		for _, q := range []string{sqlArbDeleteBlobs, sqlArbDeleteStage, sqlArbDeletePins} {
+			if _, err := tx.ExecContext(ctx, q, doomed); err != nil {
 				return err
 			}
-			pinned = len(refs) > 0
 		}
-		if pinned {
-			v.Outcome = gc.Protected
-			return nil
-		}
-		v.Outcome = gc.Deleted
-		if dry {
-			return nil
-		}
-		if _, err := tx.ExecContext(ctx, sqlArbDeleteBlob, k); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlArbDeleteStage, k); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, sqlArbDeletePins, k)
-		return err
+		return nil
 	})
-	return v, err
+	return verdicts, err
+}
+
+// storedSizes returns the sizes of the stored ones of the keys in the
+// JSON array all.
+func storedSizes(ctx context.Context, q queryer, all string) (map[blob.Key]int64, error) {
+	rows, err := q.QueryContext(ctx, sqlArbBlobs, all)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	sizes := map[blob.Key]int64{}
+	for rows.Next() {
+		var text string
+		var size int64
+		if err := rows.Scan(&text, &size); err != nil {
+			return nil, err
+		}
+		key, err := blob.ParseKey(text)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: stored key: %w", err)
+		}
+		sizes[key] = size
+	}
+	return sizes, rows.Err()
+}
+
+// queryKeys runs a query whose one column is a stored key.
+func queryKeys(ctx context.Context, q queryer, query string, args ...any) ([]blob.Key, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []blob.Key
+	for rows.Next() {
+		var text string
+		if err := rows.Scan(&text); err != nil {
+			return nil, err
+		}
+		key, err := blob.ParseKey(text)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: stored key: %w", err)
+		}
+		keys = append(keys, key)
+	}
+	return keys, rows.Err()
 }
 
 // writeTx runs fn in a write transaction on the writer connection.
@@ -120,8 +196,8 @@ func (e *Engine) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) (err er
 	return tx.Commit()
 }
 
-func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
-	return g.b.arbitrate(ctx, p.Key, p.Now, p.DryRun)
+func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) ([]blob.Verdict, error) {
+	return g.b.arbitrate(ctx, p.Keys, p.Now, p.DryRun)
 }
 
 func (g gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
@@ -135,92 +211,126 @@ func (g gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
 		err := e.reader.QueryRowContext(ctx, sqlCountExpired, now).Scan(&n)
 		return n, listError(ctx, err)
 	}
+	// On a database never migrated there is nothing to reap: 0, as a read.
 	res, err := e.writer.ExecContext(ctx, sqlReapPins, now)
 	if err != nil {
-		return 0, interpretError(ctx, err)
+		return 0, listError(ctx, err)
 	}
 	n, err := res.RowsAffected()
 	return n, interpretError(ctx, err)
 }
 
-func (g gcMech) Stage(ctx context.Context, key blob.Key, visibleAfter time.Time) error {
+func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	e := g.b.e
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	_, err := e.writer.ExecContext(ctx, sqlStage, key.String(), visibleAfter.UnixMicro())
+	_, err := e.writer.ExecContext(ctx, sqlStage, keyArray(p.Keys), p.VisibleAfter.UnixMicro())
 	return interpretError(ctx, err)
 }
 
-// StageUnreferenced reads candidates a page at a time (keys not pinned and
-// not staged), asks the Go-function sources about each in process, and
-// stages the rest, each page in one write transaction.
-func (g gcMech) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64, error) {
+func (g gcMech) StagePass(ctx context.Context) (gc.Pass, error) {
+	e := g.b.e
+	if err := e.check(ctx); err != nil {
+		return gc.Pass{}, err
+	}
+	var after string
+	var started sql.NullInt64
+	err := e.reader.QueryRowContext(ctx, sqlPassRead).Scan(&after, &started)
+	if err != nil {
+		if err = readError(ctx, err); errors.Is(err, steaderr.ErrNotFound) {
+			return gc.Pass{}, nil // never migrated: no pass yet
+		}
+		return gc.Pass{}, err
+	}
+	var pass gc.Pass
+	if started.Valid {
+		pass.Started = time.UnixMicro(started.Int64).UTC()
+	}
+	if after != "" {
+		if pass.After, err = blob.ParseKey(after); err != nil {
+			return gc.Pass{}, fmt.Errorf("sqlite: stored staging cursor: %w", err)
+		}
+	}
+	return pass, nil
+}
+
+// StageRange reads the range and its candidates (keys not pinned and not
+// staged) on a reader, asks the Go-function sources about the candidates
+// in process, and stages the rest and records the cursor in one write
+// transaction.
+func (g gcMech) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.StagedRange, error) {
 	b := g.b
 	if err := b.e.check(ctx); err != nil {
-		return 0, err
+		return gc.StagedRange{}, err
 	}
 	now := clock.OrNow(p.Now)
-	after := now.Add(p.Grace).UnixMicro()
-	var n int64
-	cursor := ""
-	for {
-		rows, err := b.e.reader.QueryContext(ctx, sqlUnreferenced, cursor, now.UnixMicro(), stagePage)
+	var r gc.StagedRange
+	var cands []blob.Key
+	rows, err := b.e.reader.QueryContext(ctx, sqlStageRange, cursorText(p.After), now.UnixMicro(), p.Limit)
+	if err != nil {
+		return r, listError(ctx, err)
+	}
+	for rows.Next() {
+		var text string
+		var cand bool
+		if err := rows.Scan(&text, &cand); err != nil {
+			rows.Close()
+			return r, interpretError(ctx, err)
+		}
+		key, err := blob.ParseKey(text)
 		if err != nil {
-			return n, listError(ctx, err)
+			rows.Close()
+			return r, fmt.Errorf("sqlite: stored key: %w", err)
 		}
-		var keys []string
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				rows.Close()
-				return n, interpretError(ctx, err)
-			}
-			keys = append(keys, k)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return n, interpretError(ctx, err)
-		}
-		if len(keys) == 0 {
-			return n, nil
-		}
-		cursor = keys[len(keys)-1]
-		var stage []string
-		for _, k := range keys {
-			key, err := blob.ParseKey(k)
-			if err != nil {
-				return n, fmt.Errorf("sqlite: stored key: %w", err)
-			}
-			refs, err := b.sources.References(ctx, key, true)
-			if err != nil {
-				return n, err
-			}
-			if len(refs) == 0 {
-				stage = append(stage, k)
-			}
-		}
-		if p.DryRun {
-			n += int64(len(stage))
-			continue
-		}
-		err = b.e.writeTx(ctx, func(tx *sql.Tx) error {
-			for _, k := range stage {
-				res, err := tx.ExecContext(ctx, sqlStageNew, k, after)
-				if err != nil {
-					return err
-				}
-				c, err := res.RowsAffected()
-				if err != nil {
-					return err
-				}
-				n += c
-			}
-			return nil
-		})
-		if err != nil {
-			return n, err
+		r.Covered++
+		r.Last = key
+		if cand {
+			cands = append(cands, key)
 		}
 	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return r, listError(ctx, err)
+	}
+	if r.Covered < int64(p.Limit) {
+		r.Last = blob.Key{} // the last stored key: the pass is complete
+	}
+	refs, err := b.sources.Referenced(ctx, cands)
+	if err != nil {
+		return r, err
+	}
+	stage := slices.DeleteFunc(cands, func(k blob.Key) bool { return refs[k] })
+	if p.DryRun {
+		r.Staged = int64(len(stage))
+		return r, nil
+	}
+	var started any
+	if p.After.IsZero() {
+		started = now.UnixMicro()
+	}
+	err = b.e.writeTx(ctx, func(tx *sql.Tx) error {
+		if len(stage) > 0 {
+			res, err := tx.ExecContext(ctx, sqlStageNew, keyArray(stage), now.Add(p.Grace).UnixMicro())
+			if err != nil {
+				return err
+			}
+			if r.Staged, err = res.RowsAffected(); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, sqlPassWrite, cursorText(r.Last), started)
+		return err
+	})
+	return r, err
+}
+
+// cursorText is a staging cursor as stored: ” for the zero Key, which
+// every key sorts after.
+func cursorText(k blob.Key) string {
+	if k.IsZero() {
+		return ""
+	}
+	return k.String()
 }
 
 func (g gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
@@ -232,30 +342,9 @@ func (g gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
 	if p.DryRun {
 		db, query = e.reader, sqlPeek
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = -1
-	}
-	rows, err := db.QueryContext(ctx, query, clock.OrNow(p.Now).UnixMicro(), limit)
+	keys, err := queryKeys(ctx, db, query, clock.OrNow(p.Now).UnixMicro(), p.Limit)
 	if err != nil {
 		return nil, listError(ctx, err)
-	}
-	var keys []blob.Key
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return nil, interpretError(ctx, err)
-		}
-		key, err := blob.ParseKey(k)
-		if err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("sqlite: stored window key: %w", err)
-		}
-		keys = append(keys, key)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, interpretError(ctx, err)
 	}
 	slices.SortFunc(keys, blob.Key.Compare)
 	return keys, nil
@@ -344,7 +433,8 @@ func (g gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
 }
 
 // Explain reads in one read transaction: one snapshot.
-func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Explanation, error) {
+func (g gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation, error) {
+	key, now := p.Key, p.Now
 	b := g.b
 	if err := b.e.check(ctx); err != nil {
 		return gc.Explanation{}, err
@@ -356,7 +446,7 @@ func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Ex
 		return x, interpretError(ctx, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	switch err := tx.QueryRowContext(ctx, sqlArbBlob, k).Scan(&x.Size); {
+	switch err := tx.QueryRowContext(ctx, sqlExplainBlob, k).Scan(&x.Size); {
 	case err == nil:
 		x.Stored = true
 	case !errors.Is(err, sql.ErrNoRows):
@@ -392,7 +482,7 @@ func (g gcMech) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Ex
 	return x, nil
 }
 
-func (g gcMech) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error {
+func (g gcMech) Pins(ctx context.Context, _ gc.PinsParams, yield func(gc.PinInfo) bool) error {
 	return g.scan(ctx, sqlListPins, func(r *sql.Rows) (bool, error) {
 		var p gc.PinInfo
 		var k string

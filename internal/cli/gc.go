@@ -20,20 +20,22 @@ import (
 // gcCommand runs one garbage-collection sweep and prints its report;
 // "gc explain KEY" says why a blob is kept or not.
 func gcCommand(e *env) *cobra.Command {
-	var dryRun bool
+	var dryRun, allUnreferenced bool
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Collect unreferenced blobs (also: explain KEY)",
 		Long: `Run one garbage-collection sweep: reap expired pins, delete the window's
 overdue candidates that nothing pins or references, and stage the blobs
-now unreferenced. Another sweep running is reported, not an error. See
-docs/guides/gc.md.`,
+now unreferenced. Another sweep running is reported, not an error. In a
+store that declares no liveness (no source registered) every blob is
+garbage once its pin lapses: gc refuses to delete there unless given
+--all-unreferenced (--dry-run shows what would go). See docs/guides/gc.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			return e.withStore(ctx, func(st *stead.Store) error {
-				opts := gc.SweepOptions{DryRun: dryRun}
+				opts := gc.SweepOptions{DryRun: dryRun, AllUnreferenced: allUnreferenced}
 				if bar := progress(e.stderr); bar != nil {
 					opts.Progress = func(r gc.Report) {
 						bar.Describe(fmt.Sprintf("reaped %d, taken %d, deleted %d, rescued %d, staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged))
@@ -51,6 +53,7 @@ docs/guides/gc.md.`,
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing; report what a sweep would do")
+	cmd.Flags().BoolVar(&allUnreferenced, "all-unreferenced", false, "delete in a store that declares no liveness: every blob no pin protects")
 	cmd.Flags().DurationVar(&grace, "grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "explain KEY",

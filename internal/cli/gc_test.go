@@ -29,7 +29,12 @@ func TestGC(t *testing.T) {
 	st.Close()
 	time.Sleep(2 * time.Millisecond)
 
+	// Nothing declares liveness here: gc refuses, saying what to do.
 	code, out, errOut := run(t, ctx, "--db", db, "gc", "--grace", "1ms")
+	if code != 1 || !strings.Contains(errOut, "no liveness") || !strings.Contains(errOut, "--all-unreferenced") {
+		t.Fatalf("gc of a store with no liveness = %d, %q, %q; want a refusal naming --all-unreferenced", code, out, errOut)
+	}
+	code, out, errOut = run(t, ctx, "--db", db, "gc", "--grace", "1ms", "--all-unreferenced")
 	if code != 0 || !strings.Contains(out, "staged 1") {
 		t.Fatalf("gc = %d, %q, %q; want the blob staged", code, out, errOut)
 	}
@@ -46,7 +51,7 @@ func TestGC(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "dry run") || !strings.Contains(out, "deleted 1") {
 		t.Fatalf("gc -dry-run = %d, %q; want 1 deletion reported", code, out)
 	}
-	code, out, _ = run(t, ctx, "--db", db, "gc")
+	code, out, _ = run(t, ctx, "--db", db, "gc", "--all-unreferenced")
 	if code != 0 || !strings.Contains(out, "deleted 1 (10 bytes)") {
 		t.Fatalf("gc = %d, %q; want the blob deleted", code, out)
 	}
@@ -81,6 +86,10 @@ func TestGCRemote(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	code, out, errOut := run(t, ctx, "--db", srv.URL, "gc", "--grace", "1ms")
+	if code != 1 || !strings.Contains(errOut, "no liveness") {
+		t.Fatalf("gc over http of a store with no liveness = %d, %q, %q; want a refusal", code, out, errOut)
+	}
+	code, out, errOut = run(t, ctx, "--db", srv.URL, "gc", "--grace", "1ms", "--all-unreferenced")
 	if code != 0 || !strings.Contains(out, "reaped 1 pins") || !strings.Contains(out, "staged 1") {
 		t.Fatalf("gc over http = %d, %q, %q; want the pin reaped and the blob staged", code, out, errOut)
 	}
@@ -97,7 +106,7 @@ func TestGCRemote(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "dry run") || !strings.Contains(out, "deleted 1") {
 		t.Fatalf("gc --dry-run over http = %d, %q", code, out)
 	}
-	code, out, _ = run(t, ctx, "--db", srv.URL, "gc")
+	code, out, _ = run(t, ctx, "--db", srv.URL, "gc", "--all-unreferenced")
 	if code != 0 || !strings.Contains(out, "deleted 1 (10 bytes)") {
 		t.Fatalf("gc over http = %d, %q; want the blob deleted", code, out)
 	}

@@ -48,18 +48,19 @@ const (
 	BlobReapUploads Op = "blob.ReapUploads"
 	BlobReadChunk   Op = "blob.ReadChunk"
 
-	GCReapPins          Op = "gc.ReapPins"
-	GCStage             Op = "gc.Stage"
-	GCStageUnreferenced Op = "gc.StageUnreferenced"
-	GCTake              Op = "gc.Take"
-	GCArbitrate         Op = "gc.Arbitrate"
-	GCAcquireSweep      Op = "gc.AcquireSweep"
-	GCRegisterSource    Op = "gc.RegisterSource"
-	GCUnregisterSource  Op = "gc.UnregisterSource"
-	GCSources           Op = "gc.Sources"
-	GCExplain           Op = "gc.Explain"
-	GCPins              Op = "gc.Pins"
-	GCWindow            Op = "gc.Window"
+	GCReapPins         Op = "gc.ReapPins"
+	GCStage            Op = "gc.Stage"
+	GCStagePass        Op = "gc.StagePass"
+	GCStageRange       Op = "gc.StageRange"
+	GCTake             Op = "gc.Take"
+	GCArbitrate        Op = "gc.Arbitrate"
+	GCAcquireSweep     Op = "gc.AcquireSweep"
+	GCRegisterSource   Op = "gc.RegisterSource"
+	GCUnregisterSource Op = "gc.UnregisterSource"
+	GCSources          Op = "gc.Sources"
+	GCExplain          Op = "gc.Explain"
+	GCPins             Op = "gc.Pins"
+	GCWindow           Op = "gc.Window"
 
 	LockAcquire       Op = "lock.Acquire"
 	LockRenew         Op = "lock.Renew"
@@ -277,9 +278,9 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	return b.inner.List(ctx, after, limit, yield)
 }
 
-func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) error {
+func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
 	if err := b.inj.Inject(BlobDelete); err != nil {
-		return err
+		return nil, err
 	}
 	return b.inner.Delete(ctx, p)
 }
@@ -352,18 +353,25 @@ func (g *gcEngine) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) 
 	return g.inner.ReapPins(ctx, p)
 }
 
-func (g *gcEngine) Stage(ctx context.Context, key blob.Key, visibleAfter time.Time) error {
+func (g *gcEngine) Stage(ctx context.Context, p gc.StageParams) error {
 	if err := g.inj.Inject(GCStage); err != nil {
 		return err
 	}
-	return g.inner.Stage(ctx, key, visibleAfter)
+	return g.inner.Stage(ctx, p)
 }
 
-func (g *gcEngine) StageUnreferenced(ctx context.Context, p gc.StageParams) (int64, error) {
-	if err := g.inj.Inject(GCStageUnreferenced); err != nil {
-		return 0, err
+func (g *gcEngine) StagePass(ctx context.Context) (gc.Pass, error) {
+	if err := g.inj.Inject(GCStagePass); err != nil {
+		return gc.Pass{}, err
 	}
-	return g.inner.StageUnreferenced(ctx, p)
+	return g.inner.StagePass(ctx)
+}
+
+func (g *gcEngine) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.StagedRange, error) {
+	if err := g.inj.Inject(GCStageRange); err != nil {
+		return gc.StagedRange{}, err
+	}
+	return g.inner.StageRange(ctx, p)
 }
 
 func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
@@ -373,10 +381,9 @@ func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error
 	return g.inner.Take(ctx, p)
 }
 
-func (g *gcEngine) Arbitrate(ctx context.Context, p gc.ArbitrateParams) (gc.Verdict, error) {
+func (g *gcEngine) Arbitrate(ctx context.Context, p gc.ArbitrateParams) ([]blob.Verdict, error) {
 	if err := g.inj.Inject(GCArbitrate); err != nil {
-		var zero gc.Verdict
-		return zero, err
+		return nil, err
 	}
 	return g.inner.Arbitrate(ctx, p)
 }
@@ -409,18 +416,18 @@ func (g *gcEngine) Sources(ctx context.Context) ([]gc.Source, error) {
 	return g.inner.Sources(ctx)
 }
 
-func (g *gcEngine) Explain(ctx context.Context, key blob.Key, now time.Time) (gc.Explanation, error) {
+func (g *gcEngine) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation, error) {
 	if err := g.inj.Inject(GCExplain); err != nil {
 		return gc.Explanation{}, err
 	}
-	return g.inner.Explain(ctx, key, now)
+	return g.inner.Explain(ctx, p)
 }
 
-func (g *gcEngine) Pins(ctx context.Context, yield func(gc.PinInfo) bool) error {
+func (g *gcEngine) Pins(ctx context.Context, p gc.PinsParams, yield func(gc.PinInfo) bool) error {
 	if err := g.inj.Inject(GCPins); err != nil {
 		return err
 	}
-	return g.inner.Pins(ctx, yield)
+	return g.inner.Pins(ctx, p, yield)
 }
 
 func (g *gcEngine) Window(ctx context.Context, yield func(gc.Candidate) bool) error {

@@ -2,25 +2,31 @@ package wire
 
 import "time"
 
-// SweepRequest is the body of POST /v1/gc/sweep.
+// SweepRequest is the body of POST /v1/gc/sweep. AllUnreferenced lets the
+// sweep delete in a store that declares no liveness.
 type SweepRequest struct {
-	DryRun bool `json:"dry_run,omitempty"`
+	DryRun          bool `json:"dry_run,omitempty"`
+	AllUnreferenced bool `json:"all_unreferenced,omitempty"`
 }
 
 // SweepReport is what one sweep did (or, in a dry run, would do).
 // Aborted is "SweeperBusy" when another sweep held the lease: an answer,
 // not an error.
 type SweepReport struct {
-	DryRun     bool     `json:"dry_run"`
-	Aborted    string   `json:"aborted,omitempty"`
-	Reaped     int64    `json:"reaped"`
-	Taken      int64    `json:"taken"`
-	Deleted    int64    `json:"deleted"`
-	Rescued    int64    `json:"rescued"`
-	Absent     int64    `json:"absent"`
-	BytesFreed int64    `json:"bytes_freed"`
-	Staged     int64    `json:"staged"`
-	Duration   Duration `json:"duration"`
+	DryRun     bool      `json:"dry_run"`
+	Aborted    string    `json:"aborted,omitempty"`
+	Reaped     int64     `json:"reaped"`
+	Uploads    int64     `json:"uploads"`
+	Taken      int64     `json:"taken"`
+	Deleted    int64     `json:"deleted"`
+	Rescued    int64     `json:"rescued"`
+	Absent     int64     `json:"absent"`
+	BytesFreed int64     `json:"bytes_freed"`
+	Staged     int64     `json:"staged"`
+	Covered    int64     `json:"covered"`
+	Wrapped    bool      `json:"wrapped"`
+	NextPass   time.Time `json:"next_pass,omitzero"`
+	Duration   Duration  `json:"duration"`
 }
 
 // Pin is one pin, live or not.
@@ -73,16 +79,21 @@ type Sources struct {
 }
 
 // GCStep is the body of the garbage-collection mechanics a remote engine
-// drives (reap, stage, take, arbitrate): the members each step uses.
+// drives (reap, stage, take, arbitrate): the members each step uses. Lease
+// names the sweep lease the step runs under (POST /v1/gc/lease): a step of
+// a sweep whose lease is gone is refused with 409 lost.
 type GCStep struct {
+	Lease        string    `json:"lease,omitempty"`
 	Now          time.Time `json:"now,omitzero"`
 	DryRun       bool      `json:"dry_run,omitempty"`
 	Grace        Duration  `json:"grace,omitempty"`
 	Limit        int       `json:"limit,omitempty"`
+	After        string    `json:"after,omitempty"`
+	Keys         []string  `json:"keys,omitempty"`
 	VisibleAfter time.Time `json:"visible_after,omitzero"`
 }
 
-// GCCount answers a step that counts: pins reaped, blobs staged.
+// GCCount answers a step that counts: pins reaped.
 type GCCount struct {
 	Count int64 `json:"count"`
 }
@@ -92,11 +103,39 @@ type GCKeys struct {
 	Keys []string `json:"keys"`
 }
 
-// Verdict answers an arbitration: deleted, protected, busy or absent,
+// GCPass answers GET /v1/gc/pass: the staging pass's cursor ("" when the
+// next range starts a new pass) and when the pass began.
+type GCPass struct {
+	After   string    `json:"after"`
+	Started time.Time `json:"started,omitzero"`
+}
+
+// GCRange answers a staging step: the keys it covered and staged, and the
+// last key covered ("" when the pass is complete).
+type GCRange struct {
+	Covered int64  `json:"covered"`
+	Staged  int64  `json:"staged"`
+	Last    string `json:"last"`
+}
+
+// Verdict is one key's arbitration: deleted, protected, busy or absent,
 // and the deleted blob's size.
 type Verdict struct {
+	Key     string `json:"key"`
 	Outcome string `json:"outcome"`
 	Size    int64  `json:"size,omitempty"`
+}
+
+// Verdicts answers an arbitration or a blob deletion of many keys: one
+// verdict per key, in the order asked.
+type Verdicts struct {
+	Verdicts []Verdict `json:"verdicts"`
+}
+
+// DeleteBlobs is the body of POST /v1/blobs/delete.
+type DeleteBlobs struct {
+	Keys []string  `json:"keys"`
+	Now  time.Time `json:"now,omitzero"`
 }
 
 // SweepLease is the body and answer of POST /v1/gc/lease.

@@ -1,6 +1,7 @@
 WITH pause AS (SELECT pg_sleep($3::float8))
-DELETE FROM "St""ead. sch;ema-ñ".blobs b WHERE key = $1
+DELETE FROM "St""ead. sch;ema-ñ".blobs b WHERE key = ANY ($1::text[])
 AND EXISTS (SELECT FROM pause)
+AND coalesce(b.pin_expiry <= coalesce($2::timestamptz, now()), true)
 AND NOT EXISTS (SELECT 1 FROM "St""ead. sch;ema-ñ".pins p WHERE p.key = b.key AND p.expiry > coalesce($2::timestamptz, now()))
-AND NOT EXISTS (SELECT 1 FROM "St""ead. sch;ema-ñ".gc_references($1))
-RETURNING size
+AND NOT EXISTS (SELECT 1 FROM "St""ead. sch;ema-ñ".gc_referenced(ARRAY[b.key]))
+RETURNING key, size

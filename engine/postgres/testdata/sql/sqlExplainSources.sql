@@ -1,1 +1,1 @@
-SELECT s FROM "St""ead. sch;ema-ñ".gc_references($1) AS s
+SELECT src FROM "St""ead. sch;ema-ñ".gc_referenced(ARRAY[$1]) ORDER BY src

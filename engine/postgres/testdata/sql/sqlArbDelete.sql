@@ -1,0 +1,3 @@
+WITH w AS (DELETE FROM "St""ead. sch;ema-ñ".gc_window WHERE key = ANY ($1::text[])),
+p AS (DELETE FROM "St""ead. sch;ema-ñ".pins WHERE key = ANY ($1::text[]))
+DELETE FROM "St""ead. sch;ema-ñ".blobs WHERE key = ANY ($1::text[])

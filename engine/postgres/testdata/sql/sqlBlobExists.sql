@@ -1,1 +1,0 @@
-SELECT EXISTS (SELECT 1 FROM "St""ead. sch;ema-ñ".blobs WHERE key = $1)

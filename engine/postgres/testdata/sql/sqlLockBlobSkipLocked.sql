@@ -1,1 +1,0 @@
-SELECT size FROM "St""ead. sch;ema-ñ".blobs WHERE key = $1 FOR UPDATE SKIP LOCKED
