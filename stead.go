@@ -31,6 +31,7 @@ import (
 	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -69,6 +70,9 @@ type Store struct {
 	// id (InstanceID, stable across restarts with WithInstanceID), and
 	// processes that share work share a group name.
 	Records *record.Store
+	// Refs holds named, versioned pointers to blobs that keep them alive:
+	// tags, names, cache entries (with an expiry).
+	Refs *ref.Store
 	// GC collects unreferenced blobs: Sweep runs one sweep, WithGC runs
 	// them in the background. See docs/guides/gc.md.
 	GC *gc.Collector
@@ -286,6 +290,7 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 		Blobs:      blobs,
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
 		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
+		Refs:       ref.NewStore(eng.Refs(), ref.Options{Now: cfg.now}),
 		GC:         gc.New(eng.GC(), cfg.gc),
 		eng:        eng,
 		instanceID: cfg.instanceID,

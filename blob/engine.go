@@ -34,6 +34,13 @@ type Engine interface {
 	// retrying is safe. A context already ended when Put is called stores
 	// nothing.
 	//
+	// With p.Children set, the value references those blobs: Put locks
+	// their rows as a pin does, in the same commit, and records an edge
+	// from p.Key to each, so that they are kept while p.Key is stored
+	// (edges are only ever added; a blob's are deleted with it). A child
+	// not stored fails the put with an error wrapping steaderr.ErrNotFound
+	// naming it, and nothing is stored or pinned.
+	//
 	// With p.Chunks set, Put publishes that upload's chunks as the value
 	// (p.Size bytes, p.Value unused) and ends the upload in the same
 	// commit; when the key is already stored the staged chunks are
@@ -132,6 +139,9 @@ type PutParams struct {
 	// Size its size; Value is then nil.
 	Chunks ChunkSet
 	Size   int64
+	// Children are the blobs the value references, sorted and distinct,
+	// not p.Key, at most MaxChildren.
+	Children []Key
 	// Owner and TTL name the pin the put takes.
 	Owner string
 	TTL   time.Duration
@@ -163,6 +173,9 @@ type DeleteParams struct {
 	// Now is the instant pins are judged at; zero: the engine's clock.
 	Now time.Time
 }
+
+// MaxChildren bounds the blobs one put may declare it references.
+const MaxChildren = 10000
 
 // MaxDeleteBatch bounds the keys of one Engine.Delete and of one
 // garbage-collection arbitration: the keys of one transaction.

@@ -136,7 +136,8 @@ func (t *pinTable) put(ctx context.Context, eng Engine, p PutParams) error {
 		return err
 	}
 	t.mu.Lock()
-	hot := h.deadline.Sub(sent) > t.ttl/2
+	// A put declaring children writes its edges whatever its pin.
+	hot := h.deadline.Sub(sent) > t.ttl/2 && len(p.Children) == 0
 	t.mu.Unlock()
 	if hot {
 		_, err := eng.Stat(ctx, key)

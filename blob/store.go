@@ -144,18 +144,15 @@ func (s *Store) Close() {
 // Storing content that is already stored succeeds and renews the pin for a
 // whole PinTTL, unless this store's pin on the key has more than half its
 // TTL left: then the put writes nothing and that pin protects it. To keep a
-// key protected longer (while referencing it), hold a Pin. An error means
-// the put may or may not have taken effect (a statement cancelled while it
-// waits can still commit), never partially: the key is then either absent
-// or stored whole, and retrying is safe. Errors found before anything is
-// published (invalid input, a digest mismatch, a failing reader, a context
-// ended before the write) store nothing, and discard any chunks staged.
+// key protected longer, set a ref to it, reference it from another blob
+// (PutOptions.Children), or hold a Pin. An error means the put may or may
+// not have taken effect (a statement cancelled while it waits can still
+// commit), never partially: the key is then either absent or stored whole,
+// and retrying is safe. Errors found before anything is published (invalid
+// input, a digest mismatch, a failing reader, a context ended before the
+// write) store nothing, and discard any chunks staged.
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
-	key, err := s.put(ctx, Key{}, r)
-	if err != nil {
-		return Key{}, fmt.Errorf("blob put: %w", err)
-	}
-	return key, nil
+	return s.PutWith(ctx, r, PutOptions{})
 }
 
 // PutExpect stores the content of r under key after checking that key is
@@ -165,13 +162,69 @@ func (s *Store) PutExpect(ctx context.Context, key Key, r io.Reader) error {
 	if key.IsZero() {
 		return fmt.Errorf("blob put: %w: zero key", steaderr.ErrInvalidKey)
 	}
-	if _, err := s.put(ctx, key, r); err != nil {
-		return fmt.Errorf("blob put %s: %w", key, err)
-	}
-	return nil
+	_, err := s.PutWith(ctx, r, PutOptions{Expect: key})
+	return err
 }
 
-func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
+// PutOptions are the options of PutWith.
+type PutOptions struct {
+	// Expect, when not zero, is the key the content must hash to (else
+	// ErrDigestMismatch, nothing stored).
+	Expect Key
+	// Children are the blobs the content references (a manifest's layers,
+	// a tree's files), at most MaxChildren: while the put's blob is stored
+	// they are kept, with no pin or ref of their own, and once it is
+	// deleted they are left to the collector. Each must be stored when
+	// the put publishes its blob (else ErrNotFound naming the missing,
+	// and nothing is stored): put children before their parent. A re-put
+	// of stored content may declare more children, never fewer.
+	Children []Key
+}
+
+// PutWith is Put with options: a claimed digest, the blobs the content
+// references.
+func (s *Store) PutWith(ctx context.Context, r io.Reader, opts PutOptions) (Key, error) {
+	children, err := checkChildren(opts.Children)
+	if err == nil {
+		var key Key
+		if key, err = s.put(ctx, opts.Expect, children, r); err == nil {
+			return key, nil
+		}
+	}
+	if !opts.Expect.IsZero() {
+		return Key{}, fmt.Errorf("blob put %s: %w", opts.Expect, err)
+	}
+	return Key{}, fmt.Errorf("blob put: %w", err)
+}
+
+// checkChildren returns children sorted and distinct, or an error for a
+// zero key or too many.
+func checkChildren(children []Key) ([]Key, error) {
+	if len(children) == 0 {
+		return nil, nil
+	}
+	if len(children) > MaxChildren {
+		return nil, fmt.Errorf("%w: %d children, at most %d", steaderr.ErrInvalidArgument, len(children), MaxChildren)
+	}
+	out := slices.Clone(children)
+	slices.SortFunc(out, Key.Compare)
+	out = slices.Compact(out)
+	if out[0].IsZero() {
+		return nil, fmt.Errorf("%w: zero child key", steaderr.ErrInvalidKey)
+	}
+	return out, nil
+}
+
+// withChildren returns p with children, refusing a blob that names itself.
+func withChildren(p PutParams, children []Key) (PutParams, error) {
+	if _, self := slices.BinarySearchFunc(children, p.Key, Key.Compare); self {
+		return p, fmt.Errorf("%w: %s names itself as a child", steaderr.ErrInvalidArgument, p.Key)
+	}
+	p.Children = children
+	return p, nil
+}
+
+func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) (Key, error) {
 	if err := ctx.Err(); err != nil {
 		return Key{}, err
 	}
@@ -184,7 +237,7 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
 		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
 	case errors.Is(err, errOverLimit):
-		return s.putChunked(ctx, want, io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash)), pb.hash)
+		return s.putChunked(ctx, want, children, io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash)), pb.hash)
 	case err != nil:
 		return Key{}, fmt.Errorf("read content: %w", err)
 	}
@@ -197,7 +250,11 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
-	if err := s.pins.put(ctx, s.eng, PutParams{Key: key, Value: value}); err != nil {
+	p, err := withChildren(PutParams{Key: key, Value: value}, children)
+	if err != nil {
+		return Key{}, err
+	}
+	if err := s.pins.put(ctx, s.eng, p); err != nil {
 		return Key{}, err
 	}
 	return key, nil
@@ -209,7 +266,7 @@ func (s *Store) put(ctx context.Context, want Key, r io.Reader) (Key, error) {
 // failure, or when the publish was skipped because this store already
 // pins the stored key (after a publish, the abort finds nothing). If the
 // abort fails too, the upload's lease lapses and ReapUploads discards it.
-func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Hash) (key Key, err error) {
+func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
 	set, err := s.eng.BeginUpload(ctx, s.lease)
 	if err != nil {
 		return Key{}, err
@@ -245,7 +302,11 @@ func (s *Store) putChunked(ctx context.Context, want Key, r io.Reader, h hash.Ha
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
-	if err := s.pins.put(ctx, s.eng, PutParams{Key: key, Chunks: set, Size: size}); err != nil {
+	p, err := withChildren(PutParams{Key: key, Chunks: set, Size: size}, children)
+	if err != nil {
+		return Key{}, err
+	}
+	if err := s.pins.put(ctx, s.eng, p); err != nil {
 		return Key{}, err
 	}
 	return key, nil
@@ -407,6 +468,13 @@ func (s *Store) Publish(ctx context.Context, p PutParams) error {
 		return fmt.Errorf("blob publish: %w", err)
 	}
 	if err := validate.Name("pin owner", p.Owner); err != nil {
+		return fmt.Errorf("blob publish %s: %w", key, err)
+	}
+	children, err := checkChildren(p.Children)
+	if err == nil {
+		p, err = withChildren(p, children)
+	}
+	if err != nil {
 		return fmt.Errorf("blob publish %s: %w", key, err)
 	}
 	switch {

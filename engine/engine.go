@@ -23,6 +23,7 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/ref"
 )
 
 // Engine is one storage engine.
@@ -35,6 +36,8 @@ type Engine interface {
 	GC() gc.Engine
 	// Locks returns the engine's named-lock mechanics.
 	Locks() lock.Engine
+	// Refs returns the engine's ref mechanics.
+	Refs() ref.Engine
 	// Records returns the engine's record mechanics.
 	Records() record.Engine
 	// Migrate brings the schema to the newest version this binary knows. It

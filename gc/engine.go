@@ -25,16 +25,16 @@ import (
 // database's now() on PostgreSQL, the system clock elsewhere). Keys passed
 // in a slice are sorted and distinct, at most blob.MaxDeleteBatch of them.
 //
-// The sweep's own steps (ReapPins, StageRange, Take, Arbitrate) take the
+// The sweep's own steps (Reap, StageRange, Take, Arbitrate) take the
 // sweep Lease they run under: an engine may refuse one without a lease
 // (the remote engine's server does), refuses one whose lease is gone (an
 // error wrapping steaderr.ErrLost) where the lease lives in a database
 // session or row, and Arbitrate shares the lease's fate atomically.
 type Engine interface {
-	// ReapPins deletes the pins expired at p.Now (expiry <= now) and
-	// reports how many; with p.DryRun it deletes nothing and reports how
-	// many it would.
-	ReapPins(ctx context.Context, p NowParams) (int64, error)
+	// Reap deletes the pins and refs expired at p.Now (expiry <= now) in
+	// statements of bounded size, and reports how many; with p.DryRun it
+	// deletes nothing and reports how many it would.
+	Reap(ctx context.Context, p NowParams) (Reaped, error)
 	// Stage makes p.Keys delete candidates visible after p.VisibleAfter,
 	// in one statement. Staging a key again with the same deadline changes
 	// nothing; a new deadline replaces the old.
@@ -65,10 +65,12 @@ type Engine interface {
 	// whose snapshots see whatever committed while the rows were being
 	// locked, it locks and judges their pins at p.Now and then asks every
 	// liveness source about the rest, one set-based query per source
-	// (Protected); then it deletes the unprotected blobs with their
-	// chunks, pins and window rows in one statement (Deleted; with
-	// p.DryRun nothing is deleted) and commits once. A key not stored is
-	// Absent. An error means nothing was deleted.
+	// (Protected: a live pin, a live ref, a parent's edge or a source);
+	// then it deletes the unprotected blobs with their chunks, pins, window
+	// rows, expired refs and own edges (so their children become
+	// candidates) in one statement (Deleted; with p.DryRun nothing is
+	// deleted) and commits once. A key not stored is Absent. An error
+	// means nothing was deleted.
 	Arbitrate(ctx context.Context, p ArbitrateParams) ([]blob.Verdict, error)
 	// AcquireSweep tries to take the sweep lease of this store's data
 	// (one sweeper at a time per database or schema) for holder; ok is
@@ -85,6 +87,9 @@ type Engine interface {
 	UnregisterSource(ctx context.Context, src Source) error
 	// Sources lists the registered sources.
 	Sources(ctx context.Context) ([]Source, error)
+	// Declared reports whether the store declares any liveness beyond
+	// pins: a registered source, a ref (live or not) or a blob reference.
+	Declared(ctx context.Context) (bool, error)
 	// Explain says why p.Key is kept or not at p.Now.
 	Explain(ctx context.Context, p ExplainParams) (Explanation, error)
 	// Pins calls yield for each pin, in (key, owner) order, until it
@@ -107,7 +112,12 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
-// NowParams are the arguments of Engine.ReapPins.
+// Reaped counts what a Reap removed.
+type Reaped struct {
+	Pins, Refs int64
+}
+
+// NowParams are the arguments of Engine.Reap.
 type NowParams struct {
 	Now    time.Time
 	DryRun bool
@@ -218,6 +228,16 @@ type PinInfo struct {
 	Expiry time.Time
 }
 
+// RefInfo is a ref as Explain reports it.
+type RefInfo struct {
+	Name string
+	// Expiry is when the ref stops protecting the key; zero: never.
+	Expiry time.Time
+}
+
+// Live reports whether the ref protects its key at now.
+func (r RefInfo) Live(now time.Time) bool { return r.Expiry.IsZero() || now.Before(r.Expiry) }
+
 // Candidate is one staged delete candidate.
 type Candidate struct {
 	Key          blob.Key
@@ -234,6 +254,11 @@ type Explanation struct {
 	Pins []PinInfo
 	// Sources name the liveness sources referencing the key.
 	Sources []string
+	// Refs are the refs naming the key, live or not at Now (an expired one
+	// not reaped yet), in name order.
+	Refs []RefInfo
+	// Parents are the stored blobs that reference the key, in key order.
+	Parents []blob.Key
 	// Staged reports whether the key is a delete candidate, visible after
 	// VisibleAfter.
 	Staged       bool

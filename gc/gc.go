@@ -85,8 +85,9 @@ type Collector struct {
 var ErrSourceMissing = errors.New("gc: liveness source not registered in this process")
 
 // ErrNoLiveness is wrapped by the error of a sweep refused because the
-// store declares no liveness at all (no source is registered), so every
-// blob in it is garbage once its pin lapses. It wraps steaderr.ErrProtected.
+// store declares no liveness at all (no ref, no blob reference, no
+// source), so every blob in it is garbage once its pin lapses. It wraps
+// steaderr.ErrProtected.
 var ErrNoLiveness = fmt.Errorf("%w: the store declares no liveness", steaderr.ErrProtected)
 
 // errNoGC is what a Collector over a nil Engine answers.
@@ -128,8 +129,8 @@ type Report struct {
 	// Aborted is why the sweep did not run ("" when it ran): SweeperBusy
 	// when another sweep holds the lease.
 	Aborted string
-	// Reaped counts expired pins removed.
-	Reaped int64
+	// Reaped counts expired pins removed; ReapedRefs expired refs.
+	Reaped, ReapedRefs int64
 	// Uploads counts abandoned chunked uploads reaped (not in a dry run).
 	Uploads int64
 	// Taken counts window candidates taken for arbitration; each was
@@ -170,8 +171,8 @@ func (r Report) String() string {
 	case r.Wrapped:
 		staging += " (pass complete)"
 	}
-	return fmt.Sprintf("%sreaped %d pins and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; %s; in %v",
-		prefix, r.Reaped, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, staging, r.Duration.Round(time.Millisecond))
+	return fmt.Sprintf("%sreaped %d pins, %d refs and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; %s; in %v",
+		prefix, r.Reaped, r.ReapedRefs, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, staging, r.Duration.Round(time.Millisecond))
 }
 
 // SweepOptions are the options of one sweep.
@@ -179,9 +180,10 @@ type SweepOptions struct {
 	// DryRun changes nothing and reports what a sweep would do.
 	DryRun bool
 	// AllUnreferenced lets the sweep delete in a store that declares no
-	// liveness: no registered source. There every blob is garbage once its
-	// pin lapses, so a sweep refuses (ErrNoLiveness) unless told so; a dry
-	// run reports what it would do either way.
+	// liveness: no ref, no blob reference, no registered source. There
+	// every blob is garbage once its pin lapses, so a sweep refuses
+	// (ErrNoLiveness) unless told so; a dry run reports what it would do
+	// either way.
 	AllUnreferenced bool
 	// Progress, if set, is called with the report so far after each step.
 	Progress func(Report)
@@ -226,9 +228,11 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		}
 	}
 	now := c.now()
-	if rep.Reaped, err = c.eng.ReapPins(ctx, NowParams{Now: now, DryRun: opts.DryRun, Lease: lease}); err != nil {
+	reaped, err := c.eng.Reap(ctx, NowParams{Now: now, DryRun: opts.DryRun, Lease: lease})
+	if err != nil {
 		return rep, fmt.Errorf("gc sweep: reap: %w", err)
 	}
+	rep.Reaped, rep.ReapedRefs = reaped.Pins, reaped.Refs
 	if c.opts.ReapUploads != nil && !opts.DryRun {
 		n, err := c.opts.ReapUploads(ctx)
 		rep.Uploads = int64(n)
@@ -299,13 +303,13 @@ const MaxStageRange = 1000000
 
 // checkLiveness refuses a sweep of a store that declares no liveness.
 func (c *Collector) checkLiveness(ctx context.Context) error {
-	srcs, err := c.eng.Sources(ctx)
+	declared, err := c.eng.Declared(ctx)
 	if err != nil {
-		return fmt.Errorf("reading liveness sources: %w", err)
+		return fmt.Errorf("reading what the store declares live: %w", err)
 	}
-	if len(srcs) == 0 {
-		return fmt.Errorf("%w: no liveness source is registered, so every blob is garbage once its pin lapses; "+
-			"nothing is deleted: register a source (Collector.RegisterSource), or, if the store is a cache whose blobs "+
+	if !declared {
+		return fmt.Errorf("%w: no ref, no blob reference and no liveness source, so every blob is garbage once its pin lapses; "+
+			"nothing is deleted: keep what you want with a ref (Refs.Set, stead ref set), or, if the store is a cache whose blobs "+
 			"may all go, sweep with AllUnreferenced (stead gc --all-unreferenced); a dry run shows what would go", ErrNoLiveness)
 	}
 	return nil
@@ -543,6 +547,17 @@ func (x Explanation) Verdict() string {
 			live = append(live, fmt.Sprintf("pinned by %s until %s", p.Owner, p.Expiry.UTC().Format(time.RFC3339Nano)))
 		}
 	}
+	for _, r := range x.Refs {
+		switch {
+		case r.Expiry.IsZero():
+			live = append(live, fmt.Sprintf("named by ref %q", r.Name))
+		case r.Live(x.Now):
+			live = append(live, fmt.Sprintf("named by ref %q until %s", r.Name, r.Expiry.UTC().Format(time.RFC3339Nano)))
+		}
+	}
+	for _, p := range x.Parents {
+		live = append(live, "referenced by blob "+p.String())
+	}
 	for _, s := range x.Sources {
 		live = append(live, "referenced by "+s)
 	}
@@ -554,7 +569,7 @@ func (x Explanation) Verdict() string {
 	case x.Staged:
 		return "unprotected: deletable from " + x.VisibleAfter.UTC().Format(time.RFC3339Nano)
 	}
-	return "unprotected: the next sweep stages it"
+	return "unprotected: the next staging pass stages it"
 }
 
 // Pins calls yield for each pin in (key, owner) order until it returns
@@ -578,9 +593,10 @@ func (c *Collector) Window(ctx context.Context, yield func(Candidate) bool) erro
 // unsupported is the Engine of a Collector over nil.
 type unsupported struct{}
 
-func (unsupported) ReapPins(context.Context, NowParams) (int64, error) { return 0, errNoGC }
-func (unsupported) Stage(context.Context, StageParams) error           { return errNoGC }
-func (unsupported) StagePass(context.Context) (Pass, error)            { return Pass{}, errNoGC }
+func (unsupported) Reap(context.Context, NowParams) (Reaped, error) { return Reaped{}, errNoGC }
+func (unsupported) Declared(context.Context) (bool, error)          { return false, errNoGC }
+func (unsupported) Stage(context.Context, StageParams) error        { return errNoGC }
+func (unsupported) StagePass(context.Context) (Pass, error)         { return Pass{}, errNoGC }
 func (unsupported) StageRange(context.Context, StageRangeParams) (StagedRange, error) {
 	return StagedRange{}, errNoGC
 }

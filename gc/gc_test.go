@@ -81,8 +81,8 @@ func TestExplanationVerdict(t *testing.T) {
 		want string
 	}{
 		{gc.Explanation{Key: key, Now: now}, "not stored"},
-		{gc.Explanation{Key: key, Now: now, Stored: true}, "the next sweep stages it"},
-		{gc.Explanation{Key: key, Now: now, Stored: true, Pins: []gc.PinInfo{{Owner: "a", Expiry: now}}}, "the next sweep stages it"},
+		{gc.Explanation{Key: key, Now: now, Stored: true}, "the next staging pass stages it"},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Pins: []gc.PinInfo{{Owner: "a", Expiry: now}}}, "the next staging pass stages it"},
 		{gc.Explanation{Key: key, Now: now, Stored: true, Pins: []gc.PinInfo{{Owner: "a", Expiry: now.Add(time.Second)}}}, "kept: pinned by a"},
 		{gc.Explanation{Key: key, Now: now, Stored: true, Sources: []string{"s.t(c)"}}, "kept: referenced by s.t(c)"},
 		{gc.Explanation{Key: key, Now: now, Stored: true, Staged: true, VisibleAfter: now}, "the next sweep deletes it"},

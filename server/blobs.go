@@ -62,12 +62,12 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	key := want
-	if want.IsZero() {
-		key, err = blobs.Put(ctx, body)
-	} else {
-		err = blobs.PutExpect(ctx, want, body)
+	children, err := parseKeyList(splitList(r.Header.Values(wire.ChildrenHeader)))
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
+	key, err := blobs.PutWith(ctx, body, blob.PutOptions{Expect: want, Children: children})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -434,6 +434,35 @@ func checkRange(header string) (rangeVerdict, string) {
 func (s *Server) blobsAt(r *http.Request) (*blob.Store, error) {
 	now, err := s.queryNow(r)
 	return s.blobStore(now), err
+}
+
+// splitList splits header values holding comma-separated lists.
+func splitList(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for item := range strings.SplitSeq(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				out = append(out, item)
+			}
+		}
+	}
+	return out
+}
+
+// parseKeyList parses keys a client names, at most blob.MaxChildren.
+func parseKeyList(texts []string) ([]blob.Key, error) {
+	if len(texts) > blob.MaxChildren {
+		return nil, fmt.Errorf("%w: %d keys, at most %d", steaderr.ErrInvalidArgument, len(texts), blob.MaxChildren)
+	}
+	var keys []blob.Key
+	for _, t := range texts {
+		k, err := blob.ParseKey(t)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 // blobStore returns the server's blob store, or one on the clock stopped

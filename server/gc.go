@@ -81,7 +81,7 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.SweepReport{
-		DryRun: rep.DryRun, Aborted: rep.Aborted, Reaped: rep.Reaped, Uploads: rep.Uploads, Taken: rep.Taken, Deleted: rep.Deleted,
+		DryRun: rep.DryRun, Aborted: rep.Aborted, Reaped: rep.Reaped, ReapedRefs: rep.ReapedRefs, Uploads: rep.Uploads, Taken: rep.Taken, Deleted: rep.Deleted,
 		Rescued: rep.Rescued, Absent: rep.Absent, BytesFreed: rep.BytesFreed, Staged: rep.Staged,
 		Covered: rep.Covered, Wrapped: rep.Wrapped, NextPass: rep.NextPass, Duration: wire.Duration(rep.Duration),
 	})
@@ -116,9 +116,15 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := wire.Explanation{Key: key.String(), Stored: x.Stored, Size: x.Size, Pins: []wire.Pin{}, Sources: x.Sources,
-		Staged: x.Staged, VisibleAfter: x.VisibleAfter, Now: x.Now, Verdict: x.Verdict()}
+		Refs: []wire.RefPin{}, Parents: []string{}, Staged: x.Staged, VisibleAfter: x.VisibleAfter, Now: x.Now, Verdict: x.Verdict()}
 	if out.Sources == nil {
 		out.Sources = []string{}
+	}
+	for _, r := range x.Refs {
+		out.Refs = append(out.Refs, wire.RefPin{Name: r.Name, Expiry: r.Expiry, Live: r.Live(x.Now)})
+	}
+	for _, p := range x.Parents {
+		out.Parents = append(out.Parents, p.String())
 	}
 	for _, p := range x.Pins {
 		out.Pins = append(out.Pins, wirePin(p, x.Now))

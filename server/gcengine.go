@@ -74,12 +74,22 @@ func (s *Server) reapPins(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := s.eng.GC().ReapPins(r.Context(), gc.NowParams{Now: req.Now, DryRun: req.DryRun, Lease: lease})
+	n, err := s.eng.GC().Reap(r.Context(), gc.NowParams{Now: req.Now, DryRun: req.DryRun, Lease: lease})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.GCCount{Count: n})
+	writeJSON(w, http.StatusOK, wire.GCReaped{Pins: n.Pins, Refs: n.Refs})
+}
+
+// declared: GET /v1/gc/declared.
+func (s *Server) declared(w http.ResponseWriter, r *http.Request) {
+	d, err := s.eng.GC().Declared(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.GCDeclared{Declared: d})
 }
 
 // stageKeys stages keys: PUT /v1/gc/window. It needs no lease: staging only

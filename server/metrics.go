@@ -25,6 +25,7 @@ type metrics struct {
 	lockLosses    prometheus.Counter
 	recordSaves   *prometheus.CounterVec
 	recordClaimed prometheus.Counter
+	refWrites     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -66,9 +67,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		recordClaimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stead_record_claims_total", Help: "Records claimed.",
 		}),
+		refWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stead_ref_writes_total", Help: "Refs written, by operation: set or delete.",
+		}, []string{"op"}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.uploads, m.inFlight, m.blobPuts, m.blobPutBytes, m.blobGets, m.blobGetBytes,
-		m.lockAcquires, m.lockLosses, m.recordSaves, m.recordClaimed)
+		m.lockAcquires, m.lockLosses, m.recordSaves, m.recordClaimed, m.refWrites)
 	return m
 }
 
@@ -127,6 +131,9 @@ func (m *metrics) recordSave(ok bool) {
 }
 
 func (m *metrics) recordClaims(n int) { m.recordClaimed.Add(float64(n)) }
+
+func (m *metrics) refSet()    { m.refWrites.WithLabelValues("set").Inc() }
+func (m *metrics) refDelete() { m.refWrites.WithLabelValues("delete").Inc() }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}).ServeHTTP(w, r)

@@ -33,6 +33,7 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/ref"
 )
 
 // Options configures a Server. Zero values mean the defaults.
@@ -121,6 +122,7 @@ type Server struct {
 	blobs   *blob.Store
 	blobEng blob.Engine // under blobs, for stores on a client's clock
 	records *record.Store
+	refs    *ref.Store
 	gc      *gc.Collector
 	leases  leaseTable // sweep leases clients hold
 	opts    Options
@@ -188,6 +190,7 @@ func New(st *stead.Store, opts Options) *Server {
 		uploads:     make(chan struct{}, opts.MaxUploads),
 		recordBytes: semaphore.NewWeighted(recordBodyBudget),
 		records:     record.NewStore(eng.Records(), record.Options{}),
+		refs:        st.Refs,
 		gc:          st.GC,
 		leases:      leaseTable{idle: leaseIdle},
 	}
@@ -236,6 +239,12 @@ func (s *Server) table() []route {
 		{"GET /v1/blobs/{key}", false, s.getBlob}, // GET also serves HEAD
 		{"DELETE /v1/blobs/{key}", false, s.deleteBlob},
 		{"POST /v1/blobs/delete", false, s.deleteBlobs},
+
+		{"GET /v1/refs", false, s.listRefs},
+		{"GET /v1/refs/{name...}", false, s.getRef},
+		{"PUT /v1/refs/{name...}", false, s.setRef},
+		{"PATCH /v1/refs/{name...}", false, s.touchRef},
+		{"DELETE /v1/refs/{name...}", false, s.deleteRef},
 		{"POST /v1/blobs/{key}/pins", false, s.pinBlob},
 		{"PUT /v1/blobs/{key}/pins/{owner}", false, s.renewPin},
 		{"DELETE /v1/blobs/{key}/pins/{owner}", false, s.unpinBlob},
@@ -249,6 +258,7 @@ func (s *Server) table() []route {
 		{"POST /v1/gc/reap", false, s.reapPins},
 		{"PUT /v1/gc/window", false, s.stageKeys},
 		{"GET /v1/gc/pass", false, s.stagePass},
+		{"GET /v1/gc/declared", false, s.declared},
 		{"POST /v1/gc/stage", false, s.stageRange},
 		{"POST /v1/gc/take", false, s.takeCandidates},
 		{"POST /v1/gc/arbitrate", false, s.arbitrate},

@@ -104,8 +104,12 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owner, ttl, now, err := s.queryPin(r)
+	var children []blob.Key
 	if err == nil {
-		err = s.blobs.Publish(r.Context(), blob.PutParams{Key: key, Chunks: set, Size: req.Size, Owner: owner, TTL: ttl, Now: now})
+		children, err = parseKeyList(req.Children)
+	}
+	if err == nil {
+		err = s.blobs.Publish(r.Context(), blob.PutParams{Key: key, Chunks: set, Size: req.Size, Owner: owner, TTL: ttl, Now: now, Children: children})
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -36,6 +36,7 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/ref"
 )
 
 // Harness makes engines for the suite. Optional parts are nil when the
@@ -111,6 +112,7 @@ var areas = []suiteTest{
 	{"Metamorphic", testMetamorphic},
 	{"Overlap", testOverlap},
 	{"Record", testRecord},
+	{"Ref", testRef},
 	{"Upload", testUpload},
 }
 
@@ -138,6 +140,8 @@ type bundle struct {
 	blobs blob.Engine
 	store *blob.Store
 	locks *lock.Store
+	// refs is the ref store, on the blob store's clock.
+	refs *ref.Store
 	// clock is the store's pin clock: expirePins moves it past every pin
 	// the store took.
 	clock *clock.Fake
@@ -184,7 +188,8 @@ func bundleOf(t *testing.T, eng engine.Engine, opts blob.Options) *bundle {
 	if opts.Now == nil {
 		opts.Now = fake.Now
 	}
-	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{}), clock: fake}
+	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{}),
+		refs: ref.NewStore(eng.Refs(), ref.Options{Now: opts.Now}), clock: fake}
 }
 
 // testValue returns n pseudo-random bytes determined by label.

@@ -45,6 +45,9 @@ func testGC(t *testing.T, h Harness) {
 		{"FailedBatchRestaged", gcFailedBatchRestaged},
 		{"NoLiveness", gcNoLiveness},
 		{"LeaseRenew", gcLeaseRenew},
+		{"Edges", gcEdges},
+		{"EdgesRefused", gcEdgesRefused},
+		{"EdgesRace", gcEdgesRace},
 	})
 }
 

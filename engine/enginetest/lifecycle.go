@@ -310,8 +310,11 @@ func lifecycleVirgin(t *testing.T, h Harness) {
 			if pass, err := g.StagePass(ctx); err != nil || pass != (gc.Pass{}) {
 				t.Fatalf("StagePass on a virgin database = %+v, %v; want the zero Pass", pass, err)
 			}
-			if n, err := g.ReapPins(ctx, gc.NowParams{Lease: lease}); err != nil || n != 0 {
-				t.Fatalf("ReapPins on a virgin database = %d, %v; want 0, nil", n, err)
+			if n, err := g.Reap(ctx, gc.NowParams{Lease: lease}); err != nil || n != (gc.Reaped{}) {
+				t.Fatalf("Reap on a virgin database = %+v, %v; want nothing, nil", n, err)
+			}
+			if d, err := g.Declared(ctx); err != nil || d {
+				t.Fatalf("Declared on a virgin database = %v, %v; want false, nil", d, err)
 			}
 		}
 		if current, _ := schemaVersion(t, b.eng, "after reads"); current != 0 {

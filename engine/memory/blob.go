@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,14 @@ type blobs struct {
 	window  map[blob.Key]time.Time
 	// pass is the staging pass's cursor.
 	pass gc.Pass
+	// refs are the refs by name, named the names of the refs naming each
+	// key, and refVersion the last version handed out.
+	refs       map[string]*memRef
+	named      map[blob.Key]map[string]bool
+	refVersion int64
+	// children are each parent's edges, parents each child's.
+	children map[blob.Key][]blob.Key
+	parents  map[blob.Key]map[blob.Key]bool
 	// sources are the Go-function liveness sources.
 	sources gc.FuncSources
 	// lease is the sweep lease.
@@ -62,6 +71,15 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if p.Owner == "" { // the SQL engines' check constraint
 		return fmt.Errorf("%w: empty pin owner", steaderr.ErrInvalidName)
 	}
+	var missing []string
+	for _, c := range p.Children {
+		if _, ok := b.values[c]; !ok {
+			missing = append(missing, c.String())
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(missing, ", "))
+	}
 	if p.Chunks != 0 {
 		u, ok := b.uploads[p.Chunks]
 		if !ok {
@@ -78,7 +96,34 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		b.insert(p.Key, blob.Stored{Size: int64(len(p.Value)), Value: bytes.Clone(p.Value)})
 	}
 	b.pin(p.Key, p.Owner, clock.OrNow(p.Now).Add(p.TTL))
+	b.addEdges(p.Key, p.Children)
 	return nil
+}
+
+// addEdges records that parent references children, adding to the edges
+// it has. Called with mu held.
+func (b *blobs) addEdges(parent blob.Key, children []blob.Key) {
+	for _, c := range children {
+		if b.parents[c][parent] {
+			continue
+		}
+		b.children[parent] = append(b.children[parent], c)
+		if b.parents[c] == nil {
+			b.parents[c] = map[blob.Key]bool{}
+		}
+		b.parents[c][parent] = true
+	}
+}
+
+// dropEdges removes parent's edges. Called with mu held.
+func (b *blobs) dropEdges(parent blob.Key) {
+	for _, c := range b.children[parent] {
+		delete(b.parents[c], parent)
+		if len(b.parents[c]) == 0 {
+			delete(b.parents, c)
+		}
+	}
+	delete(b.children, parent)
 }
 
 // insert stores st under key unless key is stored already, and reports

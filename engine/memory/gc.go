@@ -32,7 +32,7 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		verdicts[i] = blob.Verdict{Key: key, Outcome: blob.Absent}
 		if value, ok := b.values[key]; ok {
 			verdicts[i] = blob.Verdict{Key: key, Outcome: blob.Deleted, Size: value.Size}
-			if b.pinnedLocked(key, now) {
+			if b.keptLocked(key, now) {
 				verdicts[i] = blob.Verdict{Key: key, Outcome: blob.Protected}
 			} else {
 				ask = append(ask, key)
@@ -61,45 +61,73 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		delete(b.values, key)
 		delete(b.window, key)
 		delete(b.pins, key) // all expired
+		for name := range b.named[key] {
+			b.dropRef(name) // all expired
+		}
+		b.dropEdges(key)
 	}
 	b.keys = slices.DeleteFunc(b.keys, func(k blob.Key) bool { return gone[k] })
 	return verdicts, nil
 }
 
-// pinnedLocked reports whether key has a live pin at now.
-func (b *blobs) pinnedLocked(key blob.Key, now time.Time) bool {
+// keptLocked reports whether key has a live pin or a live ref at now, or
+// a parent. Called with mu held.
+func (b *blobs) keptLocked(key blob.Key, now time.Time) bool {
 	for _, expiry := range b.pins[key] {
 		if expiry.After(now) {
 			return true
 		}
 	}
-	return false
+	for name := range b.named[key] {
+		if b.refs[name].live(now) {
+			return true
+		}
+	}
+	return len(b.parents[key]) > 0
 }
 
 func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) ([]blob.Verdict, error) {
 	return g.b.arbitrate(ctx, p.Keys, p.Now, p.DryRun)
 }
 
-func (g gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
+func (g gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
 	b := g.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var r gc.Reaped
 	if err := b.e.check(ctx); err != nil {
-		return 0, err
+		return r, err
 	}
 	now := clock.OrNow(p.Now)
-	var n int64
 	for key, owners := range b.pins {
 		for owner, expiry := range owners {
 			if !expiry.After(now) {
-				n++
+				r.Pins++
 				if !p.DryRun {
 					b.unpin(key, owner)
 				}
 			}
 		}
 	}
-	return n, nil
+	for name, ref := range b.refs {
+		if !ref.live(now) {
+			r.Refs++
+			if !p.DryRun {
+				b.dropRef(name)
+			}
+		}
+	}
+	return r, nil
+}
+
+func (g gcMech) Declared(ctx context.Context) (bool, error) {
+	b := g.b
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.e.check(ctx); err != nil {
+		return false, err
+	}
+	return len(b.sources.List()) > 0 || len(b.refs) > 0 || len(b.children) > 0, nil
 }
 
 func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
@@ -149,7 +177,7 @@ func (g gcMech) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.Stage
 	}
 	var ask []blob.Key
 	for _, key := range keys {
-		if _, staged := b.window[key]; !staged && !b.pinnedLocked(key, now) {
+		if _, staged := b.window[key]; !staged && !b.keptLocked(key, now) {
 			ask = append(ask, key)
 		}
 	}
@@ -256,6 +284,10 @@ func (g gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation
 		return gc.Explanation{}, err
 	}
 	x.Sources = refs
+	for _, name := range slices.Sorted(maps.Keys(b.named[key])) {
+		x.Refs = append(x.Refs, gc.RefInfo{Name: name, Expiry: b.refs[name].expiry})
+	}
+	x.Parents = slices.SortedFunc(maps.Keys(b.parents[key]), blob.Key.Compare)
 	x.VisibleAfter, x.Staged = b.window[key]
 	return x, nil
 }

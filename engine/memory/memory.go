@@ -36,6 +36,10 @@ func New() *Engine {
 	e.blobs.sets = make(map[blob.ChunkSet][]chunk)
 	e.blobs.pins = make(map[blob.Key]map[string]time.Time)
 	e.blobs.window = make(map[blob.Key]time.Time)
+	e.blobs.refs = make(map[string]*memRef)
+	e.blobs.named = make(map[blob.Key]map[string]bool)
+	e.blobs.children = make(map[blob.Key][]blob.Key)
+	e.blobs.parents = make(map[blob.Key]map[blob.Key]bool)
 	e.locks.e = e
 	e.locks.rows = make(map[string]*lockRow)
 	e.records.init(e)
@@ -73,6 +77,7 @@ func (e *Engine) Close() error {
 	e.blobs.mu.Lock()
 	e.blobs.values, e.blobs.keys, e.blobs.pins, e.blobs.window = nil, nil, nil, nil
 	e.blobs.uploads, e.blobs.sets = nil, nil
+	e.blobs.refs, e.blobs.named, e.blobs.children, e.blobs.parents = nil, nil, nil, nil
 	e.blobs.mu.Unlock()
 	e.locks.mu.Lock()
 	e.locks.rows = nil

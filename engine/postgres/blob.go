@@ -69,6 +69,42 @@ WHERE (SELECT count(*) FROM b) >= 0
 AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
+	// sqlPutEdges is sqlPut for a batch in which some puts declare
+	// children ($14, $15: the edges, parent and child). First every stored
+	// row of the batch, parents and children alike ($13), is locked in one
+	// pass in key order, so batches never lock them in opposite orders. A
+	// parent one of whose children is not stored is not published by this
+	// batch, unless a put of it without children is in the batch too ($11,
+	// $12 say which rows and pins come from such puts); the edges of the
+	// others are inserted; the missing (parent, child) pairs are answered.
+	sqlPutEdges = `WITH l AS (
+	SELECT key FROM {schema}.blobs WHERE key = ANY ($13::text[]) ORDER BY key FOR NO KEY UPDATE
+), e AS (
+	SELECT p, c FROM unnest($14::text[], $15::text[]) AS u(p, c)
+), missing AS (
+	SELECT p, c FROM e WHERE (SELECT count(*) FROM l) >= 0 AND c NOT IN (SELECT key FROM l)
+), b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
+	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[], $11::boolean[]) AS u(k, s, v, o, d, n, plain)
+	WHERE plain OR k NOT IN (SELECT p FROM missing)
+	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
+	RETURNING key, pin_owner
+), edges AS (
+	INSERT INTO {schema}.blob_edges (parent, child)
+	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM missing) AND (SELECT count(*) FROM b) >= 0
+	ON CONFLICT DO NOTHING
+), pinned AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
+	FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $12::boolean[]) AS u(k, o, d, n, plain)
+	WHERE (SELECT count(*) FROM b) >= 0
+	AND (plain OR k NOT IN (SELECT p FROM missing))
+	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
+)
+SELECT p, c FROM missing ORDER BY p, c`
+
 	sqlStat     = `SELECT size FROM {schema}.blobs WHERE key = $1`
 	sqlListPage = `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`
 
@@ -125,7 +161,7 @@ type blobs struct {
 	// naive selects sqlPutNaive (tests only).
 	naive atomic.Bool
 	sql   struct {
-		put, putNaive, stat, page, pin, renewPin, unpin string
+		put, putNaive, putEdges, stat, page, pin, renewPin, unpin string
 	}
 	chunkSQL chunkSQL
 }
@@ -135,6 +171,7 @@ func (b *blobs) init(e *Engine) {
 	b.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
 	b.sql.put = e.render(sqlPut)
 	b.sql.putNaive = e.render(sqlPutNaive)
+	b.sql.putEdges = e.render(sqlPutEdges)
 	b.sql.stat = e.render(sqlStat)
 	b.sql.page = e.render(sqlListPage)
 	b.sql.pin = e.render(sqlPin)
@@ -153,7 +190,19 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if p.Chunks != 0 {
 		return b.publish(ctx, p)
 	}
-	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: p.Value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}})
+	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: p.Value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}, Children: keyTexts(p.Children)})
+}
+
+// keyTexts returns keys' text forms; nil for none.
+func keyTexts(keys []blob.Key) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	texts := make([]string, len(keys))
+	for i, k := range keys {
+		texts[i] = k.String()
+	}
+	return texts
 }
 
 // flush stores one batch, blobs and pins, in one statement: one round
@@ -163,6 +212,20 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 // another writer of the schema) is retried here, not handed to every
 // caller of the batch.
 func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcommit.Put]) error {
+	// A row or pin is plain when a put of it declaring no children is in
+	// the batch: it is stored whatever children the others miss.
+	plainKey := map[string]bool{}
+	plainPin := map[[2]string]bool{}
+	var parents, children []string
+	for _, r := range batch {
+		if len(r.Item.Children) == 0 {
+			plainKey[r.Item.Key] = true
+			plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}] = true
+		}
+		for _, c := range r.Item.Children {
+			parents, children = append(parents, r.Item.Key), append(children, c)
+		}
+	}
 	pins := slices.Clone(batch)
 	slices.SortFunc(pins, func(x, y *groupcommit.Request[groupcommit.Put]) int {
 		return cmp.Or(strings.Compare(x.Item.Key, y.Item.Key), strings.Compare(x.Item.Pin.Owner, y.Item.Pin.Owner), -laterPin(x.Item.Pin, y.Item.Pin))
@@ -179,25 +242,67 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	blobOwners := make([]string, len(blobRows))
 	blobTTLs := make([]int64, len(blobRows))
 	blobNows := make([]pgtype.Timestamptz, len(blobRows))
+	blobPlain := make([]bool, len(blobRows))
 	for i, r := range blobRows {
 		keys[i], sizes[i], values[i] = r.Item.Key, int64(len(r.Item.Value)), r.Item.Value
 		blobOwners[i], blobTTLs[i], blobNows[i] = r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
+		blobPlain[i] = plainKey[r.Item.Key]
 	}
 	pinKeys := make([]string, len(pins))
 	owners := make([]string, len(pins))
 	ttls := make([]int64, len(pins))
 	nows := make([]pgtype.Timestamptz, len(pins))
+	pinPlain := make([]bool, len(pins))
 	for i, r := range pins {
 		pinKeys[i], owners[i], ttls[i], nows[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
+		pinPlain[i] = plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}]
 	}
-	stmt := b.sql.put
-	if b.naive.Load() {
-		stmt = b.sql.putNaive
+	if len(children) == 0 {
+		stmt := b.sql.put
+		if b.naive.Load() {
+			stmt = b.sql.putNaive
+		}
+		return retryTransient(ctx, func() error {
+			_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
+			return err
+		})
 	}
-	return retryTransient(ctx, func() error {
-		_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
+	lock := slices.Concat(keys, children)
+	slices.Sort(lock)
+	lock = slices.Compact(lock)
+	missing := map[string][]string{}
+	err := retryTransient(ctx, func() error {
+		clear(missing)
+		rows, err := b.e.pool.Query(ctx, b.sql.putEdges, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows,
+			blobPlain, pinPlain, lock, parents, children)
+		if err != nil {
+			return err
+		}
+		var p, c string
+		_, err = pgx.ForEachRow(rows, []any{&p, &c}, func() error {
+			missing[p] = append(missing[p], c)
+			return nil
+		})
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	for _, r := range batch {
+		r.Err = nil
+		if m := missing[r.Item.Key]; len(r.Item.Children) > 0 && len(m) > 0 {
+			r.Err = missingChildren(m)
+		}
+	}
+	return nil
+}
+
+// missingChildren is the error of a put whose children are not stored.
+func missingChildren(keys []string) error {
+	if len(keys) > 3 {
+		return fmt.Errorf("%w: %d children not stored, %s first", steaderr.ErrNotFound, len(keys), strings.Join(keys[:3], ", "))
+	}
+	return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(keys, ", "))
 }
 
 // nowTimestamp is a pin's Now as an array element: NULL (the database's

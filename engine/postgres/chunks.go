@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,6 +118,12 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	sqlReapUploads = `DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id`
 	sqlReapChunks  = `DELETE FROM {schema}.blob_chunks WHERE chunks = ANY($1::bigint[])`
 
+	// sqlLockKeys locks the stored ones of the sorted keys $1, in key
+	// order, as a pin does, and answers them.
+	sqlLockKeys = `SELECT key FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR NO KEY UPDATE`
+	// sqlInsertEdges records that $1 references each of $2.
+	sqlInsertEdges = `INSERT INTO {schema}.blob_edges (parent, child) SELECT $1, c FROM unnest($2::text[]) AS c ON CONFLICT DO NOTHING`
+
 	sqlReadChunk = `SELECT off, data FROM {schema}.blob_chunks
 WHERE chunks = $1 AND off <= $2
 ORDER BY off DESC
@@ -128,10 +135,12 @@ LIMIT 1`
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
 	begin, write, tile, publish, end, deleteChunks, reap, reapChunks, read, get string
+	lockKeys, insertEdges                                                       string
 }
 
 func (c *chunkSQL) init(e *Engine) {
 	c.begin = e.render(sqlBeginUpload)
+	c.lockKeys, c.insertEdges = e.render(sqlLockKeys), e.render(sqlInsertEdges)
 	c.write = e.render(sqlWriteChunk)
 	c.tile = e.render(sqlChunksTile)
 	c.publish = e.render(sqlPublish)
@@ -205,6 +214,33 @@ var errUploadLost = fmt.Errorf("%w: the chunk set has no upload (never begun, pu
 // are checked to cover p.Size bytes exactly (sqlChunksTile; not: nothing
 // happens), then sqlPublish stores the blob row or discards the chunks,
 // and pins the key.
+// lockChildren locks the rows of a parent about to be published and of
+// its children, in one pass in key order as a batch of puts does, and
+// fails with an error wrapping steaderr.ErrNotFound naming the children
+// not stored.
+func (b *blobs) lockChildren(ctx context.Context, tx pgx.Tx, parent string, children []string) error {
+	lock := append(slices.Clone(children), parent)
+	slices.Sort(lock)
+	rows, err := tx.Query(ctx, b.chunkSQL.lockKeys, lock)
+	if err != nil {
+		return err
+	}
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, c := range children {
+		if _, ok := slices.BinarySearch(stored, c); !ok {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return missingChildren(missing)
+	}
+	return nil
+}
+
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
 	return retryTransient(ctx, func() error {
@@ -227,8 +263,19 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		if !tiled {
 			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
+		children := keyTexts(p.Children)
+		if len(children) > 0 {
+			if err := b.lockChildren(ctx, tx, p.Key.String(), children); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, b.chunkSQL.publish, p.Key.String(), p.Size, int64(p.Chunks), p.Owner, p.TTL.Microseconds(), now); err != nil {
 			return err
+		}
+		if len(children) > 0 {
+			if _, err := tx.Exec(ctx, b.chunkSQL.insertEdges, p.Key.String(), children); err != nil {
+				return err
+			}
 		}
 		return commit(ctx, tx)
 	})

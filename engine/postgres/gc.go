@@ -50,9 +50,19 @@ FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE SKIP LO
 	sqlArbPinned = `SELECT key FROM (
 	SELECT key, expiry FROM {schema}.pins WHERE key = ANY ($1::text[]) ORDER BY key, owner FOR UPDATE
 ) p GROUP BY key HAVING bool_or(expiry > coalesce($2::timestamptz, now()))`
+	// sqlArbNamed answers the keys a live ref or a stored parent names. A
+	// ref set or touched, or a parent put, takes the blob row's lock
+	// first, so none can change what it finds while the rows are held.
+	sqlArbNamed = `SELECT key FROM {schema}.refs WHERE key = ANY ($1::text[]) AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))
+UNION SELECT child FROM {schema}.blob_edges WHERE child = ANY ($1::text[])`
 	sqlArbReferenced = `SELECT DISTINCT k FROM {schema}.gc_referenced($1::text[])`
-	sqlArbDelete     = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
-p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[]))
+	// sqlArbDelete deletes the blobs with their window rows, pins and
+	// refs (expired, all of them) and their own edges, whose children a
+	// later sweep may then collect.
+	sqlArbDelete = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
+p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[])),
+r AS (DELETE FROM {schema}.refs WHERE key = ANY ($1::text[])),
+e AS (DELETE FROM {schema}.blob_edges WHERE parent = ANY ($1::text[]))
 DELETE FROM {schema}.blobs WHERE key = ANY ($1::text[])`
 
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration of a
@@ -65,6 +75,8 @@ DELETE FROM {schema}.blobs b WHERE key = ANY ($1::text[])
 AND EXISTS (SELECT FROM pause)
 AND coalesce(b.pin_expiry <= coalesce($2::timestamptz, now()), true)
 AND NOT EXISTS (SELECT 1 FROM {schema}.pins p WHERE p.key = b.key AND p.expiry > coalesce($2::timestamptz, now()))
+AND NOT EXISTS (SELECT 1 FROM {schema}.refs r WHERE r.key = b.key AND (r.expiry IS NULL OR r.expiry > coalesce($2::timestamptz, now())))
+AND NOT EXISTS (SELECT 1 FROM {schema}.blob_edges e WHERE e.child = b.key)
 AND NOT EXISTS (SELECT 1 FROM {schema}.gc_referenced(ARRAY[b.key]))
 RETURNING key, size`
 
@@ -74,6 +86,13 @@ RETURNING key, size`
 	sqlReapPins = `DELETE FROM {schema}.pins WHERE ctid = ANY (ARRAY(
 	SELECT ctid FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	sqlCountExpiredPins = `SELECT count(*) FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now())`
+	// sqlReapRefs deletes up to $2 expired refs, skipping those a writer
+	// holds.
+	sqlReapRefs = `DELETE FROM {schema}.refs WHERE name = ANY (ARRAY(
+	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`
+	sqlCountExpiredRefs = `SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now())`
+	// sqlDeclared reports whether anything beyond pins declares liveness.
+	sqlDeclared = `SELECT EXISTS (SELECT FROM {schema}.gc_sources) OR EXISTS (SELECT FROM {schema}.refs) OR EXISTS (SELECT FROM {schema}.blob_edges)`
 
 	sqlStage = `INSERT INTO {schema}.gc_window AS w (key, visible_after)
 SELECT k, $2 FROM unnest($1::text[]) AS k
@@ -134,6 +153,8 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 	sqlExplainPins    = `SELECT owner, expiry FROM {schema}.pins WHERE key = $1 ORDER BY owner`
 	sqlExplainSources = `SELECT src FROM {schema}.gc_referenced(ARRAY[$1]) ORDER BY src`
 	sqlExplainWindow  = `SELECT visible_after FROM {schema}.gc_window WHERE key = $1`
+	sqlExplainRefs    = `SELECT name, expiry FROM {schema}.refs WHERE key = $1 ORDER BY name`
+	sqlExplainParents = `SELECT parent FROM {schema}.blob_edges WHERE child = $1 ORDER BY parent`
 	sqlExplainNow     = `SELECT coalesce($1::timestamptz, now())`
 	// sqlListPins lists the rows of pins and the live pins in blob rows
 	// (an expired one is no pin; nothing reaps it), one entry per (key,
@@ -162,12 +183,13 @@ const (
 type gcMech struct {
 	e   *Engine
 	sql struct {
-		arbLock, arbLockSkip, arbStored, arbPinned, arbReferenced, arbDelete, arbitrateNaive string
-		reap, countExpired, stage, stagePass, stageRange, take, peek                         string
-		leaseAcquire, leaseRenew, leaseRelease                                               string
-		sourceRegister, sourceUnregister, sources                                            string
-		explainBlob, explainPins, explainSources, explainWindow, explainNow                  string
-		listPins, listWindow                                                                 string
+		arbLock, arbLockSkip, arbStored, arbPinned, arbNamed, arbReferenced, arbDelete, arbitrateNaive   string
+		reap, countExpired, reapRefs, countExpiredRefs, declared                                         string
+		stage, stagePass, stageRange, take, peek                                                         string
+		leaseAcquire, leaseRenew, leaseRelease                                                           string
+		sourceRegister, sourceUnregister, sources                                                        string
+		explainBlob, explainPins, explainSources, explainWindow, explainNow, explainRefs, explainParents string
+		listPins, listWindow                                                                             string
 	}
 	// sweep is the connection session leases are taken on, kept between
 	// sweeps; current is the lease a sweep of this engine holds on it, if
@@ -193,15 +215,17 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 	g.e, g.pgBouncer, g.idle = e, pgBouncer, sweepIdle
 	s := &g.sql
 	s.arbLock, s.arbLockSkip, s.arbStored = e.render(sqlArbLock), e.render(sqlArbLockSkipLocked), e.render(sqlArbStored)
-	s.arbPinned, s.arbReferenced, s.arbDelete = e.render(sqlArbPinned), e.render(sqlArbReferenced), e.render(sqlArbDelete)
+	s.arbPinned, s.arbNamed, s.arbReferenced, s.arbDelete = e.render(sqlArbPinned), e.render(sqlArbNamed), e.render(sqlArbReferenced), e.render(sqlArbDelete)
 	s.arbitrateNaive = e.render(sqlArbitrateNaive)
 	s.reap, s.countExpired = e.render(sqlReapPins), e.render(sqlCountExpiredPins)
+	s.reapRefs, s.countExpiredRefs, s.declared = e.render(sqlReapRefs), e.render(sqlCountExpiredRefs), e.render(sqlDeclared)
 	s.stage, s.stagePass, s.stageRange = e.render(sqlStage), e.render(sqlStagePass), e.render(sqlStageRange)
 	s.take, s.peek = e.render(sqlTake), e.render(sqlPeekOverdue)
 	s.leaseAcquire, s.leaseRenew, s.leaseRelease = e.render(sqlSweepLeaseAcquire), e.render(sqlSweepLeaseRenew), e.render(sqlSweepLeaseRelease)
 	s.sourceRegister, s.sourceUnregister, s.sources = e.render(sqlSourceRegister), e.render(sqlSourceUnregister), e.render(sqlSources)
 	s.explainBlob, s.explainPins, s.explainSources = e.render(sqlExplainBlob), e.render(sqlExplainPins), e.render(sqlExplainSources)
 	s.explainWindow, s.explainNow = e.render(sqlExplainWindow), e.render(sqlExplainNow)
+	s.explainRefs, s.explainParents = e.render(sqlExplainRefs), e.render(sqlExplainParents)
 	s.listPins, s.listWindow = e.render(sqlListPins), e.render(sqlListWindow)
 }
 
@@ -347,7 +371,11 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 		locked = slices.DeleteFunc(locked, func(t string) bool { return verdicts[at[t]].Outcome == blob.Protected })
 		return nil
 	}
-	if err := protect(g.sql.arbPinned, func(err error) error { return err }, nowArg(now)); err != nil {
+	same := func(err error) error { return err }
+	if err := protect(g.sql.arbPinned, same, nowArg(now)); err != nil {
+		return nil, err
+	}
+	if err := protect(g.sql.arbNamed, same, nowArg(now)); err != nil {
 		return nil, err
 	}
 	if err := protect(g.sql.arbReferenced, sourceError); err != nil {
@@ -390,27 +418,45 @@ func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key,
 	return verdicts, err
 }
 
-// ReapPins deletes expired pins in statements of at most reapBatch rows.
-func (g *gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
+// Reap deletes expired pins and refs in statements of at most reapBatch
+// rows each.
+func (g *gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
+	var r gc.Reaped
 	if err := g.e.check(ctx); err != nil {
-		return 0, err
+		return r, err
 	}
-	if p.DryRun {
-		var n int64
-		err := g.e.pool.QueryRow(ctx, g.sql.countExpired, nowArg(p.Now)).Scan(&n)
-		return n, listError(err)
-	}
-	var total int64
-	for {
-		tag, err := g.e.pool.Exec(ctx, g.sql.reap, nowArg(p.Now), reapBatch)
-		if err != nil {
-			return total, listError(err)
+	for _, step := range []struct {
+		reap, count string
+		n           *int64
+	}{{g.sql.reap, g.sql.countExpired, &r.Pins}, {g.sql.reapRefs, g.sql.countExpiredRefs, &r.Refs}} {
+		if p.DryRun {
+			if err := listError(g.e.pool.QueryRow(ctx, step.count, nowArg(p.Now)).Scan(step.n)); err != nil {
+				return r, err
+			}
+			continue
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < reapBatch {
-			return total, nil
+		for {
+			tag, err := g.e.pool.Exec(ctx, step.reap, nowArg(p.Now), reapBatch)
+			if err != nil {
+				return r, listError(err)
+			}
+			*step.n += tag.RowsAffected()
+			if tag.RowsAffected() < reapBatch {
+				break
+			}
 		}
 	}
+	return r, nil
+}
+
+// Declared implements gc.Engine.
+func (g *gcMech) Declared(ctx context.Context) (bool, error) {
+	if err := g.e.check(ctx); err != nil {
+		return false, err
+	}
+	var declared bool
+	err := g.e.pool.QueryRow(ctx, g.sql.declared).Scan(&declared)
+	return declared, listError(err)
 }
 
 func (g *gcMech) Stage(ctx context.Context, p gc.StageParams) error {
@@ -777,6 +823,32 @@ func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanatio
 		}
 		if x.Sources, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return sourceError(err)
+		}
+		rows, err = tx.Query(ctx, g.sql.explainRefs, k)
+		if err != nil {
+			return err
+		}
+		if x.Refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (gc.RefInfo, error) {
+			var ri gc.RefInfo
+			var expiry pgtype.Timestamptz
+			err := r.Scan(&ri.Name, &expiry)
+			ri.Expiry = expiry.Time
+			return ri, err
+		}); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, g.sql.explainParents, k)
+		if err != nil {
+			return err
+		}
+		if x.Parents, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (blob.Key, error) {
+			var text string
+			if err := r.Scan(&text); err != nil {
+				return blob.Key{}, err
+			}
+			return blob.ParseKey(text)
+		}); err != nil {
+			return err
 		}
 		var after pgtype.Timestamptz
 		switch err := tx.QueryRow(ctx, g.sql.explainWindow, k).Scan(&after); {

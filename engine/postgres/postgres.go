@@ -187,6 +187,7 @@ type Engine struct {
 	gc       gcMech
 	locks    locks
 	records  records
+	refs     refs
 	msql     migrateSQL
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
@@ -256,6 +257,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.gc.init(e, cfg.PgBouncer)
 	e.locks.init(e)
 	e.records.init(e)
+	e.refs.init(e)
 	if listenConfig == nil && !cfg.PgBouncer {
 		listenConfig = e.pool.Config().ConnConfig
 	}

@@ -42,10 +42,16 @@ func keyTexts(keys []blob.Key) []string {
 	return texts
 }
 
-func (g *gcEngine) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
-	var out wire.GCCount
+func (g *gcEngine) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
+	var out wire.GCReaped
 	err := g.step(ctx, "/v1/gc/reap", wire.GCStep{Lease: leaseID(p.Lease), Now: p.Now, DryRun: p.DryRun}, &out)
-	return out.Count, err
+	return gc.Reaped{Pins: out.Pins, Refs: out.Refs}, err
+}
+
+func (g *gcEngine) Declared(ctx context.Context) (bool, error) {
+	var out wire.GCDeclared
+	_, err := g.e.do(ctx, http.MethodGet, "/v1/gc/declared", nil, nil, &out)
+	return out.Declared, err
 }
 
 func (g *gcEngine) Stage(ctx context.Context, p gc.StageParams) error {
@@ -250,8 +256,19 @@ func (g *gcEngine) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanat
 	if err != nil {
 		return gc.Explanation{}, err
 	}
-	return gc.Explanation{Key: key, Stored: out.Stored, Size: out.Size, Pins: pins, Sources: out.Sources,
-		Staged: out.Staged, VisibleAfter: out.VisibleAfter, Now: out.Now}, nil
+	x := gc.Explanation{Key: key, Stored: out.Stored, Size: out.Size, Pins: pins, Sources: out.Sources,
+		Staged: out.Staged, VisibleAfter: out.VisibleAfter, Now: out.Now}
+	for _, r := range out.Refs {
+		x.Refs = append(x.Refs, gc.RefInfo{Name: r.Name, Expiry: r.Expiry})
+	}
+	for _, text := range out.Parents {
+		k, err := blob.ParseKey(text)
+		if err != nil {
+			return gc.Explanation{}, fmt.Errorf("gc explain: %w: %w", errMalformed, err)
+		}
+		x.Parents = append(x.Parents, k)
+	}
+	return x, nil
 }
 
 func readPins(in []wire.Pin) ([]gc.PinInfo, error) {

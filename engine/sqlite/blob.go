@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
@@ -67,7 +69,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if value == nil {
 		value = []byte{} // nil binds as NULL
 	}
-	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}})
+	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}, Children: keyTexts(p.Children)})
 }
 
 // Group commit bounds: the single writer runs one batch at a time.
@@ -101,6 +103,16 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupco
 	}()
 	tput, tpin := tx.StmtContext(ctx, put), tx.StmtContext(ctx, putPin)
 	for _, r := range group {
+		if len(r.Item.Children) > 0 {
+			// The single writer holds every row: the children found now
+			// stay until this commit.
+			if r.Err, err = addEdges(ctx, tx, r.Item.Key, r.Item.Children); err != nil {
+				return err
+			}
+			if r.Err != nil {
+				continue
+			}
+		}
 		if _, err := tput.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value); err != nil {
 			return err
 		}
@@ -110,6 +122,52 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupco
 		}
 	}
 	return tx.Commit()
+}
+
+// The statements of blob references.
+const (
+	sqlStoredChildren = `SELECT value FROM json_each(?1) WHERE value NOT IN (SELECT key FROM blobs)`
+	sqlInsertEdges    = `INSERT INTO blob_edges (parent, child) SELECT ?1, value FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING`
+)
+
+// addEdges records parent's references to children, in tx, unless some
+// child is not stored: then it records nothing and returns (as missing)
+// an error wrapping steaderr.ErrNotFound naming them.
+func addEdges(ctx context.Context, tx *sql.Tx, parent string, children []string) (missing, err error) {
+	all, _ := json.Marshal(children) // strings always marshal
+	rows, err := tx.QueryContext(ctx, sqlStoredChildren, string(all))
+	if err != nil {
+		return nil, err
+	}
+	var absent []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		absent = append(absent, k)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	if len(absent) > 0 {
+		return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(absent, ", ")), nil
+	}
+	_, err = tx.ExecContext(ctx, sqlInsertEdges, parent, string(all))
+	return nil, err
+}
+
+// keyTexts returns keys' text forms; nil for none.
+func keyTexts(keys []blob.Key) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	texts := make([]string, len(keys))
+	for i, k := range keys {
+		texts[i] = k.String()
+	}
+	return texts
 }
 
 func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {

@@ -159,6 +159,15 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		if !tiled {
 			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
+		if len(p.Children) > 0 {
+			missing, err := addEdges(ctx, tx, p.Key.String(), keyTexts(p.Children))
+			if err == nil {
+				err = missing
+			}
+			if err != nil {
+				return err
+			}
+		}
 		inserted, err := changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
 		if err != nil {
 			return err

@@ -21,19 +21,29 @@ import (
 // interleaves with a put or a pin. A batch of keys is bound as one JSON
 // array, read with json_each.
 const (
-	sqlArbBlobs       = `SELECT key, size FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
-	sqlArbPinned      = `SELECT DISTINCT key FROM pins WHERE key IN (SELECT value FROM json_each(?1)) AND expiry > ?2`
-	sqlArbDeleteBlobs = `DELETE FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
-	sqlArbDeleteStage = `DELETE FROM gc_window WHERE key IN (SELECT value FROM json_each(?1))`
-	sqlArbDeletePins  = `DELETE FROM pins WHERE key IN (SELECT value FROM json_each(?1))`
-	sqlReapPins       = `DELETE FROM pins WHERE expiry <= ?1`
-	sqlCountExpired   = `SELECT count(*) FROM pins WHERE expiry <= ?1`
-	sqlStage          = `INSERT INTO gc_window (key, visible_after) SELECT value, ?2 FROM json_each(?1) WHERE true
+	sqlArbBlobs = `SELECT key, size FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
+	// sqlArbKept answers the keys a live pin or ref, or a parent, keeps.
+	sqlArbKept = `SELECT key FROM pins WHERE key IN (SELECT value FROM json_each(?1)) AND expiry > ?2
+UNION SELECT key FROM refs WHERE key IN (SELECT value FROM json_each(?1)) AND (expiry IS NULL OR expiry > ?2)
+UNION SELECT child FROM blob_edges WHERE child IN (SELECT value FROM json_each(?1))`
+	sqlArbDeleteBlobs   = `DELETE FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbDeleteStage   = `DELETE FROM gc_window WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbDeletePins    = `DELETE FROM pins WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbDeleteRefs    = `DELETE FROM refs WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbDeleteEdges   = `DELETE FROM blob_edges WHERE parent IN (SELECT value FROM json_each(?1))`
+	sqlReapPins         = `DELETE FROM pins WHERE expiry <= ?1`
+	sqlCountExpired     = `SELECT count(*) FROM pins WHERE expiry <= ?1`
+	sqlReapRefs         = `DELETE FROM refs WHERE expiry <= ?1`
+	sqlCountExpiredRefs = `SELECT count(*) FROM refs WHERE expiry <= ?1`
+	sqlDeclared         = `SELECT EXISTS (SELECT 1 FROM refs) OR EXISTS (SELECT 1 FROM blob_edges) OR EXISTS (SELECT 1 FROM gc_func_sources)`
+	sqlStage            = `INSERT INTO gc_window (key, visible_after) SELECT value, ?2 FROM json_each(?1) WHERE true
 ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after`
 	// sqlStageRange reads the range of keys after ?1, each with whether it
 	// is a candidate: no live pin at ?2 and not staged yet.
 	sqlStageRange = `SELECT b.key,
 	NOT EXISTS (SELECT 1 FROM pins p WHERE p.key = b.key AND p.expiry > ?2)
+	AND NOT EXISTS (SELECT 1 FROM refs f WHERE f.key = b.key AND (f.expiry IS NULL OR f.expiry > ?2))
+	AND NOT EXISTS (SELECT 1 FROM blob_edges e WHERE e.child = b.key)
 	AND NOT EXISTS (SELECT 1 FROM gc_window w WHERE w.key = b.key)
 FROM blobs b WHERE b.key > ?1 ORDER BY b.key LIMIT ?3`
 	sqlStageNew = `INSERT INTO gc_window (key, visible_after) SELECT value, ?2 FROM json_each(?1) WHERE true
@@ -45,12 +55,14 @@ ON CONFLICT (key) DO NOTHING`
 	sqlTake = `DELETE FROM gc_window WHERE key IN (
 	SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY visible_after LIMIT ?2)
 RETURNING key`
-	sqlPeek          = `SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY visible_after LIMIT ?2`
-	sqlExplainBlob   = `SELECT size FROM blobs WHERE key = ?1`
-	sqlExplainPins   = `SELECT owner, expiry FROM pins WHERE key = ?1 ORDER BY owner`
-	sqlExplainWindow = `SELECT visible_after FROM gc_window WHERE key = ?1`
-	sqlListPins      = `SELECT key, owner, expiry FROM pins ORDER BY key, owner`
-	sqlListWindow    = `SELECT key, visible_after FROM gc_window ORDER BY key`
+	sqlPeek           = `SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY visible_after LIMIT ?2`
+	sqlExplainBlob    = `SELECT size FROM blobs WHERE key = ?1`
+	sqlExplainPins    = `SELECT owner, expiry FROM pins WHERE key = ?1 ORDER BY owner`
+	sqlExplainWindow  = `SELECT visible_after FROM gc_window WHERE key = ?1`
+	sqlExplainRefs    = `SELECT name, expiry FROM refs WHERE key = ?1 ORDER BY name`
+	sqlExplainParents = `SELECT parent FROM blob_edges WHERE child = ?1 ORDER BY parent`
+	sqlListPins       = `SELECT key, owner, expiry FROM pins ORDER BY key, owner`
+	sqlListWindow     = `SELECT key, visible_after FROM gc_window ORDER BY key`
 
 	sqlFuncSourceMark   = `INSERT INTO gc_func_sources (name) VALUES (?1) ON CONFLICT (name) DO NOTHING`
 	sqlFuncSourceUnmark = `DELETE FROM gc_func_sources WHERE name = ?1`
@@ -87,7 +99,7 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		if err != nil {
 			return err
 		}
-		pinnedKeys, err := queryKeys(ctx, tx, sqlArbPinned, all, clock.OrNow(now).UnixMicro())
+		pinnedKeys, err := queryKeys(ctx, tx, sqlArbKept, all, clock.OrNow(now).UnixMicro())
 		if err != nil {
 			return err
 		}
@@ -123,7 +135,7 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 			return nil
 		}
 		doomed := keyArray(gone)
-		for _, q := range []string{sqlArbDeleteBlobs, sqlArbDeleteStage, sqlArbDeletePins} {
+		for _, q := range []string{sqlArbDeleteBlobs, sqlArbDeleteStage, sqlArbDeletePins, sqlArbDeleteRefs, sqlArbDeleteEdges} {
 			if _, err := tx.ExecContext(ctx, q, doomed); err != nil {
 				return err
 			}
@@ -200,24 +212,47 @@ func (g gcMech) Arbitrate(ctx context.Context, p gc.ArbitrateParams) ([]blob.Ver
 	return g.b.arbitrate(ctx, p.Keys, p.Now, p.DryRun)
 }
 
-func (g gcMech) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
+func (g gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
 	e := g.b.e
+	var r gc.Reaped
 	if err := e.check(ctx); err != nil {
-		return 0, err
+		return r, err
 	}
 	now := clock.OrNow(p.Now).UnixMicro()
-	if p.DryRun {
-		var n int64
-		err := e.reader.QueryRowContext(ctx, sqlCountExpired, now).Scan(&n)
-		return n, listError(ctx, err)
+	for _, step := range []struct {
+		reap, count string
+		n           *int64
+	}{{sqlReapPins, sqlCountExpired, &r.Pins}, {sqlReapRefs, sqlCountExpiredRefs, &r.Refs}} {
+		if p.DryRun {
+			if err := listError(ctx, e.reader.QueryRowContext(ctx, step.count, now).Scan(step.n)); err != nil {
+				return r, err
+			}
+			continue
+		}
+		// On a database never migrated there is nothing to reap: 0, as a
+		// read.
+		res, err := e.writer.ExecContext(ctx, step.reap, now)
+		if err != nil {
+			return r, listError(ctx, err)
+		}
+		if *step.n, err = res.RowsAffected(); err != nil {
+			return r, interpretError(ctx, err)
+		}
 	}
-	// On a database never migrated there is nothing to reap: 0, as a read.
-	res, err := e.writer.ExecContext(ctx, sqlReapPins, now)
-	if err != nil {
-		return 0, listError(ctx, err)
+	return r, nil
+}
+
+func (g gcMech) Declared(ctx context.Context) (bool, error) {
+	e := g.b.e
+	if err := e.check(ctx); err != nil {
+		return false, err
 	}
-	n, err := res.RowsAffected()
-	return n, interpretError(ctx, err)
+	if len(g.b.sources.List()) > 0 {
+		return true, nil
+	}
+	var declared bool
+	err := e.reader.QueryRowContext(ctx, sqlDeclared).Scan(&declared)
+	return declared, listError(ctx, err)
 }
 
 func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
@@ -374,7 +409,7 @@ type queryer interface {
 func (b *blobs) checkFuncSources(ctx context.Context, q queryer) error {
 	rows, err := q.QueryContext(ctx, sqlFuncSourceMarks)
 	if err != nil {
-		return interpretError(ctx, err)
+		return listError(ctx, err) // never migrated: no marks
 	}
 	var names []string
 	for rows.Next() {
@@ -474,6 +509,28 @@ func (g gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation
 	case err == nil:
 		x.Staged, x.VisibleAfter = true, time.UnixMicro(after).UTC()
 	case !errors.Is(err, sql.ErrNoRows):
+		return x, listError(ctx, err)
+	}
+	rows, err = tx.QueryContext(ctx, sqlExplainRefs, k)
+	if err != nil {
+		return x, listError(ctx, err)
+	}
+	for rows.Next() {
+		var r gc.RefInfo
+		var expiry sql.NullInt64
+		if err := rows.Scan(&r.Name, &expiry); err != nil {
+			rows.Close()
+			return x, interpretError(ctx, err)
+		}
+		if expiry.Valid {
+			r.Expiry = time.UnixMicro(expiry.Int64).UTC()
+		}
+		x.Refs = append(x.Refs, r)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return x, interpretError(ctx, err)
+	}
+	if x.Parents, err = queryKeys(ctx, tx, sqlExplainParents, k); err != nil {
 		return x, listError(ctx, err)
 	}
 	if x.Sources, err = b.sources.References(ctx, key, false); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -48,7 +49,8 @@ const (
 	BlobReapUploads Op = "blob.ReapUploads"
 	BlobReadChunk   Op = "blob.ReadChunk"
 
-	GCReapPins         Op = "gc.ReapPins"
+	GCReap             Op = "gc.Reap"
+	GCDeclared         Op = "gc.Declared"
 	GCStage            Op = "gc.Stage"
 	GCStagePass        Op = "gc.StagePass"
 	GCStageRange       Op = "gc.StageRange"
@@ -61,6 +63,12 @@ const (
 	GCExplain          Op = "gc.Explain"
 	GCPins             Op = "gc.Pins"
 	GCWindow           Op = "gc.Window"
+
+	RefSet    Op = "ref.Set"
+	RefGet    Op = "ref.Get"
+	RefTouch  Op = "ref.Touch"
+	RefDelete Op = "ref.Delete"
+	RefList   Op = "ref.List"
 
 	LockAcquire       Op = "lock.Acquire"
 	LockRenew         Op = "lock.Renew"
@@ -196,6 +204,7 @@ type Engine struct {
 	blobs   blobs
 	locks   locks
 	records records
+	refs    refs
 	gc      gcEngine
 }
 
@@ -207,6 +216,7 @@ func New(inner engine.Engine, inj Injector) *Engine {
 	e.blobs = blobs{inner.Blobs(), inj}
 	e.locks = locks{inner.Locks(), inj}
 	e.records = records{inner.Records(), inj}
+	e.refs = refs{inner.Refs(), inj}
 	e.gc = gcEngine{inner.GC(), inj}
 	return e
 }
@@ -222,6 +232,49 @@ func (e *Engine) Records() record.Engine { return &e.records }
 
 // GC implements engine.Engine.
 func (e *Engine) GC() gc.Engine { return &e.gc }
+
+// Refs implements engine.Engine.
+func (e *Engine) Refs() ref.Engine { return &e.refs }
+
+type refs struct {
+	inner ref.Engine
+	inj   Injector
+}
+
+func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
+	if err := r.inj.Inject(RefSet); err != nil {
+		return ref.Ref{}, err
+	}
+	return r.inner.Set(ctx, p)
+}
+
+func (r *refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
+	if err := r.inj.Inject(RefGet); err != nil {
+		return ref.Ref{}, err
+	}
+	return r.inner.Get(ctx, p)
+}
+
+func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
+	if err := r.inj.Inject(RefTouch); err != nil {
+		return ref.Ref{}, err
+	}
+	return r.inner.Touch(ctx, p)
+}
+
+func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
+	if err := r.inj.Inject(RefDelete); err != nil {
+		return err
+	}
+	return r.inner.Delete(ctx, p)
+}
+
+func (r *refs) List(ctx context.Context, p ref.ListParams, yield func(ref.Ref) bool) error {
+	if err := r.inj.Inject(RefList); err != nil {
+		return err
+	}
+	return r.inner.List(ctx, p, yield)
+}
 
 // Migrate implements engine.Engine.
 func (e *Engine) Migrate(ctx context.Context) error {
@@ -346,11 +399,18 @@ type gcEngine struct {
 	inj   Injector
 }
 
-func (g *gcEngine) ReapPins(ctx context.Context, p gc.NowParams) (int64, error) {
-	if err := g.inj.Inject(GCReapPins); err != nil {
-		return 0, err
+func (g *gcEngine) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
+	if err := g.inj.Inject(GCReap); err != nil {
+		return gc.Reaped{}, err
 	}
-	return g.inner.ReapPins(ctx, p)
+	return g.inner.Reap(ctx, p)
+}
+
+func (g *gcEngine) Declared(ctx context.Context) (bool, error) {
+	if err := g.inj.Inject(GCDeclared); err != nil {
+		return false, err
+	}
+	return g.inner.Declared(ctx)
 }
 
 func (g *gcEngine) Stage(ctx context.Context, p gc.StageParams) error {

@@ -19,12 +19,14 @@ type Item interface {
 }
 
 // Put is a blob put: Value stored under Key, pinned by Pin in the same
-// commit. Puts of one key may share a batch: a content-addressed value
-// stored twice is stored once.
+// commit, with an edge to each of Children (sorted keys the value
+// references). Puts of one key may share a batch: a content-addressed
+// value stored twice is stored once.
 type Put struct {
-	Key   string
-	Value []byte
-	Pin   Pin
+	Key      string
+	Value    []byte
+	Pin      Pin
+	Children []string
 }
 
 // Pin is the pin a put takes on its key in the commit that stores it:
@@ -35,11 +37,21 @@ type Pin struct {
 	Now   time.Time
 }
 
-// Size implements Item.
-func (p Put) Size() int { return len(p.Value) }
+// Size implements Item: the value and the children's keys.
+func (p Put) Size() int { return len(p.Value) + len(p.Children)*keyTextLen }
 
-// BatchKey implements Item: any puts may share a batch.
-func (p Put) BatchKey() string { return "" }
+// keyTextLen is the length of a key's text form ("sha256:" and 64 hex).
+const keyTextLen = 71
+
+// BatchKey implements Item: puts may share a batch, but two puts of one
+// key that declare children never do, so that a child found missing fails
+// only its own put.
+func (p Put) BatchKey() string {
+	if len(p.Children) > 0 {
+		return p.Key
+	}
+	return ""
+}
 
 // Committer coalesces concurrent writes into shared statements and commits
 // (group commit). Callers take turns leading: a caller holding one of the

@@ -16,6 +16,7 @@ type SweepReport struct {
 	DryRun     bool      `json:"dry_run"`
 	Aborted    string    `json:"aborted,omitempty"`
 	Reaped     int64     `json:"reaped"`
+	ReapedRefs int64     `json:"reaped_refs"`
 	Uploads    int64     `json:"uploads"`
 	Taken      int64     `json:"taken"`
 	Deleted    int64     `json:"deleted"`
@@ -57,10 +58,20 @@ type Explanation struct {
 	Size         int64     `json:"size"`
 	Pins         []Pin     `json:"pins"`
 	Sources      []string  `json:"sources"`
+	Refs         []RefPin  `json:"refs"`
+	Parents      []string  `json:"parents"`
 	Staged       bool      `json:"staged"`
 	VisibleAfter time.Time `json:"visible_after,omitzero"`
 	Now          time.Time `json:"now"`
 	Verdict      string    `json:"verdict"`
+}
+
+// RefPin is a ref naming a key, as an explanation lists it: its expiry
+// (none when zero) and whether it is live.
+type RefPin struct {
+	Name   string    `json:"name"`
+	Expiry time.Time `json:"expiry,omitzero"`
+	Live   bool      `json:"live"`
 }
 
 // Source is a SQL liveness source: a text column of a table in the
@@ -93,9 +104,16 @@ type GCStep struct {
 	VisibleAfter time.Time `json:"visible_after,omitzero"`
 }
 
-// GCCount answers a step that counts: pins reaped.
-type GCCount struct {
-	Count int64 `json:"count"`
+// GCReaped answers a reap: the expired pins and refs removed.
+type GCReaped struct {
+	Pins int64 `json:"pins"`
+	Refs int64 `json:"refs"`
+}
+
+// GCDeclared answers GET /v1/gc/declared: whether the store declares any
+// liveness beyond pins (a source, a ref, a blob reference).
+type GCDeclared struct {
+	Declared bool `json:"declared"`
 }
 
 // GCKeys answers a take: the candidates taken, in key order.

@@ -314,6 +314,8 @@ type Upload struct {
 type Publish struct {
 	Key  string `json:"key"`
 	Size int64  `json:"size"`
+	// Children are the blobs the value references (sorted, distinct).
+	Children []string `json:"children,omitempty"`
 }
 
 // Reaped is the answer of POST /v1/uploads/reap.

@@ -1,0 +1,171 @@
+package enginetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Blob references: a blob put with children keeps them while it is
+// stored; the collector peels the graph one level a pass.
+
+func putWith(t *testing.T, s *blob.Store, value []byte, children ...blob.Key) (blob.Key, error) {
+	t.Helper()
+	return s.PutWith(t.Context(), bytes.NewReader(value), blob.PutOptions{Children: children})
+}
+
+func gcEdges(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	col := gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Now: b.clock.Now}) // refuses a store with nothing declared
+	c1 := mustPut(t, b.store, testValue("child 1", 10))
+	c2 := mustPut(t, b.store, testValue("child 2", 11))
+	leaf := mustPut(t, b.store, testValue("grandchild", 12))
+	mid, err := putWith(t, b.store, testValue("middle", 13), leaf)
+	if err != nil {
+		t.Fatalf("PutWith(a child): %v", err)
+	}
+	parent, err := putWith(t, b.store, testValue("parent", 14), c2, mid, c1, c1) // any order, a repeat
+	if err != nil {
+		t.Fatalf("PutWith(children): %v", err)
+	}
+	x, err := col.Explain(ctx, c1)
+	if err != nil || !slices.Equal(x.Parents, []blob.Key{parent}) || !strings.Contains(x.Verdict(), "referenced by blob "+parent.String()) {
+		t.Fatalf("Explain(child) = %+v (%s), %v; want its parent named", x, x.Verdict(), err)
+	}
+	b.expirePins()
+	sweep := func(what string) gc.Report {
+		t.Helper()
+		rep, err := col.Sweep(ctx, gc.SweepOptions{})
+		if err != nil {
+			t.Fatalf("Sweep (%s): %v", what, err)
+		}
+		return rep
+	}
+	// One level a pass: each sweep deletes the level staged a grace ago,
+	// and stages the one its deletions left unreferenced.
+	levels := [][]blob.Key{{parent}, sortedKeys([]blob.Key{c1, c2, mid}), {leaf}}
+	for i, level := range levels {
+		rep := sweep(fmt.Sprint("level ", i))
+		if i > 0 && rep.Deleted != int64(len(levels[i-1])) {
+			t.Fatalf("level %d: sweep = %+v, want the %d blobs of the level before deleted", i, rep, len(levels[i-1]))
+		}
+		if rep.Staged != int64(len(level)) {
+			t.Fatalf("level %d: sweep = %+v, want %d staged", i, rep, len(level))
+		}
+		w := window(t, b.eng.GC())
+		for _, k := range level {
+			if _, ok := w[k]; !ok {
+				t.Fatalf("level %d: window %v lacks %s", i, w, k)
+			}
+		}
+		if i < 2 {
+			wantErr(t, b.store.Delete(ctx, leaf), steaderr.ErrProtected, "Delete of a referenced grandchild")
+		}
+		b.clock.Advance(testGrace)
+	}
+	if _, err := col.Sweep(ctx, gc.SweepOptions{}); !errors.Is(err, steaderr.ErrProtected) {
+		t.Fatalf("a sweep once no edge is left = %v, want refused: nothing declared", err)
+	}
+	if rep := b.sweep(t); rep.Deleted != 1 {
+		t.Fatalf("last sweep = %+v, want the grandchild deleted", rep)
+	}
+	wantNothingStored(t, b.store)
+}
+
+func gcEdgesRefused(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	child := mustPut(t, b.store, testValue("present child", 10))
+	absent := absentKey("edge child")
+	value := testValue("orphaned parent", 20)
+	_, err := putWith(t, b.store, value, child, absent)
+	wantErr(t, err, steaderr.ErrNotFound, "PutWith a child not stored")
+	if !strings.Contains(err.Error(), absent.String()) {
+		t.Errorf("the error %q does not name the missing child", err)
+	}
+	wantHas(t, b.store, blob.KeyOf(value), false)
+	if x, err := b.col.Explain(ctx, child); err != nil || len(x.Parents) != 0 {
+		t.Fatalf("Explain(child) after a refused parent = %+v, %v; want no parent", x, err)
+	}
+	if d, err := b.eng.GC().Declared(ctx); err != nil || d {
+		t.Fatalf("Declared after a refused parent = %v, %v; want nothing declared", d, err)
+	}
+	_, err = putWith(t, b.store, value, blob.KeyOf(value))
+	wantErr(t, err, steaderr.ErrInvalidArgument, "PutWith naming itself")
+	_, err = putWith(t, b.store, value, blob.Key{})
+	wantErr(t, err, steaderr.ErrInvalidKey, "PutWith a zero child")
+	many := make([]blob.Key, blob.MaxChildren+1)
+	for i := range many {
+		many[i] = absentKey(fmt.Sprint("many ", i))
+	}
+	_, err = putWith(t, b.store, value, many...)
+	wantErr(t, err, steaderr.ErrInvalidArgument, "PutWith too many children")
+	wantHas(t, b.store, blob.KeyOf(value), false)
+
+	// A re-put may add children, and a put declaring children writes them
+	// even while the store's pin on the key is young.
+	parent := mustPut(t, b.store, value)
+	if _, err := putWith(t, b.store, value, child); err != nil {
+		t.Fatalf("re-put with a child: %v", err)
+	}
+	if x, err := b.col.Explain(ctx, child); err != nil || !slices.Equal(x.Parents, []blob.Key{parent}) {
+		t.Fatalf("Explain(child) after a re-put declared it = %+v, %v", x, err)
+	}
+	if d, err := b.eng.GC().Declared(ctx); err != nil || !d {
+		t.Fatalf("Declared with an edge = %v, %v; want true", d, err)
+	}
+}
+
+// gcEdgesRace puts a parent while an arbitration of its child runs: either
+// the put wins (the child stays) or the arbitration does (the put fails
+// with ErrNotFound and stores nothing); never both.
+func gcEdgesRace(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	g := b.eng.GC()
+	lease := sweepLease(t, g)
+	rounds := 20
+	if testing.Short() {
+		rounds = 6
+	}
+	for i := range rounds {
+		child := mustPut(t, b.store, testValue(fmt.Sprint("raced child ", i), 10))
+		b.expirePins()
+		value := testValue(fmt.Sprint("racing parent ", i), 20)
+		var wg sync.WaitGroup
+		var putErr, arbErr error
+		wg.Go(func() { _, putErr = putWith(t, b.store, value, child) })
+		wg.Go(func() {
+			_, arbErr = g.Arbitrate(ctx, gc.ArbitrateParams{Keys: []blob.Key{child}, Now: b.clock.Now(), Lease: lease})
+		})
+		wg.Wait()
+		if arbErr != nil {
+			t.Fatalf("Arbitrate: %v", arbErr)
+		}
+		hasChild, err := b.store.Has(ctx, child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hasParent, err := b.store.Has(ctx, blob.KeyOf(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case putErr == nil && !hasChild:
+			t.Fatalf("round %d: the parent was put and its child deleted", i)
+		case putErr != nil && !errors.Is(putErr, steaderr.ErrNotFound):
+			t.Fatalf("round %d: PutWith: %v", i, putErr)
+		case putErr != nil && (hasChild || hasParent):
+			t.Fatalf("round %d: the put failed (%v) but child %v, parent %v are stored", i, putErr, hasChild, hasParent)
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// The ref statements (docs/decisions/0022). A ref is live while its expiry
+// is NULL or after now (@now, or the database's now()). Set and Touch lock
+// the key's blob row first, as a put or a pin does, so neither can
+// interleave with an arbitration of the key.
+const (
+	// sqlRefSet locks the key's blob row, then inserts or replaces the ref
+	// if its condition holds (@cond: 0 always, 1 if no live ref has the
+	// name, 2 if the live ref's version is @version), judged on the row as
+	// it stands once its lock is held (ON CONFLICT … WHERE). It answers
+	// whether the blob was stored and the ref written, if it was.
+	sqlRefSet = `WITH b AS (
+	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
+), live AS (
+	SELECT version FROM {schema}.refs WHERE name = @name AND (expiry IS NULL OR expiry > coalesce(@now::timestamptz, now()))
+), w AS (
+	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry)
+	SELECT @name, key, nextval('{schema}.ref_versions'), @annotation,
+	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + @ttl::bigint * interval '1 microsecond' END
+	FROM b
+	WHERE CASE @cond::int WHEN 1 THEN NOT EXISTS (SELECT FROM live)
+	                      WHEN 2 THEN EXISTS (SELECT FROM live WHERE version = @version)
+	                      ELSE true END
+	ON CONFLICT (name) DO UPDATE
+	SET key = excluded.key, version = excluded.version, annotation = excluded.annotation, expiry = excluded.expiry
+	WHERE CASE @cond::int WHEN 1 THEN r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
+	                      WHEN 2 THEN r.version = @version AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
+	                      ELSE true END
+	RETURNING name, key, version, annotation, expiry
+)
+SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry
+FROM (SELECT) AS one LEFT JOIN w ON true`
+
+	sqlRefGet = `SELECT name, key, version, annotation, expiry FROM {schema}.refs
+WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`
+
+	// sqlRefTouch locks the blob row of the ref's key, then renews the
+	// ref if it is live at clock_timestamp(), the instant the row is read
+	// (as a pin's renewal judges), keeping its version; a ref without
+	// expiry is answered unchanged. The new expiry runs from now().
+	sqlRefTouch = `WITH b AS (
+	SELECT key FROM {schema}.blobs WHERE key = (SELECT key FROM {schema}.refs WHERE name = $1) FOR NO KEY UPDATE
+)
+UPDATE {schema}.refs
+SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, now()) + $2 * interval '1 microsecond' END
+WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp())) AND EXISTS (SELECT FROM b)
+RETURNING name, key, version, annotation, expiry`
+
+	// sqlRefDelete deletes the live ref if its version is $2 (0: any), and
+	// answers whether a live ref had the name and whether it was deleted.
+	sqlRefDelete = `WITH live AS (
+	SELECT version FROM {schema}.refs WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, now()))
+), d AS (
+	DELETE FROM {schema}.refs
+	WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, now())) AND ($2 = 0 OR version = $2)
+	RETURNING 1
+)
+SELECT EXISTS (SELECT FROM live), EXISTS (SELECT FROM d)`
+
+	// sqlRefList lists live refs with names in [$1, $2) (no upper bound
+	// when $2 is NULL) after $3, in name order.
+	sqlRefList = `SELECT name, key, version, annotation, expiry FROM {schema}.refs
+WHERE name >= $1 AND ($2::text IS NULL OR name < $2) AND name > $3
+AND (expiry IS NULL OR expiry > coalesce($4::timestamptz, now()))
+ORDER BY name LIMIT $5`
+)
+
+type refs struct {
+	e   *Engine
+	sql struct{ set, get, touch, del, list string }
+}
+
+func (r *refs) init(e *Engine) {
+	r.e = e
+	r.sql.set, r.sql.get, r.sql.touch = e.render(sqlRefSet), e.render(sqlRefGet), e.render(sqlRefTouch)
+	r.sql.del, r.sql.list = e.render(sqlRefDelete), e.render(sqlRefList)
+}
+
+// Refs implements engine.Engine.
+func (e *Engine) Refs() ref.Engine { return &e.refs }
+
+// refRow scans a ref's columns.
+type refRow struct {
+	name, key  pgtype.Text
+	version    pgtype.Int8
+	annotation []byte
+	expiry     pgtype.Timestamptz
+}
+
+func (rr *refRow) dest() []any { return []any{&rr.name, &rr.key, &rr.version, &rr.annotation, &rr.expiry} }
+
+func (rr *refRow) ref() (ref.Ref, error) {
+	k, err := blob.ParseKey(rr.key.String)
+	if err != nil {
+		return ref.Ref{}, fmt.Errorf("postgres: stored ref key: %w", err)
+	}
+	return ref.Ref{Name: rr.name.String, Key: k, Version: rr.version.Int64, Annotation: rr.annotation, Expiry: rr.expiry.Time}, nil
+}
+
+func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
+	if err := r.e.check(ctx); err != nil {
+		return ref.Ref{}, err
+	}
+	args := pgx.NamedArgs{
+		"name": p.Name, "key": p.Key.String(), "annotation": p.Annotation, "ttl": p.TTL.Microseconds(),
+		"cond": int(p.Cond), "version": p.Version, "now": nowArg(p.Now),
+	}
+	var stored bool
+	var rr refRow
+	err := retryTransient(ctx, func() error {
+		return r.e.pool.QueryRow(ctx, r.sql.set, args).Scan(append([]any{&stored}, rr.dest()...)...)
+	})
+	switch {
+	case err != nil:
+		return ref.Ref{}, err
+	case !stored:
+		return ref.Ref{}, fmt.Errorf("%w: blob %s is not stored", steaderr.ErrNotFound, p.Key)
+	case !rr.name.Valid:
+		return ref.Ref{}, refConflict(p)
+	}
+	return rr.ref()
+}
+
+// refConflict is the error of a Set whose condition did not hold.
+func refConflict(p ref.SetParams) error {
+	if p.Cond == ref.IfAbsent {
+		return fmt.Errorf("%w: a live ref has the name", steaderr.ErrConflict)
+	}
+	return fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version)
+}
+
+func (r *refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
+	if err := r.e.check(ctx); err != nil {
+		return ref.Ref{}, err
+	}
+	var rr refRow
+	if err := readError(r.e.pool.QueryRow(ctx, r.sql.get, p.Name, nowArg(p.Now)).Scan(rr.dest()...)); err != nil {
+		return ref.Ref{}, err
+	}
+	return rr.ref()
+}
+
+func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
+	if err := r.e.check(ctx); err != nil {
+		return ref.Ref{}, err
+	}
+	var rr refRow
+	err := retryTransient(ctx, func() error {
+		return r.e.pool.QueryRow(ctx, r.sql.touch, p.Name, p.TTL.Microseconds(), nowArg(p.Now)).Scan(rr.dest()...)
+	})
+	if err := readError(err); err != nil {
+		return ref.Ref{}, err
+	}
+	return rr.ref()
+}
+
+func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
+	if err := r.e.check(ctx); err != nil {
+		return err
+	}
+	var live, deleted bool
+	err := retryTransient(ctx, func() error {
+		return r.e.pool.QueryRow(ctx, r.sql.del, p.Name, p.Version, nowArg(p.Now)).Scan(&live, &deleted)
+	})
+	switch {
+	case err != nil:
+		return readError(err)
+	case deleted:
+		return nil
+	case !live:
+		return steaderr.ErrNotFound
+	}
+	return fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version)
+}
+
+func (r *refs) List(ctx context.Context, p ref.ListParams, yield func(ref.Ref) bool) error {
+	if err := r.e.check(ctx); err != nil {
+		return err
+	}
+	if p.Limit < 1 {
+		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, p.Limit)
+	}
+	var end *string
+	if e, ok := ref.PrefixEnd(p.Prefix); ok {
+		end = &e
+	}
+	rows, err := r.e.pool.Query(ctx, r.sql.list, p.Prefix, end, p.After, nowArg(p.Now), p.Limit)
+	if err != nil {
+		return listError(err)
+	}
+	defer rows.Close()
+	var rr refRow
+	for rows.Next() {
+		if err := rows.Scan(rr.dest()...); err != nil {
+			return interpretError(err)
+		}
+		x, err := rr.ref()
+		if err != nil {
+			return err
+		}
+		if !yield(x) {
+			return nil
+		}
+	}
+	return listError(rows.Err())
+}

@@ -1,0 +1,99 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/ref"
+)
+
+// refs drives /v1/refs.
+type refs struct{ e *Engine }
+
+// Refs returns the engine's ref mechanics.
+func (e *Engine) Refs() ref.Engine { return refs{e} }
+
+// refPath is the path of a ref, each segment of its name escaped.
+func refPath(name string) string {
+	segs := strings.Split(name, "/")
+	for i, s := range segs {
+		segs[i] = escape(s)
+	}
+	return "/v1/refs/" + strings.Join(segs, "/")
+}
+
+func readRef(w wire.Ref) (ref.Ref, error) {
+	k, err := blob.ParseKey(w.Key)
+	if err != nil || w.Version < 1 {
+		return ref.Ref{}, fmt.Errorf("ref %q: %w: key %q, version %d", w.Name, errMalformed, w.Key, w.Version)
+	}
+	return ref.Ref{Name: w.Name, Key: k, Version: w.Version, Annotation: w.Annotation, Expiry: w.Expiry}, nil
+}
+
+func (r refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
+	h := http.Header{}
+	switch p.Cond {
+	case ref.IfAbsent:
+		h.Set("If-None-Match", "*")
+	case ref.IfVersion:
+		h.Set("If-Match", wire.ETag(p.Version))
+	}
+	var out wire.Ref
+	in := wire.RefSet{Key: p.Key.String(), TTL: wire.Duration(p.TTL), Annotation: p.Annotation, Now: p.Now}
+	if _, err := r.e.do(ctx, http.MethodPut, refPath(p.Name), &request{header: h}, in, &out); err != nil {
+		return ref.Ref{}, err
+	}
+	return readRef(out)
+}
+
+func (r refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
+	var out wire.Ref
+	if _, err := r.e.do(ctx, http.MethodGet, refPath(p.Name), &request{query: query("now", timeText(p.Now))}, nil, &out); err != nil {
+		return ref.Ref{}, err
+	}
+	return readRef(out)
+}
+
+func (r refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
+	var out wire.Ref
+	if _, err := r.e.do(ctx, http.MethodPatch, refPath(p.Name), nil, wire.RefTouch{TTL: wire.Duration(p.TTL), Now: p.Now}, &out); err != nil {
+		return ref.Ref{}, err
+	}
+	return readRef(out)
+}
+
+func (r refs) Delete(ctx context.Context, p ref.DeleteParams) error {
+	h := http.Header{}
+	if p.Version != 0 {
+		h.Set("If-Match", wire.ETag(p.Version))
+	}
+	_, err := r.e.do(ctx, http.MethodDelete, refPath(p.Name), &request{header: h, query: query("now", timeText(p.Now))}, nil, nil)
+	return err
+}
+
+func (r refs) List(ctx context.Context, p ref.ListParams, yield func(ref.Ref) bool) error {
+	q := query("prefix", p.Prefix, "after", p.After, "now", timeText(p.Now))
+	q.Set("limit", strconv.Itoa(p.Limit))
+	var out wire.RefPage
+	if _, err := r.e.do(ctx, http.MethodGet, "/v1/refs", &request{query: q}, nil, &out); err != nil {
+		return err
+	}
+	if len(out.Refs) > p.Limit {
+		return fmt.Errorf("ref list: %w: %d refs for a limit of %d", errMalformed, len(out.Refs), p.Limit)
+	}
+	for _, w := range out.Refs {
+		x, err := readRef(w)
+		if err != nil {
+			return err
+		}
+		if !yield(x) {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package wire
+
+import "time"
+
+// ChildrenHeader lists, comma-separated, the blobs a put's content
+// references (PUT or POST /v1/blobs): while the put's blob is stored they
+// are kept.
+const ChildrenHeader = "Stead-Children"
+
+// Ref is a ref as the API answers it (GET, PUT, PATCH /v1/refs/{name});
+// its version is also the answer's ETag.
+type Ref struct {
+	Name       string    `json:"name"`
+	Key        string    `json:"key"`
+	Version    int64     `json:"version"`
+	Annotation []byte    `json:"annotation,omitempty"`
+	Expiry     time.Time `json:"expiry,omitzero"`
+}
+
+// RefSet is the body of PUT /v1/refs/{name}: the key, and optionally a TTL
+// (no expiry without one) and an annotation (base64). Now, when set, is
+// the instant the TTL runs from; a server accepts it only when started
+// with client clocks allowed (tests).
+type RefSet struct {
+	Key        string    `json:"key"`
+	TTL        Duration  `json:"ttl,omitempty"`
+	Annotation []byte    `json:"annotation,omitempty"`
+	Now        time.Time `json:"now,omitzero"`
+}
+
+// RefTouch is the body of PATCH /v1/refs/{name}: renew the ref's expiry
+// to now + TTL.
+type RefTouch struct {
+	TTL Duration  `json:"ttl"`
+	Now time.Time `json:"now,omitzero"`
+}
+
+// RefPage is the answer of GET /v1/refs: the refs of one page in name
+// order, and Next, the name to list after, while there is more.
+type RefPage struct {
+	Refs []Ref  `json:"refs"`
+	Next string `json:"next,omitempty"`
+}

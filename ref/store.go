@@ -1,0 +1,243 @@
+package ref
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// DefaultPageSize is how many refs All reads from the engine at a time.
+const DefaultPageSize = 1000
+
+// Options configures a Store.
+type Options struct {
+	// Now is the clock expiries are measured against, for tests that move
+	// time without sleeping. Defaults to nil: the engine's clock (the
+	// database's now() on PostgreSQL, the system clock elsewhere).
+	Now func() time.Time
+}
+
+// Store is the ref capability of a stead store. It is safe for concurrent
+// use.
+type Store struct {
+	eng Engine
+	now func() time.Time
+}
+
+// NewStore returns a Store over eng.
+func NewStore(eng Engine, opts Options) *Store { return &Store{eng: eng, now: opts.Now} }
+
+// SetOptions are the options of Set.
+type SetOptions struct {
+	// IfAbsent makes the Set create-only: it fails with ErrConflict when a
+	// live ref has the name.
+	IfAbsent bool
+	// IfVersion, when not 0, makes the Set a compare-and-swap: it fails
+	// with ErrConflict unless the live ref's version is IfVersion.
+	IfVersion int64
+	// TTL, when not 0, makes the ref expire TTL after the Set (renewed by
+	// Touch); it must then be at least a microsecond. Defaults to 0: the
+	// ref never expires.
+	TTL time.Duration
+	// Annotation is attached to the ref, at most MaxAnnotation bytes.
+	Annotation []byte
+}
+
+// Set points the ref name at key, which must be stored (else ErrNotFound:
+// a sweep may have collected it; put it again), and returns the ref with
+// its new version. From the moment Set returns, key is kept while the ref
+// is live: no pin is needed between a Put and the Set that names it, as
+// long as the put's pin lasts. Errors: ErrInvalidName, ErrInvalidKey,
+// ErrInvalidArgument (a bad TTL or option, an annotation too long),
+// ErrConflict (IfAbsent or IfVersion not met); nothing changes then.
+func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOptions) (Ref, error) {
+	p := SetParams{Name: name, Key: key, Version: opts.IfVersion, Now: s.clock()}
+	err := CheckName(name)
+	switch {
+	case err != nil:
+	case key.IsZero():
+		err = fmt.Errorf("%w: zero key", steaderr.ErrInvalidKey)
+	case len(opts.Annotation) > MaxAnnotation:
+		err = fmt.Errorf("%w: annotation is %d bytes, at most %d", steaderr.ErrInvalidArgument, len(opts.Annotation), MaxAnnotation)
+	case opts.IfVersion < 0:
+		err = fmt.Errorf("%w: IfVersion %d", steaderr.ErrInvalidArgument, opts.IfVersion)
+	case opts.IfAbsent && opts.IfVersion != 0:
+		err = fmt.Errorf("%w: IfAbsent and IfVersion together", steaderr.ErrInvalidArgument)
+	}
+	if err == nil {
+		p.TTL, err = checkTTL(opts.TTL, true)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+	}
+	switch {
+	case opts.IfAbsent:
+		p.Cond = IfAbsent
+	case opts.IfVersion != 0:
+		p.Cond = IfVersion
+	}
+	if len(opts.Annotation) > 0 {
+		p.Annotation = bytes.Clone(opts.Annotation)
+	}
+	r, err := s.eng.Set(ctx, p)
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+	}
+	return r, nil
+}
+
+// Get returns the live ref name, or an error wrapping ErrNotFound (also
+// once it expired).
+func (s *Store) Get(ctx context.Context, name string) (Ref, error) {
+	if err := checkCall(ctx, name); err != nil {
+		return Ref{}, fmt.Errorf("ref get %.80q: %w", name, err)
+	}
+	r, err := s.eng.Get(ctx, GetParams{Name: name, Now: s.clock()})
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref get %.80q: %w", name, err)
+	}
+	return r, nil
+}
+
+// Touch renews the live, expiring ref name to expire ttl from now, keeping
+// its version, and returns it; a ref without expiry is returned as it is.
+// An absent or expired ref is an error wrapping ErrNotFound: Touch never
+// resurrects one.
+func (s *Store) Touch(ctx context.Context, name string, ttl time.Duration) (Ref, error) {
+	ttl, err := checkTTL(ttl, false)
+	if err == nil {
+		err = checkCall(ctx, name)
+	}
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref touch %.80q: %w", name, err)
+	}
+	r, err := s.eng.Touch(ctx, TouchParams{Name: name, TTL: ttl, Now: s.clock()})
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref touch %.80q: %w", name, err)
+	}
+	return r, nil
+}
+
+// GetTouch is Get for a cache's read path: it returns the live ref name
+// and, when it expires in less than half of ttl, renews it to expire ttl
+// from now, so an entry read often stays and one nobody reads goes, at one
+// write per half ttl rather than one per read.
+func (s *Store) GetTouch(ctx context.Context, name string, ttl time.Duration) (Ref, error) {
+	ttl, err := checkTTL(ttl, false)
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref get %.80q: %w", name, err)
+	}
+	r, err := s.Get(ctx, name)
+	if err != nil || r.Expiry.IsZero() {
+		return r, err
+	}
+	now := s.clock()
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if r.Expiry.Sub(now) >= ttl/2 {
+		return r, nil
+	}
+	return s.Touch(ctx, name, ttl)
+}
+
+// Delete removes the live ref name, only if its version is ifVersion when
+// ifVersion is not 0 (else ErrConflict). An absent or expired ref is an
+// error wrapping ErrNotFound. The key it named is no longer kept by it:
+// a later sweep may collect it.
+func (s *Store) Delete(ctx context.Context, name string, ifVersion int64) error {
+	err := checkCall(ctx, name)
+	if err == nil && ifVersion < 0 {
+		err = fmt.Errorf("%w: version %d", steaderr.ErrInvalidArgument, ifVersion)
+	}
+	if err == nil {
+		err = s.eng.Delete(ctx, DeleteParams{Name: name, Version: ifVersion, Now: s.clock()})
+	}
+	if err != nil {
+		return fmt.Errorf("ref delete %.80q: %w", name, err)
+	}
+	return nil
+}
+
+// List returns up to limit live refs whose names start with prefix and
+// sort after after (bytewise), in name order. Pass the last name of one
+// page as after to get the next; an empty page is the end.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]Ref, error) {
+	if err := checkList(ctx, prefix, after, limit); err != nil {
+		return nil, fmt.Errorf("ref list: %w", err)
+	}
+	var page []Ref
+	err := s.eng.List(ctx, ListParams{Prefix: prefix, After: after, Limit: limit, Now: s.clock()}, func(r Ref) bool {
+		page = append(page, r)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ref list: %w", err)
+	}
+	return page, nil
+}
+
+// All yields every live ref whose name starts with prefix, in name order,
+// a page at a time, holding nothing of the engine's while the loop body
+// runs. Every ref live for the whole walk is yielded exactly once; one set
+// or deleted meanwhile may or may not be. An error is yielded once, last.
+func (s *Store) All(ctx context.Context, prefix string) iter.Seq2[Ref, error] {
+	return func(yield func(Ref, error) bool) {
+		if err := checkList(ctx, prefix, "", 1); err != nil {
+			yield(Ref{}, fmt.Errorf("ref list: %w", err))
+			return
+		}
+		after := ""
+		for {
+			page, err := s.List(ctx, prefix, after, DefaultPageSize)
+			if err != nil {
+				yield(Ref{}, err)
+				return
+			}
+			for _, r := range page {
+				if !yield(r, nil) {
+					return
+				}
+			}
+			if len(page) < DefaultPageSize {
+				return
+			}
+			after = page[len(page)-1].Name
+		}
+	}
+}
+
+func (s *Store) clock() time.Time {
+	if s.now == nil {
+		return time.Time{}
+	}
+	return s.now().Truncate(time.Microsecond)
+}
+
+func checkCall(ctx context.Context, name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+func checkList(ctx context.Context, prefix, after string, limit int) error {
+	if err := CheckPrefix(prefix); err != nil {
+		return err
+	}
+	if err := CheckPrefix(after); err != nil {
+		return err
+	}
+	if limit <= 0 {
+		return fmt.Errorf("%w: limit %d, want > 0", steaderr.ErrInvalidArgument, limit)
+	}
+	return ctx.Err()
+}
