@@ -100,7 +100,9 @@ type refRow struct {
 	expiry     pgtype.Timestamptz
 }
 
-func (rr *refRow) dest() []any { return []any{&rr.name, &rr.key, &rr.version, &rr.annotation, &rr.expiry} }
+func (rr *refRow) dest() []any {
+	return []any{&rr.name, &rr.key, &rr.version, &rr.annotation, &rr.expiry}
+}
 
 func (rr *refRow) ref() (ref.Ref, error) {
 	k, err := blob.ParseKey(rr.key.String)
