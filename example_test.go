@@ -2,6 +2,7 @@ package stead_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -13,6 +14,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/ref"
 )
 
 func Example() {
@@ -151,4 +153,97 @@ func Example_gc() {
 	// deleted: 1
 	// true true
 	// false false
+}
+
+// Example_refs keeps a blob with a ref, with no table of one's own: a tag
+// naming a manifest, and a cache entry that goes once nobody reads it.
+// Deleting the ref lets a later sweep collect the blob. (A test clock
+// stands in for waiting.)
+func Example_refs() {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	st, err := stead.Open(ctx, "mem://", stead.WithClock(func() time.Time { return now }), stead.WithGCGrace(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+
+	manifest, err := st.Blobs.Put(ctx, strings.NewReader(`{"layers":[]}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The put's pin protects the blob until the ref does.
+	tag, err := st.Refs.Set(ctx, "tags/app/v1", manifest, ref.SetOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	entry, err := st.Blobs.Put(ctx, strings.NewReader("cached output"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := st.Refs.Set(ctx, "cache/job-7", entry, ref.SetOptions{TTL: 24 * time.Hour}); err != nil {
+		log.Fatal(err)
+	}
+
+	// With no ref left, a sweep must be told that nothing declared is
+	// right (AllUnreferenced); with one, it knows what is kept.
+	sweep := func(opts gc.SweepOptions) gc.Report {
+		rep, err := st.GC.Sweep(ctx, opts)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return rep
+	}
+	now = now.Add(48 * time.Hour) // the pins and the cache entry lapse
+	sweep(gc.SweepOptions{})
+	now = now.Add(time.Hour) // the grace passes
+	fmt.Println("deleted:", sweep(gc.SweepOptions{}).Deleted)
+
+	// The tag goes (if it is still the version we set), and so does its blob.
+	if err := st.Refs.Delete(ctx, "tags/app/v1", tag.Version); err != nil {
+		log.Fatal(err)
+	}
+	now = now.Add(time.Hour)
+	sweep(gc.SweepOptions{AllUnreferenced: true})
+	now = now.Add(time.Hour)
+	fmt.Println("deleted:", sweep(gc.SweepOptions{AllUnreferenced: true}).Deleted)
+	// Output:
+	// deleted: 1
+	// deleted: 1
+}
+
+// Example_references keeps blobs through the blob that names them: a
+// manifest put with its layers as children keeps them while it is stored,
+// with no pin or ref of their own.
+func Example_references() {
+	ctx := context.Background()
+	st, err := stead.Open(ctx, "mem://")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+
+	layer, err := st.Blobs.Put(ctx, strings.NewReader("layer bytes"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	manifest, err := st.Blobs.PutWith(ctx, strings.NewReader(`{"layers":["`+layer.String()+`"]}`),
+		blob.PutOptions{Children: []blob.Key{layer}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := st.Refs.Set(ctx, "tags/latest", manifest, ref.SetOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	x, err := st.GC.Explain(ctx, layer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(x.Parents[0] == manifest)
+	// A parent whose children are not stored is refused, and stores nothing.
+	_, err = st.Blobs.PutWith(ctx, strings.NewReader("orphan"), blob.PutOptions{Children: []blob.Key{blob.KeyOf([]byte("never put"))}})
+	fmt.Println(errors.Is(err, stead.ErrNotFound))
+	// Output:
+	// true
+	// true
 }

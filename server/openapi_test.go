@@ -43,6 +43,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	defer st.Close()
 	routes := server.New(st, server.Options{}).Routes()
+	for i, r := range routes {
+		// OpenAPI has no wildcard of many segments: {name...} is {name}.
+		routes[i] = strings.ReplaceAll(r, "...}", "}")
+	}
 	slices.Sort(documented)
 	slices.Sort(routes)
 	for _, r := range routes {

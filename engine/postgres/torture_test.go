@@ -22,6 +22,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -191,6 +192,17 @@ func TestPinnedReadLoss(t *testing.T) {
 	}
 }
 
+// sortedPair returns a and b sorted, once if equal.
+func sortedPair(a, b blob.Key) []blob.Key {
+	switch c := a.Compare(b); {
+	case c == 0:
+		return []blob.Key{a}
+	case c > 0:
+		return []blob.Key{b, a}
+	}
+	return []blob.Key{a, b}
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
@@ -226,6 +238,7 @@ func tortureChild() int {
 		postgres.SetNaiveArbitration(e, 10*time.Millisecond)
 	}
 	s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: torturePinTTL, Owner: name})
+	refStore := ref.NewStore(e.Refs(), ref.Options{})
 	col := gc.New(e.GC(), gc.Options{Grace: tortureGrace, Batch: 50, Holder: name})
 	schema := cfg.Schema
 	refs := pgx.Identifier{schema, tortureRefs}.Sanitize()
@@ -331,6 +344,7 @@ func tortureChild() int {
 	for range 6 {
 		wg.Go(func() {
 			var mine []int64
+			var lastKey blob.Key
 			for time.Now().Before(deadline) {
 				// Skewed: a few hot values, and many put now and then, so
 				// that puts meet arbitrations of their keys.
@@ -342,6 +356,10 @@ func tortureChild() int {
 					continue
 				}
 				res.puts.Add(1)
+				prev := lastKey
+				if lastKey = key; prev.IsZero() {
+					prev = key
+				}
 				// The put's pin is live for at least half the TTL from
 				// start (a whole TTL unless the put was skipped as hot):
 				// read now, and again near its end.
@@ -350,7 +368,34 @@ func tortureChild() int {
 				case recent <- putDone{key, start}:
 				default:
 				}
-				switch n := rand.IntN(6); {
+				switch n := rand.IntN(9); {
+				case n == 6: // name it with a ref (moving the name), or drop one
+					refName := fmt.Sprintf("%s/%d", name, rand.IntN(6))
+					if rand.IntN(3) == 0 {
+						if err := refStore.Delete(ctx, refName, 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+							fail("ref delete", err)
+						}
+						continue
+					}
+					if _, err := refStore.Set(ctx, refName, key, ref.SetOptions{}); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+						fail("ref set", err)
+					}
+				case n == 7: // put a parent of this key and another recent one
+					children := sortedPair(key, prev)
+					parent := fmt.Appendf(nil, "torture parent of %s %s", children[0], children[len(children)-1])
+					pkey, err := s.PutWith(ctx, bytes.NewReader(parent), blob.PutOptions{Children: children})
+					switch {
+					case errors.Is(err, steaderr.ErrNotFound):
+						// a child was collected first
+					case err != nil:
+						fail("parent put", err)
+					case rand.IntN(2) == 0:
+						// Keep the parent for a while: the ref's name is the
+						// torture's own, so a later set may move it.
+						if _, err := refStore.Set(ctx, fmt.Sprintf("%s/parent", name), pkey, ref.SetOptions{}); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+							fail("parent ref", err)
+						}
+					}
 				case n < 2: // pin, reference, release
 					guard, err := s.Pin(ctx, key)
 					if errors.Is(err, steaderr.ErrNotFound) {
@@ -431,7 +476,12 @@ func tortureChild() int {
 	violations := "SELECT 'pin ' || p.key || ' of ' || p.owner FROM " + pgx.Identifier{schema, "pins"}.Sanitize() +
 		" p WHERE p.expiry > now() AND NOT EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "blobs"}.Sanitize() + " b WHERE b.key = p.key)" +
 		" UNION ALL SELECT 'reference ' || r.id || ' to ' || r.key FROM " + refs + " r WHERE NOT EXISTS (SELECT 1 FROM " +
-		pgx.Identifier{schema, "blobs"}.Sanitize() + " b WHERE b.key = r.key)"
+		pgx.Identifier{schema, "blobs"}.Sanitize() + " b WHERE b.key = r.key)" +
+		" UNION ALL SELECT 'ref ' || f.name || ' to ' || f.key FROM " + pgx.Identifier{schema, "refs"}.Sanitize() +
+		" f WHERE (f.expiry IS NULL OR f.expiry > now()) AND NOT EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "blobs"}.Sanitize() + " b WHERE b.key = f.key)" +
+		" UNION ALL SELECT 'edge ' || e.parent || ' -> ' || e.child FROM " + pgx.Identifier{schema, "blob_edges"}.Sanitize() +
+		" e WHERE EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "blobs"}.Sanitize() + " p WHERE p.key = e.parent)" +
+		" AND NOT EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "blobs"}.Sanitize() + " c WHERE c.key = e.child)"
 	wg.Go(func() {
 		for time.Now().Before(deadline) {
 			rows, err := e.Pool().Query(ctx, violations)

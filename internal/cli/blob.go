@@ -16,6 +16,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
 )
 
 // progress wraps r in a progress bar on stderr when stderr is a terminal;
@@ -58,6 +59,8 @@ func (e *env) onKey(f func(ctx context.Context, st *stead.Store, key blob.Key) e
 
 func putCommand(e *env) *cobra.Command {
 	var asJSON bool
+	var refName string
+	var children []string
 	cmd := &cobra.Command{
 		Use:   "put FILE|-",
 		Short: "Store a file (or stdin) as a blob and print its key",
@@ -78,11 +81,25 @@ func putCommand(e *env) *cobra.Command {
 			}
 			counted := &countingReader{r: in}
 			r, done := e.progress(counted, size, "put")
+			var opts blob.PutOptions
+			for _, c := range children {
+				k, err := parseKey(c)
+				if err != nil {
+					return err
+				}
+				opts.Children = append(opts.Children, k)
+			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
-				key, err := st.Blobs.Put(cmd.Context(), r)
+				key, err := st.Blobs.PutWith(cmd.Context(), r, opts)
 				done()
 				if err != nil {
 					return err
+				}
+				// The put's pin protects the key until the ref does.
+				if refName != "" {
+					if _, err := st.Refs.Set(cmd.Context(), refName, key, ref.SetOptions{}); err != nil {
+						return err
+					}
 				}
 				if asJSON {
 					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n})
@@ -93,6 +110,8 @@ func putCommand(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print {\"key\", \"size\"} as JSON")
+	cmd.Flags().StringVar(&refName, "ref", "", "point the ref NAME at the blob, which keeps it from garbage collection")
+	cmd.Flags().StringSliceVar(&children, "child", nil, "a stored blob the content references, kept while this blob is (repeat, or comma-separate)")
 	return cmd
 }
 
@@ -289,6 +308,15 @@ func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
 			return usageError("want %d argument(s), got %d (see %s --help)", n, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func rangeArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
+			return usageError("want %d to %d argument(s), got %d (see %s --help)", lo, hi, len(args), cmd.CommandPath())
 		}
 		return nil
 	}

@@ -50,6 +50,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"bench":   benchCommand,
 	"gc":      gcCommand,
 	"pins":    pinsCommand,
+	"ref":     refCommand,
 	"scrub":   scrubCommand,
 }
 

@@ -102,6 +102,16 @@ func gcExplain(ctx context.Context, e *env, st *stead.Store, key blob.Key) error
 		}
 		fmt.Fprintf(w, "pin\t%s until %s (%s)\n", p.Owner, p.Expiry.UTC().Format(time.RFC3339Nano), state)
 	}
+	for _, r := range x.Refs {
+		state := "live"
+		if !r.Live(x.Now) {
+			state = "expired"
+		}
+		fmt.Fprintf(w, "ref\t%s until %s (%s)\n", r.Name, expiryText(r.Expiry), state)
+	}
+	for _, p := range x.Parents {
+		fmt.Fprintf(w, "parent\t%s\n", p)
+	}
 	for _, s := range x.Sources {
 		fmt.Fprintf(w, "referenced by\t%s\n", s)
 	}

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/steadkit/stead/blob"
+)
+
+// TestRefCommands keeps blobs with refs and references from the command
+// line, and lets them go again.
+func TestRefCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	db := "sqlite://" + filepath.Join(dir, "s.db")
+	layer := filepath.Join(dir, "layer")
+	if err := os.WriteFile(layer, []byte("a layer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "manifest")
+	if err := os.WriteFile(manifest, []byte("a manifest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	layerKey := blob.KeyOf([]byte("a layer")).String()
+	manifestKey := blob.KeyOf([]byte("a manifest")).String()
+
+	code, _, errOut := run(t, ctx, "--db", db, "put", "--child", blob.KeyOf([]byte("never put")).String(), manifest)
+	if code != exitNotFound || !strings.Contains(errOut, "not stored") {
+		t.Fatalf("put with a missing child = %d, %q; want %d naming it", code, errOut, exitNotFound)
+	}
+	if code, out, errOut := run(t, ctx, "--db", db, "put", layer); code != 0 || strings.TrimSpace(out) != layerKey {
+		t.Fatalf("put layer = %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut := run(t, ctx, "--db", db, "put", "--ref", "tags/app/v1", "--child", layerKey, manifest); code != 0 || strings.TrimSpace(out) != manifestKey {
+		t.Fatalf("put --ref --child = %d, %q, %q", code, out, errOut)
+	}
+	code, out, _ := run(t, ctx, "--db", db, "ref", "ls", "tags/")
+	if code != 0 || !strings.Contains(out, "tags/app/v1") || !strings.Contains(out, manifestKey) || !strings.Contains(out, "never") {
+		t.Fatalf("ref ls = %d, %q", code, out)
+	}
+	code, out, _ = run(t, ctx, "--db", db, "gc", "explain", layerKey)
+	if code != 0 || !strings.Contains(out, "parent") || !strings.Contains(out, manifestKey) {
+		t.Fatalf("gc explain of the layer = %d, %q; want its parent", code, out)
+	}
+	code, out, _ = run(t, ctx, "--db", db, "gc", "explain", manifestKey)
+	if code != 0 || !strings.Contains(out, "tags/app/v1") {
+		t.Fatalf("gc explain of the manifest = %d, %q; want its ref", code, out)
+	}
+	// A store that declares refs is swept without --all-unreferenced.
+	if code, out, errOut := run(t, ctx, "--db", db, "gc"); code != 0 || !strings.Contains(out, "staged 0") {
+		t.Fatalf("gc = %d, %q, %q; want nothing staged", code, out, errOut)
+	}
+	code, out, _ = run(t, ctx, "--db", db, "ref", "set", "--ttl", "1h", "--annotation", "cache", "cache/x", layerKey)
+	if code != 0 || !strings.Contains(out, "cache/x") || !strings.Contains(out, `"cache"`) {
+		t.Fatalf("ref set = %d, %q", code, out)
+	}
+	if code, _, errOut := run(t, ctx, "--db", db, "ref", "set", "--if-absent", "cache/x", layerKey); code != exitFailure || !strings.Contains(errOut, "conflict") {
+		t.Fatalf("ref set --if-absent over a live ref = %d, %q", code, errOut)
+	}
+	if code, out, _ := run(t, ctx, "--db", db, "ref", "get", "cache/x"); code != 0 || !strings.Contains(out, layerKey) {
+		t.Fatalf("ref get = %d, %q", code, out)
+	}
+	if code, _, _ := run(t, ctx, "--db", db, "ref", "rm", "cache/x", "tags/app/v1"); code != 0 {
+		t.Fatalf("ref rm = %d", code)
+	}
+	if code, _, _ := run(t, ctx, "--db", db, "ref", "get", "cache/x"); code != exitNotFound {
+		t.Fatalf("ref get after rm = %d, want %d", code, exitNotFound)
+	}
+	for _, bad := range [][]string{{"ref", "set", "a//b", layerKey}, {"ref", "set", "x", "sha256:nope"}, {"ref", "ls", "a", "b"}, {"ref", "set", "x"}} {
+		if code, _, _ := run(t, ctx, append([]string{"--db", db}, bad...)...); code == 0 {
+			t.Errorf("%v succeeded", bad)
+		}
+	}
+}
