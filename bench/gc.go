@@ -16,6 +16,8 @@ import (
 var (
 	gcSweepN       = flag.Int("gcsweep", 0, "with -only gc-sweep: the number of blobs the sweep benchmark stores (10% unreferenced)")
 	gcSweepChunked = flag.Int("gcsweep-chunked", 0, "with -only gc-sweep: how many of the unreferenced blobs are stored chunked, 3 MiB each")
+	gcSweepEdges   = flag.Int("gcsweep-edges", 0, "with -only gc-sweep: how many blob references (edges) among the referenced blobs")
+	gcSweepRefs    = flag.Int("gcsweep-refs", 0, "with -only gc-sweep: how many refs naming referenced blobs")
 )
 
 // pinsTableDDL is stead's pins table, so the same-SQL raw loop does the
@@ -202,7 +204,19 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 				SELECT b.chunks, o.off, repeat(int8send(o.off + b.chunks), 131072)
 				FROM %[1]s.blobs b, (VALUES (0), (1 << 20), (2 << 20)) AS o(off) WHERE b.chunks IS NOT NULL`, schema))
 	}
-	stmts = append(stmts, fmt.Sprintf(`VACUUM ANALYZE %[1]s.blobs; ANALYZE %[1]s.refs; ANALYZE %[1]s.blob_chunks`, schema))
+	if *gcSweepEdges > 0 {
+		// Edges between referenced blobs (i and i+1, neither a multiple of
+		// 10), so they change nothing of what is garbage but the work.
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %[1]s.blob_edges (parent, child)
+			SELECT %[3]s, 'sha256:' || encode(sha256((i+1)::text::bytea), 'hex')
+			FROM generate_series(1, %[2]d * 10 / 8) i WHERE i %% 10 NOT IN (0, 9) LIMIT %[2]d`, schema, *gcSweepEdges, key))
+	}
+	if *gcSweepRefs > 0 {
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %[1]s.refs (name, key, version)
+			SELECT 'r/' || i, %[3]s, nextval('%[1]s.ref_versions')
+			FROM generate_series(1, %[2]d * 10 / 9 + 1) i WHERE i %% 10 <> 0 LIMIT %[2]d`, schema, *gcSweepRefs, key))
+	}
+	stmts = append(stmts, fmt.Sprintf(`VACUUM ANALYZE %[1]s.blobs; ANALYZE %[1]s.refs; ANALYZE %[1]s.blob_chunks; ANALYZE %[1]s.blob_edges`, schema))
 	for _, s := range stmts {
 		if _, err := pool.Exec(ctx, s); err != nil {
 			pool.Close()
@@ -236,9 +250,9 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 				return err
 			}
 			t2 := time.Now()
-			fmt.Fprintf(os.Stderr, "sweep of %d blobs (%d chunked): stage %d of %d covered in %v (%.0f keys/s covered; longest range %v); "+
+			fmt.Fprintf(os.Stderr, "sweep of %d blobs (%d chunked, %d edges, %d refs): stage %d of %d covered in %v (%.0f keys/s covered; longest range %v); "+
 				"arbitrate %d, delete %d (%d MiB) in %v (%.0f keys/s; longest batch %v)\n",
-				*gcSweepN, *gcSweepChunked, stage.Staged, stage.Covered, t1.Sub(t0).Round(time.Millisecond), float64(stage.Covered)/t1.Sub(t0).Seconds(),
+				*gcSweepN, *gcSweepChunked, *gcSweepEdges, *gcSweepRefs, stage.Staged, stage.Covered, t1.Sub(t0).Round(time.Millisecond), float64(stage.Covered)/t1.Sub(t0).Seconds(),
 				stageStep.Round(time.Millisecond), del.Taken, del.Deleted, del.BytesFreed>>20, t2.Sub(t1).Round(time.Millisecond),
 				float64(del.Taken)/t2.Sub(t1).Seconds(), delStep.Round(time.Millisecond))
 			return nil
