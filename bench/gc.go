@@ -190,8 +190,8 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 	stmts := []string{
 		fmt.Sprintf(`INSERT INTO %[1]s.blobs (key, size, value)
 			SELECT %[3]s, 8, int8send(i) FROM generate_series(1, %[2]d) i`, schema, *gcSweepN, key),
-		fmt.Sprintf(`CREATE TABLE %[1]s.refs (key text PRIMARY KEY)`, schema),
-		fmt.Sprintf(`INSERT INTO %[1]s.refs SELECT %[3]s FROM generate_series(1, %[2]d) i WHERE i %% 10 <> 0`, schema, *gcSweepN, key),
+		fmt.Sprintf(`CREATE TABLE %[1]s.app_refs (key text PRIMARY KEY)`, schema),
+		fmt.Sprintf(`INSERT INTO %[1]s.app_refs SELECT %[3]s FROM generate_series(1, %[2]d) i WHERE i %% 10 <> 0`, schema, *gcSweepN, key),
 	}
 	if *gcSweepChunked > 0 {
 		// The first -gcsweep-chunked unreferenced blobs (i = 10, 20, …)
@@ -216,7 +216,7 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 			SELECT 'r/' || i, %[3]s, nextval('%[1]s.ref_versions')
 			FROM generate_series(1, %[2]d * 10 / 9 + 1) i WHERE i %% 10 <> 0 LIMIT %[2]d`, schema, *gcSweepRefs, key))
 	}
-	stmts = append(stmts, fmt.Sprintf(`VACUUM ANALYZE %[1]s.blobs; ANALYZE %[1]s.refs; ANALYZE %[1]s.blob_chunks; ANALYZE %[1]s.blob_edges`, schema))
+	stmts = append(stmts, fmt.Sprintf(`VACUUM ANALYZE %[1]s.blobs; ANALYZE %[1]s.app_refs; ANALYZE %[1]s.refs; ANALYZE %[1]s.blob_chunks; ANALYZE %[1]s.blob_edges`, schema))
 	for _, s := range stmts {
 		if _, err := pool.Exec(ctx, s); err != nil {
 			pool.Close()
@@ -225,7 +225,7 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 		}
 	}
 	col := gc.New(st.Engine().GC(), gc.Options{StagePerSweep: *gcSweepN + 1})
-	if err := col.RegisterSource(ctx, gc.Source{Schema: schema, Table: "refs", Column: "key"}); err != nil {
+	if err := col.RegisterSource(ctx, gc.Source{Schema: schema, Table: "app_refs", Column: "key"}); err != nil {
 		pool.Close()
 		cleanup()
 		return nil, nil, err
