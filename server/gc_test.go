@@ -181,17 +181,17 @@ func TestSourcesOverHTTP(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	st, srv, _ := gcServer(t, db.StoreURL())
-	if _, err := db.Admin.Exec(t.Context(), `CREATE TABLE "`+db.Schema+`".refs (k text)`); err != nil {
+	if _, err := db.Admin.Exec(t.Context(), `CREATE TABLE "`+db.Schema+`".app_refs (k text)`); err != nil {
 		t.Fatal(err)
 	}
-	src := `{"schema":"` + db.Schema + `","table":"refs","column":"k"}`
+	src := `{"schema":"` + db.Schema + `","table":"app_refs","column":"k"}`
 	a := do(t, "PUT", srv.URL+"/v1/gc/sources", src, nil)
 	if a.status != 204 {
 		t.Fatalf("PUT /v1/gc/sources: %d %s", a.status, a.body)
 	}
 	var list wire.Sources
 	a = do(t, "GET", srv.URL+"/v1/gc/sources", "", nil)
-	if err := json.Unmarshal([]byte(a.body), &list); err != nil || len(list.Sources) != 1 || list.Sources[0] != (wire.Source{Schema: db.Schema, Table: "refs", Column: "k"}) {
+	if err := json.Unmarshal([]byte(a.body), &list); err != nil || len(list.Sources) != 1 || list.Sources[0] != (wire.Source{Schema: db.Schema, Table: "app_refs", Column: "k"}) {
 		t.Fatalf("GET /v1/gc/sources: %d %s", a.status, a.body)
 	}
 	srcs, err := st.GC.Sources(t.Context())
@@ -205,7 +205,7 @@ func TestSourcesOverHTTP(t *testing.T) {
 	if err := json.Unmarshal([]byte(a.body), &list); err != nil || len(list.Sources) != 0 {
 		t.Fatalf("GET /v1/gc/sources after DELETE: %s", a.body)
 	}
-	if a := do(t, "PUT", srv.URL+"/v1/gc/sources", `{"schema":"","table":"refs","column":"k"}`, nil); a.status != 400 || a.errCode(t) != "invalid_name" {
+	if a := do(t, "PUT", srv.URL+"/v1/gc/sources", `{"schema":"","table":"app_refs","column":"k"}`, nil); a.status != 400 || a.errCode(t) != "invalid_name" {
 		t.Fatalf("PUT an empty schema: %d %s", a.status, a.body)
 	}
 }

@@ -575,7 +575,7 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 	if l := g.current; l != nil {
 		// Held here, unless its session ended: then the lease is lost,
 		// and free to take again at once.
-		if err := l.Renew(ctx); !errors.Is(err, steaderr.ErrLost) {
+		if !l.gone() {
 			return nil, false, nil
 		}
 		g.current = nil
@@ -618,6 +618,27 @@ type sessionLease struct {
 	conn *pgx.Conn // nil once released
 }
 
+// leaseProbe bounds the probe of a held lease's session by a contender.
+const leaseProbe = 5 * time.Second
+
+// gone reports, for a contender, whether the lease's session has ended. A
+// lease in use (its connection busy with a statement) is alive; else its
+// session is probed on a context of its own, so that no contender's
+// context can end the holder's session.
+func (l *sessionLease) gone() bool {
+	if !l.mu.TryLock() {
+		return false
+	}
+	defer l.mu.Unlock()
+	if l.conn == nil || l.conn.IsClosed() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseProbe)
+	defer cancel()
+	_, err := l.conn.Exec(ctx, sqlSweepPing)
+	return err != nil && l.conn.IsClosed()
+}
+
 // Renew proves the lease's session alive with a statement on it, which
 // also restarts the server's idle clock.
 func (l *sessionLease) Renew(ctx context.Context) error {
@@ -626,6 +647,10 @@ func (l *sessionLease) Renew(ctx context.Context) error {
 	if l.conn == nil {
 		return fmt.Errorf("%w: sweep lease released", steaderr.ErrLost)
 	}
+	// A caller giving up mid-statement would close the session: the probe
+	// runs on a context of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseProbe)
+	defer cancel()
 	if _, err := l.conn.Exec(ctx, sqlSweepPing); err != nil {
 		if l.conn.IsClosed() {
 			return fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, interpretError(err))

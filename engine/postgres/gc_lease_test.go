@@ -241,3 +241,28 @@ func TestSweepLeaseUsesPoolHooks(t *testing.T) {
 		t.Fatalf("Sweep through a pool with hooks: %v", err)
 	}
 }
+
+// Another caller's AcquireSweep, finding the lease held, never costs the
+// holder its lease, whatever becomes of that caller's context.
+func TestSweepLeaseBusyCheckKeepsHolder(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	ctx := context.Background()
+	a, ok, err := e.GC().AcquireSweep(ctx, "A")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	defer a.Release(ctx)
+	for i := range 200 {
+		bctx, cancel := context.WithTimeout(ctx, time.Duration(50+i*10)*time.Microsecond)
+		_, ok, err := e.GC().AcquireSweep(bctx, "B")
+		cancel()
+		if ok {
+			t.Fatalf("attempt %d: B got the lease A holds", i)
+		}
+		if rerr := a.Renew(ctx); rerr != nil {
+			t.Fatalf("attempt %d: B's AcquireSweep (err %v), its context ending, cost A its lease: %v", i, err, rerr)
+		}
+	}
+}

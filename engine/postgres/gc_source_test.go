@@ -23,11 +23,11 @@ func TestRegisterSourceRelationKind(t *testing.T) {
 		ddl, name string
 		ok        bool
 	}{
-		{"CREATE TABLE %[1]s.refs (k text)", "refs", true},
-		{"CREATE TABLE %[1]s.refs (k text); CREATE VIEW %[1]s.refs_v AS SELECT k FROM %[1]s.refs", "refs_v", true},
-		{"CREATE TABLE %[1]s.refs (k text); CREATE MATERIALIZED VIEW %[1]s.refs_m AS SELECT k FROM %[1]s.refs", "refs_m", true},
-		{"CREATE TABLE %[1]s.refs (k text); CREATE INDEX refs_k ON %[1]s.refs (k)", "refs_k", false},
-		{"CREATE TYPE %[1]s.refs_t AS (k text)", "refs_t", false},
+		{"CREATE TABLE %[1]s.app_refs (k text)", "app_refs", true},
+		{"CREATE TABLE %[1]s.app_refs (k text); CREATE VIEW %[1]s.app_refs_v AS SELECT k FROM %[1]s.app_refs", "app_refs_v", true},
+		{"CREATE TABLE %[1]s.app_refs (k text); CREATE MATERIALIZED VIEW %[1]s.app_refs_m AS SELECT k FROM %[1]s.app_refs", "app_refs_m", true},
+		{"CREATE TABLE %[1]s.app_refs (k text); CREATE INDEX app_refs_k ON %[1]s.app_refs (k)", "app_refs_k", false},
+		{"CREATE TYPE %[1]s.app_refs_t AS (k text)", "app_refs_t", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,14 +57,14 @@ func TestSweepWithDroppedSource(t *testing.T) {
 	db := pgtest.New(t)
 	e := open(t, db, "")
 	ctx := context.Background()
-	if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+pgxIdent(db.Schema)+".refs (k text)"); err != nil {
+	if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+pgxIdent(db.Schema)+".app_refs (k text)"); err != nil {
 		t.Fatal(err)
 	}
 	col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond})
-	if err := col.RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: "refs", Column: "k"}); err != nil {
+	if err := col.RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: "app_refs", Column: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Pool().Exec(ctx, "DROP TABLE "+pgxIdent(db.Schema)+".refs"); err != nil {
+	if _, err := e.Pool().Exec(ctx, "DROP TABLE "+pgxIdent(db.Schema)+".app_refs"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := col.Sweep(ctx, gc.SweepOptions{})
@@ -91,11 +91,11 @@ func TestSourceCollations(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+schema+".refs (k text COLLATE "+coll+" PRIMARY KEY)"); err != nil {
+			if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+schema+".app_refs (k text COLLATE "+coll+" PRIMARY KEY)"); err != nil {
 				t.Fatal(err)
 			}
 			col := gc.New(e.GC(), gc.Options{Grace: time.Microsecond})
-			if err := col.RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: "refs", Column: "k"}); err != nil {
+			if err := col.RegisterSource(ctx, gc.Source{Schema: db.Schema, Table: "app_refs", Column: "k"}); err != nil {
 				t.Fatal(err)
 			}
 			s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: time.Millisecond})
@@ -107,7 +107,7 @@ func TestSourceCollations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.Pool().Exec(ctx, "INSERT INTO "+schema+".refs VALUES ($1)", kept.String()); err != nil {
+			if _, err := e.Pool().Exec(ctx, "INSERT INTO "+schema+".app_refs VALUES ($1)", kept.String()); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(2 * time.Millisecond)
