@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
 )
 
 // LockChannel returns the channel e announces lock releases on.
@@ -61,3 +62,7 @@ func RecordWantSQL(e *Engine) string { return e.records.sql.want }
 // SetSweepIdle sets how long the server keeps e's sweep lease session
 // once it idles; call it before the first sweep.
 func SetSweepIdle(e *Engine, d time.Duration) { e.gc.idle = d }
+
+// StopLeaseKeepAlive stops the probes that keep a held session lease's
+// session from idling, as when its process is stopped.
+func StopLeaseKeepAlive(l gc.Lease) { l.(*sessionLease).stopKeepAlive() }

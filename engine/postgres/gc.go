@@ -113,15 +113,18 @@ RETURNING key`
 	sqlPeekOverdue = `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
 ORDER BY visible_after LIMIT $2`
 
-	// The session lease: an advisory lock on a connection of its own. The
-	// session is ended by the server once it idles for $2 while the lock
-	// is held (idle_session_timeout, where the server has it): a sweeper
-	// stopped mid-sweep frees the lease that long after its last statement.
-	sqlSweepTryLock = `SELECT l, (SELECT set_config(name, CASE WHEN l THEN $2 ELSE '0' END, false)
-	FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout')
+	// The session lease: an advisory lock on a connection of its own.
+	// While the lock is held, the server ends the session once it idles
+	// for $2, in a transaction or not (idle_session_timeout,
+	// idle_in_transaction_session_timeout, where the server has them): a
+	// sweeper stopped mid-sweep, even inside an arbitration, frees the
+	// lease and the rows it locked that long after its last statement. The
+	// release puts both settings back to the session's defaults.
+	sqlSweepTryLock = `SELECT l, (SELECT count(set_config(name, CASE WHEN l THEN $2 ELSE reset_val END, false))
+	FROM pg_catalog.pg_settings WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout'))
 FROM pg_try_advisory_lock($1) AS l`
-	sqlSweepUnlock = `SELECT pg_advisory_unlock($1), (SELECT set_config(name, '0', false)
-	FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout')`
+	sqlSweepUnlock = `SELECT pg_advisory_unlock($1), (SELECT count(set_config(name, reset_val, false))
+	FROM pg_catalog.pg_settings WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout'))`
 	sqlSweepPing = `SELECT 1`
 	// The lease row, behind PgBouncer: taken when free or expired. Its
 	// holder is unique per sweep, so a second sweep of one process is
@@ -229,10 +232,14 @@ func (g *gcMech) init(e *Engine, pgBouncer bool) {
 	s.listPins, s.listWindow = e.render(sqlListPins), e.render(sqlListWindow)
 }
 
-// close closes the kept sweep connection.
+// close closes the kept sweep connection, which ends a lease held on it.
 func (g *gcMech) close() {
 	g.sweepMu.Lock()
 	defer g.sweepMu.Unlock()
+	if g.current != nil {
+		g.current.stopKeepAlive()
+		g.current = nil
+	}
 	if g.sweep != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -590,7 +597,7 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 			g.sweep = conn
 		}
 		var ok bool
-		err := g.sweep.QueryRow(ctx, sqlSweepTryLock, key, fmt.Sprintf("%dms", g.idle.Milliseconds())).Scan(&ok, new(pgtype.Text))
+		err := g.sweep.QueryRow(ctx, sqlSweepTryLock, key, fmt.Sprintf("%dms", g.idle.Milliseconds())).Scan(&ok, new(int64))
 		if err != nil {
 			// A kept connection may have died since the last sweep: one
 			// fresh try.
@@ -604,7 +611,8 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 		if !ok {
 			return nil, false, nil
 		}
-		g.current = &sessionLease{g: g, conn: g.sweep, key: key}
+		g.current = &sessionLease{g: g, conn: g.sweep, key: key, stop: make(chan struct{}), done: make(chan struct{})}
+		go g.current.keepAlive(g.idle / 3)
 		return g.current, true, nil
 	}
 }
@@ -616,6 +624,41 @@ type sessionLease struct {
 	key  int64
 	mu   sync.Mutex
 	conn *pgx.Conn // nil once released
+	// stop ends keepAlive, which closes done.
+	stop, done chan struct{}
+	stopOnce   sync.Once
+}
+
+// keepAlive probes the idle session every interval while the lease is
+// held, so that the server's idle timeouts end it only when this process
+// stops (or a statement on it stalls), not while the sweep works
+// elsewhere (reaping, staging, a Progress callback).
+func (l *sessionLease) keepAlive(every time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		if !l.mu.TryLock() {
+			continue // a statement is running on it
+		}
+		if l.conn != nil && !l.conn.IsClosed() {
+			ctx, cancel := context.WithTimeout(context.Background(), leaseProbe)
+			_, _ = l.conn.Exec(ctx, sqlSweepPing)
+			cancel()
+		}
+		l.mu.Unlock()
+	}
+}
+
+// stopKeepAlive ends keepAlive; it is idempotent.
+func (l *sessionLease) stopKeepAlive() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
 }
 
 // leaseProbe bounds the probe of a held lease's session by a contender.
@@ -663,6 +706,7 @@ func (l *sessionLease) Renew(ctx context.Context) error {
 // Release unlocks on the lease's own connection and keeps it for the next
 // sweep; a connection that fails is closed, which ends the lock too.
 func (l *sessionLease) Release(ctx context.Context) error {
+	l.stopKeepAlive()
 	l.mu.Lock()
 	conn := l.conn
 	l.conn = nil
@@ -677,7 +721,7 @@ func (l *sessionLease) Release(ctx context.Context) error {
 		g.current = nil
 	}
 	var ok bool
-	err := conn.QueryRow(ctx, sqlSweepUnlock, l.key).Scan(&ok, new(pgtype.Text))
+	err := conn.QueryRow(ctx, sqlSweepUnlock, l.key).Scan(&ok, new(int64))
 	if err == nil && !ok {
 		err = fmt.Errorf("postgres: sweep lease was not held at release")
 	}

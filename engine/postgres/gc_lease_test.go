@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,6 +165,7 @@ func TestSweepLeaseIdleSession(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("AcquireSweep = %v, %v", ok, err)
 	}
+	postgres.StopLeaseKeepAlive(lease) // as if its process were stopped
 	poll.Until(t, "the idle lease session to end, freeing the lease", func() bool {
 		l, ok, err := e2.GC().AcquireSweep(ctx, "next")
 		if err != nil {
@@ -264,5 +266,78 @@ func TestSweepLeaseBusyCheckKeepsHolder(t *testing.T) {
 		if rerr := a.Renew(ctx); rerr != nil {
 			t.Fatalf("attempt %d: B's AcquireSweep (err %v), its context ending, cost A its lease: %v", i, err, rerr)
 		}
+	}
+}
+
+// A sweeper stopped inside an arbitration (here a hook that blocks; a
+// SIGSTOP or a frozen VM alike) holds its batch's rows only until its
+// session idles past the lease's idle timeout: a put of a key of that
+// batch completes while the sweeper is still stopped, and the sweeper,
+// resumed, finds its lease lost.
+func TestSweepStoppedInArbitration(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e1, e2 := open(t, db, ""), open(t, db, "")
+	postgres.SetSweepIdle(e1, time.Second)
+	ctx := context.Background()
+	s1 := blob.NewStore(e1.Blobs(), blob.Options{PinTTL: time.Millisecond})
+	for i := range 20 {
+		if _, err := s1.Put(ctx, bytesReader(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	col := gc.New(e1.GC(), gc.Options{Grace: time.Millisecond, AllUnreferenced: true})
+	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil { // stages
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	entered, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	postgres.SetBeforeDelete(e1, func([]blob.Key) { once.Do(func() { close(entered); <-resume }) })
+	swept := make(chan error, 1)
+	go func() { _, err := col.Sweep(ctx, gc.SweepOptions{}); swept <- err }()
+	<-entered
+	// A put of a key of the stopped batch waits for the batch's rows.
+	if _, err := blob.NewStore(e2.Blobs(), blob.Options{Owner: "other"}).Put(ctx, bytesReader(7)); err != nil {
+		t.Fatalf("a put of a key of the stopped batch: %v", err)
+	}
+	close(resume)
+	if err := <-swept; !errors.Is(err, steaderr.ErrLost) {
+		t.Fatalf("the resumed sweep = %v, want ErrLost", err)
+	}
+}
+
+// A sweep whose reap outlasts the lease's idle timeout keeps its lease:
+// the session is kept alive while the sweep works elsewhere.
+func TestSweepLongReapKeepsLease(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	postgres.SetSweepIdle(e, 300*time.Millisecond)
+	ctx := context.Background()
+	s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: time.Millisecond})
+	for i := range 3 {
+		if _, err := s.Put(ctx, bytesReader(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	// The report's Progress runs after the reap: blocking it stands in
+	// for a long reap, with the lease's session idle meanwhile.
+	col := gc.New(e.GC(), gc.Options{Grace: time.Millisecond, AllUnreferenced: true})
+	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	first := true
+	rep, err := col.Sweep(ctx, gc.SweepOptions{Progress: func(gc.Report) {
+		if first {
+			first = false
+			time.Sleep(1500 * time.Millisecond) // five idle timeouts
+		}
+	}})
+	if err != nil || rep.Deleted != 3 {
+		t.Fatalf("a sweep that idled past the lease's timeout = %+v, %v; want its 3 blobs deleted", rep, err)
 	}
 }
