@@ -204,6 +204,7 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		return rep, fmt.Errorf("gc sweep: %w", err)
 	}
 	lease, ok, err := c.eng.AcquireSweep(ctx, c.opts.Holder)
+	acquired := time.Now()
 	if err != nil {
 		return rep, fmt.Errorf("gc sweep: lease: %w", err)
 	}
@@ -241,7 +242,7 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		}
 	}
 	progress()
-	held := &heldLease{lease: lease, renewed: time.Now()}
+	held := &heldLease{lease: lease, renewed: acquired}
 	if err := c.collect(ctx, held, now, opts.DryRun, &rep, progress); err != nil {
 		return rep, err
 	}

@@ -425,6 +425,34 @@ func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key,
 	return verdicts, err
 }
 
+// onLease runs a sweep step's statement fn under lease, fenced by it: on
+// a session lease's own connection (a session that ended fails it with
+// ErrLost), in a transaction that first renews a row lease (one lapsed or
+// taken fails it with ErrLost), or on the pool without a lease.
+func (g *gcMech) onLease(ctx context.Context, lease gc.Lease, fn func(q querier) error) error {
+	switch l := lease.(type) {
+	case *sessionLease:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.conn == nil {
+			return fmt.Errorf("%w: sweep lease released", steaderr.ErrLost)
+		}
+		err := fn(l.conn)
+		if err != nil && l.conn.IsClosed() {
+			err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
+		}
+		return err
+	case *rowLease:
+		return g.e.inTx(ctx, func(tx pgx.Tx) error {
+			if err := l.renewIn(ctx, tx); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+	}
+	return fn(g.e.pool)
+}
+
 // Reap deletes expired pins and refs in statements of at most reapBatch
 // rows each.
 func (g *gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
@@ -443,12 +471,17 @@ func (g *gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
 			continue
 		}
 		for {
-			tag, err := g.e.pool.Exec(ctx, step.reap, nowArg(p.Now), reapBatch)
+			var n int64
+			err := g.onLease(ctx, p.Lease, func(q querier) error {
+				tag, err := q.Exec(ctx, step.reap, nowArg(p.Now), reapBatch)
+				n = tag.RowsAffected()
+				return err
+			})
 			if err != nil {
 				return r, listError(err)
 			}
-			*step.n += tag.RowsAffected()
-			if tag.RowsAffected() < reapBatch {
+			*step.n += n
+			if n < reapBatch {
 				break
 			}
 		}
@@ -510,8 +543,10 @@ func (g *gcMech) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.Stag
 	var r gc.StagedRange
 	var last pgtype.Text
 	err := retryTransient(ctx, func() error {
-		return sourceError(g.e.pool.QueryRow(ctx, g.sql.stageRange, after, p.Limit, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).
-			Scan(&r.Covered, &r.Staged, &last))
+		return g.onLease(ctx, p.Lease, func(q querier) error {
+			return sourceError(q.QueryRow(ctx, g.sql.stageRange, after, p.Limit, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).
+				Scan(&r.Covered, &r.Staged, &last))
+		})
 	})
 	if err != nil {
 		return gc.StagedRange{}, err
@@ -532,11 +567,14 @@ func (g *gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) 
 	if p.DryRun {
 		stmt = g.sql.peek
 	}
-	rows, err := g.e.pool.Query(ctx, stmt, nowArg(p.Now), p.Limit)
-	if err != nil {
-		return nil, listError(err)
-	}
-	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var texts []string
+	err := g.onLease(ctx, p.Lease, func(q querier) error {
+		rows, err := q.Query(ctx, stmt, nowArg(p.Now), p.Limit)
+		if err == nil {
+			texts, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		return err
+	})
 	if err != nil {
 		return nil, listError(err)
 	}
@@ -748,14 +786,9 @@ func (l *rowLease) Renew(ctx context.Context) error {
 	return l.renewIn(ctx, l.g.e.pool)
 }
 
-// execer runs a statement: the pool, a connection or a transaction.
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // renewIn renews the lease row through db; in a transaction, its row lock
 // keeps the lease until the commit.
-func (l *rowLease) renewIn(ctx context.Context, db execer) error {
+func (l *rowLease) renewIn(ctx context.Context, db querier) error {
 	tag, err := db.Exec(ctx, l.g.sql.leaseRenew, l.holder, sweepLeaseTTL.Microseconds())
 	if err != nil {
 		return interpretError(err)

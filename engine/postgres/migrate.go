@@ -128,10 +128,6 @@ func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err er
 	return current, len(migrations), listError(err)
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 func (e *Engine) currentVersion(ctx context.Context, q querier) (int, error) {
 	var v int
 	err := q.QueryRow(ctx, e.msql.currentVersion).Scan(&v)

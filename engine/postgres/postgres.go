@@ -405,6 +405,13 @@ func (e *Engine) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return e.inTxOn(ctx, e.pool, fn)
 }
 
+// querier runs statements: the pool, a connection or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // beginner is a pool or a connection of its own.
 type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
