@@ -342,7 +342,7 @@ func (c *Collector) collect(ctx context.Context, held *heldLease, now time.Time,
 			if !dry {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restageTimeout)
 				defer cancel()
-				if serr := c.eng.Stage(rctx, StageParams{Keys: keys, VisibleAfter: c.nowOr(now)}); serr != nil {
+				if serr := c.eng.Stage(rctx, StageParams{Keys: keys, VisibleAfter: c.nowOr(time.Now())}); serr != nil {
 					err = errors.Join(err, fmt.Errorf("gc sweep: returning the batch to the window (the next pass stages it again): %w", serr))
 				}
 			}

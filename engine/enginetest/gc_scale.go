@@ -353,6 +353,26 @@ func gcFailedBatchRestaged(t *testing.T, h Harness) {
 	if rep := b.sweep(t); rep.Deleted != 3 {
 		t.Fatalf("sweep after the failed one = %+v, want the 3 restaged keys deleted at once", rep)
 	}
+
+	// On the engine's own clock too (no clock injected): the batch goes
+	// back overdue by the system clock.
+	more := putValues(t, b.store, "restaged on the engine's clock", 2)
+	b.expirePins()
+	b.clock.Advance(testGrace)
+	b.sweep(t) // stages them
+	if err := b.eng.GC().Stage(t.Context(), gc.StageParams{Keys: more, VisibleAfter: time.Now().Add(-time.Second)}); err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	real := gc.New(failArbitrate{b.eng.GC()}, gc.Options{AllUnreferenced: true})
+	if _, err := real.Sweep(t.Context(), gc.SweepOptions{}); !errors.Is(err, errArbitrate) || strings.Contains(err.Error(), "returning the batch") {
+		t.Fatalf("Sweep with failing arbitrations on the engine's clock = %v, want only the arbitration's error", err)
+	}
+	w = window(t, b.eng.GC())
+	for _, k := range more {
+		if deadline, ok := w[k]; !ok || deadline.After(time.Now()) {
+			t.Fatalf("window after the failed batch = %v: want %s back, overdue", w, k)
+		}
+	}
 }
 
 func gcNoLiveness(t *testing.T, h Harness) {
