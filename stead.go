@@ -132,6 +132,13 @@ func WithGC(interval time.Duration, report func(gc.Report, error)) Option {
 	return func(c *config) { c.gcInterval, c.gcReport = interval, report }
 }
 
+// WithGCAllUnreferenced lets the store's sweeps (WithGC's, and Store.GC's)
+// delete in a store that declares no liveness (no ref, no blob reference,
+// no source), where every blob is garbage once its pin lapses: a cache
+// whose blobs may all go. Defaults to off: such a sweep is refused with
+// an error wrapping gc.ErrNoLiveness.
+func WithGCAllUnreferenced() Option { return func(c *config) { c.gc.AllUnreferenced = true } }
+
 // WithGCGrace sets how long an unreferenced, unpinned blob waits after a
 // sweep finds it before a later sweep may delete it. Defaults to
 // gc.DefaultGrace (1 h).

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +16,9 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/poll"
 	"github.com/steadkit/stead/record"
 )
 
@@ -263,5 +267,61 @@ func TestOpenErrorHidesSecrets(t *testing.T) {
 		if strings.Contains(err.Error(), "SECRETPW") {
 			t.Errorf("Open(%q) = %v, repeats the secret", u, err)
 		}
+	}
+}
+
+// TestWithGC runs background sweeps: in a store that declares no
+// liveness they are refused (each report says why) unless the store was
+// opened with WithGCAllUnreferenced, and then they collect what nothing
+// keeps.
+func TestWithGC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, all := range []bool{false, true} {
+		t.Run(fmt.Sprint("all unreferenced ", all), func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var reports []error
+			opts := []stead.Option{stead.WithPinTTL(time.Millisecond), stead.WithGCGrace(time.Millisecond),
+				stead.WithGC(5*time.Millisecond, func(_ gc.Report, err error) {
+					mu.Lock()
+					defer mu.Unlock()
+					reports = append(reports, err)
+				})}
+			if all {
+				opts = append(opts, stead.WithGCAllUnreferenced())
+			}
+			st, err := stead.Open(ctx, "mem://", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			key, err := st.Blobs.Put(ctx, strings.NewReader("background"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, "a few background sweeps", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(reports) >= 5
+			})
+			has, err := st.Blobs.Has(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			last := reports[len(reports)-1]
+			mu.Unlock()
+			if !all {
+				if !has || !errors.Is(last, gc.ErrNoLiveness) {
+					t.Fatalf("without WithGCAllUnreferenced: blob stored %v, last report %v; want kept and the sweep refused", has, last)
+				}
+				return
+			}
+			poll.Until(t, "the background sweeps to collect the blob", func() bool {
+				has, err := st.Blobs.Has(ctx, key)
+				return err == nil && !has
+			})
+		})
 	}
 }
