@@ -5,9 +5,13 @@
 -- re-puts', Pin guards'. The pin (key, owner) is the later of the two
 -- where both exist. An expired inline pin is simply not live; nothing reaps
 -- it.
+-- The columns are added without a default and the owner's check NOT VALID,
+-- so that nothing rewrites or scans the table while it is locked: every
+-- existing row's owner is NULL, which the check accepts anyway.
 ALTER TABLE blobs
-    ADD COLUMN pin_owner  text COLLATE "C" CHECK (pin_owner <> ''),
-    ADD COLUMN pin_expiry timestamptz;
+    ADD COLUMN pin_owner  text COLLATE "C",
+    ADD COLUMN pin_expiry timestamptz,
+    ADD CONSTRAINT blobs_pin_owner_check CHECK (pin_owner <> '') NOT VALID;
 
 -- The staging pass's durable cursor: the last key it covered ('' when the
 -- next range starts a new pass) and when the pass began.
