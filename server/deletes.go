@@ -10,16 +10,20 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
+// maxDeleteKeys bounds the keys of one POST /v1/blobs/delete: one batch
+// of Blobs.DeleteMany, so that one request is one transaction, deleted
+// whole or not at all.
+const maxDeleteKeys = 1000
+
 // deleteBlobs deletes many blobs as DELETE /v1/blobs/{key} deletes one,
-// arbitrated a thousand keys to a transaction: POST /v1/blobs/delete with
-// {"keys": [...]}, 200 with one verdict per key in the order given
-// (deleted, protected or absent). A batch that fails ends the answer with
-// its error: nothing of that batch was deleted.
+// in one transaction: POST /v1/blobs/delete with {"keys": [...]} (at most
+// maxDeleteKeys), 200 with one verdict per key in the order given
+// (deleted, protected or absent); an error deleted nothing.
 func (s *Server) deleteBlobs(w http.ResponseWriter, r *http.Request) {
 	var req wire.DeleteBlobs
 	err := s.readJSONLimit(w, r, &req, maxKeysBody)
-	if err == nil && len(req.Keys) > blob.MaxDeleteBatch {
-		err = fmt.Errorf("%w: %d keys, at most %d a request", steaderr.ErrInvalidArgument, len(req.Keys), blob.MaxDeleteBatch)
+	if err == nil && len(req.Keys) > maxDeleteKeys {
+		err = fmt.Errorf("%w: %d keys, at most %d a request", steaderr.ErrInvalidArgument, len(req.Keys), maxDeleteKeys)
 	}
 	keys := make([]blob.Key, len(req.Keys))
 	for i := 0; err == nil && i < len(keys); i++ {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -254,11 +255,20 @@ func expect(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-// Delete arbitrates the keys with POST /v1/blobs/delete.
+// Delete arbitrates the keys with POST /v1/blobs/delete, a thousand keys
+// (a server's transaction) a request.
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
-	var out wire.Verdicts
-	if _, err := b.e.do(ctx, http.MethodPost, "/v1/blobs/delete", nil, wire.DeleteBlobs{Keys: keyTexts(p.Keys), Now: p.Now}, &out); err != nil {
-		return nil, err
+	var all []blob.Verdict
+	for keys := range slices.Chunk(p.Keys, 1000) {
+		var out wire.Verdicts
+		if _, err := b.e.do(ctx, http.MethodPost, "/v1/blobs/delete", nil, wire.DeleteBlobs{Keys: keyTexts(keys), Now: p.Now}, &out); err != nil {
+			return nil, err
+		}
+		vs, err := readVerdicts(keys, out)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, vs...)
 	}
-	return readVerdicts(p.Keys, out)
+	return all, nil
 }
