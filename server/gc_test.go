@@ -125,6 +125,7 @@ func TestGCOverHTTP(t *testing.T) {
 		{"PUT", "/v1/gc/window", `{"keys":["sha256:00"],"visible_after":"2030-01-01T00:00:00Z"}`, "invalid_key"},
 		{"POST", "/v1/gc/arbitrate", `{"keys":["` + key + `"]}`, "bad_request"}, // no lease
 		{"POST", "/v1/blobs/delete", `{"keys":["sha256:00"]}`, "invalid_key"},
+		{"POST", "/v1/blobs/delete", `{"keys":["` + strings.Repeat(key+`","`, 1000) + key + `"]}`, "invalid_argument"}, // 1001 keys
 		{"POST", "/v1/gc/lease", `{"holder":""}`, "invalid_name"},
 		{"POST", "/v1/gc/lease", `{"holder":"a\u0000b"}`, "invalid_name"},
 		{"GET", "/v1/gc/explain/" + key + "?now=2030-01-01T00:00:00Z", "", "bad_request"},
