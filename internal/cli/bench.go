@@ -6,15 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -137,7 +134,7 @@ func bench(ctx context.Context, e *env, st *stead.Store, duration time.Duration,
 			return err
 		}},
 	}
-	bar := e.benchBar(time.Duration(len(scenarios)) * duration)
+	bar := e.timeBar("bench", time.Duration(len(scenarios))*duration)
 	var results []benchResult
 	for _, sc := range scenarios {
 		if sc.setup != nil {
@@ -151,9 +148,7 @@ func bench(ctx context.Context, e *env, st *stead.Store, duration time.Duration,
 		}
 		results = append(results, res)
 	}
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.done()
 	printBench(e, results, concurrency, size)
 	// Remove what the bench wrote.
 	cleanup := context.WithoutCancel(ctx)
@@ -166,16 +161,7 @@ func bench(ctx context.Context, e *env, st *stead.Store, duration time.Duration,
 	return nil
 }
 
-func (e *env) benchBar(total time.Duration) *progressbar.ProgressBar {
-	f, isFile := e.stderr.(*os.File)
-	if !isFile || !term.IsTerminal(int(f.Fd())) {
-		return nil
-	}
-	return progressbar.NewOptions64(total.Milliseconds(), progressbar.OptionSetWriter(f),
-		progressbar.OptionSetDescription("bench"), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100e6))
-}
-
-func runScenario(ctx context.Context, sc scenario, duration time.Duration, concurrency int, bar *progressbar.ProgressBar) benchResult {
+func runScenario(ctx context.Context, sc scenario, duration time.Duration, concurrency int, bar *bar) benchResult {
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	res := benchResult{name: sc.name}
@@ -212,7 +198,7 @@ func runScenario(ctx context.Context, sc scenario, duration time.Duration, concu
 			case <-ctx.Done():
 				done = true
 			case now := <-tick.C:
-				bar.Add64(now.Sub(last).Milliseconds())
+				bar.add(now.Sub(last).Milliseconds())
 				last = now
 			}
 		}

@@ -60,7 +60,13 @@ type env struct {
 	logLevel string
 	stdout   io.Writer
 	stderr   io.Writer
-	log      *slog.Logger
+	// tty is where progress is drawn: stderr when it is a terminal, else
+	// nil (no progress).
+	tty io.Writer
+	// stdoutTTY reports that stdout is a terminal: a command writing data
+	// there draws no progress over it.
+	stdoutTTY bool
+	log       *slog.Logger
 }
 
 // errUsage marks an error the user fixes by reading the usage.
@@ -80,9 +86,15 @@ func usageError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
-// Run runs the stead command line args and returns the exit code.
+// Run runs the stead command line args and returns the exit code. Progress
+// is drawn on stderr when it is a terminal.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
+	return execute(ctx, args, &env{stdout: stdout, stderr: stderr, tty: terminal(stderr), stdoutTTY: terminal(stdout) != nil})
+}
+
+// execute runs args with e's streams.
+func execute(ctx context.Context, args []string, e *env) int {
+	stdout, stderr := e.stdout, e.stderr
 	root := &cobra.Command{
 		Use:   "stead",
 		Short: "Durable state for Go services: blobs, locks and records",

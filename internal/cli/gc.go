@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -36,7 +34,7 @@ garbage once its pin lapses: gc refuses to delete there unless given
 			ctx := cmd.Context()
 			return e.withStore(ctx, func(st *stead.Store) error {
 				opts := gc.SweepOptions{DryRun: dryRun, AllUnreferenced: allUnreferenced}
-				if bar := progress(e.stderr); bar != nil {
+				if bar := spinner(e.tty); bar != nil {
 					opts.Progress = func(r gc.Report) {
 						bar.Describe(fmt.Sprintf("reaped %d, taken %d, deleted %d, rescued %d, staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged))
 						_ = bar.Set64(r.Taken)
@@ -70,10 +68,9 @@ garbage once its pin lapses: gc refuses to delete there unless given
 	return cmd
 }
 
-// progress returns a spinner on w when w is a terminal, else nil.
-func progress(w io.Writer) *progressbar.ProgressBar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
+// spinner returns a spinner on w, or nil when w is nil.
+func spinner(w io.Writer) *progressbar.ProgressBar {
+	if w == nil {
 		return nil
 	}
 	return progressbar.NewOptions64(-1,
