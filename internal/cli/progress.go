@@ -30,9 +30,14 @@ func (e *env) timeBar(what string, d time.Duration) *bar {
 	return e.bar(what, d.Milliseconds())
 }
 
-// spinner returns a spinner, for work of unknown length.
+// spinner returns a spinner, for work of unknown length, drawn at once
+// and turning until done.
 func (e *env) spinner(what string) *bar {
-	return e.bar(what, -1)
+	b := e.bar(what, -1)
+	if b != nil {
+		_ = b.pb.RenderBlank()
+	}
+	return b
 }
 
 func (e *env) bar(what string, total int64, opts ...progressbar.Option) *bar {
