@@ -46,7 +46,7 @@ func putCommand(e *env) *cobra.Command {
 		Short: "Store a file (or stdin) as a blob and print its key",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var in io.Reader = os.Stdin
+			in := e.stdin
 			size := int64(-1)
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
@@ -118,12 +118,16 @@ func getCommand(e *env) *cobra.Command {
 				return err
 			}
 			defer rd.Close()
-			if out == "" || out == "-" {
-				_, err = io.Copy(e.stdout, rd)
+			toStdout := out == "" || out == "-"
+			var bar *bar
+			if !toStdout || !e.stdoutTTY { // no bar over the value on the terminal
+				bar = e.bytesBar("get", rd.Size())
+			}
+			defer bar.done()
+			if toStdout {
+				_, err = io.Copy(e.stdout, bar.reader(rd))
 				return err
 			}
-			bar := e.bytesBar("get", rd.Size())
-			defer bar.done()
 			return writeOutput(out, bar.reader(rd))
 		}),
 	}

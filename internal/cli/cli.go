@@ -58,6 +58,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 type env struct {
 	db       string
 	logLevel string
+	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
 	// tty is where progress is drawn: stderr when it is a terminal, else
@@ -89,7 +90,7 @@ func usageError(format string, args ...any) error {
 // Run runs the stead command line args and returns the exit code. Progress
 // is drawn on stderr when it is a terminal.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return execute(ctx, args, &env{stdout: stdout, stderr: stderr, tty: terminal(stderr), stdoutTTY: terminal(stdout) != nil})
+	return execute(ctx, args, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, tty: terminal(stderr), stdoutTTY: terminal(stdout) != nil})
 }
 
 // execute runs args with e's streams.

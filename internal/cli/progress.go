@@ -15,9 +15,10 @@ type bar struct {
 	pb *progressbar.ProgressBar
 }
 
-// bytesBar returns a bar over total bytes (-1: unknown, a spinner).
+// bytesBar returns a bar over total bytes (-1: unknown, a spinner),
+// showing the bytes done and the total, the rate and the time left.
 func (e *env) bytesBar(what string, total int64) *bar {
-	return e.bar(what, total, progressbar.OptionShowBytes(true))
+	return e.bar(what, total, progressbar.OptionShowBytes(true), progressbar.OptionShowCount())
 }
 
 // countBar returns a bar over total items named unit.
@@ -91,6 +92,14 @@ func (b *bar) set(n int64) {
 func (b *bar) describe(what string) {
 	if b != nil {
 		b.pb.Describe(what)
+	}
+}
+
+// clear erases the display until it is next drawn, so that a line can be
+// printed on the terminal.
+func (b *bar) clear() {
+	if b != nil {
+		_ = b.pb.Clear()
 	}
 }
 

@@ -1,12 +1,21 @@
 package cli
 
 import (
-	"context"
+	"bytes"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 )
 
@@ -68,7 +77,7 @@ func TestGCProgress(t *testing.T) {
 			db := storeURL(t)
 			collectable(t, db, "old", "new")
 			scr := newScreen(t)
-			if code := runOnTerminal(t, context.Background(), scr, scr, append([]string{"--db", db}, tc.args...)...); code != tc.code {
+			if code := runOnTerminal(t, scr, nil, scr, append([]string{"--db", db}, tc.args...)...); code != tc.code {
 				t.Fatalf("stead %v = %d, screen:\n%s", tc.args, code, scr)
 			}
 			lines := strings.Split(scr.String(), "\n")
@@ -80,5 +89,112 @@ func TestGCProgress(t *testing.T) {
 				t.Errorf("drawn before the report:\n%s\nwant a spinner and a bar showing %q", drawn, tc.bar)
 			}
 		})
+	}
+}
+
+// TestTransferProgress moves a value of several chunks in and out with
+// stderr on a terminal: a bar showing the bytes done and their total
+// whenever the data goes elsewhere than the terminal, and a clean
+// terminal after it.
+func TestTransferProgress(t *testing.T) {
+	t.Parallel()
+	// Printable, so that it may be written to the terminal too.
+	value := make([]byte, 3<<20)
+	rand.NewChaCha8([32]byte{1}).Read(value)
+	for i, b := range value {
+		value[i] = 'a' + b%26
+	}
+	key := blob.KeyOf(value).String()
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	if err := os.WriteFile(in, value, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := storeURL(t)
+	sized := regexp.MustCompile(`^(put|get|scrub) +\d+% \|[█ ]+\| \([\d.]+( [kMG]?B)?/3\.1 MB(, [\d.]+ [kMG]?B/s)?\)`)
+	spinning := regexp.MustCompile(`^⠋ put +\([\d.]+ [kMG]?B(, [\d.]+ [kMG]?B/s)?\)`)
+	for _, tc := range []struct {
+		name   string
+		stdin  io.Reader
+		toTerm bool // stdout is the terminal
+		args   []string
+		stdout string
+		drawn  *regexp.Regexp // nil: nothing drawn
+	}{
+		{"put FILE", nil, false, []string{"put", in}, key + "\n", sized},
+		{"put stdin", bytes.NewReader(value), false, []string{"put", "-"}, key + "\n", spinning},
+		{"get > file", nil, false, []string{"get", key}, string(value), sized},
+		{"get -o", nil, true, []string{"get", key, "-o", filepath.Join(dir, "out")}, "", sized},
+		{"get to the terminal", nil, true, []string{"get", key}, "", nil},
+		{"scrub", nil, false, []string{"scrub"}, "", sized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scr := newScreen(t)
+			var stdout io.Writer = &bytes.Buffer{}
+			if tc.toTerm {
+				stdout = scr
+			}
+			code := runOnTerminal(t, scr, tc.stdin, stdout, append([]string{"--db", db}, tc.args...)...)
+			if code != 0 {
+				t.Fatalf("stead %v = %d, screen:\n%s", tc.args, code, scr)
+			}
+			if b, ok := stdout.(*bytes.Buffer); ok && b.String() != tc.stdout {
+				t.Errorf("stead %v wrote %d bytes to stdout, want %d", tc.args, b.Len(), len(tc.stdout))
+			}
+			drawn := scr.Drawn()
+			switch {
+			case tc.drawn == nil && len(drawn) > 0 && !tc.toTerm:
+				t.Errorf("stead %v drew %q, want nothing", tc.args, drawn)
+			case tc.drawn != nil && !slices.ContainsFunc(drawn, tc.drawn.MatchString):
+				t.Errorf("stead %v drew %q, want a line matching %s", tc.args, drawn, tc.drawn)
+			}
+			want := ""
+			switch tc.name {
+			case "get to the terminal":
+				want = string(value)
+			case "scrub":
+				want = "scrubbed 1 blobs, 3145728 bytes: 0 corrupt\n"
+			}
+			if got := scr.String(); got != want {
+				t.Errorf("last screen (%d bytes):\n%.200s\nwant:\n%.200s", len(got), got, want)
+			}
+		})
+	}
+}
+
+// TestScrubProgress has scrub report a corrupt blob, on stdout, while its
+// bar is drawn on the same terminal: the bar is erased first, so the key
+// is a line of its own.
+func TestScrubProgress(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "stead.db")
+	db := "sqlite://" + path
+	st := openStore(t, db)
+	var keys []blob.Key
+	for i := range 2 {
+		value := make([]byte, 2*blob.DefaultChunkSize)
+		rand.NewChaCha8([32]byte{byte(i)}).Read(value)
+		key, err := st.Blobs.Put(t.Context(), bytes.NewReader(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	first := slices.MinFunc(keys, blob.Key.Compare)
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec("UPDATE blob_chunks SET data = zeroblob(length(data)) WHERE chunks = (SELECT chunks FROM blobs WHERE key = ?)", first.String()); err != nil {
+		t.Fatal(err)
+	}
+	scr := newScreen(t)
+	if code := runOnTerminal(t, scr, nil, scr, "--db", db, "scrub"); code != exitCorrupt {
+		t.Fatalf("scrub = %d, screen:\n%s", code, scr)
+	}
+	want := fmt.Sprintf("%s\nscrubbed 2 blobs, %d bytes: 1 corrupt\n", first, 4*blob.DefaultChunkSize)
+	if got := scr.String(); got != want {
+		t.Errorf("last screen:\n%s\nwant:\n%s", got, want)
 	}
 }

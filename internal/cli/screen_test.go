@@ -131,11 +131,11 @@ func (s *screen) Drawn() []string {
 	return append([]string(nil), s.drawn...)
 }
 
-// runOnTerminal runs the CLI with stderr on scr, a terminal, and stdout on
-// stdout, which is scr too when stdout is the terminal.
-func runOnTerminal(t *testing.T, ctx context.Context, scr *screen, stdout io.Writer, args ...string) int {
+// runOnTerminal runs the CLI with stderr on scr, a terminal, stdin from
+// in, and stdout on stdout, which is scr too when stdout is the terminal.
+func runOnTerminal(t *testing.T, scr *screen, in io.Reader, stdout io.Writer, args ...string) int {
 	t.Helper()
-	return execute(ctx, args, &env{stdout: stdout, stderr: scr, tty: scr, stdoutTTY: stdout == io.Writer(scr)})
+	return execute(context.Background(), args, &env{stdin: in, stdout: stdout, stderr: scr, tty: scr, stdoutTTY: stdout == io.Writer(scr)})
 }
 
 func TestScreen(t *testing.T) {
