@@ -198,3 +198,21 @@ func TestScrubProgress(t *testing.T) {
 		t.Errorf("last screen:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestBenchProgress runs stead bench on a terminal: a bar over its run,
+// then one over its clean-up, both erased before the table and the
+// clean-up's line are printed.
+func TestBenchProgress(t *testing.T) {
+	t.Parallel()
+	scr := newScreen(t)
+	if code := runOnTerminal(t, scr, nil, scr, "--db", storeURL(t), "bench", "--duration", "20ms", "--concurrency", "1"); code != 0 {
+		t.Fatalf("bench = %d, screen:\n%s", code, scr)
+	}
+	lines := strings.Split(scr.String(), "\n")
+	if len(lines) != 11 || !strings.HasPrefix(lines[0], "stead bench: ") || !strings.HasPrefix(lines[9], "removed 1 records and ") || lines[10] != "" {
+		t.Errorf("last screen:\n%s\nwant the table, the clean-up's line, then an empty line", scr)
+	}
+	if drawn := strings.Join(scr.Drawn(), "\n"); !strings.Contains(drawn, "bench: blob put") {
+		t.Errorf("drawn before the table:\n%s\nwant the bench's bar", drawn)
+	}
+}
