@@ -2,9 +2,10 @@
 // docs/decisions/0018-cli-framework.md). Run is the whole program, with its
 // arguments and output streams passed in, so it is tested in process.
 //
-// Exit codes: 0 success; 1 failure; 2 usage; 3 not found (get, stat, rm,
-// records show); 4 doctor found warnings but no failure; 75 stead lock
-// --try found the lock held; 76 stead lock lost the lock.
+// Exit codes: 0 success; 1 failure; 2 usage; 3 not found (a blob, a record
+// or a group: get, stat, rm, records show, records ls); 4 doctor found
+// warnings but no failure; 5 scrub found corrupt blobs; 75 stead lock --try
+// found the lock held; 76 stead lock lost the lock.
 package cli
 
 import (
@@ -152,7 +153,7 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 	switch {
 	case errors.Is(err, errUsage):
 		return exitUsage
-	case errors.Is(err, stead.ErrNotFound):
+	case errors.Is(err, stead.ErrNotFound), errors.Is(err, stead.ErrUnknownGroup):
 		return exitNotFound
 	}
 	return exitFailure

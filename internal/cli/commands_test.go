@@ -59,8 +59,10 @@ func seed(t *testing.T, db string) {
 			t.Fatal(err)
 		}
 	}
-	if err := st.Records.RegisterGroup(ctx, "workers"); err != nil {
-		t.Fatal(err)
+	for _, g := range []string{"workers", "idle"} {
+		if err := st.Records.RegisterGroup(ctx, g); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, r := range []record.Record{
 		{ID: "job-1", Group: "workers", Status: record.Active, Payload: []byte("first")},
@@ -193,6 +195,15 @@ func TestRecordCommands(t *testing.T) {
 			}
 			if code, _, _ := run(t, ctx, "--db", db, "records", "show", "nobody"); code != exitNotFound {
 				t.Fatalf("show of an absent record = %d, want 3", code)
+			}
+			if code, stdout, _ := run(t, ctx, "--db", db, "records", "ls", "idle"); code != 0 || strings.Count(stdout, "\n") != 1 {
+				t.Errorf("records ls of an empty group = %d %q, want 0 and the header alone", code, stdout)
+			}
+			for _, args := range [][]string{{"records", "ls", "nogroup"}, {"records", "ls", "--json", "nogroup"}} {
+				code, stdout, stderr := run(t, ctx, append([]string{"--db", db}, args...)...)
+				if code != exitNotFound || stdout != "" || stderr != "stead records ls: group \"nogroup\": stead: unknown group\n" {
+					t.Errorf("stead %v = %d, stdout %q, stderr %q; want 3 and one line saying the group is unknown", args, code, stdout, stderr)
+				}
 			}
 		})
 	}
