@@ -96,44 +96,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // execute runs args with e's streams.
 func execute(ctx context.Context, args []string, e *env) int {
-	stdout, stderr := e.stdout, e.stderr
-	root := &cobra.Command{
-		Use:   "stead",
-		Short: "Durable state for Go services: blobs, locks and records",
-		Long: `stead runs and administers a stead store: content-addressed blobs,
-named locks with TTL leases and lease-fenced records, over SQLite (the
-default, a file), PostgreSQL, memory, or a stead server (http://).`,
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return e.setup()
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cmd.SetOut(stderr)
-			cmd.Usage()
-			return &exitError{code: exitUsage}
-		},
-	}
+	stderr := e.stderr
+	root := newRoot(e)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	root.SetContext(ctx)
-	root.CompletionOptions.DisableDefaultCmd = true
-	// Defaults from the environment are applied after parsing, so that
-	// help never prints a secret.
-	root.PersistentFlags().StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
-	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return usageError("%v (see %s --help)", err, cmd.CommandPath())
-	})
-	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		root.AddCommand(commands[name](e))
-	}
 	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
@@ -157,6 +123,47 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 		return exitNotFound
 	}
 	return exitFailure
+}
+
+// newRoot returns the stead command, every command under it, writing to
+// e's streams.
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "stead",
+		Short: "Durable state for Go services: blobs, locks and records",
+		Long: `stead runs and administers a stead store: content-addressed blobs,
+named locks with TTL leases and lease-fenced records, over SQLite (the
+default, a file), PostgreSQL, memory, or a stead server (http://).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return e.setup()
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(e.stderr)
+			cmd.Usage()
+			return &exitError{code: exitUsage}
+		},
+	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.CompletionOptions.DisableDefaultCmd = true
+	// Defaults from the environment are applied after parsing, so that
+	// help never prints a secret.
+	root.PersistentFlags().StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
+	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError("%v (see %s --help)", err, cmd.CommandPath())
+	})
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		root.AddCommand(commands[name](e))
+	}
+	return root
 }
 
 // oneLine returns err's text on one line.
