@@ -31,14 +31,10 @@ func (e *env) timeBar(what string, d time.Duration) *bar {
 	return e.bar(what, d.Milliseconds())
 }
 
-// spinner returns a spinner, for work of unknown length, drawn at once
-// and turning until done.
+// spinner returns a spinner, for work of unknown length, turning until
+// done.
 func (e *env) spinner(what string) *bar {
-	b := e.bar(what, -1)
-	if b != nil {
-		_ = b.pb.RenderBlank()
-	}
-	return b
+	return e.bar(what, -1)
 }
 
 func (e *env) bar(what string, total int64, opts ...progressbar.Option) *bar {
@@ -53,6 +49,13 @@ func (e *env) bar(what string, total int64, opts ...progressbar.Option) *bar {
 		progressbar.OptionClearOnFinish(),
 		progressbar.OptionThrottle(100 * time.Millisecond),
 	}, opts...)
+	if total < 0 {
+		// A spinner is drawn at once, before its ticking goroutine
+		// starts: that goroutine reads the start time without the bar's
+		// lock, so it must be set first. (A bar is drawn when first
+		// counted.)
+		opts = append(opts, progressbar.OptionSetRenderBlankState(true))
+	}
 	return &bar{pb: progressbar.NewOptions64(total, opts...)}
 }
 

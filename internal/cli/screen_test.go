@@ -89,10 +89,10 @@ func (s *screen) escape(b []byte) (n int, ok bool) {
 		if b[i] >= 0x40 && b[i] <= 0x7e {
 			switch seq := string(b[2 : i+1]); seq {
 			case "K", "0K":
-				s.keep()
 				if s.col < len(s.lines[s.row]) {
 					s.lines[s.row] = s.lines[s.row][:s.col]
 				}
+				s.keep()
 			case "2K":
 				s.keep()
 				s.lines[s.row] = nil
