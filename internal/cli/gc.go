@@ -121,7 +121,7 @@ func (p *sweepProgress) update(r gc.Report) {
 			return
 		}
 		p.bar.done()
-		p.bar, p.spin = nil, nil
+		p.bar = nil
 	}
 	what := fmt.Sprintf("gc: reaped %d pins, took %d candidates: deleted %d, rescued %d; staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged)
 	if p.spin == nil {

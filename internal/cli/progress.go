@@ -114,10 +114,10 @@ func (b *bar) done() {
 	}
 }
 
-// terminal returns w if it is a terminal that progress may be drawn on,
-// else nil.
+// terminal returns w if it is a terminal that progress may be drawn on
+// (one that erases lines: not TERM=dumb), else nil.
 func terminal(w io.Writer) io.Writer {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) && os.Getenv("TERM") != "dumb" {
 		return f
 	}
 	return nil
