@@ -68,8 +68,8 @@ func putCommand(e *env) *cobra.Command {
 				}
 				opts.Children = append(opts.Children, k)
 			}
-			bar := e.bytesBar("put", size)
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
+				bar := e.bytesBar("put", size)
 				key, err := st.Blobs.PutWith(cmd.Context(), bar.reader(counted), opts)
 				bar.done()
 				if err != nil {

@@ -216,3 +216,17 @@ func TestBenchProgress(t *testing.T) {
 		t.Errorf("drawn before the table:\n%s\nwant the bench's bar", strings.Join(drawn, "\n"))
 	}
 }
+
+// TestPutProgressOnError: a put whose store cannot be opened leaves no
+// bar behind its error.
+func TestPutProgressOnError(t *testing.T) {
+	t.Parallel()
+	scr := newScreen(t)
+	if code := runOnTerminal(t, scr, strings.NewReader("value"), &bytes.Buffer{}, "--db", "nope://", "put", "-"); code != 1 {
+		t.Fatalf("put to nope:// = %d, screen:\n%s", code, scr)
+	}
+	want := "stead put: nope://: stead: open: stead: invalid argument: unknown URL scheme \"nope\": want mem://, sqlite://, postgres:// or http(s)://\n"
+	if got := scr.String(); got != want {
+		t.Errorf("last screen:\n%s\nwant:\n%s", got, want)
+	}
+}
