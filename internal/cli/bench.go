@@ -5,16 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -28,6 +26,23 @@ type scenario struct {
 	op    func(ctx context.Context, w, i int) error
 }
 
+// Names the bench writes under. The group and the locks are the same for
+// every run, so that the rows no store API removes (a registered group, a
+// lock's fencing counter) do not pile up; records and blobs are the run's
+// own and deleted after it.
+const (
+	benchGroup = "stead-bench"
+	benchLocks = "stead-bench/lock/"
+)
+
+// benchPinTTL is how long the bench's puts pin their blobs: short, so that
+// the bench may delete them soon after it ends.
+const benchPinTTL = time.Second
+
+// benchCleanupTimeout bounds the removal of what a bench wrote, which runs
+// even after an interrupt.
+const benchCleanupTimeout = time.Minute
+
 func benchCommand(e *env) *cobra.Command {
 	var (
 		duration    time.Duration
@@ -40,16 +55,20 @@ func benchCommand(e *env) *cobra.Command {
 		Long: `Run a quick built-in load against the store, one scenario at a time,
 each for --duration with --concurrency workers: blob puts and gets, lock
 acquire+release, record CAS saves and claims. Prints throughput and
-latency per scenario, to size a database. It writes to the store under
-names starting "stead-bench-" and removes what it wrote.`,
+latency per scenario, to size a database.
+
+It writes blobs of content unique to the run, pinned for ` + benchPinTTL.String() + ` only,
+records "stead-bench-RUN/N", locks "` + benchLocks + `N" and the group
+"` + benchGroup + `". When it ends, even when interrupted, it deletes its records
+and, once their pins lapse, its blobs; a blob something else protects by
+then (another store's pin, a liveness source) it leaves, and counts. The
+group and the locks stay (no command removes them) for the next run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration <= 0 || concurrency <= 0 || size <= 0 {
 				return usageError("--duration, --concurrency and --size must be positive")
 			}
-			return e.withStore(cmd.Context(), func(st *stead.Store) error {
-				return bench(cmd.Context(), e, st, duration, concurrency, size)
-			})
+			return bench(cmd.Context(), e, duration, concurrency, size)
 		},
 	}
 	cmd.Flags().DurationVar(&duration, "duration", 2*time.Second, "how long each scenario runs")
@@ -66,39 +85,130 @@ type benchResult struct {
 	latencies []time.Duration
 }
 
-func bench(ctx context.Context, e *env, st *stead.Store, duration time.Duration, concurrency, size int) error {
+// benchWrites is what a bench wrote, or tried to, to delete after it.
+type benchWrites struct {
+	mu      sync.Mutex
+	keys    []blob.Key // every key put, stored or not
+	stored  []blob.Key // the keys whose put succeeded
+	lastPut time.Time  // when the last put returned
+	ids     []string
+}
+
+// put records a put of key, which stored it if ok.
+func (w *benchWrites) put(key blob.Key, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.keys = append(w.keys, key)
+	if ok {
+		w.stored = append(w.stored, key)
+	}
+	w.lastPut = time.Now()
+}
+
+// key returns the i'th key stored, modulo their number; ok is false when
+// none was.
+func (w *benchWrites) key(i int) (blob.Key, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.stored) == 0 {
+		return blob.Key{}, false
+	}
+	return w.stored[i%len(w.stored)], true
+}
+
+// benchDeleteRounds is how many times remove tries a blob it finds
+// protected, a pin TTL apart: a put cut short by the client may still
+// commit, and pin, on the server after the client gave up on it.
+const benchDeleteRounds = 3
+
+// remove deletes the records written, then each blob put once its pin has
+// lapsed, and prints what it did. A blob still protected after
+// benchDeleteRounds tries (by another store's pin or a liveness source) is
+// left and counted; one found absent was never stored, or collected
+// already.
+func (w *benchWrites) remove(ctx context.Context, e *env, st *stead.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, benchCleanupTimeout)
+	defer cancel()
+	for _, id := range w.ids {
+		if err := st.Records.Delete(ctx, id); err != nil {
+			return fmt.Errorf("bench: deleting record %q: %w", id, err)
+		}
+	}
+	bar := e.countBar("bench: deleting its blobs", int64(len(w.keys)), "blobs")
+	defer bar.done()
+	pending, deleted := w.keys, 0
+	wait := time.Until(w.lastPut.Add(benchPinTTL))
+	for round := 0; round < benchDeleteRounds && len(pending) > 0; round++ {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("bench: waiting for its pins to lapse: %w (%d blobs left)", ctx.Err(), len(pending))
+		}
+		wait = benchPinTTL
+		var protected []blob.Key
+		for i, key := range pending {
+			err := st.Blobs.Delete(ctx, key)
+			switch {
+			case err == nil:
+				deleted++
+			case errors.Is(err, stead.ErrProtected):
+				protected = append(protected, key)
+				continue
+			case !errors.Is(err, stead.ErrNotFound):
+				return fmt.Errorf("bench: deleting blob %s: %w (%d blobs left)", key, err, len(pending)-i+len(protected))
+			}
+			bar.add(1)
+		}
+		pending = protected
+	}
+	bar.done()
+	fmt.Fprintf(e.stdout, "\nremoved %d records and %d blobs", len(w.ids), deleted)
+	if len(pending) > 0 {
+		fmt.Fprintf(e.stdout, "; kept %d blobs that something else protects (stead gc collects them once nothing does)", len(pending))
+	}
+	fmt.Fprintln(e.stdout)
+	return nil
+}
+
+// bench runs the scenarios against a store of its own, whose puts pin for
+// benchPinTTL, and removes what they wrote.
+func bench(ctx context.Context, e *env, duration time.Duration, concurrency, size int) (err error) {
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])
-	prefix := "stead-bench-" + hex.EncodeToString(suffix[:])
-	group := prefix
-	var (
-		mu   sync.Mutex
-		keys []blob.Key
-	)
+	run := "stead-bench-" + hex.EncodeToString(suffix[:])
+	st, err := e.open(ctx, stead.WithPinTTL(benchPinTTL), stead.WithInstanceID(run))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	writes := &benchWrites{}
+	defer func() {
+		err = errors.Join(err, writes.remove(context.WithoutCancel(ctx), e, st))
+	}()
 	value := func(w, i int) []byte {
 		v := make([]byte, size)
-		copy(v, fmt.Sprintf("%s/%d/%d", prefix, w, i))
+		copy(v, fmt.Sprintf("%s/%d/%d", run, w, i))
 		return v
 	}
+	recordID := func(w int) string { return fmt.Sprintf("%s/%d", run, w) }
 	versions := make([]int64, concurrency)
 	scenarios := []scenario{
 		{name: "blob put", op: func(ctx context.Context, w, i int) error {
-			key, err := st.Blobs.Put(ctx, bytes.NewReader(value(w, i)))
-			if err == nil {
-				mu.Lock()
-				keys = append(keys, key)
-				mu.Unlock()
+			v := value(w, i)
+			key, err := st.Blobs.Put(ctx, bytes.NewReader(v))
+			if err != nil {
+				// It may have stored the value all the same (a put cut
+				// by the scenario's deadline, say): delete it after.
+				key = blob.KeyOf(v)
 			}
+			writes.put(key, err == nil)
 			return err
 		}},
 		{name: "blob get", op: func(ctx context.Context, w, i int) error {
-			mu.Lock()
-			if len(keys) == 0 {
-				mu.Unlock()
+			key, ok := writes.key(w*7919 + i)
+			if !ok {
 				return nil
 			}
-			key := keys[(w*7919+i)%len(keys)]
-			mu.Unlock()
 			rd, err := st.Blobs.Get(ctx, key)
 			if err != nil {
 				return err
@@ -106,40 +216,46 @@ func bench(ctx context.Context, e *env, st *stead.Store, duration time.Duration,
 			return rd.Close()
 		}},
 		{name: "lock acquire+release", op: func(ctx context.Context, w, i int) error {
-			lk, ok, err := st.Locks.TryLock(ctx, fmt.Sprintf("%s/%d", prefix, w), prefix, time.Minute)
-			if err != nil || !ok {
+			lk, ok, err := st.Locks.TryLock(ctx, fmt.Sprintf("%s%d", benchLocks, w), run, time.Minute)
+			if err != nil {
 				return err
+			}
+			if !ok {
+				return fmt.Errorf("lock %s%d is held by another owner", benchLocks, w)
 			}
 			_, err = lk.Release(ctx)
 			return err
 		}},
 		{name: "record save (CAS)", setup: func(ctx context.Context) error {
-			if err := st.Records.RegisterGroup(ctx, group); err != nil {
+			if err := st.Records.RegisterGroup(ctx, benchGroup); err != nil {
 				return err
 			}
 			for w := range versions {
-				rec, err := st.Records.Save(ctx, record.Record{ID: fmt.Sprintf("%s/%d", prefix, w), Group: group, Status: record.Suspended})
+				rec, err := st.Records.Save(ctx, record.Record{ID: recordID(w), Group: benchGroup, Status: record.Suspended})
 				if err != nil {
 					return err
 				}
+				writes.ids = append(writes.ids, rec.ID)
 				versions[w] = rec.Version
 			}
 			return nil
 		}, op: func(ctx context.Context, w, i int) error {
-			rec, err := st.Records.Save(ctx, record.Record{ID: fmt.Sprintf("%s/%d", prefix, w), Group: group, Status: record.Suspended, Version: versions[w], Payload: value(w, i)[:min(size, 256)]})
+			rec, err := st.Records.Save(ctx, record.Record{ID: recordID(w), Group: benchGroup, Status: record.Suspended, Version: versions[w], Payload: value(w, i)[:min(size, 256)]})
 			if err == nil {
 				versions[w] = rec.Version
 			}
 			return err
 		}},
 		{name: "record claim", op: func(ctx context.Context, w, i int) error {
-			_, err := st.Records.Claim(ctx, group, fmt.Sprintf("%s/%d", prefix, w), prefix, time.Minute)
+			_, err := st.Records.Claim(ctx, benchGroup, recordID(w), run, time.Minute)
 			return err
 		}},
 	}
-	bar := e.benchBar(time.Duration(len(scenarios)) * duration)
+	bar := e.timeBar("bench", time.Duration(len(scenarios))*duration)
+	defer bar.done()
 	var results []benchResult
 	for _, sc := range scenarios {
+		bar.describe("bench: " + sc.name)
 		if sc.setup != nil {
 			if err := sc.setup(ctx); err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
@@ -151,31 +267,12 @@ func bench(ctx context.Context, e *env, st *stead.Store, duration time.Duration,
 		}
 		results = append(results, res)
 	}
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.done()
 	printBench(e, results, concurrency, size)
-	// Remove what the bench wrote.
-	cleanup := context.WithoutCancel(ctx)
-	for w := range versions {
-		_ = st.Records.Delete(cleanup, fmt.Sprintf("%s/%d", prefix, w))
-	}
-	for _, key := range keys {
-		_ = st.Blobs.Delete(cleanup, key)
-	}
 	return nil
 }
 
-func (e *env) benchBar(total time.Duration) *progressbar.ProgressBar {
-	f, isFile := e.stderr.(*os.File)
-	if !isFile || !term.IsTerminal(int(f.Fd())) {
-		return nil
-	}
-	return progressbar.NewOptions64(total.Milliseconds(), progressbar.OptionSetWriter(f),
-		progressbar.OptionSetDescription("bench"), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100e6))
-}
-
-func runScenario(ctx context.Context, sc scenario, duration time.Duration, concurrency int, bar *progressbar.ProgressBar) benchResult {
+func runScenario(ctx context.Context, sc scenario, duration time.Duration, concurrency int, bar *bar) benchResult {
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	res := benchResult{name: sc.name}
@@ -212,7 +309,7 @@ func runScenario(ctx context.Context, sc scenario, duration time.Duration, concu
 			case <-ctx.Done():
 				done = true
 			case now := <-tick.C:
-				bar.Add64(now.Sub(last).Milliseconds())
+				bar.add(now.Sub(last).Milliseconds())
 				last = now
 			}
 		}

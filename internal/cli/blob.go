@@ -10,32 +10,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/ref"
 )
-
-// progress wraps r in a progress bar on stderr when stderr is a terminal;
-// size -1 is unknown.
-func (e *env) progress(r io.Reader, size int64, what string) (io.Reader, func()) {
-	f, isFile := e.stderr.(*os.File)
-	if !isFile || !term.IsTerminal(int(f.Fd())) {
-		return r, func() {}
-	}
-	bar := progressbar.NewOptions64(size,
-		progressbar.OptionSetWriter(f),
-		progressbar.OptionSetDescription(what),
-		progressbar.OptionShowBytes(true),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionThrottle(100e6),
-	)
-	rd := progressbar.NewReader(r, bar)
-	return &rd, func() { bar.Finish() }
-}
 
 func parseKey(text string) (blob.Key, error) {
 	key, err := blob.ParseKey(text)
@@ -66,7 +46,7 @@ func putCommand(e *env) *cobra.Command {
 		Short: "Store a file (or stdin) as a blob and print its key",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var in io.Reader = os.Stdin
+			in := e.stdin
 			size := int64(-1)
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
@@ -80,7 +60,6 @@ func putCommand(e *env) *cobra.Command {
 				in = f
 			}
 			counted := &countingReader{r: in}
-			r, done := e.progress(counted, size, "put")
 			var opts blob.PutOptions
 			for _, c := range children {
 				k, err := parseKey(c)
@@ -90,8 +69,9 @@ func putCommand(e *env) *cobra.Command {
 				opts.Children = append(opts.Children, k)
 			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
-				key, err := st.Blobs.PutWith(cmd.Context(), r, opts)
-				done()
+				bar := e.bytesBar("put", size)
+				key, err := st.Blobs.PutWith(cmd.Context(), bar.reader(counted), opts)
+				bar.done()
 				if err != nil {
 					return err
 				}
@@ -138,13 +118,17 @@ func getCommand(e *env) *cobra.Command {
 				return err
 			}
 			defer rd.Close()
-			if out == "" || out == "-" {
-				_, err = io.Copy(e.stdout, rd)
+			toStdout := out == "" || out == "-"
+			var bar *bar
+			if !toStdout || !e.stdoutTTY { // no bar over the value on the terminal
+				bar = e.bytesBar("get", rd.Size())
+			}
+			defer bar.done()
+			if toStdout {
+				_, err = io.Copy(e.stdout, bar.reader(rd))
 				return err
 			}
-			r, done := e.progress(rd, rd.Size(), "get")
-			defer done()
-			return writeOutput(out, r)
+			return writeOutput(out, bar.reader(rd))
 		}),
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")

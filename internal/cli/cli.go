@@ -2,9 +2,10 @@
 // docs/decisions/0018-cli-framework.md). Run is the whole program, with its
 // arguments and output streams passed in, so it is tested in process.
 //
-// Exit codes: 0 success; 1 failure; 2 usage; 3 not found (get, stat, rm,
-// records show); 4 doctor found warnings but no failure; 75 stead lock
-// --try found the lock held; 76 stead lock lost the lock.
+// Exit codes: 0 success; 1 failure; 2 usage; 3 not found (a blob, a record
+// or a group: get, stat, rm, records show, records ls); 4 doctor found
+// warnings but no failure; 5 scrub found corrupt blobs; 75 stead lock --try
+// found the lock held; 76 stead lock lost the lock.
 package cli
 
 import (
@@ -58,9 +59,16 @@ var commands = map[string]func(e *env) *cobra.Command{
 type env struct {
 	db       string
 	logLevel string
+	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
-	log      *slog.Logger
+	// tty is where progress is drawn: stderr when it is a terminal, else
+	// nil (no progress).
+	tty io.Writer
+	// stdoutTTY reports that stdout is a terminal: a command writing data
+	// there draws no progress over it.
+	stdoutTTY bool
+	log       *slog.Logger
 }
 
 // errUsage marks an error the user fixes by reading the usage.
@@ -80,46 +88,18 @@ func usageError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
-// Run runs the stead command line args and returns the exit code.
+// Run runs the stead command line args and returns the exit code. Progress
+// is drawn on stderr when it is a terminal.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
-	root := &cobra.Command{
-		Use:   "stead",
-		Short: "Durable state for Go services: blobs, locks and records",
-		Long: `stead runs and administers a stead store: content-addressed blobs,
-named locks with TTL leases and lease-fenced records, over SQLite (the
-default, a file), PostgreSQL, memory, or a stead server (http://).`,
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return e.setup()
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cmd.SetOut(stderr)
-			cmd.Usage()
-			return &exitError{code: exitUsage}
-		},
-	}
+	return execute(ctx, args, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, tty: terminal(stderr), stdoutTTY: terminal(stdout) != nil})
+}
+
+// execute runs args with e's streams.
+func execute(ctx context.Context, args []string, e *env) int {
+	stderr := e.stderr
+	root := newRoot(e)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	root.SetContext(ctx)
-	root.CompletionOptions.DisableDefaultCmd = true
-	// Defaults from the environment are applied after parsing, so that
-	// help never prints a secret.
-	root.PersistentFlags().StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
-	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return usageError("%v (see %s --help)", err, cmd.CommandPath())
-	})
-	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		root.AddCommand(commands[name](e))
-	}
 	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
@@ -139,10 +119,51 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 	switch {
 	case errors.Is(err, errUsage):
 		return exitUsage
-	case errors.Is(err, stead.ErrNotFound):
+	case errors.Is(err, stead.ErrNotFound), errors.Is(err, stead.ErrUnknownGroup):
 		return exitNotFound
 	}
 	return exitFailure
+}
+
+// newRoot returns the stead command, every command under it, writing to
+// e's streams.
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "stead",
+		Short: "Durable state for Go services: blobs, locks and records",
+		Long: `stead runs and administers a stead store: content-addressed blobs,
+named locks with TTL leases and lease-fenced records, over SQLite (the
+default, a file), PostgreSQL, memory, or a stead server (http://).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return e.setup()
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(e.stderr)
+			cmd.Usage()
+			return &exitError{code: exitUsage}
+		},
+	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.CompletionOptions.DisableDefaultCmd = true
+	// Defaults from the environment are applied after parsing, so that
+	// help never prints a secret.
+	root.PersistentFlags().StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
+	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError("%v (see %s --help)", err, cmd.CommandPath())
+	})
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		root.AddCommand(commands[name](e))
+	}
+	return root
 }
 
 // oneLine returns err's text on one line.

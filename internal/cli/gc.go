@@ -3,14 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -36,14 +32,12 @@ garbage once its pin lapses: gc refuses to delete there unless given
 			ctx := cmd.Context()
 			return e.withStore(ctx, func(st *stead.Store) error {
 				opts := gc.SweepOptions{DryRun: dryRun, AllUnreferenced: allUnreferenced}
-				if bar := progress(e.stderr); bar != nil {
-					opts.Progress = func(r gc.Report) {
-						bar.Describe(fmt.Sprintf("reaped %d, taken %d, deleted %d, rescued %d, staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged))
-						_ = bar.Set64(r.Taken)
-					}
-					defer func() { _ = bar.Finish(); fmt.Fprintln(e.stderr) }()
+				show := newSweepProgress(ctx, e, st, dryRun)
+				if show != nil {
+					opts.Progress = show.update
 				}
 				rep, err := st.GC.Sweep(ctx, opts)
+				show.done()
 				if err != nil {
 					return err
 				}
@@ -70,17 +64,78 @@ garbage once its pin lapses: gc refuses to delete there unless given
 	return cmd
 }
 
-// progress returns a spinner on w when w is a terminal, else nil.
-func progress(w io.Writer) *progressbar.ProgressBar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
+// sweepProgress draws a sweep on the terminal: a bar over the window's
+// candidates due for arbitration, when they could be counted beforehand
+// (not in a dry run, which peeks at a page only), then a spinner while the
+// rest of the sweep runs. A nil *sweepProgress draws nothing.
+type sweepProgress struct {
+	e     *env
+	total int64 // candidates counted due before the sweep
+	bar   *bar  // over total, until they are all taken
+	spin  *bar
+}
+
+// newSweepProgress returns the display of a sweep, or nil when there is no
+// terminal.
+func newSweepProgress(ctx context.Context, e *env, st *stead.Store, dryRun bool) *sweepProgress {
+	if e.tty == nil {
 		return nil
 	}
-	return progressbar.NewOptions64(-1,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSpinnerType(14),
-		progressbar.OptionSetElapsedTime(true),
-		progressbar.OptionThrottle(100*time.Millisecond))
+	p := &sweepProgress{e: e}
+	if !dryRun {
+		counting := e.spinner("gc: counting the candidates due")
+		p.total = due(ctx, st)
+		counting.done()
+	}
+	if p.total > 0 {
+		p.bar = e.countBar("gc: reaping pins", p.total, "candidates")
+	} else {
+		p.spin = e.spinner("gc: reaping pins")
+	}
+	return p
+}
+
+// due counts the window's candidates deletable now (0 when the window
+// cannot be read: the display then has no total).
+func due(ctx context.Context, st *stead.Store) int64 {
+	now := time.Now()
+	var n int64
+	err := st.GC.Window(ctx, func(c gc.Candidate) bool {
+		if !c.VisibleAfter.After(now) {
+			n++
+		}
+		return true
+	})
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// update draws the report so far.
+func (p *sweepProgress) update(r gc.Report) {
+	if p.bar != nil {
+		p.bar.describe(fmt.Sprintf("gc: deleted %d, rescued %d", r.Deleted, r.Rescued))
+		if r.Taken < p.total {
+			p.bar.set(r.Taken)
+			return
+		}
+		p.bar.done()
+		p.bar = nil
+	}
+	what := fmt.Sprintf("gc: reaped %d pins, took %d candidates: deleted %d, rescued %d; staged %d", r.Reaped, r.Taken, r.Deleted, r.Rescued, r.Staged)
+	if p.spin == nil {
+		p.spin = p.e.spinner(what)
+	}
+	p.spin.describe(what)
+}
+
+// done erases the display.
+func (p *sweepProgress) done() {
+	if p != nil {
+		p.bar.done()
+		p.spin.done()
+	}
 }
 
 func gcExplain(ctx context.Context, e *env, st *stead.Store, key blob.Key) error {

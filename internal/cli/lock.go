@@ -89,7 +89,7 @@ func defaultOwner() string {
 func runHeld(ctx context.Context, e *env, held *lock.Held, argv []string) error {
 	release := func() error { return held.Release(context.WithoutCancel(ctx)) }
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	ownProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return errors.Join(err, release())

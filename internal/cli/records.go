@@ -26,13 +26,23 @@ func recordsCommand(e *env) *cobra.Command {
 	var limit int
 	ls := &cobra.Command{
 		Use:   "ls GROUP",
-		Short: "List a group's claimable records, in id order",
+		Short: "List a group's claimable records, in id order (exit 3: no such group)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				recs, err := st.Records.ListClaimable(cmd.Context(), args[0], time.Time{}, limit)
 				if err != nil {
 					return err
+				}
+				if len(recs) == 0 {
+					// A group never registered lists as empty: say so.
+					known, err := st.Records.GroupExists(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					if !known {
+						return fmt.Errorf("group %q: %w", args[0], stead.ErrUnknownGroup)
+					}
 				}
 				if asJSON {
 					return writeJSON(e, wire.Records{Records: wire.FromRecords(recs)})

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -56,17 +53,9 @@ func scrub(ctx context.Context, e *env, fromText string) error {
 	if err != nil {
 		return err
 	}
-	progress := io.Discard
-	if f, ok := e.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar := progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(f),
-			progressbar.OptionSetDescription("scrub"),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionShowCount(),
-			progressbar.OptionClearOnFinish())
-		defer bar.Finish()
-		progress = bar
-	}
+	bar := e.bytesBar("scrub", total)
+	defer bar.done()
+	progress := bar.writer()
 
 	var checked, corrupt int
 	var read int64
@@ -77,6 +66,9 @@ func scrub(ctx context.Context, e *env, fromText string) error {
 		switch {
 		case errors.Is(err, stead.ErrDigestMismatch):
 			corrupt++
+			if e.stdoutTTY {
+				bar.clear()
+			}
 			fmt.Fprintln(e.stdout, key)
 		case errors.Is(err, stead.ErrNotFound):
 			return nil // deleted since it was listed
@@ -86,6 +78,7 @@ func scrub(ctx context.Context, e *env, fromText string) error {
 		checked++
 		return nil
 	})
+	bar.done()
 	fmt.Fprintf(e.stderr, "scrubbed %d blobs, %d bytes: %d corrupt\n", checked, read, corrupt)
 	switch {
 	case err != nil:
