@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"iter"
 	"net/http"
 	"strconv"
@@ -149,73 +148,6 @@ func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
 	}
 	p.m.blobPut(existed, int(size))
 	return nil
-}
-
-// bodyReader reads an upload body at no less than the minimum rate after
-// the grace period, and at once stops a stalled body when the server
-// drains.
-type bodyReader struct {
-	s     *Server
-	r     io.Reader
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	start time.Time
-	n     int64
-}
-
-// drainStall is how long an upload may go without a byte while the server
-// shuts down.
-const drainStall = time.Second
-
-func (s *Server) newBodyReader(w http.ResponseWriter, r *http.Request) *bodyReader {
-	b := &bodyReader{s: s, r: r.Body, w: w, rc: http.NewResponseController(w), start: time.Now()}
-	s.drain.mu.Lock()
-	if s.drain.active == nil {
-		s.drain.active = make(map[*bodyReader]struct{})
-	}
-	s.drain.active[b] = struct{}{}
-	s.drain.mu.Unlock()
-	return b
-}
-
-func (b *bodyReader) done() {
-	b.s.drain.mu.Lock()
-	delete(b.s.drain.active, b)
-	b.s.drain.mu.Unlock()
-}
-
-func (b *bodyReader) Read(p []byte) (int, error) {
-	deadline := b.start.Add(b.s.opts.BodyGrace + time.Duration(float64(b.n)/float64(b.s.opts.MinBodyRate)*float64(time.Second)))
-	b.s.drain.mu.Lock()
-	if d := time.Now().Add(drainStall); b.s.drain.draining && d.Before(deadline) {
-		deadline = d
-	}
-	b.s.drain.mu.Unlock()
-	_ = b.rc.SetReadDeadline(deadline)
-	// The answer gets RequestTimeout after the body, however long the
-	// body took.
-	_ = b.rc.SetWriteDeadline(deadline.Add(b.s.opts.RequestTimeout))
-	// The database deadline runs from the body's end, not while reading.
-	moreDBTime(b.w, -1)
-	n, err := b.r.Read(p)
-	moreDBTime(b.w, b.s.dbTimeout())
-	b.n += int64(n)
-	if err != nil && err != io.EOF {
-		err = &bodyError{err}
-	}
-	return n, err
-}
-
-// startDrain cuts off, within drainStall, every upload that stops
-// sending.
-func (s *Server) startDrain() {
-	s.stop()
-	s.drain.mu.Lock()
-	defer s.drain.mu.Unlock()
-	s.drain.draining = true
-	for b := range s.drain.active {
-		_ = b.rc.SetReadDeadline(time.Now().Add(drainStall))
-	}
 }
 
 func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,151 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/steadkit/stead/internal/wire"
+)
+
+// readJSON decodes a request body of at most maxJSONBody bytes into v,
+// refusing unknown fields and trailing data.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.readJSONLimit(w, r, v, maxJSONBody)
+}
+
+// readJSONLimit is readJSON with a limit. The body is read like an
+// upload's: at MinBodyRate after BodyGrace, and cut off when it stalls
+// during shutdown.
+func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	body := s.newBodyReader(w, r)
+	defer body.done()
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	body.r = r.Body
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var body *bodyError
+		if errors.As(err, &body) {
+			return err
+		}
+		return &badRequest{"request body: " + err.Error()}
+	}
+	if dec.More() {
+		return &badRequest{"request body: data after the JSON value"}
+	}
+	return nil
+}
+
+// openBody admits a request body of at most limit declared bytes (else
+// 413 with code, naming what it carries), in one of the upload slots
+// (else 503 busy), and returns it read through a bodyReader; done
+// releases both.
+func (s *Server) openBody(w http.ResponseWriter, r *http.Request, limit int64, code, what string) (body *bodyReader, done func(), ok bool) {
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, code, fmt.Sprintf("%s of %d bytes, limit %d", what, r.ContentLength, limit))
+		return nil, nil, false
+	}
+	release, ok := s.uploadSlot(w)
+	if !ok {
+		return nil, nil, false
+	}
+	body = s.newBodyReader(w, r)
+	return body, func() { body.done(); release() }, true
+}
+
+// uploadSlot takes one of the MaxUploads slots that bodies of size
+// (blobs, record saves) share, or answers 503 busy and returns false.
+func (s *Server) uploadSlot(w http.ResponseWriter) (release func(), ok bool) {
+	select {
+	case s.uploads <- struct{}{}:
+		s.metrics.uploads.Inc()
+		return func() {
+			s.metrics.uploads.Dec()
+			<-s.uploads
+		}, true
+	default:
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, wire.CodeBusy, "too many uploads in progress")
+		return nil, false
+	}
+}
+
+// drainSet tracks the uploads in progress, so shutdown can cut off the
+// stalled ones.
+type drainSet struct {
+	mu       sync.Mutex
+	draining bool
+	active   map[*bodyReader]struct{}
+}
+
+// bodyReader reads an upload body at no less than the minimum rate after
+// the grace period, and at once stops a stalled body when the server
+// drains.
+type bodyReader struct {
+	s     *Server
+	r     io.Reader
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	start time.Time
+	n     int64
+}
+
+// drainStall is how long an upload may go without a byte while the server
+// shuts down.
+const drainStall = time.Second
+
+func (s *Server) newBodyReader(w http.ResponseWriter, r *http.Request) *bodyReader {
+	b := &bodyReader{s: s, r: r.Body, w: w, rc: http.NewResponseController(w), start: time.Now()}
+	s.drain.mu.Lock()
+	if s.drain.active == nil {
+		s.drain.active = make(map[*bodyReader]struct{})
+	}
+	s.drain.active[b] = struct{}{}
+	s.drain.mu.Unlock()
+	return b
+}
+
+func (b *bodyReader) done() {
+	b.s.drain.mu.Lock()
+	delete(b.s.drain.active, b)
+	b.s.drain.mu.Unlock()
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	deadline := b.start.Add(b.s.opts.BodyGrace + time.Duration(float64(b.n)/float64(b.s.opts.MinBodyRate)*float64(time.Second)))
+	b.s.drain.mu.Lock()
+	if d := time.Now().Add(drainStall); b.s.drain.draining && d.Before(deadline) {
+		deadline = d
+	}
+	b.s.drain.mu.Unlock()
+	_ = b.rc.SetReadDeadline(deadline)
+	// The answer gets RequestTimeout after the body, however long the
+	// body took.
+	_ = b.rc.SetWriteDeadline(deadline.Add(b.s.opts.RequestTimeout))
+	// The database deadline runs from the body's end, not while reading.
+	moreDBTime(b.w, -1)
+	n, err := b.r.Read(p)
+	moreDBTime(b.w, b.s.dbTimeout())
+	b.n += int64(n)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err}
+	}
+	return n, err
+}
+
+// startDrain cuts off, within drainStall, every upload that stops
+// sending.
+func (s *Server) startDrain() {
+	s.stop()
+	s.drain.mu.Lock()
+	defer s.drain.mu.Unlock()
+	s.drain.draining = true
+	for b := range s.drain.active {
+		_ = b.rc.SetReadDeadline(time.Now().Add(drainStall))
+	}
+}
