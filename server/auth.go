@@ -16,7 +16,7 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stead"`)
-			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "missing or wrong bearer token")
+			writeError(w, wire.CodeUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		h(w, r)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"iter"
 	"net/http"
 	"strconv"
@@ -42,14 +41,14 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !key.IsZero() && !want.IsZero() && key != want {
-			writeError(w, http.StatusBadRequest, "digest_mismatch", "Content-Digest names another digest than the URL")
+			writeError(w, wire.CodeDigestMismatch, "Content-Digest names another digest than the URL")
 			return
 		}
 		if !key.IsZero() {
 			want = key
 		}
 	}
-	body, done, ok := s.openBody(w, r, s.opts.MaxBlobSize, "too_large", "blob")
+	body, done, ok := s.openBody(w, r, s.opts.MaxBlobSize, wire.CodeTooLarge, "blob")
 	if !ok {
 		return
 	}
@@ -175,7 +174,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case verdict == rangeUnsatisfiable:
 		h.Set("Content-Range", "bytes */"+size)
-		writeError(w, http.StatusRequestedRangeNotSatisfiable, wire.CodeRangeNotSatisfiable, "empty suffix range")
+		writeError(w, wire.CodeRangeNotSatisfiable, "empty suffix range")
 		return
 	case verdict == rangeIgnored:
 		r.Header.Del("Range")
@@ -224,7 +223,7 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 	if text := q.Get("limit"); text != "" {
 		n, err := strconv.Atoi(text)
 		if err != nil || n < 0 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("limit %q: want 0 (all) to %d", text, maxListLimit))
+			s.fail(w, r, invalidArgument("limit %q: want 0 (all) to %d", text, maxListLimit))
 			return
 		}
 		limit = n

@@ -47,7 +47,7 @@ func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, li
 // releases both.
 func (s *Server) openBody(w http.ResponseWriter, r *http.Request, limit int64, code, what string) (body *bodyReader, done func(), ok bool) {
 	if r.ContentLength > limit {
-		writeError(w, http.StatusRequestEntityTooLarge, code, fmt.Sprintf("%s of %d bytes, limit %d", what, r.ContentLength, limit))
+		writeError(w, code, fmt.Sprintf("%s of %d bytes, limit %d", what, r.ContentLength, limit))
 		return nil, nil, false
 	}
 	release, ok := s.uploadSlot(w)
@@ -69,8 +69,7 @@ func (s *Server) uploadSlot(w http.ResponseWriter) (release func(), ok bool) {
 			<-s.uploads
 		}, true
 	default:
-		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusServiceUnavailable, wire.CodeBusy, "too many uploads in progress")
+		writeError(w, wire.CodeBusy, "too many uploads in progress")
 		return nil, false
 	}
 }

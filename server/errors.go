@@ -11,55 +11,61 @@ import (
 	"strings"
 
 	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/steaderr"
 )
 
-// writeStoreError answers err, an error of the store or of reading the
-// request. Sentinel errors keep stead's own message, which names the
-// thing and the rule; anything else is logged and answered without its
-// text, which may hold the database's host, user or driver detail.
-func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
-	var body *bodyError
-	if errors.As(err, &body) {
+// fail answers err, the one way every handler answers an error: an error
+// reading the request body, a refusal the server made itself (refusal,
+// badRequest), or an error of the store, through the one mapping of
+// errors to codes (wire.StatusOf). Sentinel errors keep stead's own
+// message, which names the thing and the rule; anything else is logged
+// and answered without its text, which may hold the database's host, user
+// or driver detail.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		body *bodyError
+		ref  *refusal
+		bad  *badRequest
+		pre  *preconditionFailed
+	)
+	switch {
+	case errors.As(err, &body):
 		var maxErr *http.MaxBytesError
 		switch {
 		case errors.As(err, &maxErr):
-			writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "request body too large")
+			writeError(w, wire.CodeBodyTooLarge, "request body too large")
 		case isTimeout(err):
-			writeError(w, http.StatusRequestTimeout, wire.CodeTimeout, "request body arrived too slowly")
+			writeError(w, wire.CodeTimeout, "request body arrived too slowly")
 		default:
-			writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "request body ended early or could not be read")
+			writeError(w, wire.CodeBadRequest, "request body ended early or could not be read")
 		}
-		return
-	}
-	switch {
+	case errors.As(err, &ref):
+		writeError(w, ref.code, ref.msg)
+	case errors.As(err, &bad):
+		writeError(w, wire.CodeBadRequest, bad.msg)
 	case errors.Is(context.Cause(r.Context()), errDatabaseTimeout):
 		s.log.Warn("stead: database did not answer in time", "route", r.Pattern, "err", err)
-		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "database did not answer in time")
-		return
+		writeError(w, wire.CodeUnavailable, "database did not answer in time")
 	case r.Context().Err() != nil:
 		// The client is gone; whatever we write is lost.
-		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
-		return
-	case errors.Is(err, errors.ErrUnsupported):
-		writeError(w, http.StatusRequestEntityTooLarge, "unsupported", "blobs over the inline limit are not supported by this engine yet")
-		return
-	}
-	if status, code, sentinel := wire.StatusOf(err); sentinel != nil {
-		if status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", retryAfter)
+		writeError(w, wire.CodeUnavailable, "request cancelled")
+	case errors.As(err, &pre):
+		writeErrorStatus(w, http.StatusPreconditionFailed, wire.CodeConflict, publicMessage(err))
+	default:
+		_, code, sentinel := wire.StatusOf(err)
+		switch {
+		case sentinel == steaderr.ErrUnavailable || sentinel == nil && unavailable(err):
+			// The database's words name its host and user: logged only.
+			s.log.Warn("stead: database unavailable", "route", r.Pattern, "err", err)
+			writeError(w, wire.CodeUnavailable, "database unavailable")
+			return
+		case sentinel != nil:
+			writeError(w, code, publicMessage(err))
+			return
 		}
-		writeError(w, status, code, publicMessage(err))
-		return
+		s.log.Error("stead: internal error", "route", r.Pattern, "err", err)
+		writeError(w, wire.CodeInternal, "internal error")
 	}
-	if unavailable(err) {
-		s.log.Warn("stead: database unavailable", "route", r.Pattern, "err", err)
-		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "database unavailable")
-		return
-	}
-	s.log.Error("stead: internal error", "route", r.Pattern, "err", err)
-	writeError(w, http.StatusInternalServerError, wire.CodeInternal, "internal error")
 }
 
 // publicMessage is what a response may say of err: its text cut where
@@ -107,13 +113,24 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
+// writeError answers an error with code, at the code's status
+// (wire.Status); a 503 tells the client when to retry.
+func writeError(w http.ResponseWriter, code, msg string) {
+	writeErrorStatus(w, wire.Status(code), code, msg)
+}
+
+// writeErrorStatus is writeError at a status other than the code's: a
+// lost compare-and-swap on a record is 412 conflict, as If-Match asks.
+func writeErrorStatus(w http.ResponseWriter, status int, code, msg string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set(wire.CodeHeader, code) // for HEAD, whose answers have no body
 	h.Del("ETag")
 	h.Del("Content-Length")
+	if status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", retryAfter)
+	}
 	w.WriteHeader(status)
 	w.Write(errorBody(msg, code))
 }
@@ -138,17 +155,31 @@ type bodyError struct{ err error }
 func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
 
-// badRequest is a request the server could not parse.
+// badRequest is a request the server could not parse: 400 bad_request.
 type badRequest struct{ msg string }
 
 func (e *badRequest) Error() string { return e.msg }
 
-// fail answers err, a badRequest or a store error.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var bad *badRequest
-	if errors.As(err, &bad) {
-		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, bad.msg)
-		return
-	}
-	s.writeStoreError(w, r, err)
+// refusal is an answer the server makes itself, for no error of the
+// store: code is one of wire's, msg says what was wrong.
+type refusal struct{ code, msg string }
+
+func (e *refusal) Error() string { return e.msg }
+
+// refuse returns a refusal with code and the formatted message.
+func refuse(code, format string, args ...any) error {
+	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// preconditionFailed is a store's ErrConflict on a request conditioned
+// by If-Match or If-None-Match: 412.
+type preconditionFailed struct{ err error }
+
+func (e *preconditionFailed) Error() string { return e.err.Error() }
+func (e *preconditionFailed) Unwrap() error { return e.err }
+
+// invalidArgument returns an error wrapping steaderr.ErrInvalidArgument
+// with the formatted message: a request argument out of its range.
+func invalidArgument(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", steaderr.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }

@@ -36,7 +36,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	if p := r.URL.EscapedPath(); p != cleanPath(p) {
 		// net/http would redirect to the clean path with an HTML body.
-		writeError(rw, http.StatusNotFound, wire.CodeNotFoundRoute, "no such route")
+		writeError(rw, wire.CodeNotFoundRoute, "no such route")
 		return
 	}
 	s.mux.ServeHTTP(rw, r)
@@ -114,7 +114,7 @@ func (w *responseWriter) WriteHeader(status int) {
 		case http.StatusRequestedRangeNotSatisfiable:
 			code = wire.CodeRangeNotSatisfiable
 		case http.StatusPreconditionFailed:
-			code = "conflict"
+			code = wire.CodeConflict
 		}
 		b := errorBody(http.StatusText(status), code)
 		h.Set("Content-Type", "application/json")

@@ -19,12 +19,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	current, latest, err := s.eng.SchemaVersion(ctx)
 	if err != nil {
-		s.writeStoreError(w, r.WithContext(ctx), err)
+		s.fail(w, r.WithContext(ctx), err)
 		return
 	}
 	if current != latest {
-		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusServiceUnavailable, "schema", schemaMessage(current, latest))
+		writeError(w, wire.CodeSchema, schemaMessage(current, latest))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "schema": current})
@@ -45,7 +44,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 func (s *Server) schema(w http.ResponseWriter, r *http.Request) {
 	current, latest, err := s.eng.SchemaVersion(r.Context())
 	if err != nil {
-		s.writeStoreError(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.SchemaInfo{Current: current, Latest: latest})
@@ -53,7 +52,7 @@ func (s *Server) schema(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) migrate(w http.ResponseWriter, r *http.Request) {
 	if err := s.eng.Migrate(r.Context()); err != nil {
-		s.writeStoreError(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
 	s.schema(w, r)

@@ -20,7 +20,6 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
-	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/record"
 )
@@ -181,8 +180,8 @@ func New(st *stead.Store, opts Options) *Server {
 		gc:          st.GC,
 	}
 	s.gcMetrics = newGCMetrics(opts.Registerer)
-	if pg, ok := eng.(*postgres.Engine); ok {
-		registerPool(opts.Registerer, pg)
+	if pool, ok := eng.(engine.PoolReporter); ok {
+		registerPool(opts.Registerer, pool)
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.blobEng = &putSpy{Engine: eng.Blobs(), m: s.metrics}

@@ -69,7 +69,7 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	case len(data) > wire.MaxChunk:
-		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, fmt.Sprintf("chunk over the limit of %d bytes", wire.MaxChunk))
+		writeError(w, wire.CodeBodyTooLarge, fmt.Sprintf("chunk over the limit of %d bytes", wire.MaxChunk))
 		return
 	case len(data) == 0:
 		s.fail(w, r, &badRequest{"empty chunk"})
