@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"iter"
 	"net/http"
 	"strconv"
@@ -155,12 +156,27 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rd, err := s.blobs.Get(r.Context(), key)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	// HEAD asks for the headers only: the size, not the value.
+	var rd interface {
+		io.ReadSeeker
+		Size() int64
 	}
-	defer rd.Close()
+	if r.Method == http.MethodHead {
+		info, err := s.blobs.Stat(r.Context(), key)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		rd = &sizeOnly{size: info.Size}
+	} else {
+		brd, err := s.blobs.Get(r.Context(), key)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		defer brd.Close()
+		rd = brd
+	}
 	// Content never changes under a key: the key is the strong ETag.
 	h := w.Header()
 	h.Set("ETag", `"`+key.String()+`"`)
@@ -187,6 +203,29 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		s.metrics.blobGet(rw.n)
 	}
 }
+
+// sizeOnly is a HEAD answer's content: its size, without its bytes.
+// http.ServeContent seeks it to learn the size and sends no body for
+// HEAD; what it reads (for a multi-range answer's parts) fails.
+type sizeOnly struct{ size, off int64 }
+
+func (c *sizeOnly) Size() int64 { return c.size }
+
+func (c *sizeOnly) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		offset += c.off
+	case io.SeekEnd:
+		offset += c.size
+	}
+	if offset < 0 {
+		return c.off, errors.New("seek before the start")
+	}
+	c.off = offset
+	return offset, nil
+}
+
+func (c *sizeOnly) Read([]byte) (int, error) { return 0, errors.New("a HEAD answer has no body") }
 
 func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
 	key, err := blob.ParseKey(r.PathValue("key"))

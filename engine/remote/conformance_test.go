@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/internal/faultengine"
+
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
@@ -37,6 +40,25 @@ func serve(t *testing.T, url string, virgin bool) engine.Engine {
 	if err != nil {
 		t.Fatalf("stead.Open(%s): %v", url, err)
 	}
+	return serveStore(t, st)
+}
+
+// serveFaulty starts a server over a memory engine whose calls fail when
+// fail says so, and returns a remote engine on it.
+func serveFaulty(t *testing.T, fail func(op string) error) engine.Engine {
+	t.Helper()
+	inner := faultengine.New(memory.New(), faultengine.Func(func(op faultengine.Op) error { return fail(string(op)) }))
+	st, err := stead.New(context.Background(), inner)
+	if err != nil {
+		t.Fatalf("stead.New over a fault-injected engine: %v", err)
+	}
+	return serveStore(t, st)
+}
+
+// serveStore starts a server over st, closed with the test, and returns
+// a remote engine on it.
+func serveStore(t *testing.T, st *stead.Store) engine.Engine {
+	t.Helper()
 	srv := httptest.NewServer(server.New(st, server.Options{
 		ClientClock: true,
 		Token:       "conformance",
@@ -90,6 +112,7 @@ func TestConformance(t *testing.T) {
 			ChunkSize:       remoteChunk,
 			NoFuncSources:   noFuncSources,
 			New:             func(t *testing.T) engine.Engine { return serve(t, "mem://", false) },
+			Faulty:          serveFaulty,
 		})
 	})
 	t.Run("sqlite", func(t *testing.T) {
