@@ -396,7 +396,10 @@ func (s *Store) Verify(ctx context.Context, key Key) error {
 // has re-read and hashed them: staged bytes that do not hash to p.Key fail
 // with an error wrapping ErrDigestMismatch and publish nothing. It serves a
 // server publishing a remote client's chunked put, whose hash it cannot
-// take on trust. An invalid owner (ErrInvalidName), or a TTL or instant
+// take on trust. Staged bytes missing where the value needs them (the
+// upload was aborted or reaped) fail with an error wrapping ErrLost, as
+// the engine's Put of a lost upload does. An invalid owner
+// (ErrInvalidName), or a TTL or instant
 // that is not a whole (positive) microsecond (ErrInvalidArgument), is
 // refused before the engine is called. The upload stays the caller's to
 // abort.
@@ -419,6 +422,10 @@ func (s *Store) Publish(ctx context.Context, p PutParams) error {
 		return fmt.Errorf("blob publish %s: %w: more than %d bytes", key, steaderr.ErrTooLarge, s.maxSize)
 	}
 	if _, err := newReader(ctx, s.eng, key, Stored{Size: size, Chunks: set}, true).WriteTo(io.Discard); err != nil {
+		if errors.Is(err, steaderr.ErrNotFound) {
+			// The upload is not there to publish.
+			return fmt.Errorf("blob publish %s: %w: the upload has no chunk where one should be (aborted, reaped, or never written): %v", key, steaderr.ErrLost, err)
+		}
 		return fmt.Errorf("blob publish: %w", err)
 	}
 	p.Value = nil

@@ -1,8 +1,8 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,23 +20,31 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 
 // readJSONLimit is readJSON with a limit. The body is read like an
 // upload's: at MinBodyRate after BodyGrace, and cut off when it stalls
-// during shutdown.
+// during shutdown. Text that is not valid UTF-8 (raw, or a lone surrogate
+// escape) is refused before decoding, which would replace it, and a
+// decoded wire.Checker is checked.
 func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	body := s.newBodyReader(w, r)
 	defer body.done()
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	body.r = r.Body
-	dec := json.NewDecoder(body)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	if err := wire.CheckText(b); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var body *bodyError
-		if errors.As(err, &body) {
-			return err
-		}
 		return &badRequest{"request body: " + err.Error()}
 	}
 	if dec.More() {
 		return &badRequest{"request body: data after the JSON value"}
+	}
+	if c, ok := v.(wire.Checker); ok {
+		return c.Check()
 	}
 	return nil
 }
