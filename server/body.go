@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -24,6 +26,9 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // escape) is refused before decoding, which would replace it, and a
 // decoded wire.Checker is checked.
 func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	if r.ContentLength > limit {
+		return refuse(wire.CodeBodyTooLarge, "request body of %d bytes, limit %d", r.ContentLength, limit)
+	}
 	body := s.newBodyReader(w, r)
 	defer body.done()
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
@@ -52,13 +57,14 @@ func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, li
 // openBody admits a request body of at most limit declared bytes (else
 // 413 with code, naming what it carries), in one of the upload slots
 // (else 503 busy), and returns it read through a bodyReader; done
-// releases both.
+// releases both. A declared length over the limit is refused before a
+// slot is taken.
 func (s *Server) openBody(w http.ResponseWriter, r *http.Request, limit int64, code, what string) (body *bodyReader, done func(), ok bool) {
 	if r.ContentLength > limit {
 		writeError(w, code, fmt.Sprintf("%s of %d bytes, limit %d", what, r.ContentLength, limit))
 		return nil, nil, false
 	}
-	release, ok := s.uploadSlot(w)
+	release, ok := s.uploadSlot(w, r)
 	if !ok {
 		return nil, nil, false
 	}
@@ -66,20 +72,67 @@ func (s *Server) openBody(w http.ResponseWriter, r *http.Request, limit int64, c
 	return body, func() { body.done(); release() }, true
 }
 
-// uploadSlot takes one of the MaxUploads slots that bodies of size
-// (blobs, record saves) share, or answers 503 busy and returns false.
-func (s *Server) uploadSlot(w http.ResponseWriter) (release func(), ok bool) {
+// admission holds the MaxUploads slots that bodies of size (blobs,
+// chunks, record saves) share, and how many each client holds.
+type admission struct {
+	slots     chan struct{}
+	perClient int
+	mu        sync.Mutex
+	held      map[string]int // by clientOf
+}
+
+// uploadSlot takes one of the upload slots for r's client, or answers 503
+// busy and returns false: when the client holds MaxUploadsPerClient
+// already, or every slot is taken.
+func (s *Server) uploadSlot(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	a := &s.uploads
+	client := clientOf(r)
+	a.mu.Lock()
+	if a.held[client] >= a.perClient {
+		a.mu.Unlock()
+		writeError(w, wire.CodeBusy, "too many uploads in progress from this client")
+		return nil, false
+	}
 	select {
-	case s.uploads <- struct{}{}:
-		s.metrics.uploads.Inc()
-		return func() {
-			s.metrics.uploads.Dec()
-			<-s.uploads
-		}, true
+	case a.slots <- struct{}{}:
 	default:
+		a.mu.Unlock()
 		writeError(w, wire.CodeBusy, "too many uploads in progress")
 		return nil, false
 	}
+	if a.held == nil {
+		a.held = map[string]int{}
+	}
+	a.held[client]++
+	a.mu.Unlock()
+	s.metrics.uploads.Inc()
+	return func() {
+		s.metrics.uploads.Dec()
+		a.mu.Lock()
+		if a.held[client]--; a.held[client] == 0 {
+			delete(a.held, client)
+		}
+		a.mu.Unlock()
+		<-a.slots
+	}, true
+}
+
+// clientOf names r's client for admission: its remote address without
+// the port, an IPv6 address by its /64 (what one host is usually given).
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	if ip = ip.Unmap(); ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
 }
 
 // drainSet tracks the uploads in progress, so shutdown can cut off the

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/steadkit/stead/internal/wire"
@@ -29,6 +31,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw.dbTimer = time.AfterFunc(s.dbTimeout(), func() { cancel(errDatabaseTimeout) })
 	defer rw.dbTimer.Stop()
 	r = r.WithContext(ctx)
+	if r.Body != nil && r.ContentLength != 0 {
+		rw.body = &trackedBody{ReadCloser: r.Body}
+		r.Body = rw.body
+	}
 	s.metrics.inFlight.Inc()
 	defer func() {
 		s.metrics.inFlight.Dec()
@@ -69,6 +75,24 @@ type responseWriter struct {
 	// was asked for: a 416 answer without Content-Range gets "bytes */size"
 	// (RFC 9110 15.5.17), which net/http omits for a malformed Range.
 	size string
+	// body is the request body, when it has one: an error answer before
+	// its end closes the connection (Connection: close), so that net/http
+	// answers at once rather than reading (and waiting for) the rest.
+	body *trackedBody
+}
+
+// trackedBody is a request body that knows whether it was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	ended atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.ended.Store(true)
+	}
+	return n, err
 }
 
 // errDatabaseTimeout ends a request's context when its database work
@@ -101,6 +125,9 @@ func (w *responseWriter) WriteHeader(status int) {
 	}
 	w.wroteHeader, w.status = true, status
 	h := w.Header()
+	if status >= 400 && w.body != nil && !w.body.ended.Load() {
+		h.Set("Connection", "close")
+	}
 	if status == http.StatusRequestedRangeNotSatisfiable && w.size != "" && h.Get("Content-Range") == "" {
 		h.Set("Content-Range", "bytes */"+w.size)
 	}

@@ -61,7 +61,11 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.CodePreconditionRequired, `a save needs If-Match: "VERSION" to update or If-None-Match: * to create`)
 		return
 	}
-	release, ok := s.uploadSlot(w)
+	if r.ContentLength > maxRecordBody {
+		s.fail(w, r, refuse(wire.CodeBodyTooLarge, "record save of %d bytes, limit %d", r.ContentLength, maxRecordBody))
+		return
+	}
+	release, ok := s.uploadSlot(w, r)
 	if !ok {
 		return
 	}

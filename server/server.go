@@ -44,6 +44,11 @@ type Options struct {
 	// 64. Record saves also share a memory budget of four saves of the
 	// largest size (by declared length): past it, 503 busy too.
 	MaxUploads int
+	// MaxUploadsPerClient caps the upload slots one client holds at once,
+	// so that one client cannot take them all: a client is a remote
+	// address (an IPv6 one by its /64). One more is refused with 503 busy
+	// and Retry-After. Defaults to a quarter of MaxUploads, at least 1.
+	MaxUploadsPerClient int
 	// MinBodyRate is the slowest a request body (an upload or JSON) may
 	// arrive, in bytes per second, after BodyGrace; a slower one is cut
 	// off with 408 timeout.
@@ -118,7 +123,7 @@ type Server struct {
 	metrics *metrics
 	gather  prometheus.Gatherer
 	token   [sha256.Size]byte
-	uploads chan struct{}
+	uploads admission
 	// recordBytes is what the record saves in flight hold of
 	// recordBodyBudget.
 	recordBytes *semaphore.Weighted
@@ -137,6 +142,9 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	if opts.MaxUploads <= 0 {
 		opts.MaxUploads = 64
+	}
+	if opts.MaxUploadsPerClient <= 0 {
+		opts.MaxUploadsPerClient = max(opts.MaxUploads/4, 1)
 	}
 	if opts.MinBodyRate <= 0 {
 		opts.MinBodyRate = 16 << 10
@@ -174,7 +182,7 @@ func New(st *stead.Store, opts Options) *Server {
 		log:         opts.Logger,
 		metrics:     newMetrics(opts.Registerer),
 		gather:      opts.Gatherer,
-		uploads:     make(chan struct{}, opts.MaxUploads),
+		uploads:     admission{slots: make(chan struct{}, opts.MaxUploads), perClient: opts.MaxUploadsPerClient},
 		recordBytes: semaphore.NewWeighted(recordBodyBudget),
 		records:     record.NewStore(eng.Records(), record.Options{}),
 		gc:          st.GC,
