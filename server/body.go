@@ -153,6 +153,7 @@ type bodyReader struct {
 	rc    *http.ResponseController
 	start time.Time
 	n     int64
+	ended bool // the body was read to its end
 }
 
 // drainStall is how long an upload may go without a byte while the server
@@ -177,6 +178,12 @@ func (b *bodyReader) done() {
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.ended {
+		// Past the end net/http reads the connection in the background,
+		// with no deadline: one set now would end the request's context
+		// when it passed, however long the answer may take.
+		return 0, io.EOF
+	}
 	deadline := b.start.Add(b.s.opts.BodyGrace + time.Duration(float64(b.n)/float64(b.s.opts.MinBodyRate)*float64(time.Second)))
 	b.s.drain.mu.Lock()
 	if d := time.Now().Add(drainStall); b.s.drain.draining && d.Before(deadline) {
@@ -192,6 +199,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	moreDBTime(b.w, b.s.dbTimeout())
 	b.n += int64(n)
+	b.ended = err == io.EOF
 	if err != nil && err != io.EOF {
 		err = &bodyError{err}
 	}

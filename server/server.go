@@ -124,6 +124,7 @@ type Server struct {
 	gather  prometheus.Gatherer
 	token   [sha256.Size]byte
 	uploads admission
+	hashes  uploadHashes // of uploads in progress
 	// recordBytes is what the record saves in flight hold of
 	// recordBodyBudget.
 	recordBytes *semaphore.Weighted
