@@ -111,7 +111,7 @@ func TestUploadFairShare(t *testing.T) {
 				}
 				fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
 				buf := make([]byte, 512)
-				c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				c.SetReadDeadline(time.Now().Add(time.Second))
 				n, _ := c.Read(buf)
 				if n > 0 {
 					refusedMu.Lock()

@@ -76,10 +76,14 @@ type responseWriter struct {
 	// (RFC 9110 15.5.17), which net/http omits for a malformed Range.
 	size string
 	// body is the request body, when it has one: an error answer before
-	// its end closes the connection (Connection: close), so that net/http
-	// answers at once rather than reading (and waiting for) the rest.
+	// its end gives the rest refusalRead to arrive, so that a refusal is
+	// not held up by a body that stalls.
 	body *trackedBody
 }
+
+// refusalRead is how long the rest of a refused request's body may take
+// to arrive before the refusal is answered and the connection closed.
+const refusalRead = 250 * time.Millisecond
 
 // trackedBody is a request body that knows whether it was read to its end.
 type trackedBody struct {
@@ -126,7 +130,10 @@ func (w *responseWriter) WriteHeader(status int) {
 	w.wroteHeader, w.status = true, status
 	h := w.Header()
 	if status >= 400 && w.body != nil && !w.body.ended.Load() {
-		h.Set("Connection", "close")
+		// net/http reads what is left of a small body before it answers,
+		// so that the connection can serve another request: a body that
+		// stalls gets refusalRead to arrive, then the connection closes.
+		_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now().Add(refusalRead))
 	}
 	if status == http.StatusRequestedRangeNotSatisfiable && w.size != "" && h.Get("Content-Range") == "" {
 		h.Set("Content-Range", "bytes */"+w.size)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead/internal/apicheck"
+
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/faultengine"
@@ -43,7 +45,7 @@ func slowServer(t *testing.T, opts server.Options, delay time.Duration) (*httpte
 	if opts.Logger == nil {
 		opts.Logger = quiet
 	}
-	srv := httptest.NewServer(server.New(st, opts))
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, opts)))
 	t.Cleanup(srv.Close)
 	return srv, &reads
 }
