@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/steadkit/stead/internal/wire"
 )
@@ -73,47 +76,76 @@ func (s *Server) openBody(w http.ResponseWriter, r *http.Request, limit int64, c
 }
 
 // admission holds the MaxUploads slots that bodies of size (blobs,
-// chunks, record saves) share, and how many each client holds.
+// chunks, record saves) share, and each client's share of them.
 type admission struct {
 	slots     chan struct{}
-	perClient int
+	perClient int64
 	mu        sync.Mutex
-	held      map[string]int // by clientOf
+	clients   map[string]*clientSlots // by clientOf
+}
+
+// clientSlots is one client's share of the upload slots; users counts
+// the requests holding or waiting for one, so that an idle client's entry
+// goes.
+type clientSlots struct {
+	sem   *semaphore.Weighted
+	users int
 }
 
 // uploadSlot takes one of the upload slots for r's client, or answers 503
-// busy and returns false: when the client holds MaxUploadsPerClient
-// already, or every slot is taken.
+// busy and returns false. When every slot is taken the answer is busy at
+// once; a client that holds MaxUploadsPerClient already waits, without
+// reading its body, for one of its own to end (up to the database
+// timeout: then busy).
 func (s *Server) uploadSlot(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	a := &s.uploads
+	if len(a.slots) == cap(a.slots) {
+		writeError(w, wire.CodeBusy, "too many uploads in progress")
+		return nil, false
+	}
 	client := clientOf(r)
 	a.mu.Lock()
-	if a.held[client] >= a.perClient {
+	c := a.clients[client]
+	if c == nil {
+		if a.clients == nil {
+			a.clients = map[string]*clientSlots{}
+		}
+		c = &clientSlots{sem: semaphore.NewWeighted(a.perClient)}
+		a.clients[client] = c
+	}
+	c.users++
+	a.mu.Unlock()
+	leave := func() {
+		a.mu.Lock()
+		if c.users--; c.users == 0 {
+			delete(a.clients, client)
+		}
 		a.mu.Unlock()
-		writeError(w, wire.CodeBusy, "too many uploads in progress from this client")
-		return nil, false
+	}
+	if !c.sem.TryAcquire(1) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout())
+		err := c.sem.Acquire(ctx, 1)
+		cancel()
+		if err != nil {
+			leave()
+			writeError(w, wire.CodeBusy, "too many uploads in progress from this client")
+			return nil, false
+		}
 	}
 	select {
 	case a.slots <- struct{}{}:
 	default:
-		a.mu.Unlock()
+		c.sem.Release(1)
+		leave()
 		writeError(w, wire.CodeBusy, "too many uploads in progress")
 		return nil, false
 	}
-	if a.held == nil {
-		a.held = map[string]int{}
-	}
-	a.held[client]++
-	a.mu.Unlock()
 	s.metrics.uploads.Inc()
 	return func() {
 		s.metrics.uploads.Dec()
-		a.mu.Lock()
-		if a.held[client]--; a.held[client] == 0 {
-			delete(a.held, client)
-		}
-		a.mu.Unlock()
 		<-a.slots
+		c.sem.Release(1)
+		leave()
 	}, true
 }
 

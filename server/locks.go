@@ -60,6 +60,7 @@ func (s *Server) readLock(w http.ResponseWriter, r *http.Request, ttl bool) (req
 // lock's.
 func (s *Server) writeLost(w http.ResponseWriter, name string, req wire.LockRequest) {
 	s.metrics.lockLost()
+	w.Header().Set(wire.CodeHeader, wire.CodeLost)
 	writeJSON(w, http.StatusConflict, wire.LockGrant{
 		Name: name, Owner: req.Owner, Token: req.Token,
 		Error: fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), Code: wire.CodeLost,
@@ -105,6 +106,7 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 	g := wire.LockGrant{Granted: res.Granted, New: res.New, Name: name, Owner: res.Grant.Owner, Token: res.Grant.Token, Expiry: res.Grant.Expiry, Now: res.Now}
 	if !res.Granted {
 		g.Error, g.Code = fmt.Sprintf("lock %q is held by another owner", name), wire.CodeHeld
+		w.Header().Set(wire.CodeHeader, wire.CodeHeld)
 		writeJSON(w, http.StatusConflict, g)
 		return
 	}

@@ -46,8 +46,10 @@ type Options struct {
 	MaxUploads int
 	// MaxUploadsPerClient caps the upload slots one client holds at once,
 	// so that one client cannot take them all: a client is a remote
-	// address (an IPv6 one by its /64). One more is refused with 503 busy
-	// and Retry-After. Defaults to a quarter of MaxUploads, at least 1.
+	// address (an IPv6 one by its /64). One more waits, its body unread,
+	// for one of the client's own to end, for up to half RequestTimeout,
+	// then is refused with 503 busy and Retry-After. Defaults to a quarter
+	// of MaxUploads, at least 1.
 	MaxUploadsPerClient int
 	// MinBodyRate is the slowest a request body (an upload or JSON) may
 	// arrive, in bytes per second, after BodyGrace; a slower one is cut
@@ -183,7 +185,7 @@ func New(st *stead.Store, opts Options) *Server {
 		log:         opts.Logger,
 		metrics:     newMetrics(opts.Registerer),
 		gather:      opts.Gatherer,
-		uploads:     admission{slots: make(chan struct{}, opts.MaxUploads), perClient: opts.MaxUploadsPerClient},
+		uploads:     admission{slots: make(chan struct{}, opts.MaxUploads), perClient: int64(opts.MaxUploadsPerClient)},
 		recordBytes: semaphore.NewWeighted(recordBodyBudget),
 		records:     record.NewStore(eng.Records(), record.Options{}),
 		gc:          st.GC,

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/steadkit/stead/internal/apicheck"
 
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/internal/faultengine"
@@ -40,7 +43,7 @@ func serve(t *testing.T, url string, virgin bool) engine.Engine {
 	if err != nil {
 		t.Fatalf("stead.Open(%s): %v", url, err)
 	}
-	return serveStore(t, st)
+	return serveStore(t, st, true)
 }
 
 // serveFaulty starts a server over a memory engine whose calls fail when
@@ -52,18 +55,26 @@ func serveFaulty(t *testing.T, fail func(op string) error) engine.Engine {
 	if err != nil {
 		t.Fatalf("stead.New over a fault-injected engine: %v", err)
 	}
-	return serveStore(t, st)
+	// Its answers are not checked against docs/openapi.yaml: it makes
+	// engines fail in ways no engine does (ErrWrongGroup from a schema
+	// read).
+	return serveStore(t, st, false)
 }
 
 // serveStore starts a server over st, closed with the test, and returns
-// a remote engine on it.
-func serveStore(t *testing.T, st *stead.Store) engine.Engine {
+// a remote engine on it; with checked, every exchange is checked against
+// docs/openapi.yaml.
+func serveStore(t *testing.T, st *stead.Store, checked bool) engine.Engine {
 	t.Helper()
-	srv := httptest.NewServer(server.New(st, server.Options{
+	var h http.Handler = server.New(st, server.Options{
 		ClientClock: true,
 		Token:       "conformance",
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}))
+	})
+	if checked {
+		h = apicheck.Load(t).Wrap(t, h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
 		st.Close()
