@@ -1,10 +1,15 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	crand "crypto/rand"
+	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -155,5 +160,144 @@ func TestUploadFairShare(t *testing.T) {
 	puts.Wait()
 	if ok != 60 {
 		t.Fatalf("real clients: %d of 60 puts stored, %d refused, while one client misbehaves; want all 60", ok, busy)
+	}
+}
+
+// TestConnectionCapPerClient: one client address gets at most
+// MaxConnsPerClient connections; its next is closed at once, and another
+// address is still served.
+func TestConnectionCapPerClient(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveReal(t, server.Options{MaxConns: 8, MaxConnsPerClient: 2})
+	dialFrom(t, "127.0.0.2", addr)
+	dialFrom(t, "127.0.0.2", addr)
+	third := dialFrom(t, "127.0.0.2", addr)
+	// Well before the 10s header timeout would close it anyway.
+	third.SetDeadline(time.Now().Add(2 * time.Second))
+	wantClosed(t, third)
+	resp, err := clientFrom("127.0.0.3").Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("another address: %d", resp.StatusCode)
+	}
+}
+
+var (
+	soak     = flag.Duration("server.soak", 0, "run TestAdmissionSoak for this long (e.g. 50s); 0 skips it")
+	soakAddr = flag.String("server.soak.addr", "", "the loopback host:port of a stead serve for TestAdmissionSoak to load instead of its own server")
+)
+
+// TestAdmissionSoak is a measurement, not a check of time: for -server.soak,
+// one client address keeps 1,000 idle connections and 100 uploads sending
+// a byte a second (reconnecting whatever the server closes), while three
+// other addresses put 64 KiB blobs four at a time, a connection each,
+// with the default limits. It logs what the real clients got; it fails only when they got
+// no success at all.
+func TestAdmissionSoak(t *testing.T) {
+	if *soak == 0 {
+		t.Skip("a soak: run with -server.soak=50s")
+	}
+	addr := *soakAddr
+	if addr == "" {
+		addr, _ = serveReal(t, server.Options{})
+	}
+	ctx, stop := context.WithTimeout(t.Context(), *soak)
+	defer stop()
+	var wg sync.WaitGroup
+	attacker := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	for i := range 1100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, err := attacker.DialContext(ctx, "tcp", addr)
+				if err != nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(10 * time.Millisecond):
+					}
+					continue
+				}
+				if i >= 1000 { // a slow upload
+					fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n")
+					for ctx.Err() == nil {
+						if _, err := c.Write([]byte{'x'}); err != nil {
+							break
+						}
+						select {
+						case <-ctx.Done():
+						case <-time.After(time.Second):
+						}
+					}
+				} else { // idle: wait for the server to close it
+					go func() { <-ctx.Done(); c.Close() }()
+					io.Copy(io.Discard, c)
+				}
+				c.Close()
+			}
+		}()
+	}
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		statuses  = map[int]int{}
+		failures  int
+		firstErr  error
+	)
+	for _, from := range []string{"127.0.0.3", "127.0.0.4", "127.0.0.5"} {
+		client := clientFrom(from)
+		// A connection per put, as curl makes them.
+		client.Transport.(*http.Transport).DisableKeepAlives = true
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				value := make([]byte, 64<<10)
+				for ctx.Err() == nil {
+					crand.Read(value)
+					start := time.Now()
+					req, _ := http.NewRequestWithContext(ctx, "PUT", "http://"+addr+"/v1/blobs", bytes.NewReader(value))
+					resp, err := client.Do(req)
+					d := time.Since(start)
+					mu.Lock()
+					if err != nil {
+						if ctx.Err() == nil {
+							failures++
+							if firstErr == nil {
+								firstErr = err
+							}
+						}
+					} else {
+						statuses[resp.StatusCode]++
+						latencies = append(latencies, d)
+					}
+					mu.Unlock()
+					if err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	slices.Sort(latencies)
+	pct := func(p float64) time.Duration {
+		if len(latencies) == 0 {
+			return 0
+		}
+		return latencies[int(p*float64(len(latencies)-1))]
+	}
+	total := failures
+	for _, n := range statuses {
+		total += n
+	}
+	t.Logf("real clients over %v: %d puts, statuses %v, %d transport errors (first: %v); latency p50 %v, p99 %v, max %v; share stored %.1f%%",
+		*soak, total, statuses, failures, firstErr, pct(0.5), pct(0.99), pct(1), 100*float64(statuses[http.StatusCreated])/float64(max(total, 1)))
+	if statuses[http.StatusCreated] == 0 {
+		t.Fatal("the real clients stored nothing")
 	}
 }

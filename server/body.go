@@ -149,12 +149,16 @@ func (s *Server) uploadSlot(w http.ResponseWriter, r *http.Request) (release fun
 	}, true
 }
 
-// clientOf names r's client for admission: its remote address without
-// the port, an IPv6 address by its /64 (what one host is usually given).
-func clientOf(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+// clientOf names r's client for admission (clientOfAddr).
+func clientOf(r *http.Request) string { return clientOfAddr(r.RemoteAddr) }
+
+// clientOfAddr names the client at addr (host:port) for admission: its
+// address without the port, an IPv6 address by its /64 (what one host is
+// usually given).
+func clientOfAddr(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return r.RemoteAddr
+		return addr
 	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil {

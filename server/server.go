@@ -71,6 +71,10 @@ type Options struct {
 	// MaxConns caps the connections open at once; past it, new ones wait
 	// in the kernel's accept queue. Defaults to 1024.
 	MaxConns int
+	// MaxConnsPerClient caps the connections one client (as in
+	// MaxUploadsPerClient) has open at once; one more is closed as soon
+	// as it is accepted. Defaults to a quarter of MaxConns, at least 1.
+	MaxConnsPerClient int
 	// ShutdownGrace bounds how long Serve waits for requests in flight
 	// once its context ends. Defaults to 10s.
 	ShutdownGrace time.Duration
@@ -163,6 +167,9 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 1024
+	}
+	if opts.MaxConnsPerClient <= 0 {
+		opts.MaxConnsPerClient = max(opts.MaxConns/4, 1)
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 10 * time.Second
