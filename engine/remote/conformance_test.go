@@ -43,7 +43,10 @@ func serve(t *testing.T, url string, virgin bool) engine.Engine {
 	if err != nil {
 		t.Fatalf("stead.Open(%s): %v", url, err)
 	}
-	return serveStore(t, st, true)
+	// One backend's exchanges are checked against docs/openapi.yaml: the
+	// server answers the same way over every engine, and the check costs
+	// about 40% more time under -race.
+	return serveStore(t, st, url == "mem://")
 }
 
 // serveFaulty starts a server over a memory engine whose calls fail when
