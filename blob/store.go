@@ -274,8 +274,12 @@ func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.R
 	defer func() {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 		defer cancel()
-		if aerr := s.eng.AbortUpload(actx, set); aerr != nil {
-			err = errors.Join(err, fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr))
+		if aerr := s.eng.AbortUpload(actx, set); aerr != nil && err != nil {
+			// The put's error is the one to act on: the abort's is told,
+			// not wrapped.
+			err = fmt.Errorf("%w; discarding the staged chunks failed too (the upload lease reaps them): %v", err, aerr)
+		} else if aerr != nil {
+			err = fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr)
 		}
 	}()
 	// The next chunk is read (and hashed) while the last one is written:
@@ -458,11 +462,27 @@ func (s *Store) Verify(ctx context.Context, key Key) error {
 // has re-read and hashed them: staged bytes that do not hash to p.Key fail
 // with an error wrapping ErrDigestMismatch and publish nothing. It serves a
 // server publishing a remote client's chunked put, whose hash it cannot
-// take on trust. An invalid owner (ErrInvalidName), or a TTL or instant
-// that is not a whole (positive) microsecond (ErrInvalidArgument), is
-// refused before the engine is called. The upload stays the caller's to
-// abort.
+// take on trust. Staged bytes missing where the value needs them (the
+// upload was aborted or reaped) fail with an error wrapping ErrLost, as
+// the engine's Put of a lost upload does. An invalid owner
+// (ErrInvalidName), or a TTL or instant that is not a whole (positive)
+// microsecond (ErrInvalidArgument), is refused before the engine is
+// called. The upload stays the caller's to abort.
 func (s *Store) Publish(ctx context.Context, p PutParams) error {
+	return s.publish(ctx, p, Key{})
+}
+
+// PublishHashed is Publish for a caller that hashed the staged bytes
+// itself as it wrote them, in order, each chunk written once: digest is
+// their SHA-256, and PublishHashed checks it against p.Key instead of
+// re-reading them, so its work does not grow with the value. The engine's
+// Put still checks that the chunks tile the value, so a chunk someone
+// else added is refused. A zero digest re-reads, as Publish.
+func (s *Store) PublishHashed(ctx context.Context, p PutParams, digest Key) error {
+	return s.publish(ctx, p, digest)
+}
+
+func (s *Store) publish(ctx context.Context, p PutParams, digest Key) error {
 	key, set, size := p.Key, p.Chunks, p.Size
 	if err := checkKey(ctx, key); err != nil {
 		return fmt.Errorf("blob publish: %w", err)
@@ -486,9 +506,16 @@ func (s *Store) Publish(ctx context.Context, p PutParams) error {
 		return fmt.Errorf("blob publish %s: %w: pin instant %v: want a whole microsecond", key, steaderr.ErrInvalidArgument, p.Now)
 	case size > s.maxSize:
 		return fmt.Errorf("blob publish %s: %w: more than %d bytes", key, steaderr.ErrTooLarge, s.maxSize)
-	}
-	if _, err := newReader(ctx, s.eng, key, Stored{Size: size, Chunks: set}, true).WriteTo(io.Discard); err != nil {
-		return fmt.Errorf("blob publish: %w", err)
+	case !digest.IsZero() && digest != key:
+		return fmt.Errorf("blob publish %s: %w: content hashes to %s", key, steaderr.ErrDigestMismatch, digest)
+	case digest.IsZero():
+		if _, err := newReader(ctx, s.eng, key, Stored{Size: size, Chunks: set}, true).WriteTo(io.Discard); err != nil {
+			if errors.Is(err, steaderr.ErrNotFound) {
+				// The upload is not there to publish.
+				return fmt.Errorf("blob publish %s: %w: the upload has no chunk where one should be (aborted, reaped, or never written): %v", key, steaderr.ErrLost, err)
+			}
+			return fmt.Errorf("blob publish: %w", err)
+		}
 	}
 	p.Value = nil
 	if err := s.eng.Put(ctx, p); err != nil {

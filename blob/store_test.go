@@ -13,6 +13,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/internal/faultengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -142,5 +143,31 @@ func TestPublishRefusesBadPins(t *testing.T) {
 		if err := s.Publish(t.Context(), p); !errors.Is(err, c.want) {
 			t.Errorf("%s: Publish = %v, want an error wrapping %v", c.name, err, c.want)
 		}
+	}
+}
+
+// TestFailedPutMessage: a chunked put whose write and then abort both
+// fail says both on one line, the put's error first, and stays matchable
+// as the write's error only.
+func TestFailedPutMessage(t *testing.T) {
+	t.Parallel()
+	eng := faultengine.New(memory.New(), faultengine.Func(func(op faultengine.Op) error {
+		switch op {
+		case faultengine.BlobWriteChunk:
+			return steaderr.ErrUnavailable
+		case faultengine.BlobAbortUpload:
+			return steaderr.ErrClosed
+		}
+		return nil
+	}))
+	t.Cleanup(func() { eng.Close() })
+	s := blob.NewStore(eng.Blobs(), blob.Options{InlineLimit: 4, ChunkSize: 4})
+	_, err := s.Put(t.Context(), strings.NewReader("more than one chunk"))
+	if !errors.Is(err, steaderr.ErrUnavailable) || errors.Is(err, steaderr.ErrClosed) {
+		t.Fatalf("Put = %v, want the write's ErrUnavailable (and not the abort's error)", err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "stead: unavailable; discarding the staged chunks failed too (the upload lease reaps them): stead: closed") {
+		t.Fatalf("Put = %q, want both errors on one line", msg)
 	}
 }

@@ -112,23 +112,46 @@ func (s *Store) Lock(ctx context.Context, name, owner string, ttl time.Duration)
 	}
 }
 
-// check validates the arguments of a grant and returns ttl truncated to
-// whole microseconds.
+// check validates the arguments of a grant and ctx, and returns ttl
+// truncated to whole microseconds.
 func check(ctx context.Context, name, owner string, ttl time.Duration) (time.Duration, error) {
-	if err := validate.Name("lock name", name); err != nil {
-		return 0, fmt.Errorf("lock: %w", err)
-	}
-	if err := validate.Name("lock owner", owner); err != nil {
-		return 0, fmt.Errorf("lock %q: %w", name, err)
-	}
-	ttl, err := checkTTL(ttl)
+	ttl, err := CheckAcquire(name, owner, ttl)
 	if err != nil {
-		return 0, fmt.Errorf("lock %q: %w", name, err)
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("lock %q: %w", name, err)
 	}
 	return ttl, nil
+}
+
+// CheckAcquire checks the arguments of an acquire or a renewal as every
+// Store call does, and returns ttl truncated to whole microseconds: name
+// and owner as in CheckRelease, ttl at least 1µs once truncated (an error
+// wrapping steaderr.ErrInvalidArgument). Adapters that call an Engine
+// directly (the HTTP server) use it so they refuse what a Store refuses.
+func CheckAcquire(name, owner string, ttl time.Duration) (time.Duration, error) {
+	if err := CheckRelease(name, owner); err != nil {
+		return 0, err
+	}
+	ttl, err := checkTTL(ttl)
+	if err != nil {
+		return 0, fmt.Errorf("lock %q: %w", name, err)
+	}
+	return ttl, nil
+}
+
+// CheckRelease checks the name and owner of a grant: each 1 to 255 bytes
+// of valid UTF-8 without control characters, else an error wrapping
+// steaderr.ErrInvalidName.
+func CheckRelease(name, owner string) error {
+	if err := validate.Name("lock name", name); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if err := validate.Name("lock owner", owner); err != nil {
+		return fmt.Errorf("lock %q: %w", name, err)
+	}
+	return nil
 }
 
 func checkTTL(ttl time.Duration) (time.Duration, error) {

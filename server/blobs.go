@@ -43,14 +43,14 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !key.IsZero() && !want.IsZero() && key != want {
-			writeError(w, http.StatusBadRequest, "digest_mismatch", "Content-Digest names another digest than the URL")
+			writeError(w, wire.CodeDigestMismatch, "Content-Digest names another digest than the URL")
 			return
 		}
 		if !key.IsZero() {
 			want = key
 		}
 	}
-	body, done, ok := s.openBody(w, r, s.opts.MaxBlobSize, "too_large", "blob")
+	body, done, ok := s.openBody(w, r, s.opts.MaxBlobSize, wire.CodeTooLarge, "blob")
 	if !ok {
 		return
 	}
@@ -151,85 +151,33 @@ func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
 	return nil
 }
 
-// bodyReader reads an upload body at no less than the minimum rate after
-// the grace period, and at once stops a stalled body when the server
-// drains.
-type bodyReader struct {
-	s     *Server
-	r     io.Reader
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	start time.Time
-	n     int64
-}
-
-// drainStall is how long an upload may go without a byte while the server
-// shuts down.
-const drainStall = time.Second
-
-func (s *Server) newBodyReader(w http.ResponseWriter, r *http.Request) *bodyReader {
-	b := &bodyReader{s: s, r: r.Body, w: w, rc: http.NewResponseController(w), start: time.Now()}
-	s.drain.mu.Lock()
-	if s.drain.active == nil {
-		s.drain.active = make(map[*bodyReader]struct{})
-	}
-	s.drain.active[b] = struct{}{}
-	s.drain.mu.Unlock()
-	return b
-}
-
-func (b *bodyReader) done() {
-	b.s.drain.mu.Lock()
-	delete(b.s.drain.active, b)
-	b.s.drain.mu.Unlock()
-}
-
-func (b *bodyReader) Read(p []byte) (int, error) {
-	deadline := b.start.Add(b.s.opts.BodyGrace + time.Duration(float64(b.n)/float64(b.s.opts.MinBodyRate)*float64(time.Second)))
-	b.s.drain.mu.Lock()
-	if d := time.Now().Add(drainStall); b.s.drain.draining && d.Before(deadline) {
-		deadline = d
-	}
-	b.s.drain.mu.Unlock()
-	_ = b.rc.SetReadDeadline(deadline)
-	// The answer gets RequestTimeout after the body, however long the
-	// body took.
-	_ = b.rc.SetWriteDeadline(deadline.Add(b.s.opts.RequestTimeout))
-	// The database deadline runs from the body's end, not while reading.
-	moreDBTime(b.w, -1)
-	n, err := b.r.Read(p)
-	moreDBTime(b.w, b.s.dbTimeout())
-	b.n += int64(n)
-	if err != nil && err != io.EOF {
-		err = &bodyError{err}
-	}
-	return n, err
-}
-
-// startDrain cuts off, within drainStall, every upload that stops
-// sending.
-func (s *Server) startDrain() {
-	s.stop()
-	s.drain.mu.Lock()
-	defer s.drain.mu.Unlock()
-	s.drain.draining = true
-	for b := range s.drain.active {
-		_ = b.rc.SetReadDeadline(time.Now().Add(drainStall))
-	}
-}
-
 func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	key, err := blob.ParseKey(r.PathValue("key"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rd, err := s.blobs.Get(r.Context(), key)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	// HEAD asks for the headers only: the size, not the value.
+	var rd interface {
+		io.ReadSeeker
+		Size() int64
 	}
-	defer rd.Close()
+	if r.Method == http.MethodHead {
+		info, err := s.blobs.Stat(r.Context(), key)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		rd = &sizeOnly{size: info.Size}
+	} else {
+		brd, err := s.blobs.Get(r.Context(), key)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		defer brd.Close()
+		rd = brd
+	}
 	// Content never changes under a key: the key is the strong ETag.
 	h := w.Header()
 	h.Set("ETag", `"`+key.String()+`"`)
@@ -243,7 +191,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case verdict == rangeUnsatisfiable:
 		h.Set("Content-Range", "bytes */"+size)
-		writeError(w, http.StatusRequestedRangeNotSatisfiable, wire.CodeRangeNotSatisfiable, "empty suffix range")
+		writeError(w, wire.CodeRangeNotSatisfiable, "empty suffix range")
 		return
 	case verdict == rangeIgnored:
 		r.Header.Del("Range")
@@ -256,6 +204,29 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		s.metrics.blobGet(rw.n)
 	}
 }
+
+// sizeOnly is a HEAD answer's content: its size, without its bytes.
+// http.ServeContent seeks it to learn the size and sends no body for
+// HEAD; what it reads (for a multi-range answer's parts) fails.
+type sizeOnly struct{ size, off int64 }
+
+func (c *sizeOnly) Size() int64 { return c.size }
+
+func (c *sizeOnly) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		offset += c.off
+	case io.SeekEnd:
+		offset += c.size
+	}
+	if offset < 0 {
+		return c.off, errors.New("seek before the start")
+	}
+	c.off = offset
+	return offset, nil
+}
+
+func (c *sizeOnly) Read([]byte) (int, error) { return 0, errors.New("a HEAD answer has no body") }
 
 func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
 	key, err := blob.ParseKey(r.PathValue("key"))
@@ -292,7 +263,7 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 	if text := q.Get("limit"); text != "" {
 		n, err := strconv.Atoi(text)
 		if err != nil || n < 0 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("limit %q: want 0 (all) to %d", text, maxListLimit))
+			s.fail(w, r, invalidArgument("limit %q: want 0 (all) to %d", text, maxListLimit))
 			return
 		}
 		limit = n

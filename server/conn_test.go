@@ -428,11 +428,12 @@ func TestRecordSaveMemoryBudget(t *testing.T) {
 		fmt.Fprintf(c, "PUT /v1/records/%s HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", id, length)
 		return c
 	}
+	// 21 MiB: about the largest save, a 16 MiB payload in base64.
 	for i := range 4 {
-		save(fmt.Sprint("big", i), 32<<20)
+		save(fmt.Sprint("big", i), 21<<20)
 	}
 	metricsSay(t, addr, "stead_http_uploads_in_progress 4")
-	status, body := readAnswer(t, save("one-more", 32<<20))
+	status, body := readAnswer(t, save("one-more", 21<<20))
 	if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"busy"`) {
 		t.Fatalf("a fifth large save = %d %s, want 503 busy", status, body)
 	}

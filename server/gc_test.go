@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead/internal/apicheck"
+
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -30,7 +32,7 @@ func gcServer(t *testing.T, url string) (*stead.Store, *httptest.Server, *clock.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet})))
 	t.Cleanup(srv.Close)
 	return st, srv, clk
 }

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead/internal/apicheck"
+
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/server"
@@ -35,7 +37,7 @@ func TestLargeBlobStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet})))
 	t.Cleanup(srv.Close)
 
 	content := func() io.Reader { return io.LimitReader(rand.NewChaCha8([32]byte{1}), size) }

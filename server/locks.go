@@ -9,28 +9,28 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/lock"
-	"github.com/steadkit/stead/steaderr"
 )
 
-// lockArgs checks a lock request's name, owner and (when ttl is wanted)
-// TTL, truncated to whole microseconds as the engine seam expects.
+// lockArgs checks a lock request as lock.Store checks its calls (name,
+// owner and, when ttl is wanted, the TTL, truncated to whole microseconds
+// as the engine seam expects), then the wait and the clock, which are the
+// server's.
 func (s *Server) lockArgs(r *http.Request, req *wire.LockRequest, ttl bool) (name string, now time.Time, err error) {
 	name = r.PathValue("name")
-	if err := validate.Name("lock name", name); err != nil {
-		return "", time.Time{}, err
+	if ttl {
+		var d time.Duration
+		d, err = lock.CheckAcquire(name, req.Owner, time.Duration(req.TTL))
+		req.TTL = wire.Duration(d)
+	} else {
+		err = lock.CheckRelease(name, req.Owner)
 	}
-	if err := validate.Name("lock owner", req.Owner); err != nil {
+	if err != nil {
 		return "", time.Time{}, err
-	}
-	req.TTL = wire.Duration(time.Duration(req.TTL).Truncate(time.Microsecond))
-	if ttl && req.TTL <= 0 {
-		return "", time.Time{}, fmt.Errorf("%w: ttl %v: want at least 1µs", steaderr.ErrInvalidArgument, time.Duration(req.TTL))
 	}
 	if req.Wait < 0 || time.Duration(req.Wait) > maxLockWait {
-		return "", time.Time{}, fmt.Errorf("%w: wait %v: want 0 to %v", steaderr.ErrInvalidArgument, time.Duration(req.Wait), maxLockWait)
+		return "", time.Time{}, invalidArgument("wait %v: want 0 to %v", time.Duration(req.Wait), maxLockWait)
 	}
 	now, err = s.clock(req.Now)
 	if err != nil {
@@ -60,6 +60,7 @@ func (s *Server) readLock(w http.ResponseWriter, r *http.Request, ttl bool) (req
 // lock's.
 func (s *Server) writeLost(w http.ResponseWriter, name string, req wire.LockRequest) {
 	s.metrics.lockLost()
+	w.Header().Set(wire.CodeHeader, wire.CodeLost)
 	writeJSON(w, http.StatusConflict, wire.LockGrant{
 		Name: name, Owner: req.Owner, Token: req.Token,
 		Error: fmt.Sprintf("lock %q: grant %d of %q is no longer current", name, req.Token, req.Owner), Code: wire.CodeLost,
@@ -105,6 +106,7 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 	g := wire.LockGrant{Granted: res.Granted, New: res.New, Name: name, Owner: res.Grant.Owner, Token: res.Grant.Token, Expiry: res.Grant.Expiry, Now: res.Now}
 	if !res.Granted {
 		g.Error, g.Code = fmt.Sprintf("lock %q is held by another owner", name), wire.CodeHeld
+		w.Header().Set(wire.CodeHeader, wire.CodeHeld)
 		writeJSON(w, http.StatusConflict, g)
 		return
 	}

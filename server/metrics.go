@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/engine"
 )
 
 // metrics are the server's Prometheus series.
@@ -76,19 +76,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// registerPool exports a PostgreSQL engine's pool statistics.
-func registerPool(reg prometheus.Registerer, pg *postgres.Engine) {
-	pool := pg.Pool()
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+// registerPool exports the statistics of an engine's connection pool.
+func registerPool(reg prometheus.Registerer, pool engine.PoolReporter) {
+	gauge := func(name, help string, f func(engine.PoolStats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f(pool.PoolStats())) })
 	}
 	reg.MustRegister(
-		gauge("stead_pool_connections", "PostgreSQL pool connections open.", func() float64 { return float64(pool.Stat().TotalConns()) }),
-		gauge("stead_pool_connections_idle", "PostgreSQL pool connections idle.", func() float64 { return float64(pool.Stat().IdleConns()) }),
-		gauge("stead_pool_connections_in_use", "PostgreSQL pool connections in use.", func() float64 { return float64(pool.Stat().AcquiredConns()) }),
-		gauge("stead_pool_connections_max", "PostgreSQL pool size.", func() float64 { return float64(pool.Stat().MaxConns()) }),
+		gauge("stead_pool_connections", "PostgreSQL pool connections open.", func(s engine.PoolStats) int { return s.Open }),
+		gauge("stead_pool_connections_idle", "PostgreSQL pool connections idle.", func(s engine.PoolStats) int { return s.Idle }),
+		gauge("stead_pool_connections_in_use", "PostgreSQL pool connections in use.", func(s engine.PoolStats) int { return s.InUse }),
+		gauge("stead_pool_connections_max", "PostgreSQL pool size.", func(s engine.PoolStats) int { return s.Max }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "stead_pool_acquire_waits_total", Help: "Pool acquires that waited for a connection."},
-			func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }),
+			func() float64 { return float64(pool.PoolStats().EmptyAcquires) }),
 	)
 }
 

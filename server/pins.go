@@ -62,7 +62,7 @@ func (s *Server) putPinned(w http.ResponseWriter, r *http.Request, key blob.Key)
 		return
 	}
 	limit := min(s.opts.MaxBlobSize, blob.InlineLimit)
-	body, done, ok := s.openBody(w, r, limit, "too_large", "blob")
+	body, done, ok := s.openBody(w, r, limit, wire.CodeTooLarge, "blob")
 	if !ok {
 		return
 	}

@@ -44,7 +44,7 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 	ifMatch, ifNone := r.Header.Get("If-Match"), r.Header.Get("If-None-Match")
 	switch {
 	case ifMatch != "" && ifNone != "":
-		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "send If-Match to update or If-None-Match: * to create, not both")
+		writeError(w, wire.CodeBadRequest, "send If-Match to update or If-None-Match: * to create, not both")
 		return
 	case ifMatch != "":
 		v, err := wire.ParseETag(ifMatch)
@@ -55,13 +55,17 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 		version = v
 	case ifNone == "*":
 	case ifNone != "":
-		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, `If-None-Match on a save must be "*" (create)`)
+		writeError(w, wire.CodeBadRequest, `If-None-Match on a save must be "*" (create)`)
 		return
 	default:
-		writeError(w, http.StatusPreconditionRequired, wire.CodePreconditionRequired, `a save needs If-Match: "VERSION" to update or If-None-Match: * to create`)
+		writeError(w, wire.CodePreconditionRequired, `a save needs If-Match: "VERSION" to update or If-None-Match: * to create`)
 		return
 	}
-	release, ok := s.uploadSlot(w)
+	if r.ContentLength > maxRecordBody {
+		s.fail(w, r, refuse(wire.CodeBodyTooLarge, "record save of %d bytes, limit %d", r.ContentLength, maxRecordBody))
+		return
+	}
+	release, ok := s.uploadSlot(w, r)
 	if !ok {
 		return
 	}
@@ -74,8 +78,7 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 		weight = maxRecordBody
 	}
 	if !s.recordBytes.TryAcquire(weight) {
-		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusServiceUnavailable, wire.CodeBusy, "too many large record saves in progress")
+		writeError(w, wire.CodeBusy, "too many large record saves in progress")
 		return
 	}
 	defer s.recordBytes.Release(weight)
@@ -86,11 +89,11 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if body.ID != "" && body.ID != id {
-		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "the body's id is not the URL's")
+		writeError(w, wire.CodeBadRequest, "the body's id is not the URL's")
 		return
 	}
 	if body.Version != 0 && body.Version != version {
-		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "the body's version is not If-Match's")
+		writeError(w, wire.CodeBadRequest, "the body's version is not If-Match's")
 		return
 	}
 	rec := body.ToRecord()
@@ -103,7 +106,7 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 	stored, err := st.Save(r.Context(), rec)
 	if errors.Is(err, steaderr.ErrConflict) {
 		s.metrics.recordSave(false)
-		writeError(w, http.StatusPreconditionFailed, "conflict", publicMessage(err))
+		s.fail(w, r, &preconditionFailed{err})
 		return
 	}
 	if err != nil {
@@ -167,7 +170,7 @@ func (s *Server) listClaimable(w http.ResponseWriter, r *http.Request) {
 	if text := r.URL.Query().Get("limit"); text != "" {
 		n, err := strconv.Atoi(text)
 		if err != nil || n < 0 || n > maxRecords {
-			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("limit %q: want 0 to %d", text, maxRecords))
+			s.fail(w, r, invalidArgument("limit %q: want 0 to %d", text, maxRecords))
 			return
 		}
 		limit = n
@@ -219,7 +222,7 @@ func (s *Server) claimNext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.N > maxRecords {
-		writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("n %d: want at most %d", req.N, maxRecords))
+		s.fail(w, r, invalidArgument("n %d: want at most %d", req.N, maxRecords))
 		return
 	}
 	recs, err := st.ClaimNext(r.Context(), r.PathValue("group"), req.Owner, time.Duration(req.TTL), req.N)
@@ -273,7 +276,7 @@ func (s *Server) waitClaimable(w http.ResponseWriter, r *http.Request) {
 	if text := r.URL.Query().Get("timeout"); text != "" {
 		d, err := time.ParseDuration(text)
 		if err != nil || d < 0 || d > maxPoll {
-			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("timeout %q: want a duration from 0s to %v", text, maxPoll))
+			s.fail(w, r, invalidArgument("timeout %q: want a duration from 0s to %v", text, maxPoll))
 			return
 		}
 		timeout = d

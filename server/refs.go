@@ -39,8 +39,7 @@ func writeRef(w http.ResponseWriter, status int, r ref.Ref) {
 // failRef answers a ref call's error: a failed condition is 412.
 func (s *Server) failRef(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, steaderr.ErrConflict) {
-		writeError(w, http.StatusPreconditionFailed, "conflict", publicMessage(err))
-		return
+		err = &preconditionFailed{err}
 	}
 	s.fail(w, r, err)
 }

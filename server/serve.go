@@ -39,7 +39,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv.RegisterOnShutdown(s.startDrain)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limitListener(ln, s.opts.MaxConns)) }()
+	go func() { errc <- srv.Serve(limitListener(ln, s.opts.MaxConns, s.opts.MaxConnsPerClient)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -57,30 +57,56 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// limitListener returns ln accepting at most n connections open at once.
-func limitListener(ln net.Listener, n int) net.Listener {
-	return &limited{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+// limitListener returns ln accepting at most n connections open at once,
+// and at most perClient from one client (clientOfAddr): one more from it
+// is closed as soon as it is accepted.
+func limitListener(ln net.Listener, n, perClient int) net.Listener {
+	return &limited{Listener: ln, slots: make(chan struct{}, n), perClient: perClient, open: map[string]int{}, done: make(chan struct{})}
 }
 
 type limited struct {
 	net.Listener
-	slots chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	slots     chan struct{}
+	perClient int
+	mu        sync.Mutex
+	open      map[string]int // connections open, by client
+	done      chan struct{}
+	once      sync.Once
 }
 
 func (l *limited) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+	for {
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.slots
+			return nil, err
+		}
+		client := clientOfAddr(c.RemoteAddr().String())
+		l.mu.Lock()
+		full := l.open[client] >= l.perClient
+		if !full {
+			l.open[client]++
+		}
+		l.mu.Unlock()
+		if full {
+			c.Close()
+			<-l.slots
+			continue
+		}
+		return &limitedConn{Conn: c, release: func() {
+			l.mu.Lock()
+			if l.open[client]--; l.open[client] == 0 {
+				delete(l.open, client)
+			}
+			l.mu.Unlock()
+			<-l.slots
+		}}, nil
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
 }
 
 func (l *limited) Close() error {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/steadkit/stead/internal/apicheck"
+
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -33,7 +35,7 @@ func newServer(t *testing.T, opts server.Options) *httptest.Server {
 	if opts.Logger == nil {
 		opts.Logger = quiet
 	}
-	srv := httptest.NewServer(server.New(st, opts))
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, opts)))
 	t.Cleanup(srv.Close)
 	return srv
 }

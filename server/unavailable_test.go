@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead/internal/apicheck"
+
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/poll"
@@ -129,7 +131,7 @@ func storeBehindProxy(t *testing.T) (st *stead.Store, p *proxy, user string) {
 func TestDatabaseDown(t *testing.T) {
 	t.Parallel()
 	st, p, user := storeBehindProxy(t)
-	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet})))
 	t.Cleanup(srv.Close)
 	if a := do(t, "GET", srv.URL+"/readyz", "", nil); a.status != 200 {
 		t.Fatalf("readyz with the database up = %d %s", a.status, a.body)
@@ -174,7 +176,7 @@ func TestDatabaseDown(t *testing.T) {
 func TestDatabaseHangs(t *testing.T) {
 	t.Parallel()
 	st, p, _ := storeBehindProxy(t)
-	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet, RequestTimeout: 3 * time.Second}))
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet, RequestTimeout: 3 * time.Second})))
 	t.Cleanup(srv.Close)
 	p.blackhole()
 	for _, req := range []struct{ method, path, body string }{
@@ -200,7 +202,7 @@ func TestNotFoundHidesDriverText(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet})))
 	t.Cleanup(srv.Close)
 	for _, path := range []string{"/v1/records/x", "/v1/groups/g"} {
 		a := do(t, "GET", srv.URL+path, "", nil)

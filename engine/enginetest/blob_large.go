@@ -301,7 +301,7 @@ func uploadEndRace(t *testing.T, h Harness) {
 					t.Fatalf("round %d: WriteChunk racing the upload's end: %v, want nil or ErrLost", round, writeErr)
 				}
 				// A publish may be refused for a value not whole yet (a
-				// server re-hashes it first).
+				// server checks its hash first).
 				if endErr != nil && !errors.Is(endErr, steaderr.ErrInvalidArgument) && !errors.Is(endErr, steaderr.ErrDigestMismatch) {
 					t.Fatalf("round %d: %s racing a chunk write: %v", round, end.name, endErr)
 				}
@@ -582,9 +582,8 @@ func uploadPublishSwap(t *testing.T, h Harness) {
 	}}
 	store := blob.NewStore(swap, blob.Options{InlineLimit: tinyInline, ChunkSize: 1000})
 	err := store.Publish(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(good)), Owner: "publisher", TTL: time.Minute})
-	// ErrNotFound: over HTTP, the server's own re-hash finds the chunks gone.
-	if !errors.Is(err, steaderr.ErrLost) && !errors.Is(err, steaderr.ErrNotFound) {
-		t.Fatalf("Publish of an upload aborted while it was hashed: %v, want an error wrapping ErrLost (or ErrNotFound)", err)
+	if !errors.Is(err, steaderr.ErrLost) {
+		t.Fatalf("Publish of an upload aborted while it was hashed: %v, want an error wrapping ErrLost", err)
 	}
 	if _, err := eng.Stat(ctx, key); !errors.Is(err, steaderr.ErrNotFound) {
 		t.Fatalf("after the refused publish, Stat = %v, want ErrNotFound", err)

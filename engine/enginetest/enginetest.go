@@ -72,6 +72,14 @@ type Harness struct {
 	// server without PostgreSQL: a function cannot cross HTTP). The tests
 	// that need a liveness source are then skipped with that reason.
 	NoFuncSources string
+	// Faulty returns a fresh, migrated, empty engine over an engine whose
+	// calls fail when fail says so, closed in t.Cleanup: before each call
+	// of an operation op (named as internal/faultengine names them, e.g.
+	// "blob.Stat"), a non-nil fail(op) is returned in place of the call.
+	// For an engine over another (the remote engine), the inner one is
+	// failed: the suite then checks that every error comes back as it
+	// was. nil: the fault tests are skipped.
+	Faulty func(t *testing.T, fail func(op string) error) engine.Engine
 	// ChunkSize is the chunk size of the chunked runs (BlobChunked,
 	// GCChunked); 0 means a tiny one. An engine that pays a round trip per
 	// chunk (the remote one) sets it larger to keep the suite short; every
@@ -107,6 +115,7 @@ var areas = []suiteTest{
 	{"BlobChunked", func(t *testing.T, h Harness) { h.chunked = true; testBlob(t, h) }},
 	{"GC", testGC},
 	{"GCChunked", func(t *testing.T, h Harness) { h.chunked = true; testGC(t, h) }},
+	{"Faults", testFaults},
 	{"Lifecycle", testLifecycle},
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},

@@ -322,6 +322,15 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 // Pool returns the engine's pool, for callers that need to share it.
 func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
 
+// PoolStats reports the pool's connections (engine.PoolReporter).
+func (e *Engine) PoolStats() engine.PoolStats {
+	st := e.pool.Stat()
+	return engine.PoolStats{
+		Open: int(st.TotalConns()), Idle: int(st.IdleConns()), InUse: int(st.AcquiredConns()), Max: int(st.MaxConns()),
+		EmptyAcquires: st.EmptyAcquireCount(),
+	}
+}
+
 // Schema returns the schema the engine owns.
 func (e *Engine) Schema() string { return e.schema }
 

@@ -19,7 +19,7 @@ import (
 type blobs struct{ e *Engine }
 
 // Put uploads the value, or publishes the upload p.Chunks (the server
-// re-hashes its chunks first), pinned for p.Owner and p.TTL from p.Now
+// checks that its chunks hash to p.Key first), pinned for p.Owner and p.TTL from p.Now
 // (zero: the server's clock): the server takes exactly the pin asked for,
 // so the portable store's hot-key skip, which trusts its own pin
 // deadlines, stays safe over HTTP.

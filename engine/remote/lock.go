@@ -12,8 +12,8 @@ import (
 
 type locks struct{ e *Engine }
 
-// grantCall posts a lock request; a 409 held or lost answer is a refusal,
-// returned with ok == false, not an error.
+// grantCall posts a lock request; a 409 held or lost answer naming the
+// lock is a refusal, returned with ok == false, not an error.
 func (l *locks) grantCall(ctx context.Context, name, op string, in wire.LockRequest) (g wire.LockGrant, ok bool, err error) {
 	resp, err := l.e.send(ctx, http.MethodPost, "/v1/locks/"+escape(name)+"/"+op, nil, in)
 	if err != nil {
@@ -27,7 +27,9 @@ func (l *locks) grantCall(ctx context.Context, name, op string, in wire.LockRequ
 		return g, false, err
 	}
 	if resp.StatusCode == http.StatusConflict {
-		if g.Code != wire.CodeHeld && g.Code != wire.CodeLost {
+		// A refusal names its lock; an error answer of the server's
+		// engine (one wrapping ErrLost too) is a plain wire.Error.
+		if g.Name == "" || g.Code != wire.CodeHeld && g.Code != wire.CodeLost {
 			return g, false, wire.Err(resp.StatusCode, wire.Error{Error: g.Error, Code: g.Code})
 		}
 		return g, false, nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
@@ -18,14 +17,9 @@ type refs struct{ e *Engine }
 // Refs returns the engine's ref mechanics.
 func (e *Engine) Refs() ref.Engine { return refs{e} }
 
-// refPath is the path of a ref, each segment of its name escaped.
-func refPath(name string) string {
-	segs := strings.Split(name, "/")
-	for i, s := range segs {
-		segs[i] = escape(s)
-	}
-	return "/v1/refs/" + strings.Join(segs, "/")
-}
+// refPath is the path of a ref: its name escaped whole, slashes too, so
+// that it is one path segment, as docs/openapi.yaml names it.
+func refPath(name string) string { return "/v1/refs/" + escape(name) }
 
 func readRef(w wire.Ref) (ref.Ref, error) {
 	k, err := blob.ParseKey(w.Key)

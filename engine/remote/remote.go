@@ -16,7 +16,8 @@
 // and by the server when it could not deliver the answer.
 //
 // A value over the store's inline limit crosses the wire chunk by chunk;
-// the server re-hashes the chunks before it publishes them.
+// the server hashes the chunks as they arrive and publishes them only
+// under the key they hash to.
 // Two steps of that chunked put are not safe to retry: a WriteChunk retried
 // after its first attempt landed answers an error wrapping ErrConflict (its
 // offset is taken: the chunk is stored), and a retried BeginUpload leaves

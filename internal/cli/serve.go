@@ -19,7 +19,9 @@ func serveCommand(e *env) *cobra.Command {
 		tokenFile   string
 		maxBlobSize int64
 		maxUploads  int
+		perClient   int
 		maxConns    int
+		connsPer    int
 		bodyGrace   time.Duration
 		minBodyRate int64
 		clientClock bool
@@ -64,7 +66,7 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 			}
 			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
 			return server.New(st, server.Options{
-				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxConns: maxConns, Logger: e.log,
+				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock,
 			}).Serve(ctx, ln)
 		},
@@ -74,7 +76,9 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else env STEAD_TOKEN)")
 	f.Int64Var(&maxBlobSize, "max-blob-size", blob.DefaultMaxSize, "largest blob an upload may carry, in bytes")
 	f.IntVar(&maxUploads, "max-uploads", 64, "uploads in progress at once; more are refused with 503")
+	f.IntVar(&perClient, "max-uploads-per-client", 0, "uploads one client address has in progress at once; more wait for its own (0: a quarter of --max-uploads)")
 	f.IntVar(&maxConns, "max-conns", 1024, "connections open at once; more wait to be accepted")
+	f.IntVar(&connsPer, "max-conns-per-client", 0, "connections one client address has open at once; more are closed (0: a quarter of --max-conns)")
 	f.DurationVar(&bodyGrace, "body-grace", 10*time.Second, "time an upload may take before --min-body-rate applies")
 	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
 	// Tests only: lets requests carry the instant leases are judged at,

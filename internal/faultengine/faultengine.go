@@ -107,6 +107,13 @@ type Injector interface {
 	Inject(op Op) error
 }
 
+// Func is an Injector that asks a function: a non-nil Func(op) fails the
+// call with that error.
+type Func func(op Op) error
+
+// Inject implements Injector.
+func (f Func) Inject(op Op) error { return f(op) }
+
 // Switch is an Injector that fails the operations a test arms, and counts
 // every call. Its zero value injects nothing.
 type Switch struct {

@@ -27,81 +27,147 @@ type Error struct {
 // answer to HEAD, which has no body, says what went wrong.
 const CodeHeader = "Stead-Error-Code"
 
-// Codes that stand for no sentinel error.
+// The codes of error answers. Each stands for one status (Status) and,
+// but for the few marked, one error a client returns wrapping it (Err).
 const (
-	CodeNotFoundRoute        = "route_not_found"
-	CodeMethodNotAllowed     = "method_not_allowed"
-	CodeUnauthorized         = "unauthorized"
-	CodeBadRequest           = "bad_request"
-	CodeBodyTooLarge         = "body_too_large"
+	CodeNotFound        = "not_found"
+	CodeInvalidKey      = "invalid_key"
+	CodeInvalidName     = "invalid_name"
+	CodeInvalidArgument = "invalid_argument"
+	CodeDigestMismatch  = "digest_mismatch"
+	CodeTooLarge        = "too_large"
+	CodeConflict        = "conflict"
+	CodeProtected       = "protected"
+	CodeUnknownGroup    = "unknown_group"
+	CodeWrongGroup      = "wrong_group"
+	CodeLeased          = "leased"
+	CodeLost            = "lost"
+	CodeClosed          = "closed"
+	CodeSchema          = "schema"
+	CodeUnavailable     = "unavailable"
+	CodeUnsupported     = "unsupported"
+
+	// A request the server could not parse; a client reads it as
+	// ErrInvalidArgument.
+	CodeBadRequest = "bad_request"
+	// A request body over its limit; ErrTooLarge.
+	CodeBodyTooLarge = "body_too_large"
+	// A save without If-Match or If-None-Match; ErrInvalidArgument.
 	CodePreconditionRequired = "precondition_required"
-	CodeRangeNotSatisfiable  = "range_not_satisfiable"
-	CodeBusy                 = "busy"
-	CodeUnavailable          = "unavailable"
-	CodeInternal             = "internal"
-	CodeHeld                 = "held"
-	CodeLost                 = "lost" // also ErrLost's code
-	CodeTimeout              = "timeout"
+	// A Range the value cannot satisfy; ErrInvalidArgument.
+	CodeRangeNotSatisfiable = "range_not_satisfiable"
+	// Every upload slot (of the server, or of this client) is taken:
+	// retry later; ErrUnavailable.
+	CodeBusy = "busy"
+	// A request body arrived too slowly; ErrUnavailable.
+	CodeTimeout = "timeout"
+	// A lock held by another owner (a refusal, not an error, for the
+	// lock endpoints); ErrLeased.
+	CodeHeld = "held"
+
+	// Codes that stand for no stead error: a client returns a StatusError.
+	CodeNotFoundRoute    = "route_not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeUnauthorized     = "unauthorized"
+	CodeInternal         = "internal"
 )
 
-// A sentinel is one stead error and how the API says it.
-type sentinel struct {
-	err    error
-	status int
+// A code is one error answer: its status and the error a client returns
+// wrapping it (nil: a StatusError).
+type code struct {
 	code   string
+	status int
+	err    error
 }
 
-// sentinels maps stead's errors to statuses and codes, most specific
-// first: the first match wins.
-var sentinels = []sentinel{
-	{steaderr.ErrNotFound, http.StatusNotFound, "not_found"},
-	{steaderr.ErrInvalidKey, http.StatusBadRequest, "invalid_key"},
-	{steaderr.ErrInvalidName, http.StatusBadRequest, "invalid_name"},
-	{steaderr.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
-	{steaderr.ErrDigestMismatch, http.StatusBadRequest, "digest_mismatch"},
-	{steaderr.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
-	{steaderr.ErrConflict, http.StatusConflict, "conflict"},
-	{steaderr.ErrProtected, http.StatusConflict, "protected"},
-	{steaderr.ErrUnknownGroup, http.StatusConflict, "unknown_group"},
-	{steaderr.ErrWrongGroup, http.StatusConflict, "wrong_group"},
-	{steaderr.ErrLeased, http.StatusConflict, "leased"},
-	{steaderr.ErrLost, http.StatusConflict, "lost"},
-	{steaderr.ErrClosed, http.StatusServiceUnavailable, "closed"},
-	{steaderr.ErrSchema, http.StatusServiceUnavailable, "schema"},
+// codes is the one mapping between errors and answers. StatusOf reads the
+// rows with a sentinel, most specific first: the first match wins; the
+// rows after them are answers only the server makes, and the errors a
+// client reads them as.
+var codes = []code{
+	{CodeNotFound, http.StatusNotFound, steaderr.ErrNotFound},
+	{CodeInvalidKey, http.StatusBadRequest, steaderr.ErrInvalidKey},
+	{CodeInvalidName, http.StatusBadRequest, steaderr.ErrInvalidName},
+	{CodeInvalidArgument, http.StatusBadRequest, steaderr.ErrInvalidArgument},
+	{CodeDigestMismatch, http.StatusBadRequest, steaderr.ErrDigestMismatch},
+	{CodeTooLarge, http.StatusRequestEntityTooLarge, steaderr.ErrTooLarge},
+	{CodeConflict, http.StatusConflict, steaderr.ErrConflict},
+	{CodeProtected, http.StatusConflict, steaderr.ErrProtected},
+	{CodeUnknownGroup, http.StatusConflict, steaderr.ErrUnknownGroup},
+	{CodeWrongGroup, http.StatusConflict, steaderr.ErrWrongGroup},
+	{CodeLeased, http.StatusConflict, steaderr.ErrLeased},
+	{CodeLost, http.StatusConflict, steaderr.ErrLost},
+	{CodeClosed, http.StatusServiceUnavailable, steaderr.ErrClosed},
+	{CodeSchema, http.StatusServiceUnavailable, steaderr.ErrSchema},
+	{CodeUnavailable, http.StatusServiceUnavailable, steaderr.ErrUnavailable},
+	{CodeUnsupported, http.StatusNotImplemented, errors.ErrUnsupported},
+	// Server-made answers.
+	{CodeBadRequest, http.StatusBadRequest, steaderr.ErrInvalidArgument},
+	{CodeBodyTooLarge, http.StatusRequestEntityTooLarge, steaderr.ErrTooLarge},
+	{CodePreconditionRequired, http.StatusPreconditionRequired, steaderr.ErrInvalidArgument},
+	{CodeRangeNotSatisfiable, http.StatusRequestedRangeNotSatisfiable, steaderr.ErrInvalidArgument},
+	{CodeBusy, http.StatusServiceUnavailable, steaderr.ErrUnavailable},
+	{CodeTimeout, http.StatusRequestTimeout, steaderr.ErrUnavailable},
+	{CodeHeld, http.StatusConflict, steaderr.ErrLeased},
+	{CodeNotFoundRoute, http.StatusNotFound, nil},
+	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, nil},
+	{CodeUnauthorized, http.StatusUnauthorized, nil},
+	{CodeInternal, http.StatusInternalServerError, nil},
 }
+
+// sentinelRows is how many rows of codes StatusOf reads.
+const sentinelRows = 16
 
 // StatusOf returns the status and code for err and the sentinel it
 // wraps, or a nil sentinel when it wraps none.
 func StatusOf(err error) (status int, code string, sentinel error) {
-	for _, s := range sentinels {
-		if errors.Is(err, s.err) {
-			return s.status, s.code, s.err
+	for _, c := range codes[:sentinelRows] {
+		if errors.Is(err, c.err) {
+			return c.status, c.code, c.err
 		}
 	}
 	return 0, "", nil
 }
 
-// IsSentinel reports whether err is one of stead's sentinel errors
-// itself (not one wrapping it), or errors.ErrUnsupported.
+// Status returns the status of an answer with code, 500 for a code that
+// is none of the API's.
+func Status(code string) int {
+	for _, c := range codes {
+		if c.code == code {
+			return c.status
+		}
+	}
+	return http.StatusInternalServerError
+}
+
+// IsSentinel reports whether err is one of the errors StatusOf maps
+// itself (not one wrapping it).
 func IsSentinel(err error) bool {
-	for _, s := range sentinels {
-		if err == s.err {
+	for _, c := range codes[:sentinelRows] {
+		if err == c.err {
 			return true
 		}
 	}
-	return err == errors.ErrUnsupported
+	return false
 }
 
 // Err returns the error a client reports for an error response: one
-// wrapping the sentinel the code stands for, if any.
+// wrapping the error its code stands for, and the status when that is
+// none. A 412 is a lost compare-and-swap (ErrConflict) whatever its code;
+// a 502, 503 or 504 without a known code (a proxy's) is ErrUnavailable.
 func Err(status int, e Error) error {
-	for _, s := range sentinels {
-		if s.code == e.Code {
-			return &serverError{msg: e.Error, sentinel: s.err}
+	for _, c := range codes {
+		if c.code == e.Code && c.err != nil {
+			return &serverError{msg: e.Error, sentinel: c.err}
 		}
 	}
-	if status == http.StatusPreconditionFailed {
+	switch status {
+	case http.StatusPreconditionFailed:
 		return &serverError{msg: e.Error, sentinel: steaderr.ErrConflict}
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		if Status(e.Code) == http.StatusInternalServerError {
+			return &serverError{msg: e.Error, sentinel: steaderr.ErrUnavailable}
+		}
 	}
 	return &StatusError{Status: status, Code: e.Code, Message: e.Error}
 }

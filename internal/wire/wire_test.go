@@ -9,26 +9,52 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// TestSentinelsRoundTrip: every sentinel's code maps back to it, codes are
-// unique, and a 412 without a known code is a conflict.
-func TestSentinelsRoundTrip(t *testing.T) {
+// TestCodesRoundTrip: codes are unique, every code's answer maps back to
+// the error it stands for (or a StatusError), every sentinel maps to its
+// own code, a 412 without a known code is a conflict and a proxy's 503 is
+// unavailable.
+func TestCodesRoundTrip(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
-	for _, s := range sentinels {
-		if seen[s.code] {
-			t.Errorf("code %q is used twice", s.code)
+	for i, c := range codes {
+		if seen[c.code] {
+			t.Errorf("code %q is used twice", c.code)
 		}
-		seen[s.code] = true
-		status, code, sentinel := StatusOf(fmt.Errorf("context: %w: detail", s.err))
-		if sentinel != s.err || code != s.code || status != s.status {
-			t.Errorf("StatusOf(%v) = %d %q %v", s.err, status, code, sentinel)
+		seen[c.code] = true
+		if got := Status(c.code); got != c.status {
+			t.Errorf("Status(%q) = %d, want %d", c.code, got, c.status)
 		}
-		if err := Err(status, Error{Error: "msg", Code: code}); !errors.Is(err, s.err) {
-			t.Errorf("Err(%d, %q) = %v, not wrapping %v", status, code, err, s.err)
+		err := Err(c.status, Error{Error: "msg", Code: c.code})
+		var se *StatusError
+		switch {
+		case c.err != nil && !errors.Is(err, c.err):
+			t.Errorf("Err(%d, %q) = %v, not wrapping %v", c.status, c.code, err, c.err)
+		case c.err == nil && (!errors.As(err, &se) || se.Code != c.code || se.Status != c.status):
+			t.Errorf("Err(%d, %q) = %v, want a StatusError", c.status, c.code, err)
+		}
+		if i >= sentinelRows {
+			continue
+		}
+		status, code, sentinel := StatusOf(fmt.Errorf("context: %w: detail", c.err))
+		if sentinel != c.err || code != c.code || status != c.status {
+			t.Errorf("StatusOf(%v) = %d %q %v", c.err, status, code, sentinel)
+		}
+		if !IsSentinel(c.err) {
+			t.Errorf("IsSentinel(%v) = false", c.err)
+		}
+	}
+	for _, sentinel := range []error{steaderr.ErrNotFound, steaderr.ErrConflict, steaderr.ErrInvalidKey, steaderr.ErrInvalidName,
+		steaderr.ErrInvalidArgument, steaderr.ErrDigestMismatch, steaderr.ErrTooLarge, steaderr.ErrProtected, steaderr.ErrUnknownGroup,
+		steaderr.ErrWrongGroup, steaderr.ErrLeased, steaderr.ErrLost, steaderr.ErrClosed, steaderr.ErrSchema, steaderr.ErrUnavailable} {
+		if _, _, got := StatusOf(sentinel); got != sentinel {
+			t.Errorf("StatusOf(%v) = %v: a sentinel without its own code", sentinel, got)
 		}
 	}
 	if err := Err(http.StatusPreconditionFailed, Error{Error: "lost", Code: "whatever"}); !errors.Is(err, steaderr.ErrConflict) {
 		t.Errorf("412 = %v, want a conflict", err)
+	}
+	if err := Err(http.StatusServiceUnavailable, Error{Error: "Service Unavailable"}); !errors.Is(err, steaderr.ErrUnavailable) {
+		t.Errorf("a 503 without a code = %v, want ErrUnavailable", err)
 	}
 	var se *StatusError
 	if err := Err(http.StatusTeapot, Error{Error: "tea", Code: "teapot"}); !errors.As(err, &se) || se.Code != "teapot" {

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"net/http"
+)
+
+// route is one registered pattern.
+type route struct {
+	pattern string
+	public  bool // no token needed
+	handler http.HandlerFunc
+}
+
+// Routes returns every pattern the server registers, in registration
+// order, for the test that checks docs/openapi.yaml against them.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.table() {
+		out = append(out, r.pattern)
+	}
+	return out
+}
+
+func (s *Server) table() []route {
+	return []route{
+		{"GET /healthz", true, s.healthz},
+		{"GET /readyz", true, s.readyz},
+		{"GET /metrics", false, s.serveMetrics},
+		{"GET /v1/info", false, s.info},
+		{"GET /v1/schema", false, s.schema},
+		{"POST /v1/schema/migrate", false, s.migrate},
+
+		{"PUT /v1/blobs", false, s.putBlob},
+		{"POST /v1/blobs", false, s.putBlob},
+		{"GET /v1/blobs", false, s.listBlobs},
+		{"PUT /v1/blobs/{key}", false, s.putBlob},
+		{"GET /v1/blobs/{key}", false, s.getBlob}, // GET also serves HEAD
+		{"DELETE /v1/blobs/{key}", false, s.deleteBlob},
+		{"POST /v1/blobs/delete", false, s.deleteBlobs},
+
+		{"GET /v1/refs", false, s.listRefs},
+		{"GET /v1/refs/{name...}", false, s.getRef},
+		{"PUT /v1/refs/{name...}", false, s.setRef},
+		{"PATCH /v1/refs/{name...}", false, s.touchRef},
+		{"DELETE /v1/refs/{name...}", false, s.deleteRef},
+		{"POST /v1/blobs/{key}/pins", false, s.pinBlob},
+		{"PUT /v1/blobs/{key}/pins/{owner}", false, s.renewPin},
+		{"DELETE /v1/blobs/{key}/pins/{owner}", false, s.unpinBlob},
+
+		{"POST /v1/gc/sweep", false, s.sweep},
+		{"GET /v1/gc/explain/{key}", false, s.explain},
+		{"GET /v1/gc/sources", false, s.listSources},
+		{"PUT /v1/gc/sources", false, s.registerSource},
+		{"DELETE /v1/gc/sources", false, s.unregisterSource},
+		{"GET /v1/pins", false, s.listPins},
+		{"POST /v1/gc/reap", false, s.reapPins},
+		{"PUT /v1/gc/window", false, s.stageKeys},
+		{"GET /v1/gc/pass", false, s.stagePass},
+		{"GET /v1/gc/declared", false, s.declared},
+		{"POST /v1/gc/stage", false, s.stageRange},
+		{"POST /v1/gc/take", false, s.takeCandidates},
+		{"POST /v1/gc/arbitrate", false, s.arbitrate},
+		{"POST /v1/gc/lease", false, s.acquireLease},
+		{"PUT /v1/gc/lease/{id}", false, s.renewLease},
+		{"DELETE /v1/gc/lease/{id}", false, s.releaseLease},
+		{"GET /v1/blobs/{key}/stored", false, s.storedBlob},
+
+		{"POST /v1/uploads", false, s.beginUpload},
+		{"POST /v1/uploads/reap", false, s.reapUploads},
+		{"POST /v1/uploads/{chunks}/publish", false, s.publishUpload},
+		{"DELETE /v1/uploads/{chunks}", false, s.abortUpload},
+		{"PUT /v1/chunks/{chunks}/{off}", false, s.writeChunk},
+		{"GET /v1/chunks/{chunks}/{off}", false, s.readChunk},
+
+		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},
+		{"POST /v1/locks/{name}/renew", false, s.renewLock},
+		{"POST /v1/locks/{name}/release", false, s.releaseLock},
+
+		{"PUT /v1/groups/{group}", false, s.registerGroup},
+		{"GET /v1/groups/{group}", false, s.getGroup},
+		{"GET /v1/groups/{group}/claimable", false, s.listClaimable},
+		{"POST /v1/groups/{group}/claim-next", false, s.claimNext},
+		{"GET /v1/groups/{group}/probe", false, s.probe},
+		{"GET /v1/groups/{group}/wait", false, s.waitClaimable},
+		{"GET /v1/records/{id}", false, s.loadRecord},
+		{"PUT /v1/records/{id}", false, s.saveRecord},
+		{"DELETE /v1/records/{id}", false, s.deleteRecord},
+		{"POST /v1/records/{id}/claim", false, s.claimRecord},
+		{"POST /v1/records/{id}/renew", false, s.renewRecord},
+	}
+}
+
+func (s *Server) routes() {
+	s.mux = http.NewServeMux()
+	for _, r := range s.table() {
+		h := r.handler
+		if !r.public {
+			h = s.auth(h)
+		}
+		s.mux.Handle(r.pattern, h)
+	}
+}
