@@ -13,33 +13,45 @@ import (
 )
 
 // The ref statements (docs/decisions/0022). A ref is live while its expiry
-// is NULL or after now (@now, or the database's now()). Set and Touch lock
-// the key's blob row first, as a put or a pin does, so neither can
-// interleave with an arbitration of the key.
+// is NULL or after now (@now, or the database's now()). Set, Swap and Touch
+// lock the key's blob row first, as a put or a pin does, so none can
+// interleave with an arbitration of the key; each then judges the ref's row
+// as it stands once locked (ON CONFLICT, or an UPDATE's recheck), never as
+// the statement's snapshot saw it, and draws a new version only then, so
+// versions commit in increasing order. A TTL in microseconds becomes an
+// interval as whole seconds plus microseconds, exact to the microsecond
+// (interval arithmetic runs in float8).
 const (
 	// sqlRefSet locks the key's blob row, then inserts or replaces the ref
-	// if its condition holds (@cond: 0 always, 1 if no live ref has the
-	// name, 2 if the live ref's version is @version), judged on the row as
-	// it stands once its lock is held (ON CONFLICT … WHERE). It answers
-	// whether the blob was stored and the ref written, if it was.
+	// (@cond 0), or only replaces an expired one (@cond 1, create-only).
+	// It answers whether the blob was stored and the ref written, if it was.
 	sqlRefSet = `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
-), live AS (
-	SELECT version FROM {schema}.refs WHERE name = @name AND (expiry IS NULL OR expiry > coalesce(@now::timestamptz, now()))
 ), w AS (
 	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry)
 	SELECT @name, key, nextval('{schema}.ref_versions'), @annotation,
-	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + @ttl::bigint * interval '1 microsecond' END
+	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
 	FROM b
-	WHERE CASE @cond::int WHEN 1 THEN NOT EXISTS (SELECT FROM live)
-	                      WHEN 2 THEN EXISTS (SELECT FROM live WHERE version = @version)
-	                      ELSE true END
 	ON CONFLICT (name) DO UPDATE
-	SET key = excluded.key, version = excluded.version, annotation = excluded.annotation, expiry = excluded.expiry
-	WHERE CASE @cond::int WHEN 1 THEN r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
-	                      WHEN 2 THEN r.version = @version AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
-	                      ELSE true END
+	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry
+	WHERE @cond::int = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
 	RETURNING name, key, version, annotation, expiry
+)
+SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry
+FROM (SELECT) AS one LEFT JOIN w ON true`
+
+	// sqlRefSwap locks the key's blob row, then replaces the live ref whose
+	// version is @version (a compare-and-swap: never an insert). It answers
+	// as sqlRefSet does.
+	sqlRefSwap = `WITH b AS (
+	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
+), w AS (
+	UPDATE {schema}.refs AS r
+	SET key = @key, version = nextval('{schema}.ref_versions'), annotation = @annotation,
+	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
+	WHERE (SELECT count(*) FROM b) = 1 AND r.name = @name AND r.version = @version::bigint
+	  AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
+	RETURNING r.name, r.key, r.version, r.annotation, r.expiry
 )
 SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry
 FROM (SELECT) AS one LEFT JOIN w ON true`
@@ -48,24 +60,34 @@ FROM (SELECT) AS one LEFT JOIN w ON true`
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`
 
 	// sqlRefTouch locks the blob row of the ref's key, then renews the
-	// ref if it is live at clock_timestamp(), the instant the row is read
-	// (as a pin's renewal judges), keeping its version; a ref without
-	// expiry is answered unchanged. The new expiry runs from now().
-	sqlRefTouch = `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = (SELECT key FROM {schema}.refs WHERE name = $1) FOR NO KEY UPDATE
+	// ref if it still names that key and is live at clock_timestamp(), the
+	// instant the row is read (as a pin's renewal judges), keeping its
+	// version; a ref without expiry is answered unchanged. The new expiry
+	// runs from now(). It answers the key whose row it locked, and the ref
+	// if it renewed it.
+	sqlRefTouch = `WITH target AS (
+	SELECT key FROM {schema}.refs WHERE name = $1
+), b AS (
+	SELECT key FROM {schema}.blobs WHERE key = (SELECT key FROM target) FOR NO KEY UPDATE
+), u AS (
+	UPDATE {schema}.refs
+	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, now()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END
+	WHERE name = $1 AND key = (SELECT key FROM b) AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp()))
+	RETURNING name, key, version, annotation, expiry
 )
-UPDATE {schema}.refs
-SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, now()) + $2 * interval '1 microsecond' END
-WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp())) AND EXISTS (SELECT FROM b)
-RETURNING name, key, version, annotation, expiry`
+SELECT (SELECT key FROM target), u.name, u.key, u.version, u.annotation, u.expiry
+FROM (SELECT) AS one LEFT JOIN u ON true`
 
-	// sqlRefDelete deletes the live ref if its version is $2 (0: any), and
-	// answers whether a live ref had the name and whether it was deleted.
+	// sqlRefDelete locks the live ref, then deletes it if its version is
+	// $2 (0: any), and answers whether a live ref had the name once locked
+	// and whether it was deleted.
 	sqlRefDelete = `WITH live AS (
-	SELECT version FROM {schema}.refs WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, now()))
+	SELECT name, version FROM {schema}.refs
+	WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, now()))
+	FOR UPDATE
 ), d AS (
-	DELETE FROM {schema}.refs
-	WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, now())) AND ($2 = 0 OR version = $2)
+	DELETE FROM {schema}.refs r USING live
+	WHERE r.name = live.name AND ($2::bigint = 0 OR live.version = $2::bigint)
 	RETURNING 1
 )
 SELECT EXISTS (SELECT FROM live), EXISTS (SELECT FROM d)`
@@ -80,12 +102,12 @@ ORDER BY name LIMIT $5`
 
 type refs struct {
 	e   *Engine
-	sql struct{ set, get, touch, del, list string }
+	sql struct{ set, swap, get, touch, del, list string }
 }
 
 func (r *refs) init(e *Engine) {
 	r.e = e
-	r.sql.set, r.sql.get, r.sql.touch = e.render(sqlRefSet), e.render(sqlRefGet), e.render(sqlRefTouch)
+	r.sql.set, r.sql.swap, r.sql.get, r.sql.touch = e.render(sqlRefSet), e.render(sqlRefSwap), e.render(sqlRefGet), e.render(sqlRefTouch)
 	r.sql.del, r.sql.list = e.render(sqlRefDelete), e.render(sqlRefList)
 }
 
@@ -120,10 +142,14 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		"name": p.Name, "key": p.Key.String(), "annotation": p.Annotation, "ttl": p.TTL.Microseconds(),
 		"cond": int(p.Cond), "version": p.Version, "now": nowArg(p.Now),
 	}
+	stmt := r.sql.set
+	if p.Cond == ref.IfVersion {
+		stmt = r.sql.swap
+	}
 	var stored bool
 	var rr refRow
 	err := retryTransient(ctx, func() error {
-		return r.e.pool.QueryRow(ctx, r.sql.set, args).Scan(append([]any{&stored}, rr.dest()...)...)
+		return r.e.pool.QueryRow(ctx, stmt, args).Scan(append([]any{&stored}, rr.dest()...)...)
 	})
 	switch {
 	case err != nil:
@@ -155,19 +181,34 @@ func (r *refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 	return rr.ref()
 }
 
+// Touch renews the ref under its key's blob row lock; a ref moved to
+// another key meanwhile (so under another row) is tried again.
 func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	var rr refRow
-	err := retryTransient(ctx, func() error {
-		return r.e.pool.QueryRow(ctx, r.sql.touch, p.Name, p.TTL.Microseconds(), nowArg(p.Now)).Scan(rr.dest()...)
-	})
-	if err := readError(err); err != nil {
-		return ref.Ref{}, err
+	for range maxTouchTries {
+		var target pgtype.Text
+		var rr refRow
+		err := retryTransient(ctx, func() error {
+			return r.e.pool.QueryRow(ctx, r.sql.touch, p.Name, p.TTL.Microseconds(), nowArg(p.Now)).Scan(append([]any{&target}, rr.dest()...)...)
+		})
+		switch {
+		case err != nil:
+			return ref.Ref{}, readError(err)
+		case rr.name.Valid:
+			return rr.ref()
+		}
+		now, err := r.Get(ctx, ref.GetParams{Name: p.Name, Now: p.Now})
+		if err != nil || now.Key.String() == target.String {
+			return ref.Ref{}, steaderr.ErrNotFound
+		}
 	}
-	return rr.ref()
+	return ref.Ref{}, fmt.Errorf("%w: the ref moved to another blob at each of %d tries", steaderr.ErrConflict, maxTouchTries)
 }
+
+// maxTouchTries bounds the tries of a Touch whose ref keeps moving.
+const maxTouchTries = 3
 
 func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
 	if err := r.e.check(ctx); err != nil {
