@@ -610,8 +610,15 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, nil
 		}
+		err = interpretError(err)
+		if errors.Is(err, errNoSchema) {
+			// A virgin schema has nothing to collect: the lease holds no
+			// row, so its reads answer empty and, once the schema is
+			// migrated, every fenced call finds no row and is lost.
+			return &rowLease{g: g, holder: holder}, true, nil
+		}
 		if err != nil {
-			return nil, false, interpretError(err)
+			return nil, false, err
 		}
 		return &rowLease{g: g, holder: holder}, true, nil
 	}
