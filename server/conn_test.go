@@ -196,8 +196,17 @@ func TestUploadCap(t *testing.T) {
 	addr, _ := serveReal(t, server.Options{MaxUploads: 1})
 	c := dial(t, addr)
 	fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
-	// The stalled upload holds the slot once its handler runs; retry until
-	// it does.
+	// The stalled upload holds the slot once its handler runs: wait for
+	// that, since an upload sent before it would take the slot instead.
+	poll.Until(t, "the stalled upload to hold the slot", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		text, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(text), "\nstead_http_uploads_in_progress 1\n")
+	})
 	var busy http.Header
 	poll.Until(t, "an upload past the cap to be refused", func() bool {
 		resp, err := http.Post("http://"+addr+"/v1/blobs", "application/octet-stream", strings.NewReader("next"))
