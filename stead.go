@@ -52,6 +52,7 @@ var (
 	ErrClosed          = steaderr.ErrClosed
 	ErrSchema          = steaderr.ErrSchema
 	ErrUnavailable     = steaderr.ErrUnavailable
+	ErrChildrenFixed   = steaderr.ErrChildrenFixed
 )
 
 // DefaultURL is the store the CLI and server open when given none: an

@@ -3,6 +3,7 @@ package blob
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/steadkit/stead/steaderr"
@@ -36,10 +37,14 @@ type Engine interface {
 	//
 	// With p.Children set, the value references those blobs: Put locks
 	// their rows as a pin does, in the same commit, and records an edge
-	// from p.Key to each, so that they are kept while p.Key is stored
-	// (edges are only ever added; a blob's are deleted with it). A child
-	// not stored fails the put with an error wrapping steaderr.ErrNotFound
-	// naming it, and nothing is stored or pinned.
+	// from p.Key to each, so that they are kept while p.Key is stored (a
+	// blob's edges are deleted with it). A child not stored fails the put
+	// with an error wrapping steaderr.ErrNotFound naming it, and nothing is
+	// stored or pinned. A blob's children are fixed by the put that stored
+	// it: a put of a stored key declaring a child it was not stored with
+	// fails with an error wrapping steaderr.ErrChildrenFixed and changes nothing, so
+	// an edge always points at a blob older than its parent and the graph
+	// has no cycle.
 	//
 	// With p.Chunks set, Put publishes that upload's chunks as the value
 	// (p.Size bytes, p.Value unused) and ends the upload in the same
@@ -172,6 +177,16 @@ type DeleteParams struct {
 	Keys []Key
 	// Now is the instant pins are judged at; zero: the engine's clock.
 	Now time.Time
+}
+
+// ChildrenFixedError is the error an engine returns for a put of stored
+// key declaring children (extra) it was not stored with:
+// steaderr.ErrChildrenFixed naming the key and the first few of them.
+func ChildrenFixedError(key string, extra []string) error {
+	if len(extra) > 3 {
+		return fmt.Errorf("%w: %s was stored without %d of them, %s first", steaderr.ErrChildrenFixed, key, len(extra), strings.Join(extra[:3], ", "))
+	}
+	return fmt.Errorf("%w: %s was stored without %s", steaderr.ErrChildrenFixed, key, strings.Join(extra, ", "))
 }
 
 // MaxChildren bounds the blobs one put may declare it references.

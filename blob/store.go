@@ -176,8 +176,10 @@ type PutOptions struct {
 	// they are kept, with no pin or ref of their own, and once it is
 	// deleted they are left to the collector. Each must be stored when
 	// the put publishes its blob (else ErrNotFound naming the missing,
-	// and nothing is stored): put children before their parent. A re-put
-	// of stored content may declare more children, never fewer.
+	// and nothing is stored): put children before their parent. Stored
+	// content keeps the children of the put that stored it: a re-put may
+	// declare those or fewer, and one declaring another is refused
+	// (steaderr.ErrChildrenFixed, an ErrConflict), nothing changed.
 	Children []Key
 }
 

@@ -80,6 +80,17 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(missing, ", "))
 	}
+	if _, stored := b.values[p.Key]; stored {
+		var extra []string
+		for _, c := range p.Children {
+			if !b.parents[c][p.Key] {
+				extra = append(extra, c.String())
+			}
+		}
+		if len(extra) > 0 {
+			return blob.ChildrenFixedError(p.Key.String(), extra)
+		}
+	}
 	if p.Chunks != 0 {
 		u, ok := b.uploads[p.Chunks]
 		if !ok {
@@ -100,8 +111,8 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	return nil
 }
 
-// addEdges records that parent references children, adding to the edges
-// it has. Called with mu held.
+// addEdges records that parent references children, those it does not
+// already. Called with mu held.
 func (b *blobs) addEdges(parent blob.Key, children []blob.Key) {
 	for _, c := range children {
 		if b.parents[c][parent] {

@@ -73,37 +73,45 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// children ($14, $15: the edges, parent and child). First every stored
 	// row of the batch, parents and children alike ($13), is locked in one
 	// pass in key order, so batches never lock them in opposite orders. A
-	// parent one of whose children is not stored is not published by this
-	// batch, unless a put of it without children is in the batch too ($11,
-	// $12 say which rows and pins come from such puts); the edges of the
-	// others are inserted; the missing (parent, child) pairs are answered.
+	// parent is refused when one of its children is not stored (missing)
+	// or when it is stored without one of them (fixed: a blob's children
+	// are those it was stored with). A refused parent is not published or
+	// pinned by this batch, unless a put of it without children is in the
+	// batch too ($11, $12 say which rows and pins come from such puts); the
+	// edges of the others are inserted; the refused (parent, child, fixed)
+	// triples are answered.
 	sqlPutEdges = `WITH l AS (
 	SELECT key FROM {schema}.blobs WHERE key = ANY ($13::text[]) ORDER BY key FOR NO KEY UPDATE
 ), e AS (
 	SELECT p, c FROM unnest($14::text[], $15::text[]) AS u(p, c)
 ), missing AS (
 	SELECT p, c FROM e WHERE (SELECT count(*) FROM l) >= 0 AND c NOT IN (SELECT key FROM l)
+), fixed AS (
+	SELECT p, c FROM e WHERE p IN (SELECT key FROM l)
+	AND NOT EXISTS (SELECT FROM {schema}.blob_edges x WHERE x.parent = e.p AND x.child = e.c)
+), refused AS (
+	SELECT p FROM missing UNION SELECT p FROM fixed
 ), b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
 	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[], $11::boolean[]) AS u(k, s, v, o, d, n, plain)
-	WHERE plain OR k NOT IN (SELECT p FROM missing)
+	WHERE plain OR k NOT IN (SELECT p FROM refused)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
 ), edges AS (
 	INSERT INTO {schema}.blob_edges (parent, child)
-	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM missing) AND (SELECT count(*) FROM b) >= 0
+	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM refused) AND (SELECT count(*) FROM b) >= 0
 	ON CONFLICT DO NOTHING
 ), pinned AS (
 	INSERT INTO {schema}.pins AS p (key, owner, expiry)
 	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
 	FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $12::boolean[]) AS u(k, o, d, n, plain)
 	WHERE (SELECT count(*) FROM b) >= 0
-	AND (plain OR k NOT IN (SELECT p FROM missing))
+	AND (plain OR k NOT IN (SELECT p FROM refused))
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c FROM missing ORDER BY p, c`
+SELECT p, c, false FROM missing UNION ALL SELECT p, c, true FROM fixed ORDER BY 1, 2`
 
 	sqlStat     = `SELECT size FROM {schema}.blobs WHERE key = $1`
 	sqlListPage = `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`
@@ -270,17 +278,23 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	lock := slices.Concat(keys, children)
 	slices.Sort(lock)
 	lock = slices.Compact(lock)
-	missing := map[string][]string{}
+	missing, fixed := map[string][]string{}, map[string][]string{}
 	err := retryTransient(ctx, func() error {
 		clear(missing)
+		clear(fixed)
 		rows, err := b.e.pool.Query(ctx, b.sql.putEdges, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows,
 			blobPlain, pinPlain, lock, parents, children)
 		if err != nil {
 			return err
 		}
 		var p, c string
-		_, err = pgx.ForEachRow(rows, []any{&p, &c}, func() error {
-			missing[p] = append(missing[p], c)
+		var isFixed bool
+		_, err = pgx.ForEachRow(rows, []any{&p, &c, &isFixed}, func() error {
+			if isFixed {
+				fixed[p] = append(fixed[p], c)
+			} else {
+				missing[p] = append(missing[p], c)
+			}
 			return nil
 		})
 		return err
@@ -290,8 +304,13 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	}
 	for _, r := range batch {
 		r.Err = nil
-		if m := missing[r.Item.Key]; len(r.Item.Children) > 0 && len(m) > 0 {
+		if len(r.Item.Children) == 0 {
+			continue
+		}
+		if m := missing[r.Item.Key]; len(m) > 0 {
 			r.Err = missingChildren(m)
+		} else if f := fixed[r.Item.Key]; len(f) > 0 {
+			r.Err = blob.ChildrenFixedError(r.Item.Key, f)
 		}
 	}
 	return nil

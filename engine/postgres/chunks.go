@@ -121,6 +121,9 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// sqlLockKeys locks the stored ones of the sorted keys $1, in key
 	// order, as a pin does, and answers them.
 	sqlLockKeys = `SELECT key FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR NO KEY UPDATE`
+	// sqlNewChildren answers the children $2 that stored $1 has no edge to.
+	sqlNewChildren = `SELECT c FROM unnest($2::text[]) AS c
+WHERE NOT EXISTS (SELECT FROM {schema}.blob_edges WHERE parent = $1 AND child = c)`
 	// sqlInsertEdges records that $1 references each of $2.
 	sqlInsertEdges = `INSERT INTO {schema}.blob_edges (parent, child) SELECT $1, c FROM unnest($2::text[]) AS c ON CONFLICT DO NOTHING`
 
@@ -135,12 +138,12 @@ LIMIT 1`
 // chunkSQL holds the chunked tier's statements, rendered for the schema.
 type chunkSQL struct {
 	begin, write, tile, publish, end, deleteChunks, reap, reapChunks, read, get string
-	lockKeys, insertEdges                                                       string
+	lockKeys, newChildren, insertEdges                                          string
 }
 
 func (c *chunkSQL) init(e *Engine) {
 	c.begin = e.render(sqlBeginUpload)
-	c.lockKeys, c.insertEdges = e.render(sqlLockKeys), e.render(sqlInsertEdges)
+	c.lockKeys, c.newChildren, c.insertEdges = e.render(sqlLockKeys), e.render(sqlNewChildren), e.render(sqlInsertEdges)
 	c.write = e.render(sqlWriteChunk)
 	c.tile = e.render(sqlChunksTile)
 	c.publish = e.render(sqlPublish)
@@ -209,15 +212,11 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 // published, aborted, or reaped once its lease lapsed.
 var errUploadLost = fmt.Errorf("%w: the chunk set has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost)
 
-// publish stores the chunked value p names in one transaction: the
-// upload ends (sqlEndUpload; none: reaped, nothing happens), its chunks
-// are checked to cover p.Size bytes exactly (sqlChunksTile; not: nothing
-// happens), then sqlPublish stores the blob row or discards the chunks,
-// and pins the key.
 // lockChildren locks the rows of a parent about to be published and of
 // its children, in one pass in key order as a batch of puts does, and
 // fails with an error wrapping steaderr.ErrNotFound naming the children
-// not stored.
+// not stored, or, when the parent is stored, steaderr.ErrChildrenFixed naming
+// those it was stored without.
 func (b *blobs) lockChildren(ctx context.Context, tx pgx.Tx, parent string, children []string) error {
 	lock := append(slices.Clone(children), parent)
 	slices.Sort(lock)
@@ -238,9 +237,30 @@ func (b *blobs) lockChildren(ctx context.Context, tx pgx.Tx, parent string, chil
 	if len(missing) > 0 {
 		return missingChildren(missing)
 	}
+	if _, ok := slices.BinarySearch(stored, parent); !ok {
+		return nil
+	}
+	// A statement of its own, after the lock: its snapshot holds the
+	// parent's edges.
+	rows, err = tx.Query(ctx, b.chunkSQL.newChildren, parent, children)
+	if err != nil {
+		return err
+	}
+	extra, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(extra) > 0 {
+		return blob.ChildrenFixedError(parent, extra)
+	}
 	return nil
 }
 
+// publish stores the chunked value p names in one transaction: the
+// upload ends (sqlEndUpload; none: reaped, nothing happens), its chunks
+// are checked to cover p.Size bytes exactly (sqlChunksTile; not: nothing
+// happens), then sqlPublish stores the blob row or discards the chunks,
+// and pins the key.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
 	return retryTransient(ctx, func() error {

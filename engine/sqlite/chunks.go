@@ -160,9 +160,9 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		if len(p.Children) > 0 {
-			missing, err := addEdges(ctx, tx, p.Key.String(), keyTexts(p.Children))
+			refused, err := addEdges(ctx, tx, p.Key.String(), keyTexts(p.Children))
 			if err == nil {
-				err = missing
+				err = refused
 			}
 			if err != nil {
 				return err

@@ -37,6 +37,7 @@ const (
 	CodeDigestMismatch  = "digest_mismatch"
 	CodeTooLarge        = "too_large"
 	CodeConflict        = "conflict"
+	CodeChildrenFixed   = "children_fixed"
 	CodeProtected       = "protected"
 	CodeUnknownGroup    = "unknown_group"
 	CodeWrongGroup      = "wrong_group"
@@ -91,6 +92,7 @@ var codes = []code{
 	{CodeInvalidArgument, http.StatusBadRequest, steaderr.ErrInvalidArgument},
 	{CodeDigestMismatch, http.StatusBadRequest, steaderr.ErrDigestMismatch},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, steaderr.ErrTooLarge},
+	{CodeChildrenFixed, http.StatusConflict, steaderr.ErrChildrenFixed},
 	{CodeConflict, http.StatusConflict, steaderr.ErrConflict},
 	{CodeProtected, http.StatusConflict, steaderr.ErrProtected},
 	{CodeUnknownGroup, http.StatusConflict, steaderr.ErrUnknownGroup},
@@ -116,7 +118,7 @@ var codes = []code{
 }
 
 // sentinelRows is how many rows of codes StatusOf reads.
-const sentinelRows = 16
+const sentinelRows = 17
 
 // StatusOf returns the status and code for err and the sentinel it
 // wraps, or a nil sentinel when it wraps none.
