@@ -226,6 +226,19 @@ func withChildren(p PutParams, children []Key) (PutParams, error) {
 	return p, nil
 }
 
+// CheckChildren returns children as PutParams.Children holds them for a
+// put of key (sorted, distinct), or an error for more than MaxChildren, a
+// zero key, or key itself among them: the checks Store makes before an
+// engine's Put, for a caller of the engine.
+func CheckChildren(key Key, children []Key) ([]Key, error) {
+	children, err := checkChildren(children)
+	if err != nil {
+		return nil, err
+	}
+	p, err := withChildren(PutParams{Key: key}, children)
+	return p.Children, err
+}
+
 func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) (Key, error) {
 	if err := ctx.Err(); err != nil {
 		return Key{}, err

@@ -91,8 +91,11 @@ type Options struct {
 
 // Limits not worth a knob.
 const (
-	// maxJSONBody bounds a JSON request but a record save.
+	// maxJSONBody bounds a JSON request but a record save and a publish.
 	maxJSONBody = 64 << 10
+	// maxPublishBody bounds a publish: its fields and blob.MaxChildren
+	// quoted keys.
+	maxPublishBody = maxJSONBody + blob.MaxChildren*int64(len(`"sha256:",`)+64)
 	// maxRecordBody bounds a record save: the largest payload,
 	// base64-encoded, and its fields. Saves share the upload slots.
 	maxRecordBody = record.DefaultMaxPayload/3*4 + 64<<10

@@ -109,7 +109,7 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req wire.Publish
-	if err := s.readJSON(w, r, &req); err != nil {
+	if err := s.readJSONLimit(w, r, &req, maxPublishBody); err != nil {
 		s.fail(w, r, err)
 		return
 	}
