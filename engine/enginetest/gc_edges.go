@@ -160,6 +160,14 @@ func gcEdgesFixed(t *testing.T, b *gcBundle, parentValue, childValue []byte) {
 			t.Fatalf("Explain(%s) after refused re-puts = parents %v, %v; want %v", k, x.Parents, err, want)
 		}
 	}
+	// The empty value may reference blobs too.
+	empty, err := putWith(t, b.store, nil, other)
+	if err != nil {
+		t.Fatalf("PutWith(the empty value, a child): %v", err)
+	}
+	if x, err := b.col.Explain(ctx, other); err != nil || !slices.Equal(x.Parents, []blob.Key{empty}) {
+		t.Fatalf("Explain(a child of the empty value) = parents %v, %v; want %v", x.Parents, err, empty)
+	}
 }
 
 // gcEdgesRace puts a parent while an arbitration of its child runs: either

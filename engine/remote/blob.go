@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -27,9 +28,12 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	q := query("now", timeText(p.Now))
 	q.Set("owner", p.Owner) // even empty: the server refuses it rather than pin as itself
 	q.Set("ttl", p.TTL.String())
-	if p.Chunks == 0 && len(p.Children) > 0 {
-		// A put declaring children goes through an upload, whose publish
-		// carries them (any number) in its body.
+	if p.Chunks == 0 && len(p.Children) > wire.MaxHeaderChildren {
+		// More children than a header holds go through an upload, whose
+		// publish carries any number in its body.
+		if len(p.Value) == 0 {
+			return fmt.Errorf("%w: an empty blob declares at most %d children over HTTP, not %d", steaderr.ErrInvalidArgument, wire.MaxHeaderChildren, len(p.Children))
+		}
 		return b.putThroughUpload(ctx, p)
 	}
 	if p.Chunks != 0 {
@@ -38,6 +42,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		return err
 	}
 	req := &request{body: bytes.NewReader(p.Value), query: q}
+	if len(p.Children) > 0 {
+		req.header = http.Header{wire.ChildrenHeader: {strings.Join(keyTexts(p.Children), ",")}}
+	}
 	_, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+p.Key.String(), req, nil, nil)
 	return err
 }
