@@ -128,7 +128,7 @@ func TestTruncatedBody(t *testing.T) {
 // never sends a header is closed too.
 func TestIdleConnections(t *testing.T) {
 	t.Parallel()
-	addr, _ := serveReal(t, server.Options{IdleTimeout: 200 * time.Millisecond, RequestTimeout: 300 * time.Millisecond})
+	addr, _ := serveReal(t, server.Options{IdleTimeout: 200 * time.Millisecond, RequestTimeout: 300 * time.Millisecond, MaxConnsPerClient: 1024})
 	silent := dial(t, addr)
 	conns := make([]net.Conn, 520)
 	for i := range conns {
