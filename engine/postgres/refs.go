@@ -59,6 +59,13 @@ FROM (SELECT) AS one LEFT JOIN w ON true`
 	sqlRefGet = `SELECT name, key, version, annotation, expiry FROM {schema}.refs
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`
 
+	// sqlRefGetFresh is sqlRefGet answering too whether the ref has half
+	// of $3 µs left (or no expiry), judged on the same clock.
+	sqlRefGetFresh = `SELECT name, key, version, annotation, expiry,
+	expiry IS NULL OR expiry - coalesce($2::timestamptz, now()) >= ($3::bigint / 2) * interval '1 microsecond'
+FROM {schema}.refs
+WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`
+
 	// sqlRefTouch locks the blob row of the ref's key, then renews the
 	// ref if it still names that key and is live at clock_timestamp(), the
 	// instant the row is read (as a pin's renewal judges), keeping its
@@ -102,13 +109,13 @@ ORDER BY name LIMIT $5`
 
 type refs struct {
 	e   *Engine
-	sql struct{ set, swap, get, touch, del, list string }
+	sql struct{ set, swap, get, getFresh, touch, del, list string }
 }
 
 func (r *refs) init(e *Engine) {
 	r.e = e
 	r.sql.set, r.sql.swap, r.sql.get, r.sql.touch = e.render(sqlRefSet), e.render(sqlRefSwap), e.render(sqlRefGet), e.render(sqlRefTouch)
-	r.sql.del, r.sql.list = e.render(sqlRefDelete), e.render(sqlRefList)
+	r.sql.getFresh, r.sql.del, r.sql.list = e.render(sqlRefGetFresh), e.render(sqlRefDelete), e.render(sqlRefList)
 }
 
 // Refs implements engine.Engine.
@@ -182,10 +189,22 @@ func (r *refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 }
 
 // Touch renews the ref under its key's blob row lock; a ref moved to
-// another key meanwhile (so under another row) is tried again.
+// another key meanwhile (so under another row) is tried again. A lazy
+// Touch reads first, and locks nothing for a ref with half its TTL left.
 func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
+	}
+	if p.Lazy {
+		var rr refRow
+		var fresh bool
+		err := r.e.pool.QueryRow(ctx, r.sql.getFresh, p.Name, nowArg(p.Now), p.TTL.Microseconds()).Scan(append(rr.dest(), &fresh)...)
+		if err := readError(err); err != nil {
+			return ref.Ref{}, err
+		}
+		if fresh {
+			return rr.ref()
+		}
 	}
 	for range maxTouchTries {
 		var target pgtype.Text

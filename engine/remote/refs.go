@@ -55,7 +55,7 @@ func (r refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 
 func (r refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	var out wire.Ref
-	if _, err := r.e.do(ctx, http.MethodPatch, refPath(p.Name), nil, wire.RefTouch{TTL: wire.Duration(p.TTL), Now: p.Now}, &out); err != nil {
+	if _, err := r.e.do(ctx, http.MethodPatch, refPath(p.Name), nil, wire.RefTouch{TTL: wire.Duration(p.TTL), Now: p.Now, Lazy: p.Lazy}, &out); err != nil {
 		return ref.Ref{}, err
 	}
 	return readRef(out)

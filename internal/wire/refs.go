@@ -34,10 +34,11 @@ type RefSet struct {
 }
 
 // RefTouch is the body of PATCH /v1/refs/{name}: renew the ref's expiry
-// to now + TTL.
+// to now + TTL; with Lazy, only when less than half of TTL is left.
 type RefTouch struct {
-	TTL Duration  `json:"ttl"`
-	Now time.Time `json:"now,omitzero"`
+	TTL  Duration  `json:"ttl"`
+	Now  time.Time `json:"now,omitzero"`
+	Lazy bool      `json:"lazy,omitempty"`
 }
 
 // RefPage is the answer of GET /v1/refs: the refs of one page in name
