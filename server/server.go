@@ -21,6 +21,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/ref"
 )
@@ -107,7 +108,7 @@ const (
 	maxLockWait = time.Minute
 	maxPoll     = time.Minute
 	// maxListLimit bounds one page of a list.
-	maxListLimit = 10000
+	maxListLimit = wire.MaxListLimit
 	// defaultListLimit is a page's length when the request names none.
 	defaultListLimit = 1000
 	// maxRecords bounds the records one answer holds (a list or a

@@ -200,6 +200,7 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	}
 	dec := json.NewDecoder(resp.Body)
 	bad := func(err error) error { return fmt.Errorf("blob list: %w: %w", errMalformed, err) }
+	last, n := after, 0
 	if err := expect(dec, json.Delim('{')); err != nil {
 		return bad(err)
 	}
@@ -223,6 +224,10 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 				if err != nil {
 					return bad(err)
 				}
+				if n++; n > limit || key.Compare(last) <= 0 || info.Size < 0 {
+					return bad(fmt.Errorf("%s (size %d) as key %d of a page after %s of at most %d", key, info.Size, n, last, limit))
+				}
+				last = key
 				if !yield(blob.Info{Key: key, Size: info.Size}) {
 					return nil
 				}

@@ -23,6 +23,9 @@ type Error struct {
 	Code  string `json:"code"`
 }
 
+// MaxListLimit bounds one page of a list answer.
+const MaxListLimit = 10000
+
 // CodeHeader carries an error answer's code as a header too, so that the
 // answer to HEAD, which has no body, says what went wrong.
 const CodeHeader = "Stead-Error-Code"
