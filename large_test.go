@@ -24,7 +24,7 @@ import (
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 )
 
 // The large-blob tests that look inside an engine's database: residue after
@@ -256,7 +256,7 @@ func TestLargeResidue(t *testing.T) {
 				after := withoutPins(raw.rows(t))
 				if !maps.Equal(after, before) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 					t.Logf("attempt %d (%v): rows %v; waiting for the upload lease", i, err, after)
-					poll.Until(t, "the abandoned upload to be reaped", func() bool {
+					testkit.Until(t, "the abandoned upload to be reaped", func() bool {
 						if _, err := store.ReapUploads(ctx); err != nil {
 							t.Fatal(err)
 						}
@@ -482,7 +482,7 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 				t.Fatalf("staged: rows %v, want one upload of 3 chunks", rows)
 			}
 			var rep gc.Report
-			poll.Until(t, "a sweep to reap the lapsed upload", func() bool {
+			testkit.Until(t, "a sweep to reap the lapsed upload", func() bool {
 				if rep, err = st.GC.Sweep(t.Context(), gc.SweepOptions{AllUnreferenced: true}); err != nil {
 					t.Fatal(err)
 				}

@@ -13,14 +13,14 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // waitLockWaiters waits until n statements in db's schema wait on a lock.
 func waitLockWaiters(t *testing.T, db *pgtest.DB, n int, what string) {
 	t.Helper()
-	poll.Until(t, what, func() bool {
+	testkit.Until(t, what, func() bool {
 		var got int
 		err := db.Admin.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'", db.Schema).Scan(&got)
 		return err == nil && got >= n
@@ -31,7 +31,7 @@ func waitLockWaiters(t *testing.T, db *pgtest.DB, n int, what string) {
 func waitLapsed(t *testing.T, db *pgtest.DB, set blob.ChunkSet) {
 	t.Helper()
 	uploads := pgx.Identifier{db.Schema, "blob_uploads"}.Sanitize()
-	poll.Until(t, "the upload's lease to lapse", func() bool {
+	testkit.Until(t, "the upload's lease to lapse", func() bool {
 		var lapsed bool
 		err := db.Admin.QueryRow(t.Context(), "SELECT expires_at < now() FROM "+uploads+" WHERE id = $1", int64(set)).Scan(&lapsed)
 		return err == nil && lapsed

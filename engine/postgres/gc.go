@@ -18,6 +18,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -590,7 +591,7 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 			return nil, false, nil
 		}
 		err = interpretError(err)
-		if errors.Is(err, errNoSchema) {
+		if errors.Is(err, sqlengine.ErrNoSchema) {
 			// A virgin schema has nothing to collect: the lease holds no
 			// row, so its reads answer empty and, once the schema is
 			// migrated, every fenced call finds no row and is lost.

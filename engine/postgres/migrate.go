@@ -7,14 +7,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/steadkit/stead/internal/migrate"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-var migrations, errMigrations = migrate.Load(migrationFiles, "migrations")
+var migrations, errMigrations = sqlengine.LoadMigrations(migrationFiles, "migrations")
 
 // Migrate implements engine.Engine. Each migration runs in its own
 // transaction, together with its schema_version row, under a

@@ -12,9 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/groupcommit"
-	"github.com/steadkit/stead/internal/tenantid"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
@@ -32,7 +31,7 @@ import (
 // commit (docs/decisions/0020-record-notify-when-wanted.md).
 type records struct {
 	e       *Engine
-	tenants tenantid.Cache
+	tenants sqlengine.TenantCache
 	commit  *groupcommit.Committer[*saveReq]
 	// channel is the NOTIFY channel of records made claimable, one per
 	// schema; its payload is the group.
@@ -379,7 +378,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	rec := p.Record
-	return cas.Do(ctx, func() (record.Record, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
 		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
 		if !ok {
 			return r.saveResolving(ctx, rec, p.Now)
@@ -782,7 +781,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
-	return cas.Do(ctx, func() (record.Record, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
 		recs, err := r.queryRecords(ctx, r.e.sql(sqlRecordClaim), pgx.StrictNamedArgs{
 			"owner": p.Owner, "ttl": interval(p.TTL), "now": nowArg(p.Now), "grp": p.Group, "id": p.ID,
 		})
@@ -812,7 +811,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 	if err := r.e.check(ctx); err != nil {
 		return record.Lease{}, err
 	}
-	return cas.Do(ctx, func() (record.Lease, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Lease, bool, error) {
 		lease := record.Lease{Owner: p.Owner, Incarnation: p.Incarnation}
 		err := retryTransient(ctx, func() error {
 			return r.e.pool.QueryRow(ctx, r.e.sql(sqlRecordRenew), pgx.StrictNamedArgs{

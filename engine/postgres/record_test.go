@@ -17,7 +17,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -83,7 +83,7 @@ func TestRecordZombieFencing(t *testing.T) {
 	}
 	c.Advance(time.Minute) // A's lease lapses; A does not notice
 	var bRec record.Record
-	poll.Until(t, "B to claim the lapsed record", func() bool {
+	testkit.Until(t, "B to claim the lapsed record", func() bool {
 		recs, err := b.ClaimNext(ctx, "fleet", "node-b", time.Minute, 1)
 		if err != nil {
 			t.Fatal(err)

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/groupcommit"
-	"github.com/steadkit/stead/internal/tenantid"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
@@ -26,7 +25,7 @@ import (
 // are stored as microseconds since the Unix epoch.
 type records struct {
 	e       *Engine
-	tenants tenantid.Cache
+	tenants sqlengine.TenantCache
 	commit  *groupcommit.Committer[*saveReq]
 	// On the writer.
 	registerGroup, ensureTenant, tenantID, create, update, claim, claimNext, renew, del stmt
@@ -177,7 +176,7 @@ func (r *records) exec(ctx context.Context, s *stmt, args ...any) error {
 	return interpretError(ctx, err)
 }
 
-// queryRow runs s with args; a database never migrated is errNoSchema.
+// queryRow runs s with args; a database never migrated is sqlengine.ErrNoSchema.
 func (r *records) queryRow(ctx context.Context, s *stmt, args ...any) (*sql.Row, error) {
 	p, err := s.get(ctx)
 	if err != nil {
@@ -226,7 +225,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	rec, now := p.Record, clock.OrNow(p.Now)
-	return cas.Do(ctx, func() (record.Record, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
 		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
 		if !ok {
 			return r.saveResolving(ctx, rec, now)
@@ -546,7 +545,7 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		return record.Record{}, err
 	}
 	now := clock.OrNow(p.Now)
-	return cas.Do(ctx, func() (record.Record, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
 		recs, err := r.claimRecords(ctx, &r.claim, sql.Named("owner", p.Owner), sql.Named("expiry", micros(now.Add(p.TTL))),
 			sql.Named("now", micros(now)), sql.Named("grp", p.Group), sql.Named("id", p.ID))
 		if err != nil || len(recs) != 1 {
@@ -581,7 +580,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		return record.Lease{}, err
 	}
 	p.Now = clock.OrNow(p.Now)
-	return cas.Do(ctx, func() (record.Lease, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Lease, bool, error) {
 		var expiry int64
 		row, err := r.queryRow(ctx, &r.renew, sql.Named("expiry", micros(p.Now.Add(p.TTL))), sql.Named("id", p.ID),
 			sql.Named("grp", p.Group), sql.Named("owner", p.Owner), sql.Named("incarnation", p.Incarnation))
