@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -22,11 +21,11 @@ import (
 // a reaped upload accepts no chunk and publishes nothing.
 var (
 	// sqlBeginUpload starts an upload under the random id $1 with a lease
-	// of $2 microseconds, unless that id is taken: by a live upload, or by
+	// of $2 microseconds from $3 (NULL: now()), unless that id is taken: by a live upload, or by
 	// a published set (which holds chunks and no upload). It answers the id
 	// when it stored the upload.
 	sqlBeginUpload = declare("sqlBeginUpload", `INSERT INTO {schema}.blob_uploads (id, expires_at)
-SELECT $1, now() + $2::bigint * interval '1 microsecond'
+SELECT $1, coalesce($3::timestamptz, now()) + $2::bigint * interval '1 microsecond'
 WHERE NOT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $1)
 ON CONFLICT (id) DO NOTHING
 RETURNING id`)
@@ -41,24 +40,24 @@ RETURNING id`)
 	// the same upload can slip an overlap past them; the publish, which
 	// checks again after locking that row, refuses it (sqlChunksTile).
 	sqlWriteChunk = declare("sqlWriteChunk", `WITH up AS (
-    UPDATE {schema}.blob_uploads SET expires_at = now() + $4::bigint * interval '1 microsecond'
-    WHERE id = $1
+    UPDATE {schema}.blob_uploads SET expires_at = coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond'
+    WHERE id = @set
     RETURNING id
 ), ins AS (
     INSERT INTO {schema}.blob_chunks (chunks, off, data)
-    SELECT id, $2, $3 FROM up
+    SELECT id, @off, @data FROM up
     WHERE NOT EXISTS (
         SELECT FROM (
             SELECT off, octet_length(data) AS len FROM {schema}.blob_chunks
-            WHERE chunks = $1 AND off <= $2
+            WHERE chunks = @set AND off <= @off
             ORDER BY off DESC
             LIMIT 1
         ) prev
-        WHERE prev.off + prev.len > $2
+        WHERE prev.off + prev.len > @off
     )
     AND NOT EXISTS (
         SELECT FROM {schema}.blob_chunks
-        WHERE chunks = $1 AND off > $2 AND off < $2 + octet_length($3::bytea)
+        WHERE chunks = @set AND off > @off AND off < @off + octet_length(@data::bytea)
     )
     RETURNING 1
 )
@@ -110,12 +109,13 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// still use its older one and miss them.
 	sqlDeleteChunks = declare("sqlDeleteChunks", `DELETE FROM {schema}.blob_chunks WHERE chunks = $1`)
 
-	// sqlReapUploads ends every upload whose lease lapsed, answering
+	// sqlReapUploads ends every upload whose lease lapsed at $1 (NULL:
+	// now()), answering
 	// their ids; sqlReapChunks then deletes their chunks in a statement of
 	// its own, in the same transaction, for the reason sqlDeleteChunks
 	// gives: a chunk write holding an upload's row while the reaper waits
 	// on it commits a chunk the reaper's older snapshot would miss.
-	sqlReapUploads = declare("sqlReapUploads", `DELETE FROM {schema}.blob_uploads WHERE expires_at < now() RETURNING id`)
+	sqlReapUploads = declare("sqlReapUploads", `DELETE FROM {schema}.blob_uploads WHERE expires_at < coalesce($1::timestamptz, now()) RETURNING id`)
 	sqlReapChunks  = declare("sqlReapChunks", `DELETE FROM {schema}.blob_chunks WHERE chunks = ANY($1::bigint[])`)
 
 	// sqlLockKeys locks the stored ones of the sorted keys $1, in key
@@ -152,12 +152,12 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 }
 
 // BeginUpload draws random ids until one is free (chunkid.Draw).
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
 	id, err := chunkid.Draw(func(id int64) (bool, error) {
-		err := b.e.pool.QueryRow(ctx, b.e.sql(sqlBeginUpload), id, lease.Microseconds()).Scan(&id)
+		err := b.e.pool.QueryRow(ctx, b.e.sql(sqlBeginUpload), id, p.Lease.Microseconds(), nowArg(p.Now)).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil // the id is taken
 		}
@@ -166,7 +166,8 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 	return blob.ChunkSet(id), err
 }
 
-func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	set, off, data := p.Set, p.Off, p.Data
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
@@ -174,7 +175,9 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 		return err
 	}
 	var stored, live bool
-	err := b.e.pool.QueryRow(ctx, b.e.sql(sqlWriteChunk), int64(set), off, data, lease.Microseconds()).Scan(&stored, &live)
+	err := b.e.pool.QueryRow(ctx, b.e.sql(sqlWriteChunk), pgx.StrictNamedArgs{
+		"set": int64(set), "off": off, "data": data, "lease_us": p.Lease.Microseconds(), "now": nowArg(p.Now),
+	}).Scan(&stored, &live)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("%w: chunk set %d has a chunk at offset %d already: %w", steaderr.ErrConflict, set, off, interpretError(err))
@@ -307,7 +310,7 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 
 // ReapUploads ends the lapsed uploads and then deletes their chunks, two
 // statements in one transaction (see sqlReapUploads).
-func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
@@ -316,7 +319,7 @@ func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
 		return 0, listError(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	rows, err := tx.Query(ctx, b.e.sql(sqlReapUploads))
+	rows, err := tx.Query(ctx, b.e.sql(sqlReapUploads), nowArg(p.Now))
 	if err != nil {
 		return 0, listError(err)
 	}
