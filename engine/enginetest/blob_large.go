@@ -295,7 +295,9 @@ func uploadEndRace(t *testing.T, h Harness) {
 				set := stageChunks(t, eng, value[:uploadRaceChunk], uploadRaceChunk)
 				var writeErr, endErr error
 				var wg sync.WaitGroup
-				wg.Go(func() { writeErr = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk, Data: value[uploadRaceChunk:], Lease: time.Minute}) })
+				wg.Go(func() {
+					writeErr = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk, Data: value[uploadRaceChunk:], Lease: time.Minute})
+				})
 				wg.Go(func() { endErr = end.end(set) })
 				wg.Wait()
 				if writeErr != nil && !errors.Is(writeErr, steaderr.ErrLost) {
@@ -443,7 +445,7 @@ func uploadTiling(t *testing.T, h Harness) {
 		t.Fatalf("BeginUpload: %v", err)
 	}
 	for _, off := range []int{0, 2000} {
-		if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: gap, Off: int64(off), Data: value[off:off+1000], Lease: time.Minute}); err != nil {
+		if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: gap, Off: int64(off), Data: value[off : off+1000], Lease: time.Minute}); err != nil {
 			t.Fatalf("WriteChunk at %d: %v", off, err)
 		}
 	}
@@ -496,8 +498,12 @@ func uploadOverlapRace(t *testing.T, h Harness) {
 		set := stageChunks(t, eng, value[:uploadRaceChunk], uploadRaceChunk)
 		var errs [2]error
 		var wg sync.WaitGroup
-		wg.Go(func() { errs[0] = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk, Data: value[uploadRaceChunk:], Lease: time.Minute}) })
-		wg.Go(func() { errs[1] = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk+10, Data: []byte("an intruder"), Lease: time.Minute}) })
+		wg.Go(func() {
+			errs[0] = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk, Data: value[uploadRaceChunk:], Lease: time.Minute})
+		})
+		wg.Go(func() {
+			errs[1] = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk + 10, Data: []byte("an intruder"), Lease: time.Minute})
+		})
 		wg.Wait()
 		for _, err := range errs {
 			if err != nil && !errors.Is(err, steaderr.ErrConflict) {
@@ -544,7 +550,7 @@ func uploadEndedSet(t *testing.T, h Harness) {
 	if _, _, err := eng.ReadChunk(ctx, set, 0); !errors.Is(err, steaderr.ErrNotFound) {
 		t.Fatalf("ReadChunk of an aborted upload: %v, want ErrNotFound", err)
 	}
-	err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set^0x5a5a5a5a, Data: value[:1000], Lease: time.Minute})
+	err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set ^ 0x5a5a5a5a, Data: value[:1000], Lease: time.Minute})
 	wantErr(t, err, steaderr.ErrLost, "WriteChunk at 0 of a set never begun")
 }
 

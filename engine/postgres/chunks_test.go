@@ -65,7 +65,9 @@ func TestChunkReapRacesChunkWrite(t *testing.T) {
 	// The write renews the lease by a microsecond from its own start, so
 	// the reaper, which starts later, still finds it lapsed.
 	writeErr := make(chan error, 1)
-	go func() { writeErr <- eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: []byte("late chunk"), Lease: time.Microsecond}) }()
+	go func() {
+		writeErr <- eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: []byte("late chunk"), Lease: time.Microsecond})
+	}()
 	waitLockWaiters(t, db, 1, "the chunk write to wait on the upload's row")
 	type reaped struct {
 		n   int
@@ -125,7 +127,9 @@ func TestChunkRaces(t *testing.T) {
 			}
 			var in sync.WaitGroup
 			for c := 1; c < 3; c++ {
-				in.Go(func() { _ = engs[(i+c)%2].WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: int64(64*c), Data: content[64*c:64*(c+1)], Lease: time.Hour}) })
+				in.Go(func() {
+					_ = engs[(i+c)%2].WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: int64(64 * c), Data: content[64*c : 64*(c+1)], Lease: time.Hour})
+				})
 			}
 			in.Go(func() { publish(stores[(i+1)%2], set) })
 			if i%3 == 0 {
