@@ -18,7 +18,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 )
 
@@ -300,7 +300,7 @@ func TestWithGC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			poll.Until(t, "a few background sweeps", func() bool {
+			testkit.Until(t, "a few background sweeps", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(reports) >= 5
@@ -318,7 +318,7 @@ func TestWithGC(t *testing.T) {
 				}
 				return
 			}
-			poll.Until(t, "the background sweeps to collect the blob", func() bool {
+			testkit.Until(t, "the background sweeps to collect the blob", func() bool {
 				has, err := st.Blobs.Has(ctx, key)
 				return err == nil && !has
 			})

@@ -282,7 +282,7 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 // pins the stored key (after a publish, the abort finds nothing). If the
 // abort fails too, the upload's lease lapses and ReapUploads discards it.
 func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx, s.lease)
+	set, err := s.eng.BeginUpload(ctx, BeginUploadParams{Lease: s.lease, Now: s.pins.engineNow()})
 	if err != nil {
 		return Key{}, err
 	}
@@ -306,7 +306,7 @@ func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.R
 		if c.err != nil {
 			return Key{}, c.err
 		}
-		if err := s.eng.WriteChunk(ctx, set, size, c.data, s.lease); err != nil {
+		if err := s.eng.WriteChunk(ctx, WriteChunkParams{Set: set, Off: size, Data: c.data, Lease: s.lease, Now: s.pins.engineNow()}); err != nil {
 			return Key{}, err
 		}
 		size += int64(len(c.data))
@@ -540,13 +540,14 @@ func (s *Store) publish(ctx context.Context, p PutParams, digest Key) error {
 }
 
 // ReapUploads discards the staged chunks of every chunked put whose
-// upload lease lapsed (its process died or stalled) and reports how many
-// uploads it discarded. Opening a store and each GC sweep call it.
+// upload lease lapsed (its process died or stalled), judged on the store's
+// clock (Options.Now), and reports how many uploads it discarded. Opening a
+// store and each GC sweep call it.
 func (s *Store) ReapUploads(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("blob reap uploads: %w", err)
 	}
-	n, err := s.eng.ReapUploads(ctx)
+	n, err := s.eng.ReapUploads(ctx, ReapUploadsParams{Now: s.pins.engineNow()})
 	if err != nil {
 		return n, fmt.Errorf("blob reap uploads: %w", err)
 	}

@@ -278,7 +278,7 @@ func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict
 	return b.arbitrate(ctx, p.Keys, p.Now, false)
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
@@ -291,13 +291,14 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 		if staged || published {
 			return false, nil
 		}
-		b.uploads[set] = &upload{expires: time.Now().Add(lease)}
+		b.uploads[set] = &upload{expires: clock.OrNow(p.Now).Add(p.Lease)}
 		return true, nil
 	})
 	return blob.ChunkSet(id), err
 }
 
-func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	set, off, data := p.Set, p.Off, p.Data
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
@@ -310,7 +311,7 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if !ok {
 		return fmt.Errorf("%w: chunk set %d has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost, set)
 	}
-	u.expires = time.Now().Add(lease)
+	u.expires = clock.OrNow(p.Now).Add(p.Lease)
 	// The chunks stay in offset order; one overlapping its neighbour
 	// before or after is refused.
 	i, _ := slices.BinarySearchFunc(u.chunks, off, func(c chunk, off int64) int { return cmpInt(c.off, off) })
@@ -341,13 +342,13 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return nil
 }
 
-func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	now, n := time.Now(), 0
+	now, n := clock.OrNow(p.Now), 0
 	for set, u := range b.uploads {
 		if !now.Before(u.expires) {
 			delete(b.uploads, set)

@@ -188,7 +188,7 @@ type Engine struct {
 	locks    locks
 	records  records
 	refs     refs
-	msql     migrateSQL
+	stmts    []string // every declared statement, rendered for the schema, by index
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
@@ -198,7 +198,7 @@ type Engine struct {
 var _ engine.Engine = (*Engine)(nil)
 
 // sqlIsolation reads the isolation level a session's transactions get.
-const sqlIsolation = `SELECT current_setting('transaction_isolation')`
+var sqlIsolation = declare("sqlIsolation", `SELECT current_setting('transaction_isolation')`)
 
 // Open connects (reading the session's isolation level once, so a bad
 // address fails here) and returns the engine. Sessions must default to
@@ -216,7 +216,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{schema: cfg.Schema, ident: pgx.Identifier{cfg.Schema}.Sanitize()}
+	e := newEngine(cfg.Schema)
 	switch {
 	case cfg.Pool != nil && cfg.ConnString != "":
 		return nil, fmt.Errorf("%w: postgres: set ConnString or Pool, not both", steaderr.ErrInvalidArgument)
@@ -242,7 +242,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	// written for READ COMMITTED, where each statement of a transaction
 	// takes a new snapshot.
 	var isolation string
-	if err := e.pool.QueryRow(ctx, sqlIsolation).Scan(&isolation); err != nil {
+	if err := e.pool.QueryRow(ctx, e.sql(sqlIsolation)).Scan(&isolation); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("connect: %w", interpretError(err))
 	}
@@ -252,7 +252,6 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 			"set default_transaction_isolation to 'read committed' on the role or database (ALTER ROLE … SET default_transaction_isolation = 'read committed')",
 			steaderr.ErrInvalidArgument, isolation)
 	}
-	e.msql = e.renderMigrateSQL()
 	e.blobs.init(e)
 	e.gc.init(e, cfg.PgBouncer)
 	e.locks.init(e)

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
@@ -53,7 +52,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 // with its children; the upload is aborted whatever happens (after a
 // publish the abort finds nothing).
 func (b *blobs) putThroughUpload(ctx context.Context, p blob.PutParams) (err error) {
-	set, err := b.BeginUpload(ctx, blob.DefaultUploadLease)
+	set, err := b.BeginUpload(ctx, blob.BeginUploadParams{Lease: blob.DefaultUploadLease, Now: p.Now})
 	if err != nil {
 		return err
 	}
@@ -63,7 +62,7 @@ func (b *blobs) putThroughUpload(ctx context.Context, p blob.PutParams) (err err
 		}
 	}()
 	if len(p.Value) > 0 {
-		if err := b.WriteChunk(ctx, set, 0, p.Value, blob.DefaultUploadLease); err != nil {
+		if err := b.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: p.Value, Lease: blob.DefaultUploadLease, Now: p.Now}); err != nil {
 			return err
 		}
 	}
@@ -98,9 +97,9 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks)}, nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	var up wire.Upload
-	req := &request{query: query("lease", lease.String())}
+	req := &request{query: query("lease", p.Lease.String(), "now", timeText(p.Now))}
 	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", req, nil, &up); err != nil {
 		return 0, err
 	}
@@ -110,12 +109,12 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 	return blob.ChunkSet(up.Chunks), nil
 }
 
-func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
-	if len(data) > wire.MaxChunk {
-		return fmt.Errorf("%w: a chunk of %d bytes; a server takes at most %d", steaderr.ErrInvalidArgument, len(data), wire.MaxChunk)
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	if len(p.Data) > wire.MaxChunk {
+		return fmt.Errorf("%w: a chunk of %d bytes; a server takes at most %d", steaderr.ErrInvalidArgument, len(p.Data), wire.MaxChunk)
 	}
-	req := &request{body: bytes.NewReader(data), query: query("lease", lease.String())}
-	_, err := b.e.do(ctx, http.MethodPut, chunkPath(set, off), req, nil, nil)
+	req := &request{body: bytes.NewReader(p.Data), query: query("lease", p.Lease.String(), "now", timeText(p.Now))}
+	_, err := b.e.do(ctx, http.MethodPut, chunkPath(p.Set, p.Off), req, nil, nil)
 	return err
 }
 
@@ -124,9 +123,9 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return err
 }
 
-func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	var r wire.Reaped
-	_, err := b.e.do(ctx, http.MethodPost, "/v1/uploads/reap", nil, nil, &r)
+	_, err := b.e.do(ctx, http.MethodPost, "/v1/uploads/reap", &request{query: query("now", timeText(p.Now))}, nil, &r)
 	return r.Reaped, err
 }
 

@@ -1,7 +1,7 @@
 WITH l AS (
-	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = ANY ($13::text[]) ORDER BY key FOR NO KEY UPDATE
+	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR NO KEY UPDATE
 ), e AS (
-	SELECT p, c FROM unnest($14::text[], $15::text[]) AS u(p, c)
+	SELECT p, c FROM unnest(@parents::text[], @children::text[]) AS u(p, c)
 ), missing AS (
 	SELECT p, c FROM e WHERE (SELECT count(*) FROM l) >= 0 AND c NOT IN (SELECT key FROM l)
 ), fixed AS (
@@ -12,7 +12,7 @@ WITH l AS (
 ), b AS (
 	INSERT INTO "St""ead. sch;ema-ñ".blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[], $11::boolean[]) AS u(k, s, v, o, d, n, plain)
+	FROM unnest(@keys::text[], @sizes::bigint[], @vals::bytea[], @blob_owners::text[], @blob_ttls::bigint[], @blob_nows::timestamptz[], @blob_plain::boolean[]) AS u(k, s, v, o, d, n, plain)
 	WHERE plain OR k NOT IN (SELECT p FROM refused)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
@@ -23,7 +23,7 @@ WITH l AS (
 ), pinned AS (
 	INSERT INTO "St""ead. sch;ema-ñ".pins AS p (key, owner, expiry)
 	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $12::boolean[]) AS u(k, o, d, n, plain)
+	FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[], @pin_plain::boolean[]) AS u(k, o, d, n, plain)
 	WHERE (SELECT count(*) FROM b) >= 0
 	AND (plain OR k NOT IN (SELECT p FROM refused))
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
