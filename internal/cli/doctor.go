@@ -61,7 +61,7 @@ failure. Nothing is changed.`,
 func doctor(ctx context.Context, e *env, r *report) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	st, err := stead.Open(ctx, e.db, stead.WithoutMigrate())
+	st, err := stead.Open(ctx, e.db, stead.WithoutMigrate(), stead.WithLogger(e.log))
 	if err != nil {
 		r.line(fail, "connect", "%s: %s", redacted(e.db), oneLine(err))
 		return
