@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -66,3 +68,9 @@ func SetSweepIdle(e *Engine, d time.Duration) { e.gc.idle = d }
 // StopLeaseKeepAlive stops the probes that keep a held session lease's
 // session from idling, as when its process is stopped.
 func StopLeaseKeepAlive(l gc.Lease) { l.(*sessionLease).stopKeepAlive() }
+
+// InstanceLockKey returns the advisory lock key of e's claim of id.
+func InstanceLockKey(e *Engine, id string) int64 {
+	sum := sha256.Sum256([]byte(id))
+	return e.lockKey("instance:" + hex.EncodeToString(sum[:]))
+}

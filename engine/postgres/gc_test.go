@@ -20,13 +20,19 @@ import (
 // leaseBackend returns the pid of the backend holding e's sweep lease, or 0.
 func leaseBackend(t *testing.T, db *pgtest.DB, e *postgres.Engine) int {
 	t.Helper()
-	key := postgres.SweepLockKey(e)
+	return advisoryBackend(t, db, postgres.SweepLockKey(e))
+}
+
+// advisoryBackend returns the pid of the backend holding the session
+// advisory lock key, or 0.
+func advisoryBackend(t *testing.T, db *pgtest.DB, key int64) int {
+	t.Helper()
 	var pid int
 	err := db.Admin.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1
 		AND classid::bigint = ($1::bigint >> 32) & 4294967295 AND objid::bigint = $1::bigint & 4294967295`, key).Scan(&pid)
 	if err != nil {
-		t.Fatalf("finding the lease's backend: %v", err)
+		t.Fatalf("finding the lock's backend: %v", err)
 	}
 	return pid
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -193,9 +194,17 @@ type Engine struct {
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
 	listen *listener
+	// instances are the instance ids the engine holds (ClaimInstance),
+	// released on Close.
+	instanceMu sync.Mutex
+	instances  []*instanceClaim
+	isql       instanceSQL
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine          = (*Engine)(nil)
+	_ engine.InstanceClaimer = (*Engine)(nil)
+)
 
 // sqlIsolation reads the isolation level a session's transactions get.
 var sqlIsolation = declare("sqlIsolation", `SELECT current_setting('transaction_isolation')`)
@@ -257,6 +266,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.locks.init(e)
 	e.records.init(e)
 	e.refs.init(e)
+	e.isql = instanceSQL{
+		acquire: e.render(sqlInstanceLeaseAcquire), renew: e.render(sqlInstanceLeaseRenew), release: e.render(sqlInstanceLeaseRelease),
+	}
 	if listenConfig == nil && !cfg.PgBouncer {
 		listenConfig = e.pool.Config().ConnConfig
 	}
@@ -359,6 +371,7 @@ func (e *Engine) Close() error {
 	if e.listen != nil {
 		e.listen.stop()
 	}
+	e.closeInstances()
 	e.gc.close()
 	if e.ownsPool {
 		e.pool.Close()
