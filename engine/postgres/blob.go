@@ -261,7 +261,7 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 		if b.naive.Load() {
 			stmt = b.e.sql(sqlPutNaive)
 		}
-		return retryTransient(ctx, func() error {
+		return b.e.retryTransient(ctx, func() error {
 			_, err := b.e.pool.Exec(ctx, stmt, args)
 			return err
 		})
@@ -271,7 +271,7 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	lock = slices.Compact(lock)
 	args["blob_plain"], args["pin_plain"], args["lock"], args["parents"], args["children"] = blobPlain, pinPlain, lock, parents, children
 	missing, fixed := map[string][]string{}, map[string][]string{}
-	err := retryTransient(ctx, func() error {
+	err := b.e.retryTransient(ctx, func() error {
 		clear(missing)
 		clear(fixed)
 		rows, err := b.e.pool.Query(ctx, b.e.sql(sqlPutEdges), args)
@@ -383,7 +383,7 @@ func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 		return err
 	}
 	var n int
-	err := retryTransient(ctx, func() error {
+	err := b.e.retryTransient(ctx, func() error {
 		return b.e.pool.QueryRow(ctx, b.e.sql(sqlPin), p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n)
 	})
 	switch {

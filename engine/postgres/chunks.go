@@ -246,7 +246,7 @@ func (b *blobs) lockChildren(ctx context.Context, tx pgx.Tx, parent string, chil
 // and pins the key.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
-	return retryTransient(ctx, func() error {
+	return b.e.retryTransient(ctx, func() error {
 		tx, err := b.e.pool.Begin(ctx)
 		if err != nil {
 			return err

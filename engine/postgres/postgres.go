@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"hash/fnv"
 	"net/url"
 	"slices"
@@ -73,6 +74,10 @@ type Config struct {
 	// connection directly to PostgreSQL, bypassing PgBouncer, so that lock
 	// and record waiters are woken instead of polling.
 	ListenConnString string
+	// Logger receives what the engine does not return to a caller: its
+	// LISTEN connection lost and re-established, statements retried after
+	// a deadlock. Defaults to discarding.
+	Logger *slog.Logger
 }
 
 // The URL parameters stead reads itself; the rest must be ones pgx knows.
@@ -190,6 +195,7 @@ type Engine struct {
 	records  records
 	refs     refs
 	stmts    []string // every declared statement, rendered for the schema, by index
+	log      *slog.Logger
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
@@ -198,7 +204,6 @@ type Engine struct {
 	// released on Close.
 	instanceMu sync.Mutex
 	instances  []*instanceClaim
-	isql       instanceSQL
 }
 
 var (
@@ -226,6 +231,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := newEngine(cfg.Schema)
+	e.log = cfg.Logger
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
 	switch {
 	case cfg.Pool != nil && cfg.ConnString != "":
 		return nil, fmt.Errorf("%w: postgres: set ConnString or Pool, not both", steaderr.ErrInvalidArgument)
@@ -266,14 +275,11 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.locks.init(e)
 	e.records.init(e)
 	e.refs.init(e)
-	e.isql = instanceSQL{
-		acquire: e.render(sqlInstanceLeaseAcquire), renew: e.render(sqlInstanceLeaseRenew), release: e.render(sqlInstanceLeaseRelease),
-	}
 	if listenConfig == nil && !cfg.PgBouncer {
 		listenConfig = e.pool.Config().ConnConfig
 	}
 	if listenConfig != nil {
-		e.listen = newListener(listenConfig, e.locks.channel, e.records.channel)
+		e.listen = newListener(listenConfig, e.log, e.locks.channel, e.records.channel)
 	}
 	return e, nil
 }

@@ -153,7 +153,7 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	}
 	var stored bool
 	var rr refRow
-	err := retryTransient(ctx, func() error {
+	err := r.e.retryTransient(ctx, func() error {
 		return r.e.pool.QueryRow(ctx, stmt, args).Scan(append([]any{&stored}, rr.dest()...)...)
 	})
 	switch {
@@ -207,7 +207,7 @@ func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	for range maxTouchTries {
 		var target pgtype.Text
 		var rr refRow
-		err := retryTransient(ctx, func() error {
+		err := r.e.retryTransient(ctx, func() error {
 			return r.e.pool.QueryRow(ctx, r.e.sql(sqlRefTouch), p.Name, p.TTL.Microseconds(), nowArg(p.Now)).Scan(append([]any{&target}, rr.dest()...)...)
 		})
 		switch {
@@ -232,7 +232,7 @@ func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
 		return err
 	}
 	var live, deleted bool
-	err := retryTransient(ctx, func() error {
+	err := r.e.retryTransient(ctx, func() error {
 		return r.e.pool.QueryRow(ctx, r.e.sql(sqlRefDelete), p.Name, p.Version, nowArg(p.Now)).Scan(&live, &deleted)
 	})
 	switch {
