@@ -1,0 +1,40 @@
+package postgres_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/ref"
+)
+
+// TestRefLazyTouchOddMicroseconds: a lazy touch renews a ref with less
+// than half its TTL left when the TTL is an odd number of microseconds
+// (half of 3µs is 1.5µs, not 1µs), as the other engines do.
+func TestRefLazyTouchOddMicroseconds(t *testing.T) {
+	t.Parallel()
+	e := open(t, pgtest.New(t), "")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	clk := func() time.Time { return now }
+	bs := blob.NewStore(e.Blobs(), blob.Options{Now: clk})
+	rs := ref.NewStore(e.Refs(), ref.Options{Now: clk})
+	key, err := bs.Put(t.Context(), bytes.NewReader([]byte("lazy half")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 3 * time.Microsecond
+	if _, err := rs.Set(t.Context(), "c/x", key, ref.SetOptions{TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(2 * time.Microsecond) // 1µs left: less than half
+	got, err := rs.GetTouch(t.Context(), "c/x", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(ttl); !got.Expiry.Equal(want) {
+		t.Fatalf("GetTouch with 1µs of 3µs left: expiry %v, want renewed to %v", got.Expiry, want)
+	}
+}
