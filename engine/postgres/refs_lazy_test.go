@@ -2,8 +2,11 @@ package postgres_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
@@ -36,5 +39,39 @@ func TestRefLazyTouchOddMicroseconds(t *testing.T) {
 	}
 	if want := now.Add(ttl); !got.Expiry.Equal(want) {
 		t.Fatalf("GetTouch with 1µs of 3µs left: expiry %v, want renewed to %v", got.Expiry, want)
+	}
+}
+
+// TestRefSetAfterLockWait: a Set that waited on its key's row lock (held
+// here as an arbitration holds it) returns a ref that is live: its expiry
+// runs from when the lock was granted, not from when the statement began.
+func TestRefSetAfterLockWait(t *testing.T) {
+	t.Parallel()
+	e := open(t, pgtest.New(t), "")
+	bs := blob.NewStore(e.Blobs(), blob.Options{})
+	rs := ref.NewStore(e.Refs(), ref.Options{})
+	ctx := t.Context()
+	key, err := bs.Put(ctx, bytes.NewReader([]byte("ttl after a lock wait")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{e.Schema()}.Sanitize()+".blobs WHERE key = $1 FOR UPDATE", key.String()); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		tx.Rollback(context.Background())
+	}()
+	r, err := rs.Set(ctx, "c/wait", key, ref.SetOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.Get(ctx, "c/wait"); err != nil {
+		t.Fatalf("Get right after Set(TTL 1s) that waited 1.5s for its lock = %v (expiry %v): the ref was returned expired", err, r.Expiry)
 	}
 }
