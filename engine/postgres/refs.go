@@ -188,7 +188,8 @@ func (r *refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 }
 
 // Touch renews the ref under its key's blob row lock; a ref moved to
-// another key meanwhile (so under another row) is tried again. A lazy
+// another key meanwhile (so under another row) is tried again, for as long
+// as it keeps moving and ctx lasts. A lazy
 // Touch reads first, and locks nothing for a ref with half its TTL left.
 func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
@@ -205,7 +206,7 @@ func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 			return rr.ref()
 		}
 	}
-	for range maxTouchTries {
+	for {
 		var target pgtype.Text
 		var rr refRow
 		err := r.e.retryTransient(ctx, func() error {
@@ -217,16 +218,17 @@ func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 		case rr.name.Valid:
 			return rr.ref()
 		}
-		now, err := r.Get(ctx, ref.GetParams{Name: p.Name, Now: p.Now})
-		if err != nil || now.Key.String() == target.String {
-			return ref.Ref{}, steaderr.ErrNotFound
+		// Not renewed: gone or expired (then Get, judging later or at the
+		// same p.Now, says so too), or moved to another blob meanwhile,
+		// perhaps and back: try again under the row of the key it names.
+		if _, err := r.Get(ctx, ref.GetParams{Name: p.Name, Now: p.Now}); err != nil {
+			return ref.Ref{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return ref.Ref{}, err
 		}
 	}
-	return ref.Ref{}, fmt.Errorf("%w: the ref moved to another blob at each of %d tries", steaderr.ErrConflict, maxTouchTries)
 }
-
-// maxTouchTries bounds the tries of a Touch whose ref keeps moving.
-const maxTouchTries = 3
 
 func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
 	if err := r.e.check(ctx); err != nil {

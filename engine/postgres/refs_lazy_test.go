@@ -3,6 +3,9 @@ package postgres_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,4 +77,45 @@ func TestRefSetAfterLockWait(t *testing.T) {
 	if _, err := rs.Get(ctx, "c/wait"); err != nil {
 		t.Fatalf("Get right after Set(TTL 1s) that waited 1.5s for its lock = %v (expiry %v): the ref was returned expired", err, r.Expiry)
 	}
+}
+
+// TestRefTouchMovingRef: Touch renews a live ref however often other
+// callers move it to other blobs meanwhile; it never fails for that.
+func TestRefTouchMovingRef(t *testing.T) {
+	t.Parallel()
+	e := open(t, pgtest.New(t), "")
+	bs := blob.NewStore(e.Blobs(), blob.Options{})
+	rs := ref.NewStore(e.Refs(), ref.Options{})
+	ctx := t.Context()
+	var keys []blob.Key
+	for i := range 4 {
+		k, err := bs.Put(ctx, bytes.NewReader(fmt.Appendf(nil, "moving %d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if _, err := rs.Set(ctx, "hot", keys[0], ref.SetOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				if _, err := rs.Set(ctx, "hot", keys[(i+w)%4], ref.SetOptions{TTL: time.Hour}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for range 100 {
+		if _, err := rs.Touch(ctx, "hot", 2*time.Hour); err != nil {
+			t.Errorf("Touch of a live ref being moved: %v", err)
+			break
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
 }
