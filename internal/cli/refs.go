@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -136,6 +138,12 @@ func refRemoveCommand(e *env) *cobra.Command {
 		Short: "Delete refs; the blobs they named are left to garbage collection",
 		Args:  minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range args {
+				// Every name is checked before anything is deleted.
+				if err := ref.CheckName(name); err != nil {
+					return fmt.Errorf("ref rm %.80q: %w", name, err)
+				}
+			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				for _, name := range args {
 					if err := st.Refs.Delete(cmd.Context(), name, ifVersion); err != nil {
@@ -155,8 +163,14 @@ func refJSON(r ref.Ref) map[string]any {
 	if !r.Expiry.IsZero() {
 		out["expiry"] = r.Expiry.UTC().Format(time.RFC3339Nano)
 	}
-	if len(r.Annotation) > 0 {
+	// An annotation is text when it is UTF-8, else base64 under its own
+	// name: JSON would turn other bytes into U+FFFD.
+	switch {
+	case len(r.Annotation) == 0:
+	case utf8.Valid(r.Annotation):
 		out["annotation"] = string(r.Annotation)
+	default:
+		out["annotation_base64"] = base64.StdEncoding.EncodeToString(r.Annotation)
 	}
 	return out
 }

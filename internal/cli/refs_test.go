@@ -2,12 +2,16 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
 )
 
 // TestRefCommands keeps blobs with refs and references from the command
@@ -85,5 +89,39 @@ func TestRefCommands(t *testing.T) {
 	}
 	if code, _, _ := run(t, ctx, "--db", db, "stat", blob.KeyOf([]byte("never kept")).String()); code != exitNotFound {
 		t.Fatalf("stat after a refused put --ref = %d, want %d: the blob was stored", code, exitNotFound)
+	}
+}
+
+// TestRefRmAndBinaryAnnotations: ref rm with a bad name among its
+// arguments deletes nothing, and ref ls --json keeps an annotation's bytes.
+func TestRefRmAndBinaryAnnotations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	st, err := stead.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := st.Blobs.Put(ctx, strings.NewReader("rm review"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Refs.Set(ctx, "keep/me", key, ref.SetOptions{Annotation: []byte{0xff, 0x00, 'a'}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	code, out, _ := run(t, ctx, "--db", db, "ref", "ls", "--json")
+	var line struct {
+		Annotation       string
+		AnnotationBase64 string `json:"annotation_base64"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &line); code != 0 || err != nil || line.Annotation != "" || line.AnnotationBase64 != base64.StdEncoding.EncodeToString([]byte{0xff, 0x00, 'a'}) {
+		t.Errorf("ref ls --json = %d %q (%v); want the annotation's bytes as annotation_base64", code, out, err)
+	}
+	if code, _, _ := run(t, ctx, "--db", db, "ref", "rm", "keep/me", "bad//name"); code == 0 {
+		t.Fatal("ref rm with a bad name succeeded")
+	}
+	if code, out, errOut := run(t, ctx, "--db", db, "ref", "get", "keep/me"); code != 0 {
+		t.Fatalf("after a refused ref rm, ref get keep/me = %d %q %q: it was deleted", code, out, errOut)
 	}
 }
