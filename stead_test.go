@@ -21,7 +21,7 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/faultengine"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 )
 
@@ -367,7 +367,7 @@ func TestWithGC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			poll.Until(t, "a few background sweeps", func() bool {
+			testkit.Until(t, "a few background sweeps", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(reports) >= 5
@@ -385,7 +385,7 @@ func TestWithGC(t *testing.T) {
 				}
 				return
 			}
-			poll.Until(t, "the background sweeps to collect the blob", func() bool {
+			testkit.Until(t, "the background sweeps to collect the blob", func() bool {
 				has, err := st.Blobs.Has(ctx, key)
 				return err == nil && !has
 			})
@@ -482,4 +482,20 @@ func (h *recordingHandler) all() []string {
 		out = append(out, r.Level.String()+" "+r.Message)
 	}
 	return out
+}
+
+// TestGCLogsFailedSweeps: a background sweep that fails (here refused: the
+// store declares no liveness) is logged, not only reported to a callback.
+func TestGCLogsFailedSweeps(t *testing.T) {
+	t.Parallel()
+	logs := &recordingHandler{}
+	st, err := stead.New(t.Context(), memory.New(), stead.WithGC(5*time.Millisecond, nil), stead.WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	testkit.Until(t, "a failed background sweep to be logged", func() bool {
+		r := logs.find("GC sweep failed")
+		return r != nil && r.Level == slog.LevelWarn
+	})
 }

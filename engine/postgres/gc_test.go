@@ -13,7 +13,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -72,7 +72,7 @@ func TestSweepLeaseSession(t *testing.T) {
 		t.Fatalf("pg_terminate_backend: %v", err)
 	}
 	var lease2 gc.Lease
-	poll.Until(t, "the lease to be free after its backend died", func() bool {
+	testkit.Until(t, "the lease to be free after its backend died", func() bool {
 		var err error
 		lease2, ok, err = e2.GC().AcquireSweep(ctx, "two")
 		if err != nil {
