@@ -82,7 +82,9 @@ func TestLargeKilledPut(t *testing.T) {
 			t.Parallel()
 			url, raw := be.open(t, "")
 			before := raw.rows(t)
-			const lease = time.Second
+			// Long enough that the open below, on a loaded machine, comes
+			// within it.
+			const lease = 5 * time.Second
 			cmd := exec.CommandContext(t.Context(), largeProbe(t), "-url", url, "-put-forever", "-lease", lease.String())
 			cmd.Stderr = os.Stderr
 			stdout, err := cmd.StdoutPipe()

@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -119,4 +121,25 @@ func TestInstanceClaimLeaseRow(t *testing.T) {
 	if err := e2.ClaimInstance(ctx, "dead", nil); err != nil {
 		t.Fatalf("a claim after the holder closed = %v", err)
 	}
+}
+
+// claimChildEnv makes the test binary a process that opens the store URL
+// it names, with a 1 s lease idle time, claims the instance id "stopped",
+// says so on stdout and holds it (TestInstanceClaimStoppedHolder).
+const claimChildEnv = "STEAD_TEST_POSTGRES_CLAIM_CHILD"
+
+func claimChild(url string) int {
+	cfg, err := postgres.ParseURL(url)
+	if err == nil {
+		var e *postgres.Engine
+		if e, err = postgres.Open(context.Background(), cfg); err == nil {
+			postgres.SetSweepIdle(e, time.Second)
+			if err = e.ClaimInstance(context.Background(), "stopped", nil); err == nil {
+				fmt.Println("claimed")
+				select {} // until stopped and killed
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 1
 }

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(tortureChildEnv) != "" {
 		os.Exit(tortureChild())
 	}
+	if url := os.Getenv(claimChildEnv); url != "" {
+		os.Exit(claimChild(url))
+	}
 	pgtest.Main(m)
 }
 
