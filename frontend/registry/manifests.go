@@ -202,16 +202,26 @@ func (g *Registry) manifestRefName(rt route) (string, *regError) {
 // referrers.
 func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route) error {
 	ctx := r.Context()
-	tag := ""
+	var tags []string
 	var want blob.Key
 	if tagRE.MatchString(rt.item) {
-		tag = rt.item
+		tags = []string{rt.item}
 	} else {
 		d, e := parseDigest(rt.item)
 		if e != nil {
 			return e
 		}
 		want = d
+		// A push by digest may tag it too: ?tag=a&tag=b.
+		tags = r.URL.Query()["tag"]
+		if len(tags) > maxTagParams {
+			return errorf(codeManifestInvalid, "%d tag parameters, at most %d", len(tags), maxTagParams)
+		}
+		for _, t := range tags {
+			if !tagRE.MatchString(t) {
+				return errorf(codeManifestInvalid, "tag %.80q: want [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}", t)
+			}
+		}
 	}
 	if r.ContentLength > MaxManifestSize {
 		return &regError{code: codeSizeInvalid, msg: fmt.Sprintf("manifest of %d bytes, limit %d", r.ContentLength, MaxManifestSize), status: http.StatusRequestEntityTooLarge}
@@ -277,12 +287,15 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 	if _, err := g.st.Refs.Set(ctx, manifestRef(rt.name, key), key, ref.SetOptions{Annotation: ann}); err != nil {
 		return err
 	}
-	if tag != "" {
+	h := w.Header()
+	for _, tag := range tags {
 		if _, err := g.st.Refs.Set(ctx, tagRef(rt.name, tag), key, ref.SetOptions{Annotation: ann}); err != nil {
 			return err
 		}
+		if !want.IsZero() {
+			h.Add("OCI-Tag", tag)
+		}
 	}
-	h := w.Header()
 	if doc.Subject != nil {
 		if _, err := g.st.Refs.Set(ctx, referrerRef(rt.name, subject, key), key, ref.SetOptions{Annotation: ann}); err != nil {
 			return err
@@ -391,6 +404,9 @@ func accepted(w http.ResponseWriter) {
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
 }
+
+// maxTagParams bounds the tags one push by digest may set.
+const maxTagParams = 100
 
 // maxTags bounds one page of a tag list.
 const maxTags = 10000
