@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -44,6 +45,15 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 		return err
 	}
 	defer rd.Close()
+	if r.Method == http.MethodHead {
+		// A client that finds the blob skips its upload and pushes a
+		// manifest naming it: keep it for that long.
+		if err := g.keepPending(r, rt.name, d); errors.Is(err, steaderr.ErrNotFound) {
+			return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
+		} else if err != nil {
+			return err
+		}
+	}
 	h := w.Header()
 	h.Set("Docker-Content-Digest", d.String())
 	h.Set("Content-Type", "application/octet-stream")
@@ -58,6 +68,16 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 	// Content never changes under its digest: no Last-Modified.
 	http.ServeContent(w, r, "", time.Time{}, rd)
 	return nil
+}
+
+// keepPending makes sure repo's pending ref keeps d for at least half of
+// PendingTTL, renewing or setting it; ErrNotFound means d was collected.
+func (g *Registry) keepPending(r *http.Request, repo string, d blob.Key) error {
+	_, err := g.st.Refs.GetTouch(r.Context(), pendingRef(repo, d), g.opts.PendingTTL)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		_, err = g.st.Refs.Set(r.Context(), pendingRef(repo, d), d, ref.SetOptions{TTL: g.opts.PendingTTL})
+	}
+	return err
 }
 
 // deleteBlob unlinks a blob from its repository: it stays readable

@@ -22,14 +22,19 @@ func run(t *testing.T, dir, bin string, args ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+dir) // no client's own config
-	out, err := cmd.CombinedOutput()
+	out, err := fronttestRun(ctx, dir, bin, args...)
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// fronttestRun runs a client in dir, without a user's own configuration.
+func fronttestRun(ctx context.Context, dir, bin string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	return cmd.CombinedOutput()
 }
 
 // TestSkopeoRoundTrip copies a multi-layer image from an OCI layout into

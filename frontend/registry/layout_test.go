@@ -102,17 +102,24 @@ func layerOf(t *testing.T, name string, content []byte) ([]byte, digest.Digest) 
 // byte-identical to the layout at want.
 func sameBlobs(t *testing.T, want, got string, img image) {
 	t.Helper()
+	if err := compareBlobs(want, got, img); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func compareBlobs(want, got string, img image) error {
 	for _, d := range append([]digest.Digest{img.manifest}, img.layers...) {
 		a, err := os.ReadFile(filepath.Join(want, "blobs", "sha256", d.Encoded()))
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		b, err := os.ReadFile(filepath.Join(got, "blobs", "sha256", d.Encoded()))
 		if err != nil {
-			t.Fatalf("blob %s not copied back: %v", d, err)
+			return fmt.Errorf("blob %s not copied back: %v", d, err)
 		}
 		if !bytes.Equal(a, b) {
-			t.Fatalf("blob %s differs after the round trip", d)
+			return fmt.Errorf("blob %s differs after the round trip", d)
 		}
 	}
+	return nil
 }

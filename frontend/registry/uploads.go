@@ -397,7 +397,7 @@ func (g *Registry) finishUpload(w http.ResponseWriter, r *http.Request, rt route
 		// The upload stays: the client may cancel it, or it expires.
 		return errorf(codeDigestInvalid, "the upload's %d bytes hash to %s, not %s", u.size, got, d)
 	}
-	err = g.st.Blobs.PublishHashed(r.Context(), blob.PutParams{Key: d, Chunks: u.set, Size: u.size, Owner: g.st.InstanceID(), TTL: blob.DefaultPinTTL}, got)
+	err = g.st.Blobs.PublishHashed(r.Context(), blob.PutParams{Key: d, Chunks: u.set, Size: u.size, Owner: g.st.InstanceID(), TTL: g.st.Blobs.PinTTL()}, got)
 	if err != nil {
 		if errors.Is(err, steaderr.ErrLost) {
 			ended = true
