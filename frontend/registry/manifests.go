@@ -207,11 +207,10 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 	if tagRE.MatchString(rt.item) {
 		tags = []string{rt.item}
 	} else {
-		d, e := parseDigest(rt.item)
-		if e != nil {
+		if _, e := g.manifestRefName(rt); e != nil {
 			return e
 		}
-		want = d
+		want, _ = parseDigest(rt.item)
 		// A push by digest may tag it too: ?tag=a&tag=b.
 		tags = r.URL.Query()["tag"]
 		if len(tags) > maxTagParams {
