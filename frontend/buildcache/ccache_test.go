@@ -19,21 +19,21 @@ import (
 
 // serveCache opens a store at url and serves it with the build cache
 // mounted, returning the store and the server's host:port.
-func serveCache(t *testing.T, url string, opts buildcache.Options) (*stead.Store, string) {
+func serveCache(t *testing.T, url, token string, opts buildcache.Options) (*stead.Store, string) {
 	t.Helper()
 	st, err := stead.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, opts), Unauthorized: buildcache.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Token: token, Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, opts), Unauthorized: buildcache.Unauthorized}}})
 	return st, addr
 }
 
 // TestCcacheRemoteHit compiles a C file twice with ccache, each time with
 // an empty local cache, against the build cache on SQLite and on
-// PostgreSQL: the second compile is a remote hit, and its object file is
-// the first's.
+// PostgreSQL, behind a bearer token: the second compile is a remote hit,
+// and its object file is the first's.
 func TestCcacheRemoteHit(t *testing.T) {
 	t.Parallel()
 	ccache := fronttest.Tool(t, "ccache", "STEAD_CCACHE", "STEAD_REQUIRE_CCACHE")
@@ -50,7 +50,7 @@ func TestCcacheRemoteHit(t *testing.T) {
 	} {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
-			_, addr := serveCache(t, e.url(t), buildcache.Options{})
+			_, addr := serveCache(t, e.url(t), "cache-token", buildcache.Options{})
 			dir := t.TempDir()
 			if err := os.WriteFile(filepath.Join(dir, "add.c"), []byte("int add(int a, int b) { return a + b; }\n"), 0o644); err != nil {
 				t.Fatal(err)
@@ -60,7 +60,7 @@ func TestCcacheRemoteHit(t *testing.T) {
 				env := append(os.Environ(),
 					"CCACHE_CONFIGPATH="+filepath.Join(dir, "none.conf"), // no machine's own configuration
 					"CCACHE_DIR="+filepath.Join(dir, cacheDir),
-					"CCACHE_REMOTE_STORAGE=http://"+addr+"/cache|layout=bazel",
+					"CCACHE_REMOTE_STORAGE=http://"+addr+"/cache|layout=bazel|bearer-token=cache-token",
 					"CCACHE_NOHASHDIR=1", "CCACHE_BASEDIR="+dir)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
