@@ -17,13 +17,17 @@ type Mount struct {
 	Unauthorized http.HandlerFunc
 }
 
-// mount wraps a front end's handler: the bearer token, then the server's
+// mount wraps a front end's handler, whose answers (refusals included)
+// are its own: the bearer token, then the server's
 // body rules (MinBodyRate after BodyGrace, an upload slot for a request
 // with a body, cut off when it stalls during shutdown). A GET or HEAD may
 // stream a large answer, so it gets no overall deadline: each write must
 // finish within RequestTimeout.
 func (s *Server) mount(m Mount) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if rw, ok := w.(*responseWriter); ok {
+			rw.raw = true
+		}
 		if s.opts.Token != "" && !s.authorized(r.Header.Get("Authorization")) {
 			m.Unauthorized(w, r)
 			return
