@@ -32,7 +32,9 @@ func TestOnlineGC(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
-			const pinTTL, grace, pendingTTL = 300 * time.Millisecond, 50 * time.Millisecond, time.Second
+			// A push must fit in pendingTTL (the default is a day); on a loaded
+			// machine skopeo may take a few seconds between layers and manifest.
+			const pinTTL, grace, pendingTTL = 300 * time.Millisecond, 50 * time.Millisecond, 5 * time.Second
 			st, addr := serveRegistry(t, e.url(t), registry.Options{PendingTTL: pendingTTL}, stead.WithPinTTL(pinTTL), stead.WithGCGrace(grace))
 			dir := t.TempDir()
 			base := bytes.Repeat([]byte("shared base layer\n"), 4<<10)
