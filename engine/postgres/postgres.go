@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -72,6 +74,10 @@ type Config struct {
 	// connection directly to PostgreSQL, bypassing PgBouncer, so that lock
 	// and record waiters are woken instead of polling.
 	ListenConnString string
+	// Logger receives what the engine does not return to a caller: its
+	// LISTEN connection lost and re-established, statements retried after
+	// a deadlock. Defaults to discarding.
+	Logger *slog.Logger
 }
 
 // The URL parameters stead reads itself; the rest must be ones pgx knows.
@@ -188,17 +194,25 @@ type Engine struct {
 	locks    locks
 	records  records
 	refs     refs
-	msql     migrateSQL
+	stmts    []string // every declared statement, rendered for the schema, by index
+	log      *slog.Logger
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
 	listen *listener
+	// instances are the instance ids the engine holds (ClaimInstance),
+	// released on Close.
+	instanceMu sync.Mutex
+	instances  []*instanceClaim
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine          = (*Engine)(nil)
+	_ engine.InstanceClaimer = (*Engine)(nil)
+)
 
 // sqlIsolation reads the isolation level a session's transactions get.
-const sqlIsolation = `SELECT current_setting('transaction_isolation')`
+var sqlIsolation = declare("sqlIsolation", `SELECT current_setting('transaction_isolation')`)
 
 // Open connects (reading the session's isolation level once, so a bad
 // address fails here) and returns the engine. Sessions must default to
@@ -216,7 +230,11 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{schema: cfg.Schema, ident: pgx.Identifier{cfg.Schema}.Sanitize()}
+	e := newEngine(cfg.Schema)
+	e.log = cfg.Logger
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
 	switch {
 	case cfg.Pool != nil && cfg.ConnString != "":
 		return nil, fmt.Errorf("%w: postgres: set ConnString or Pool, not both", steaderr.ErrInvalidArgument)
@@ -242,7 +260,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	// written for READ COMMITTED, where each statement of a transaction
 	// takes a new snapshot.
 	var isolation string
-	if err := e.pool.QueryRow(ctx, sqlIsolation).Scan(&isolation); err != nil {
+	if err := e.pool.QueryRow(ctx, e.sql(sqlIsolation)).Scan(&isolation); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("connect: %w", interpretError(err))
 	}
@@ -252,7 +270,6 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 			"set default_transaction_isolation to 'read committed' on the role or database (ALTER ROLE … SET default_transaction_isolation = 'read committed')",
 			steaderr.ErrInvalidArgument, isolation)
 	}
-	e.msql = e.renderMigrateSQL()
 	e.blobs.init(e)
 	e.gc.init(e, cfg.PgBouncer)
 	e.locks.init(e)
@@ -262,7 +279,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		listenConfig = e.pool.Config().ConnConfig
 	}
 	if listenConfig != nil {
-		e.listen = newListener(listenConfig, e.locks.channel, e.records.channel)
+		e.listen = newListener(listenConfig, e.log, e.locks.channel, e.records.channel)
 	}
 	return e, nil
 }
@@ -360,6 +377,7 @@ func (e *Engine) Close() error {
 	if e.listen != nil {
 		e.listen.stop()
 	}
+	e.closeInstances()
 	e.gc.close()
 	if e.ownsPool {
 		e.pool.Close()

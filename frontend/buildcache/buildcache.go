@@ -216,9 +216,12 @@ func (c *Cache) putAC(w http.ResponseWriter, r *http.Request, hex string) error 
 		return err
 	}
 	key, err := c.st.Blobs.PutWith(r.Context(), bytes.NewReader(body), blob.PutOptions{Children: children})
-	if errors.Is(err, steaderr.ErrNotFound) {
-		// An output was collected between the check and the put: keep
-		// the result without references; its outputs' reads will miss.
+	if errors.Is(err, steaderr.ErrNotFound) || errors.Is(err, steaderr.ErrChildrenFixed) {
+		// An output was collected between the check and the put, or the
+		// same result is stored already with the outputs that were
+		// stored then (a blob's children are fixed by the put that
+		// stores it): keep it as it is; other outputs keep their own
+		// entries.
 		key, err = c.st.Blobs.Put(r.Context(), bytes.NewReader(body))
 	}
 	if err != nil {

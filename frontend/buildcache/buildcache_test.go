@@ -207,3 +207,29 @@ func TestActionResultNotParsed(t *testing.T) {
 		}
 	}
 }
+
+// TestActionResultPutAgain puts the same action result before and after
+// its output is stored: the second put succeeds though the stored result
+// keeps the (no) references it was first stored with.
+func TestActionResultPutAgain(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, time.Hour)
+	out := []byte("late output")
+	result, err := proto.Marshal(&repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "o", Digest: &repb.Digest{Hash: hexOf(out), SizeBytes: int64(len(out))}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, action := range []string{hexOf([]byte("a1")), hexOf([]byte("a2"))} {
+		if i == 1 {
+			if status, body := c.do("PUT", "/cache/cas/"+hexOf(out), out); status != 200 {
+				t.Fatalf("PUT cas = %d %s", status, body)
+			}
+		}
+		if status, body := c.do("PUT", "/cache/ac/"+action, result); status != 200 {
+			t.Fatalf("PUT ac %d = %d %s", i, status, body)
+		}
+		if status, body := c.do("GET", "/cache/ac/"+action, nil); status != 200 || !bytes.Equal(body, result) {
+			t.Fatalf("GET ac %d = %d", i, status)
+		}
+	}
+}

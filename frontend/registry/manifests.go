@@ -197,9 +197,8 @@ func (g *Registry) manifestRefName(rt route) (string, *regError) {
 
 // putManifest answers PUT /v2/<name>/manifests/<reference>. The manifest
 // is stored with blob references to what it names in its repository
-// (config, layers, child manifests, and its subject when present), then
-// linked to the repository, tagged, and listed among its subject's
-// referrers.
+// (config, layers, child manifests), then linked to the repository,
+// tagged, and listed among its subject's referrers.
 func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route) error {
 	ctx := r.Context()
 	var tags []string
@@ -264,19 +263,21 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 		}
 		children = append(children, k)
 	}
+	// The subject is not a child: a referrer may be pushed before its
+	// subject, and a blob's children are fixed by the put that stores it,
+	// so they must follow from its content alone. A referrer does not keep
+	// its subject.
 	var subject blob.Key
 	if doc.Subject != nil {
 		subject, _ = parseDigest(string(doc.Subject.Digest))
-		// A subject pushed later is not kept by its referrers.
-		if _, ok, err := g.linked(ctx, manifestRef(rt.name, subject)); err != nil {
-			return err
-		} else if ok {
-			children = append(children, subject)
-		}
 	}
 	if _, err := g.st.Blobs.PutWith(ctx, bytes.NewReader(body), blob.PutOptions{Expect: key, Children: children}); err != nil {
-		if errors.Is(err, steaderr.ErrNotFound) {
+		switch {
+		case errors.Is(err, steaderr.ErrNotFound):
 			return errorf(codeManifestBlobUnknown, "a blob the manifest names was deleted meanwhile: push it again")
+		case errors.Is(err, steaderr.ErrChildrenFixed):
+			// Pushed as a plain blob (or through /v1) before.
+			return errorf(codeManifestInvalid, "the manifest's bytes are stored already, without references to what it names: delete that blob from every repository and let it be collected, or push a manifest that differs")
 		}
 		return err
 	}

@@ -323,6 +323,12 @@ func TestHostileManifests(t *testing.T) {
 	other := c.pushBlob("s", []byte("layer"))
 	resp, body := c.do("PUT", "/v2/r/manifests/t", map[string]string{"Content-Type": oci}, []byte(image(fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":5}`, other))))
 	wantError(t, "layer of another repository", resp, body, 400, "MANIFEST_BLOB_UNKNOWN")
+	// Manifest bytes pushed as a plain blob first are stored without
+	// references, which a blob keeps for good.
+	asBlob := image("")
+	c.pushBlob("r", []byte(asBlob))
+	resp, body = c.do("PUT", "/v2/r/manifests/t", map[string]string{"Content-Type": oci}, []byte(asBlob))
+	wantError(t, "manifest stored as a blob before", resp, body, 400, "MANIFEST_INVALID")
 	resp, body = c.do("GET", "/v2/r/manifests/"+missing, nil, nil)
 	wantError(t, "unknown manifest", resp, body, 404, "MANIFEST_UNKNOWN")
 	resp, body = c.do("DELETE", "/v2/r/manifests/nosuchtag", nil, nil)

@@ -334,13 +334,13 @@ func (g *Registry) appendBody(r *http.Request, u *upload) error {
 				return &regError{code: codeSizeInvalid, msg: fmt.Sprintf("blob over the limit of %d bytes", g.opts.MaxBlobSize), status: http.StatusRequestEntityTooLarge}
 			}
 			if u.set == 0 {
-				set, err := g.blobEng.BeginUpload(ctx, g.opts.UploadIdle)
+				set, err := g.blobEng.BeginUpload(ctx, blob.BeginUploadParams{Lease: g.opts.UploadIdle})
 				if err != nil {
 					return err
 				}
 				u.set = set
 			}
-			if err := g.blobEng.WriteChunk(ctx, u.set, u.size, buf[:n], g.opts.UploadIdle); err != nil {
+			if err := g.blobEng.WriteChunk(ctx, blob.WriteChunkParams{Set: u.set, Off: u.size, Data: buf[:n], Lease: g.opts.UploadIdle}); err != nil {
 				return err
 			}
 			u.hash.Write(buf[:n])

@@ -1,7 +1,12 @@
-WITH b AS (
-	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = (SELECT key FROM "St""ead. sch;ema-ñ".refs WHERE name = $1) FOR NO KEY UPDATE
+WITH target AS (
+	SELECT key FROM "St""ead. sch;ema-ñ".refs WHERE name = $1
+), b AS (
+	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = (SELECT key FROM target) FOR NO KEY UPDATE
+), u AS (
+	UPDATE "St""ead. sch;ema-ñ".refs
+	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, now()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END
+	WHERE name = $1 AND key = (SELECT key FROM b) AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp()))
+	RETURNING name, key, version, annotation, expiry
 )
-UPDATE "St""ead. sch;ema-ñ".refs
-SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, now()) + $2 * interval '1 microsecond' END
-WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp())) AND EXISTS (SELECT FROM b)
-RETURNING name, key, version, annotation, expiry
+SELECT (SELECT key FROM target), u.name, u.key, u.version, u.annotation, u.expiry
+FROM (SELECT) AS one LEFT JOIN u ON true
