@@ -3,7 +3,7 @@
 // content management), as a thin adapter over *stead.Store. Liveness is
 // the image graph (docs/guides/registry.md): a tag is a ref to its
 // manifest, a manifest is stored with blob references to its config,
-// layers, child manifests and subject, and a repository links the
+// layers and child manifests, and a repository links the
 // manifests and blobs pushed to it, so that deleting a tag or a manifest
 // leaves what it alone kept to the store's ordinary garbage collection,
 // while pushes and pulls go on.

@@ -33,7 +33,7 @@ type upload struct {
 	hash hash.Hash
 	// used is when a request last ended, under the table's lock.
 	used time.Time
-	busy bool // a request works on it, under the table's lock
+	busy int  // requests working on it or waiting to, under the table's lock
 	gone bool // ended (finished, cancelled or expired), under the table's lock
 }
 
@@ -67,7 +67,7 @@ func (t *uploadTable) start(repo string) *upload {
 func (t *uploadTable) expireLocked() {
 	now := time.Now()
 	for id, u := range t.m {
-		if !u.busy && now.Sub(u.used) > t.g.opts.UploadIdle {
+		if u.busy == 0 && now.Sub(u.used) > t.g.opts.UploadIdle {
 			u.gone = true
 			delete(t.m, id)
 		}
@@ -85,12 +85,13 @@ func (t *uploadTable) take(repo, id string) *upload {
 		t.mu.Unlock()
 		return nil
 	}
-	u.busy = true
+	u.busy++
 	t.mu.Unlock()
 	u.mu.Lock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if u.gone {
+		u.busy--
 		u.mu.Unlock()
 		return nil
 	}
@@ -100,7 +101,8 @@ func (t *uploadTable) take(repo, id string) *upload {
 // release ends a request's work on u; ended drops it.
 func (t *uploadTable) release(u *upload, ended bool) {
 	t.mu.Lock()
-	u.busy, u.used = false, time.Now()
+	u.busy--
+	u.used = time.Now()
 	if ended {
 		u.gone = true
 		delete(t.m, u.id)
