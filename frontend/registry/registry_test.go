@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	specs "github.com/opencontainers/distribution-spec/specs-go/v1"
@@ -364,4 +365,73 @@ func TestManifestRoundTrip(t *testing.T) {
 	}
 	resp, body = c.do("GET", "/v2/r/manifests/v1", nil, nil)
 	wantError(t, "tag of a deleted manifest", resp, body, 404, "MANIFEST_UNKNOWN")
+}
+
+// TestConcurrentChunks has eight clients race to append chunks to one
+// upload at the offset they last saw: each chunk either lands where it
+// said or is refused with 416, and the blob is exactly the chunks that
+// landed, in offset order.
+func TestConcurrentChunks(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, "")
+	resp, _ := c.do("POST", "/v2/r/blobs/uploads/", nil, nil)
+	loc := resp.Header.Get("Location")
+	const chunk, writers, each = 8, 8, 20
+	var mu sync.Mutex
+	landed := map[int64][]byte{}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range each {
+				resp, _ := c.do("GET", loc, nil, nil)
+				var end int64
+				fmt.Sscanf(resp.Header.Get("Range"), "0-%d", &end)
+				start := end + 1
+				if resp.Header.Get("Range") == "0-0" {
+					mu.Lock()
+					_, first := landed[0]
+					mu.Unlock()
+					if !first {
+						start = 0
+					}
+				}
+				data := []byte(fmt.Sprintf("w%dk%04d", w, k))[:chunk]
+				resp, body := c.do("PATCH", loc, map[string]string{"Content-Range": fmt.Sprintf("%d-%d", start, start+chunk-1)}, data)
+				switch resp.StatusCode {
+				case http.StatusAccepted:
+					mu.Lock()
+					if _, dup := landed[start]; dup {
+						t.Errorf("two chunks landed at %d", start)
+					}
+					landed[start] = data
+					mu.Unlock()
+				case http.StatusRequestedRangeNotSatisfiable:
+				default:
+					t.Errorf("PATCH at %d = %d %s", start, resp.StatusCode, body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var want []byte
+	for off := int64(0); ; off += chunk {
+		b, ok := landed[off]
+		if !ok {
+			if int(off) != len(landed)*chunk {
+				t.Fatalf("chunks landed with a gap at %d", off)
+			}
+			break
+		}
+		want = append(want, b...)
+	}
+	resp, body := c.do("PUT", loc+"?digest="+digestOf(want), nil, nil)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("finish = %d %s", resp.StatusCode, body)
+	}
+	resp, body = c.do("GET", "/v2/r/blobs/"+digestOf(want), nil, nil)
+	if resp.StatusCode != 200 || !bytes.Equal(body, want) {
+		t.Fatalf("blob = %d, %d bytes; want the %d bytes that landed", resp.StatusCode, len(body), len(want))
+	}
 }
