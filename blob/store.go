@@ -130,6 +130,11 @@ func NewStore(eng Engine, opts Options) *Store {
 	return s
 }
 
+// PinTTL returns how long this store's puts pin what they store
+// (Options.PinTTL), for a caller that publishes an upload (Publish) with
+// the same pin.
+func (s *Store) PinTTL() time.Duration { return s.pins.ttl }
+
 // Close stops the renewals of every Pin guard, which are then lost. The
 // engine is closed by its owner (stead.Store.Close). Close is idempotent.
 func (s *Store) Close() {

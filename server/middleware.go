@@ -75,6 +75,9 @@ type responseWriter struct {
 	// was asked for: a 416 answer without Content-Range gets "bytes */size"
 	// (RFC 9110 15.5.17), which net/http omits for a malformed Range.
 	size string
+	// raw leaves a front end's answers as it writes them (Mount): no
+	// plain-text error is turned into the API's JSON.
+	raw bool
 	// body is the request body, when it has one: an error answer before
 	// its end gives the rest refusalRead to arrive, so that a refusal is
 	// not held up by a body that stalls.
@@ -138,7 +141,7 @@ func (w *responseWriter) WriteHeader(status int) {
 	if status == http.StatusRequestedRangeNotSatisfiable && w.size != "" && h.Get("Content-Range") == "" {
 		h.Set("Content-Range", "bytes */"+w.size)
 	}
-	if status >= 400 && strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
+	if status >= 400 && !w.raw && strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
 		code := wire.CodeBadRequest
 		switch status {
 		case http.StatusNotFound:

@@ -99,4 +99,7 @@ func (s *Server) routes() {
 		}
 		s.mux.Handle(r.pattern, h)
 	}
+	for _, m := range s.opts.Mounts {
+		s.mux.Handle(m.Prefix, s.mount(m))
+	}
 }

@@ -85,6 +85,9 @@ type Options struct {
 	// runtime and process collectors.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// Mounts are front ends served beside the API, each under its
+	// prefix (Mount). Defaults to none.
+	Mounts []Mount
 	// Logger logs internal errors (with their database detail, which
 	// responses never carry). Defaults to slog.Default().
 	Logger *slog.Logger

@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/frontend/buildcache"
+	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/server"
 )
 
@@ -25,6 +27,10 @@ func serveCommand(e *env) *cobra.Command {
 		bodyGrace   time.Duration
 		minBodyRate int64
 		clientClock bool
+		registryOn  bool
+		pendingTTL  time.Duration
+		cacheOn     bool
+		cacheTTL    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -33,7 +39,13 @@ func serveCommand(e *env) *cobra.Command {
 SIGTERM; then finish the requests in flight and exit.
 
 A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
-/metrics when set, and must be set when --addr is not a loopback address.`,
+/metrics when set, and must be set when --addr is not a loopback address.
+
+The OCI registry (docs/guides/registry.md) is served at /v2/ unless
+--registry=false, under the same token. The build cache for Bazel and
+ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache:
+its action results are mutable, so whoever holds the token can change what
+builds are handed, which a deployment turns on knowingly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Both sources are trimmed alike: a token is never whitespace.
@@ -64,10 +76,19 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 			if err != nil {
 				return err
 			}
+			var mounts []server.Mount
+			if registryOn {
+				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
+				defer reg.Close()
+				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized})
+			}
+			if cacheOn {
+				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log}), Unauthorized: buildcache.Unauthorized})
+			}
 			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
 			return server.New(st, server.Options{
 				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
-				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock,
+				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
 			}).Serve(ctx, ln)
 		},
 	}
@@ -81,6 +102,10 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 	f.IntVar(&connsPer, "max-conns-per-client", 0, "connections one client address has open at once; more are closed (0: a quarter of --max-conns)")
 	f.DurationVar(&bodyGrace, "body-grace", 10*time.Second, "time an upload may take before --min-body-rate applies")
 	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
+	f.BoolVar(&registryOn, "registry", true, "serve the OCI registry at /v2/")
+	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
+	f.BoolVar(&cacheOn, "build-cache", false, "serve the Bazel/ccache HTTP build cache at /cache/")
+	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.
 	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")

@@ -1,0 +1,9 @@
+package buildcache_test
+
+import (
+	"testing"
+
+	"github.com/steadkit/stead/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,105 @@
+package registry
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// inRepo reports whether repo holds the blob d: pushed or mounted there
+// (and not deleted), or a manifest of it (a client may fetch a manifest
+// through the blobs endpoint).
+func (g *Registry) inRepo(r *http.Request, repo string, d blob.Key) (bool, error) {
+	_, ok, err := g.linked(r.Context(), blobRef(repo, d))
+	if err != nil || ok {
+		return ok, err
+	}
+	_, ok, err = g.linked(r.Context(), manifestRef(repo, d))
+	return ok, err
+}
+
+// getBlob answers GET and HEAD of /v2/<name>/blobs/<digest>, with Range.
+func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) error {
+	d, e := parseDigest(rt.item)
+	if e != nil {
+		return e
+	}
+	ok, err := g.inRepo(r, rt.name, d)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
+	}
+	rd, err := g.st.Blobs.Get(r.Context(), d)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		// Linked, but collected once no manifest kept it.
+		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
+	}
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	if r.Method == http.MethodHead {
+		// A client that finds the blob skips its upload and pushes a
+		// manifest naming it: keep it for that long.
+		if err := g.keepPending(r, rt.name, d); errors.Is(err, steaderr.ErrNotFound) {
+			return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
+		} else if err != nil {
+			return err
+		}
+	}
+	h := w.Header()
+	h.Set("Docker-Content-Digest", d.String())
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("ETag", `"`+d.String()+`"`)
+	h.Set("Cache-Control", "max-age=31536000")
+	if r.Method == http.MethodHead {
+		h.Set("Content-Length", strconv.FormatInt(rd.Size(), 10))
+		h.Set("Accept-Ranges", "bytes")
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	// Content never changes under its digest: no Last-Modified.
+	http.ServeContent(w, r, "", time.Time{}, rd)
+	return nil
+}
+
+// keepPending makes sure repo's pending ref keeps d for at least half of
+// PendingTTL, renewing or setting it; ErrNotFound means d was collected.
+func (g *Registry) keepPending(r *http.Request, repo string, d blob.Key) error {
+	_, err := g.st.Refs.GetTouch(r.Context(), pendingRef(repo, d), g.opts.PendingTTL)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		_, err = g.st.Refs.Set(r.Context(), pendingRef(repo, d), d, ref.SetOptions{TTL: g.opts.PendingTTL})
+	}
+	return err
+}
+
+// deleteBlob unlinks a blob from its repository: it stays readable
+// through any other repository that links it, and is collected once
+// nothing keeps it.
+func (g *Registry) deleteBlob(w http.ResponseWriter, r *http.Request, rt route) error {
+	d, e := parseDigest(rt.item)
+	if e != nil {
+		return e
+	}
+	ctx := r.Context()
+	err := g.st.Refs.Delete(ctx, blobRef(rt.name, d), 0)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
+	}
+	if err != nil {
+		return err
+	}
+	if err := g.st.Refs.Delete(ctx, pendingRef(rt.name, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+		return err
+	}
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}

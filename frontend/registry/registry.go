@@ -1,0 +1,207 @@
+// Package registry serves a stead store as an OCI registry: the
+// distribution spec v1.1 at /v2/ (pull, push, content discovery and
+// content management), as a thin adapter over *stead.Store. Liveness is
+// the image graph (docs/guides/registry.md): a tag is a ref to its
+// manifest, a manifest is stored with blob references to its config,
+// layers and child manifests, and a repository links the
+// manifests and blobs pushed to it, so that deleting a tag or a manifest
+// leaves what it alone kept to the store's ordinary garbage collection,
+// while pushes and pulls go on.
+package registry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// Prefix is the path the registry is served under.
+const Prefix = "/v2/"
+
+// Defaults of Options.
+const (
+	// DefaultPendingTTL is how long a pushed blob that no manifest
+	// references is kept.
+	DefaultPendingTTL = 24 * time.Hour
+	// DefaultUploadIdle is how long a chunked upload may go without a
+	// request before it is dropped.
+	DefaultUploadIdle = 15 * time.Minute
+	// DefaultMaxUploads bounds the chunked uploads in progress at once.
+	DefaultMaxUploads = 10000
+	// MaxManifestSize is the largest manifest accepted, in bytes: the
+	// distribution spec asks registries to accept at least 4 MiB.
+	MaxManifestSize = 4 << 20
+)
+
+// Options configures a Registry. Zero values mean the defaults.
+type Options struct {
+	// PendingTTL is how long a pushed blob stays in its repository and
+	// alive before a manifest references it: the push of an image's
+	// layers and of its manifest must fit in it. Defaults to
+	// DefaultPendingTTL.
+	PendingTTL time.Duration
+	// UploadIdle is how long a chunked upload may wait between requests
+	// before it is dropped, its staged chunks discarded. It is the lease
+	// of the store's upload too, so it is at most blob.MaxUploadLease.
+	// Defaults to DefaultUploadIdle.
+	UploadIdle time.Duration
+	// MaxUploads bounds the chunked uploads in progress at once; one more
+	// is refused with 429 TOOMANYREQUESTS. Defaults to DefaultMaxUploads.
+	MaxUploads int
+	// MaxBlobSize is the largest blob a push may carry. Defaults to
+	// blob.DefaultMaxSize.
+	MaxBlobSize int64
+	// Logger logs internal errors. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Registry serves the distribution spec over one store. It is safe for
+// concurrent use. Chunked uploads in progress live in this process: with
+// several servers sharing a store, each upload's requests must reach the
+// server that began it.
+type Registry struct {
+	st      *stead.Store
+	blobEng blob.Engine
+	opts    Options
+	log     *slog.Logger
+	uploads *uploadTable
+}
+
+// New returns a Registry over st, which stays the caller's to close.
+func New(st *stead.Store, opts Options) *Registry {
+	if opts.PendingTTL <= 0 {
+		opts.PendingTTL = DefaultPendingTTL
+	}
+	if opts.UploadIdle <= 0 {
+		opts.UploadIdle = DefaultUploadIdle
+	}
+	opts.UploadIdle = min(opts.UploadIdle.Truncate(time.Microsecond), blob.MaxUploadLease)
+	if opts.MaxUploads <= 0 {
+		opts.MaxUploads = DefaultMaxUploads
+	}
+	if opts.MaxBlobSize <= 0 {
+		opts.MaxBlobSize = blob.DefaultMaxSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	g := &Registry{st: st, blobEng: st.Engine().Blobs(), opts: opts, log: opts.Logger}
+	g.uploads = newUploadTable(g)
+	return g
+}
+
+// Close aborts the uploads in progress.
+func (g *Registry) Close() { g.uploads.closeAll() }
+
+// Unauthorized answers a request without the right bearer token: 401 with
+// the challenge clients expect and the spec's error body.
+func Unauthorized(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="stead",service="stead"`)
+	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+	writeError(w, errorf(codeUnauthorized, "authentication required: send Authorization: Bearer <token>"))
+}
+
+// ServeHTTP serves a request under Prefix.
+func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+	p, ok := strings.CutPrefix(r.URL.Path, Prefix)
+	rt, found := parseRoute(p)
+	if !ok || !found {
+		writeError(w, &regError{code: codeNameUnknown, msg: "no such endpoint", status: http.StatusNotFound})
+		return
+	}
+	if rt.kind != "base" {
+		if e := checkName(rt.name); e != nil {
+			writeError(w, e)
+			return
+		}
+	}
+	var err error
+	switch m := r.Method; {
+	case rt.kind == "base" && (m == http.MethodGet || m == http.MethodHead):
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "2")
+		w.WriteHeader(http.StatusOK)
+		if m == http.MethodGet {
+			w.Write([]byte("{}"))
+		}
+	case rt.kind == "blob" && (m == http.MethodGet || m == http.MethodHead):
+		err = g.getBlob(w, r, rt)
+	case rt.kind == "blob" && m == http.MethodDelete:
+		err = g.deleteBlob(w, r, rt)
+	case rt.kind == "uploads" && m == http.MethodPost:
+		err = g.startUpload(w, r, rt)
+	case rt.kind == "upload" && m == http.MethodGet:
+		err = g.uploadStatus(w, r, rt)
+	case rt.kind == "upload" && m == http.MethodPatch:
+		err = g.patchUpload(w, r, rt)
+	case rt.kind == "upload" && m == http.MethodPut:
+		err = g.finishUpload(w, r, rt)
+	case rt.kind == "upload" && m == http.MethodDelete:
+		err = g.cancelUpload(w, r, rt)
+	case rt.kind == "manifest" && (m == http.MethodGet || m == http.MethodHead):
+		err = g.getManifest(w, r, rt)
+	case rt.kind == "manifest" && m == http.MethodPut:
+		err = g.putManifest(w, r, rt)
+	case rt.kind == "manifest" && m == http.MethodDelete:
+		err = g.deleteManifest(w, r, rt)
+	case rt.kind == "tags" && m == http.MethodGet:
+		err = g.listTags(w, r, rt)
+	case rt.kind == "referrers" && m == http.MethodGet:
+		err = g.listReferrers(w, r, rt)
+	default:
+		err = &regError{code: codeUnsupported, msg: "method " + m + " is not supported here"}
+	}
+	if err != nil {
+		var re *regError
+		if !errors.As(err, &re) {
+			re = g.storeError(r, err, codeUnknown)
+		}
+		writeError(w, re)
+	}
+}
+
+// linked reports whether the live ref name exists.
+func (g *Registry) linked(ctx context.Context, name string) (ref.Ref, bool, error) {
+	rf, err := g.st.Refs.Get(ctx, name)
+	switch {
+	case err == nil:
+		return rf, true, nil
+	case errors.Is(err, steaderr.ErrNotFound):
+		return ref.Ref{}, false, nil
+	}
+	return ref.Ref{}, false, err
+}
+
+// emptyKey is the key of the empty blob, which blob links name.
+var emptyKey = blob.KeyOf(nil)
+
+// linkBlob links the stored blob d to repo, and keeps it for PendingTTL
+// unless a manifest references it meanwhile. The pending ref is set first:
+// once the link is seen, the blob is kept.
+func (g *Registry) linkBlob(ctx context.Context, repo string, d blob.Key) error {
+	if _, err := g.st.Refs.Set(ctx, pendingRef(repo, d), d, ref.SetOptions{TTL: g.opts.PendingTTL}); err != nil {
+		return err
+	}
+	// The empty blob may have been swept since the last link: put it
+	// (a no-op while this store pins it) and set the link, once more if
+	// a sweep took it between the two.
+	for try := 0; ; try++ {
+		if _, err := g.st.Blobs.Put(ctx, bytes.NewReader(nil)); err != nil {
+			return err
+		}
+		_, err := g.st.Refs.Set(ctx, blobRef(repo, d), emptyKey, ref.SetOptions{})
+		if err == nil || !errors.Is(err, steaderr.ErrNotFound) || try == 2 {
+			return err
+		}
+	}
+}

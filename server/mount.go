@@ -1,0 +1,57 @@
+package server
+
+import (
+	"net/http"
+)
+
+// Mount is a front end the server serves under a path prefix besides its
+// own API, such as the OCI registry at /v2/: it shares the server's
+// connection limits, metrics, upload slots and bearer token.
+type Mount struct {
+	// Prefix is the path the front end serves, ending in a slash
+	// ("/v2/"): every request under it goes to Handler.
+	Prefix  string
+	Handler http.Handler
+	// Unauthorized answers a request without the right bearer token in
+	// the front end's own error form (its challenge, its error body).
+	Unauthorized http.HandlerFunc
+}
+
+// mount wraps a front end's handler, whose answers (refusals included)
+// are its own: the bearer token, then the server's
+// body rules (MinBodyRate after BodyGrace, an upload slot for a request
+// with a body, cut off when it stalls during shutdown). A GET or HEAD may
+// stream a large answer, so it gets no overall deadline: each write must
+// finish within RequestTimeout.
+func (s *Server) mount(m Mount) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if rw, ok := w.(*responseWriter); ok {
+			rw.raw = true
+		}
+		if s.opts.Token != "" && !s.authorized(r.Header.Get("Authorization")) {
+			m.Unauthorized(w, r)
+			return
+		}
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			s.stream(w)
+		}
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			release, ok := s.uploadSlot(w, r)
+			if !ok {
+				return
+			}
+			defer release()
+			body := s.newBodyReader(w, r)
+			defer body.done()
+			r.Body = bodyCloser{body, r.Body}
+		}
+		m.Handler.ServeHTTP(w, r)
+	}
+}
+
+type bodyCloser struct {
+	*bodyReader
+	c interface{ Close() error }
+}
+
+func (b bodyCloser) Close() error { return b.c.Close() }
