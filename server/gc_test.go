@@ -218,14 +218,14 @@ func TestSourcesOverHTTP(t *testing.T) {
 // uploads it reaped in its report's uploads field.
 func TestSweepReportsUploads(t *testing.T) {
 	t.Parallel()
-	_, srv, _ := gcServer(t, "mem://")
+	_, srv, clk := gcServer(t, "mem://")
 	a := do(t, "POST", srv.URL+"/v1/uploads?lease=1ms", "", nil)
 	var up struct{ Chunks int64 }
 	mustJSON(t, a.body, &up)
 	if a := do(t, "PUT", fmt.Sprintf("%s/v1/chunks/%d/0?lease=1ms", srv.URL, up.Chunks), "abandoned", nil); a.status != 204 {
 		t.Fatalf("chunk = %d %s", a.status, a.body)
 	}
-	time.Sleep(10 * time.Millisecond) // the upload's lease lapses
+	clk.Advance(time.Second) // the upload's lease lapses, on the store's clock
 	if rep := sweepOver(t, srv.URL, `{"all_unreferenced":true}`); rep.Uploads != 1 {
 		t.Fatalf("sweep report %+v, want uploads 1", rep)
 	}
