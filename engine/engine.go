@@ -3,14 +3,18 @@
 // that uses them; Engine composes them with the parts every engine shares:
 // migrations, the cluster declaration and Close.
 //
-// Seven types are named Engine:
+// Eleven types are named Engine:
 //
 //   - engine.Engine: one storage engine, all capabilities;
-//   - blob.Engine, lock.Engine, record.Engine: what an engine does for one
-//     capability, declared by the portable package (blob, lock, record) whose
-//     Store calls it after validating every argument;
-//   - memory.Engine, sqlite.Engine, postgres.Engine: the implementations, in
-//     engine/memory, engine/sqlite and engine/postgres.
+//   - blob.Engine, lock.Engine, record.Engine, ref.Engine, gc.Engine: what
+//     an engine does for one capability, declared by the portable package
+//     (blob, lock, record, ref, gc) whose Store or Collector calls it after
+//     validating every argument;
+//   - memory.Engine, sqlite.Engine, postgres.Engine, remote.Engine: the
+//     implementations, in engine/memory, engine/sqlite, engine/postgres and
+//     engine/remote (HTTP to stead serve);
+//   - faultengine.Engine: a wrapper for tests that fails chosen calls of
+//     any engine (internal/faultengine).
 //
 // An engine is correct when it passes engine/enginetest. docs/design.md
 // describes the seam and the rules every method keeps.

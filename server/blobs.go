@@ -246,8 +246,9 @@ func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
 
 // listBlobs streams one page of keys after the cursor: {"blobs": [...],
 // "next": "..."}, next set when the page is full. limit=0 lists every
-// blob after the cursor in one response, from one snapshot. An error
-// after the page began ends it with "error" and "code" members.
+// blob after the cursor in one response, walked a page at a time
+// (blob.Store.All): each page is one snapshot, the walk as a whole is not.
+// An error after the page began ends it with "error" and "code" members.
 func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var after blob.Key

@@ -30,8 +30,8 @@ var (
 	// ErrTooLarge: a value exceeds the configured maximum size.
 	ErrTooLarge = errors.New("stead: too large")
 	// ErrProtected: a delete was refused because something protects the
-	// blob. No engine refuses a delete yet; the sentinel is reserved so that
-	// callers can check for it before one does.
+	// blob: a live pin, a ref, a stored blob referencing it, or a liveness
+	// source (blob.Store.Delete).
 	ErrProtected = errors.New("stead: protected")
 	// ErrUnknownGroup: a record names a group that was never registered.
 	ErrUnknownGroup = errors.New("stead: unknown group")

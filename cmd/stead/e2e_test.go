@@ -294,7 +294,7 @@ func TestConformanceProcess(t *testing.T) {
 			CancelMayCommit: true,
 			ChunkSize:       processChunk,
 			New: func(t *testing.T) engine.Engine {
-				db := pgtest.New(t)
+				db := pgtest.Stead(t, false)
 				eng := open(t, db.StoreURL())
 				dbs.Store(eng, db)
 				return eng

@@ -46,19 +46,20 @@ func TestConformance(t *testing.T) {
 	t.Run("owner", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			New:      func(t *testing.T) engine.Engine { return open(t, pgtest.NewOwned(t), "") },
+			New:      func(t *testing.T) engine.Engine { return open(t, pgtest.Stead(t, true), "") },
 			RefTable: refTable,
 		})
 	})
 }
 
-// harness makes engines in fresh schemas, reached through via; namespaces,
+// harness makes engines in migrated schemas (pgtest.Stead: fresh or reset,
+// never another test's data), reached through via; namespaces,
 // whose hostile names are fixed, live in nsDB, a database of their own that
 // the suite opens one name at a time.
 func harness(nsDB *pgtest.DB, params string, via func(testing.TB, *pgtest.DB) *pgtest.DB) enginetest.Harness {
 	return enginetest.Harness{
 		New: func(t *testing.T) engine.Engine {
-			return open(t, via(t, pgtest.New(t)), params)
+			return open(t, via(t, pgtest.Stead(t, false)), params)
 		},
 		Virgin: func(t *testing.T) engine.Engine {
 			return openVirgin(t, via(t, pgtest.New(t)), params)

@@ -478,13 +478,9 @@ func commit(ctx context.Context, tx pgx.Tx) error {
 	return tx.Commit(ctx)
 }
 
-// nowSQL is the SQL for "the instant $n, or the database's now() when $n
-// is NULL": time-dependent statements take the caller's clock as a
-// parameter.
-func nowSQL(n int) string { return fmt.Sprintf("coalesce($%d::timestamptz, now())", n) }
-
-// nowArg is the argument for a nowSQL: NULL (the database's clock) for the
-// zero time.
+// nowArg is the argument for a statement's "now" parameter, which it
+// reads as coalesce(now, now()): NULL (the database's clock) for the zero
+// time.
 func nowArg(t time.Time) any {
 	if t.IsZero() {
 		return nil

@@ -146,7 +146,7 @@ func TestConformance(t *testing.T) {
 			CancelMayCommit: true,
 			ChunkSize:       remoteChunk,
 			RefTable:        refTable,
-			New:             func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), false) },
+			New:             func(t *testing.T) engine.Engine { return serve(t, pgtest.Stead(t, false).StoreURL(), false) },
 			Virgin:          func(t *testing.T) engine.Engine { return serve(t, pgtest.New(t).StoreURL(), true) },
 		})
 	})

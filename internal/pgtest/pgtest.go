@@ -1,6 +1,8 @@
 // Package pgtest gives each test a real PostgreSQL of its own: a fresh
 // schema (New) or a fresh database (NewDatabase) on a shared server, dropped
 // when the test ends, so tests run in parallel and leave nothing behind.
+// Migrated (and Stead, for stead's own schema) hands out schemas migrated
+// once and reset between tests, since migrating costs more than most tests.
 //
 // The server is found once per test process, in this order:
 //
@@ -69,6 +71,10 @@ func Main(m *testing.M) {
 	code := m.Run()
 	if err := stopBouncer(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest: stopping PgBouncer:", err)
+		code = max(code, 1)
+	}
+	if err := dropRecycled(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
 		code = max(code, 1)
 	}
 	if code == 0 {
