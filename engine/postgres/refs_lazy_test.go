@@ -62,14 +62,17 @@ func TestRefSetAfterLockWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{e.Schema()}.Sanitize()+".blobs WHERE key = $1 FOR UPDATE", key.String()); err != nil {
+		tx.Rollback(context.Background())
 		t.Fatal(err)
 	}
-	go func() {
+	released := make(chan struct{})
+	go func() { // the lock is held 1.5 s, then released
+		defer close(released)
 		time.Sleep(1500 * time.Millisecond)
 		tx.Rollback(context.Background())
 	}()
+	t.Cleanup(func() { <-released })
 	r, err := rs.Set(ctx, "c/wait", key, ref.SetOptions{TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
