@@ -129,7 +129,13 @@ type Stored struct {
 	Value []byte
 	// Chunks is the value's chunk set, or 0 when it is stored inline.
 	Chunks ChunkSet
+	// Object names the bucket object holding the value when the engine
+	// keeps it in its bytes tier (Streamer); "" otherwise.
+	Object string
 }
+
+// Inline reports whether the value is stored whole in st.Value.
+func (st Stored) Inline() bool { return st.Chunks == 0 && st.Object == "" }
 
 // PutParams are the arguments of Engine.Put.
 type PutParams struct {
