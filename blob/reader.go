@@ -211,9 +211,16 @@ func (r *Reader) objectSpan(off int64) ([]byte, error) {
 	buf := r.chunkBuf[:min(int64(len(r.chunkBuf)), r.size-off)]
 	n, err := io.ReadFull(r.stream, buf)
 	r.streamAt += int64(n)
-	if err != nil {
-		_ = r.stream.Close()
+	if err == nil && r.streamAt == r.size {
+		// The whole value is read: the ranged read is not kept open.
+		err = r.stream.Close()
 		r.stream = nil
+	}
+	if err != nil {
+		if r.stream != nil {
+			_ = r.stream.Close()
+			r.stream = nil
+		}
 		return nil, r.objectErr(off+int64(n), err)
 	}
 	c.start, c.data = off, buf[:n]

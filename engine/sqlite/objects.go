@@ -40,9 +40,9 @@ AND NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?2)`
 	sqlOrphanCursorSet   = `UPDATE gc_orphans SET token = ?1 WHERE id = 1`
 	// sqlOrphanNames answers those of the names in the JSON array ?1 that
 	// no blob row and no upload names.
-	sqlOrphanNames = `SELECT value FROM json_each(?1) WHERE true
-AND NOT EXISTS (SELECT 1 FROM blobs WHERE object = value)
-AND NOT EXISTS (SELECT 1 FROM blob_uploads WHERE object = value)`
+	sqlOrphanNames = `SELECT j.value FROM json_each(?1) AS j
+WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.object = j.value)
+AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.object = j.value)`
 	// dropTimeout bounds the deletion of objects whose rows are gone,
 	// which runs even when the caller's context has ended: an object left
 	// is an orphan the sweep removes later.

@@ -71,7 +71,7 @@ func Open(ctx context.Context, rawURL string) (*Tier, error) {
 			}
 		}
 		u.RawQuery = q.Encode()
-		if dir = filepath.FromSlash(u.Path); dir == "" || !filepath.IsAbs(dir) {
+		if dir = filepath.FromSlash(u.Path); dir == "" || !filepath.IsAbs(dir) || (u.Host != "" && u.Host != "localhost") {
 			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: want an absolute directory, file:///path", steaderr.ErrInvalidArgument, Redact(rawURL))
 		}
 	}
