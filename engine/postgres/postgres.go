@@ -21,10 +21,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	gblob "gocloud.dev/blob"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/bytestier"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -72,6 +74,17 @@ type Config struct {
 	// connection directly to PostgreSQL, bypassing PgBouncer, so that lock
 	// and record waiters are woken instead of polling.
 	ListenConnString string
+	// Bytes is the URL of a bucket (gocloud.dev/blob: s3://, gs://,
+	// azblob://, file:///dir where the binary registers them) that keeps
+	// the values over the inline limit: the bytes tier
+	// (docs/decisions/0027-bytes-tier.md). Bucket, when set, is such a
+	// bucket already open (the caller closes it); it wins over Bytes.
+	// Defaults to none: every byte in the database.
+	Bytes  string
+	Bucket *gblob.Bucket
+	// BytesAdopt lets a bytes tier be given to a store that holds blobs
+	// and recorded none (its existing values stay where they are).
+	BytesAdopt bool
 }
 
 // The URL parameters stead reads itself; the rest must be ones pgx knows.
@@ -80,6 +93,8 @@ const (
 	paramSynchronousCommit = "synchronous_commit"
 	paramPgBouncer         = "pgbouncer"
 	paramListenURL         = "listen_url"
+	paramBytes             = "bytes"
+	paramBytesAdopt        = "bytes_adopt"
 )
 
 // pgxParams are the connection parameters passed through to pgx. Anything
@@ -140,6 +155,17 @@ func ParseURL(rawURL string) (Config, error) {
 				return Config{}, fmt.Errorf("%w: postgres URL: pgbouncer=%q, want true or false", steaderr.ErrInvalidArgument, v)
 			}
 			cfg.PgBouncer = b
+		case paramBytes:
+			if v == "" {
+				return Config{}, fmt.Errorf("%w: postgres URL: bytes=: want a bucket URL", steaderr.ErrInvalidArgument)
+			}
+			cfg.Bytes = v
+		case paramBytesAdopt:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Config{}, fmt.Errorf("%w: postgres URL: bytes_adopt=%q, want 1 or 0", steaderr.ErrInvalidArgument, v)
+			}
+			cfg.BytesAdopt = b
 		case paramListenURL:
 			if _, err := pgx.ParseConfig(v); err != nil {
 				return Config{}, fmt.Errorf("%w: postgres URL: listen_url: %v", steaderr.ErrInvalidArgument, err)
@@ -189,6 +215,7 @@ type Engine struct {
 	records  records
 	refs     refs
 	msql     migrateSQL
+	tier     tierState
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
@@ -253,6 +280,17 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 			steaderr.ErrInvalidArgument, isolation)
 	}
 	e.msql = e.renderMigrateSQL()
+	e.tier.init(e)
+	e.tier.adopt = cfg.BytesAdopt
+	switch {
+	case cfg.Bucket != nil:
+		e.tier.tier = bytestier.New(cfg.Bucket)
+	case cfg.Bytes != "":
+		if e.tier.tier, err = bytestier.Open(ctx, cfg.Bytes); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("postgres: open: %w", err)
+		}
+	}
 	e.blobs.init(e)
 	e.gc.init(e, cfg.PgBouncer)
 	e.locks.init(e)
@@ -363,6 +401,9 @@ func (e *Engine) Close() error {
 	e.gc.close()
 	if e.ownsPool {
 		e.pool.Close()
+	}
+	if e.tier.tier != nil {
+		return e.tier.tier.Close()
 	}
 	return nil
 }
