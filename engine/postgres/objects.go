@@ -374,3 +374,24 @@ func (b *blobs) publishObject(ctx context.Context, tx pgx.Tx, p blob.PutParams, 
 	}
 	return object, nil
 }
+
+// CheckBytesTier checks that the store and its bucket belong together (a
+// store that recorded a tier must be opened with it, a bucket must carry
+// this store's marker) and probes the bucket: it writes, reads back, lists
+// and deletes a small object. bucket is "" when the store has no tier.
+func (e *Engine) CheckBytesTier(ctx context.Context) (bucket string, err error) {
+	if err := e.check(ctx); err != nil {
+		return "", err
+	}
+	if err := e.attachTier(ctx); err != nil {
+		return "", err
+	}
+	t := e.tier.tier
+	if t == nil {
+		return "", nil
+	}
+	if err := t.Check(ctx); err != nil {
+		return t.String(), fmt.Errorf("bucket %s: %w", t, err)
+	}
+	return t.String(), nil
+}

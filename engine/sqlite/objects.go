@@ -334,3 +334,23 @@ var (
 	_ blob.Streamer    = (*blobs)(nil)
 	_ gc.OrphanSweeper = gcMech{}
 )
+
+// CheckBytesTier checks that the store and its bucket belong together (a
+// store that recorded a tier must be opened with it, a bucket must carry
+// this store's marker) and probes the bucket: it writes, reads back, lists
+// and deletes a small object. bucket is "" when the store has no tier.
+func (e *Engine) CheckBytesTier(ctx context.Context) (bucket string, err error) {
+	if err := e.check(ctx); err != nil {
+		return "", err
+	}
+	if err := e.attachTier(ctx); err != nil {
+		return "", err
+	}
+	if e.tier == nil {
+		return "", nil
+	}
+	if err := e.tier.Check(ctx); err != nil {
+		return e.tier.String(), fmt.Errorf("bucket %s: %w", e.tier, err)
+	}
+	return e.tier.String(), nil
+}

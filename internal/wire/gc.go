@@ -56,6 +56,7 @@ type Explanation struct {
 	Key          string    `json:"key"`
 	Stored       bool      `json:"stored"`
 	Size         int64     `json:"size"`
+	Object       string    `json:"object,omitempty"`
 	Pins         []Pin     `json:"pins"`
 	Sources      []string  `json:"sources"`
 	Refs         []RefPin  `json:"refs"`
