@@ -75,9 +75,9 @@ AND NOT EXISTS (SELECT FROM {schema}.blob_uploads u WHERE u.object = n)`
 
 // objectSQL holds the tier's statements, rendered for the schema.
 type objectSQL struct {
-	tierRead, tierAnyBlob, tierLockBlobs, tierInsert, tierClaimed       string
-	nameObject, renewObject, objectSize, publishObject string
-	reapObjects, orphanCursor, orphanCursorSet, orphanNames             string
+	tierRead, tierAnyBlob, tierLockBlobs, tierInsert, tierClaimed string
+	nameObject, renewObject, objectSize, publishObject            string
+	reapObjects, orphanCursor, orphanCursorSet, orphanNames       string
 }
 
 // tierState is the engine's bytes tier: nil tier for none.
@@ -94,7 +94,7 @@ func (t *tierState) init(e *Engine) {
 		tierRead: e.render(sqlTierRead), tierAnyBlob: e.render(sqlTierAnyBlob), tierLockBlobs: e.render(sqlTierLockBlobs),
 		tierInsert: e.render(sqlTierInsert), tierClaimed: e.render(sqlTierClaimed),
 		nameObject: e.render(sqlUploadNameObject), renewObject: e.render(sqlUploadRenewObject),
-		objectSize: e.render(sqlUploadObjectSize),
+		objectSize:    e.render(sqlUploadObjectSize),
 		publishObject: e.render(sqlPublishObject), reapObjects: e.render(sqlReapObjects),
 		orphanCursor: e.render(sqlOrphanCursor), orphanCursorSet: e.render(sqlOrphanCursorSet),
 		orphanNames: e.render(sqlOrphanNames),
