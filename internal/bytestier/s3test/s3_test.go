@@ -95,7 +95,6 @@ func (s *server) objects(t *testing.T, bucket string) []string {
 	return names
 }
 
-
 // TestS3Object puts a value of several multipart parts: it is one object
 // in the bucket, read back by ranges, and gone once its blob is deleted;
 // the marker and object writes are conditional, so a second store cannot
