@@ -66,3 +66,7 @@ func SetSweepIdle(e *Engine, d time.Duration) { e.gc.idle = d }
 // StopLeaseKeepAlive stops the probes that keep a held session lease's
 // session from idling, as when its process is stopped.
 func StopLeaseKeepAlive(l gc.Lease) { l.(*sessionLease).stopKeepAlive() }
+
+// SetDropCrash makes e's deletions of objects after a commit do nothing
+// (on), as a process killed between the two.
+func SetDropCrash(e *Engine, on bool) { e.tier.dropCrash.Store(&on) }

@@ -45,6 +45,9 @@ type Engine struct {
 	tierAdopt bool
 	tierMu    sync.Mutex
 	tierReady atomic.Bool
+	// dropCrash, set by tests, makes dropObjects do nothing, as a process
+	// killed between a row deletion's commit and its object's deletion.
+	dropCrash atomic.Pointer[bool]
 }
 
 var _ engine.Engine = (*Engine)(nil)
