@@ -105,6 +105,14 @@ type GCStep struct {
 	VisibleAfter time.Time `json:"visible_after,omitzero"`
 }
 
+// GCOrphans answers POST /v1/gc/orphans: the bucket objects the orphan
+// step listed and deleted, and whether its listing wrapped.
+type GCOrphans struct {
+	Listed  int64 `json:"listed"`
+	Deleted int64 `json:"deleted"`
+	Wrapped bool  `json:"wrapped"`
+}
+
 // GCReaped answers a reap: the expired pins and refs removed.
 type GCReaped struct {
 	Pins int64 `json:"pins"`
