@@ -20,9 +20,11 @@ import (
 // While a live pin or a liveness source references a key, no delete of it
 // (Delete, or a garbage-collection sweep) commits.
 //
-// A value is stored in one of two forms: inline, whole in its blob row, or
+// A value is stored in one of three forms: inline, whole in its blob row;
 // as a chunk set, written chunk by chunk under an upload and then published
-// under its key by Put (docs/decisions/0011-large-blobs.md).
+// under its key by Put (docs/decisions/0011-large-blobs.md); or, on an
+// engine with a bytes tier (Streamer), as one bucket object written under
+// an upload and published the same way (docs/decisions/0027-bytes-tier.md).
 type Engine interface {
 	// Put stores p.Value under p.Key unless the key is already stored (the
 	// first writer wins and a repeat is a successful no-op, never an

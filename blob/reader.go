@@ -19,8 +19,10 @@ import (
 // a Reader holds no connection between calls. Reads use the context given
 // to Get. A value deleted while it is being read fails the next chunk fetch
 // with an error wrapping ErrNotFound; a Reader never returns another
-// value's bytes. A Reader is not safe for concurrent Read and Seek; ReadAt
-// is.
+// value's bytes. A value kept in a bytes tier is read from its object: Read
+// and WriteTo through one ranged read kept open while reads go on in order,
+// each ReadAt through a ranged read of just its bytes. A Reader is not safe
+// for concurrent Read and Seek; ReadAt is.
 type Reader struct {
 	key  Key
 	size int64

@@ -401,3 +401,46 @@ func TestParseURLBytes(t *testing.T) {
 		t.Errorf("Open with a relative file bucket = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestBytesTierLeaseRenewed: a write that outlasts its upload lease renews
+// it as it goes, so a reap meanwhile leaves it alone and it publishes.
+func TestBytesTierLeaseRenewed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e := openConfig(t, sqlite.Config{Path: tempPath(t), Bytes: "file://" + filepath.ToSlash(dir)})
+	mustMigrate(t, e)
+	lease := 30 * time.Millisecond
+	s := blob.NewStore(e.Blobs(), blob.Options{InlineLimit: 64, UploadLease: lease})
+	pr, pw := io.Pipe()
+	value := randomValue(20_000)
+	go func() {
+		for i := 0; i < len(value); i += 1000 {
+			time.Sleep(lease / 4) // the whole write takes several leases
+			pw.Write(value[i : i+1000])
+		}
+		pw.Close()
+	}()
+	stop := make(chan struct{})
+	reaped := make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				reaped <- n
+				return
+			case <-time.After(lease / 3):
+				k, _ := e.Blobs().ReapUploads(context.WithoutCancel(t.Context()))
+				n += k
+			}
+		}
+	}()
+	key, err := s.Put(t.Context(), pr)
+	close(stop)
+	if n := <-reaped; n != 0 || err != nil {
+		t.Fatalf("Put = %v with %d uploads reaped meanwhile; want the lease renewed and the put published", err, n)
+	}
+	if key != blob.KeyOf(value) {
+		t.Fatalf("Put = %s, want %s", key, blob.KeyOf(value))
+	}
+}
