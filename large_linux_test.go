@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 )
 
 var largeRSSMiB = flag.Int64("large-rss-mib", 128, "size of the value TestLargeRSS puts and gets, in MiB (2048 for the issue's 2 GiB check)")
@@ -117,7 +117,7 @@ func TestLargeKilledPut(t *testing.T) {
 			if rows := raw.rows(t); rows["blob_uploads"] != 1 {
 				t.Fatalf("an open within the lease reaped the upload: rows %v", rows)
 			}
-			poll.Until(t, "a store opened after the lease lapsed to reap the killed put's chunks", func() bool {
+			testkit.Until(t, "a store opened after the lease lapsed to reap the killed put's chunks", func() bool {
 				st, err := stead.Open(t.Context(), url)
 				if err != nil {
 					t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 )
 
 // The large-blob tests that look inside an engine's database: residue after
@@ -256,7 +256,7 @@ func TestLargeResidue(t *testing.T) {
 				after := withoutPins(raw.rows(t))
 				if !maps.Equal(after, before) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 					t.Logf("attempt %d (%v): rows %v; waiting for the upload lease", i, err, after)
-					poll.Until(t, "the abandoned upload to be reaped", func() bool {
+					testkit.Until(t, "the abandoned upload to be reaped", func() bool {
 						if _, err := store.ReapUploads(ctx); err != nil {
 							t.Fatal(err)
 						}
@@ -469,12 +469,12 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 			defer st.Close()
 			before := withoutPins(raw.rows(t))
 			eng := openEngine(t, url).Blobs()
-			set, err := eng.BeginUpload(t.Context(), time.Millisecond)
+			set, err := eng.BeginUpload(t.Context(), blob.BeginUploadParams{Lease: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for off := int64(0); off < 3000; off += 1000 {
-				if err := eng.WriteChunk(t.Context(), set, off, make([]byte, 1000), time.Millisecond); err != nil {
+				if err := eng.WriteChunk(t.Context(), blob.WriteChunkParams{Set: set, Off: off, Data: make([]byte, 1000), Lease: time.Millisecond}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -482,7 +482,7 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 				t.Fatalf("staged: rows %v, want one upload of 3 chunks", rows)
 			}
 			var rep gc.Report
-			poll.Until(t, "a sweep to reap the lapsed upload", func() bool {
+			testkit.Until(t, "a sweep to reap the lapsed upload", func() bool {
 				if rep, err = st.GC.Sweep(t.Context(), gc.SweepOptions{AllUnreferenced: true}); err != nil {
 					t.Fatal(err)
 				}
@@ -491,7 +491,7 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 			if after := withoutPins(raw.rows(t)); !maps.Equal(after, before) {
 				t.Fatalf("after the sweep (%v): rows %v, want %v", rep, after, before)
 			}
-			if err := eng.WriteChunk(t.Context(), set, 3000, make([]byte, 10), time.Minute); !errors.Is(err, stead.ErrLost) {
+			if err := eng.WriteChunk(t.Context(), blob.WriteChunkParams{Set: set, Off: 3000, Data: make([]byte, 10), Lease: time.Minute}); !errors.Is(err, stead.ErrLost) {
 				t.Fatalf("WriteChunk to a reaped upload = %v, want ErrLost", err)
 			}
 		})

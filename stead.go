@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -54,6 +55,7 @@ var (
 	ErrClosed          = steaderr.ErrClosed
 	ErrSchema          = steaderr.ErrSchema
 	ErrUnavailable     = steaderr.ErrUnavailable
+	ErrChildrenFixed   = steaderr.ErrChildrenFixed
 )
 
 // DefaultURL is the store the CLI and server open when given none: an
@@ -91,6 +93,8 @@ type Option func(*config)
 
 type config struct {
 	instanceID string
+	// claimID: the id was given (WithInstanceID), so Open claims it.
+	claimID    bool
 	migrate    bool
 	now        func() time.Time
 	blobs      blob.Options
@@ -100,15 +104,26 @@ type config struct {
 	token      string
 	bucket     *gblob.Bucket
 	bytesAdopt bool
+	logger     *slog.Logger
 }
 
 // WithInstanceID sets the store's instance id (InstanceID): a name for this
 // process that stays the same across restarts, and the owner of its blob
 // pins. Two stores open at once must not share an id: one's releases would
-// end the other's pins. Nothing derives a record group from it; a process
-// working alone may pass it as its group. It must be a valid name (see
-// ValidateName). Defaults to a random id per Store.
+// end the other's pins. On PostgreSQL and SQLite, Open therefore claims the
+// id for as long as the store is open, and fails with an error wrapping
+// ErrLeased, naming the id, while another open store holds it; a holder
+// that died frees it when its session ends (see docs/guides/operations.md).
+// Nothing derives a record group from it; a process working alone may pass
+// it as its group. It must be a valid name (see ValidateName). Defaults to
+// a random id per Store, which is not claimed.
 func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }
+
+// WithLogger sets where the store reports what it does not return to a
+// caller: work it does on its own (reaping at Open) that failed or was cut
+// off, and other events an operator should see. Defaults to
+// slog.Default(); pass slog.New(slog.DiscardHandler) for silence.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithoutMigrate makes Open and New leave the schema alone: run
 // `stead migrate` (or Store.Migrate) instead. On a database never migrated,
@@ -289,6 +304,10 @@ func newConfig(opts []Option) (config, error) {
 	for _, opt := range opts {
 		opt(&cfg)
 	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	cfg.claimID = cfg.instanceID != ""
 	if cfg.instanceID == "" {
 		cfg.instanceID = randomID()
 	} else if err := validate.Name("instance id", cfg.instanceID); err != nil {
@@ -320,6 +339,11 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 	} else if err := checkSchema(ctx, eng); err != nil {
 		return nil, err
 	}
+	if claimer, ok := eng.(engine.InstanceClaimer); ok && cfg.claimID {
+		if err := claimer.ClaimInstance(ctx, cfg.instanceID, claimNotifier(cfg.logger, cfg.instanceID)); err != nil {
+			return nil, fmt.Errorf("stead: %w", err)
+		}
+	}
 	cfg.blobs.Owner, cfg.blobs.Now = cfg.instanceID, cfg.now
 	cfg.gc.Holder, cfg.gc.Now = cfg.instanceID, cfg.now
 	blobs := blob.NewStore(eng.Blobs(), cfg.blobs)
@@ -334,9 +358,16 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 		instanceID: cfg.instanceID,
 	}
 	// A put whose process died left its staged chunks behind; those whose
-	// lease lapsed go now.
-	if _, err := st.Blobs.ReapUploads(ctx); err != nil {
-		return nil, fmt.Errorf("stead: %w", err)
+	// lease lapsed go now. The reap is idempotent and every GC sweep
+	// repeats it, so one that fails or is cut off (a SIGTERM while a
+	// server starts) is logged and the store opens all the same.
+	if n, err := st.Blobs.ReapUploads(ctx); err != nil {
+		cfg.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn,
+			"stead: reaping lapsed uploads at open did not finish; the next open or GC sweep reaps them",
+			slog.String("instance", cfg.instanceID), slog.Any("error", err))
+	} else if n > 0 {
+		cfg.logger.LogAttrs(ctx, slog.LevelInfo, "stead: reaped lapsed uploads at open",
+			slog.String("instance", cfg.instanceID), slog.Int("uploads", n))
 	}
 	if cfg.gcInterval > 0 {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -348,6 +379,23 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 		st.stopGC = func() { cancel(); <-done }
 	}
 	return st, nil
+}
+
+// claimNotifier logs what becomes of a held instance id claim.
+func claimNotifier(log *slog.Logger, id string) func(error) {
+	return func(err error) {
+		ctx := context.Background()
+		switch {
+		case err == nil:
+			log.LogAttrs(ctx, slog.LevelInfo, "stead: instance id claimed again", slog.String("instance", id))
+		case errors.Is(err, steaderr.ErrLeased):
+			log.LogAttrs(ctx, slog.LevelError, "stead: instance id taken by another store while this one's claim was lost: the two share pins until one closes",
+				slog.String("instance", id), slog.Any("error", err))
+		default:
+			log.LogAttrs(ctx, slog.LevelError, "stead: instance id claim lost; taking it back",
+				slog.String("instance", id), slog.Any("error", err))
+		}
+	}
 }
 
 // checkSchema refuses a database whose schema is newer than this binary.

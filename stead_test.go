@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,9 +21,11 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/faultengine"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 )
 
@@ -120,6 +123,70 @@ func TestInstanceID(t *testing.T) {
 	}
 	if _, err := stead.Open(ctx, "mem://", stead.WithMaxBlobSize(-1)); !errors.Is(err, stead.ErrInvalidArgument) {
 		t.Errorf("WithMaxBlobSize(-1) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestInstanceIDExclusive: an instance id given by WithInstanceID is held
+// by one open store at a time on PostgreSQL (session lock or, behind
+// PgBouncer, lease row) and SQLite (lock file): a second Open with it is
+// refused with ErrLeased naming the id, other ids and random ids open
+// beside it, and it opens again once its holder closes.
+func TestInstanceIDExclusive(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "s.db") }},
+		{"postgres", func(t *testing.T) string { return pgtest.New(t).StoreURL() }},
+		{"postgres via pgbouncer", func(t *testing.T) string {
+			db := pgtest.New(t)
+			st, err := stead.Open(t.Context(), db.StoreURL()) // migrated directly
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.Close()
+			return db.ViaPgBouncer(t).StoreURL() + "&pgbouncer=true"
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			url := tt.url(t)
+			const id = `worker "1"; ü`
+			open := func(opts ...stead.Option) (*stead.Store, error) {
+				st, err := stead.Open(t.Context(), url, opts...)
+				if err == nil {
+					t.Cleanup(func() { st.Close() })
+				}
+				return st, err
+			}
+			first, err := open(stead.WithInstanceID(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = open(stead.WithInstanceID(id))
+			if !errors.Is(err, stead.ErrLeased) || !strings.Contains(err.Error(), fmt.Sprintf("%q", id)) || !strings.Contains(err.Error(), "WithInstanceID") {
+				t.Fatalf("a second Open with the id = %v, want ErrLeased naming the id and WithInstanceID", err)
+			}
+			if _, err := open(stead.WithInstanceID("worker-2")); err != nil {
+				t.Fatalf("Open with another id = %v", err)
+			}
+			for range 2 {
+				if _, err := open(); err != nil {
+					t.Fatalf("Open with a random id = %v", err)
+				}
+			}
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			again, err := open(stead.WithInstanceID(id))
+			if err != nil {
+				t.Fatalf("Open with the id after its holder closed = %v", err)
+			}
+			if _, err := again.Blobs.Put(t.Context(), strings.NewReader("pinned by the id")); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -304,7 +371,7 @@ func TestWithGC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			poll.Until(t, "a few background sweeps", func() bool {
+			testkit.Until(t, "a few background sweeps", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(reports) >= 5
@@ -322,7 +389,7 @@ func TestWithGC(t *testing.T) {
 				}
 				return
 			}
-			poll.Until(t, "the background sweeps to collect the blob", func() bool {
+			testkit.Until(t, "the background sweeps to collect the blob", func() bool {
 				has, err := st.Blobs.Has(ctx, key)
 				return err == nil && !has
 			})
@@ -330,6 +397,96 @@ func TestWithGC(t *testing.T) {
 	}
 }
 
+// TestOpenReapInterrupted: reaping lapsed uploads at open is best effort.
+// A reap cut off by the caller's context (a SIGTERM just after start) or
+// failing outright is logged, and the store opens.
+func TestOpenReapInterrupted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		cancel bool
+		err    error
+	}{
+		{"cancelled mid-reap", true, context.Canceled},
+		{"unavailable", false, stead.ErrUnavailable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			eng := faultengine.New(memory.New(), faultengine.Func(func(op faultengine.Op) error {
+				if op != faultengine.BlobReapUploads {
+					return nil
+				}
+				if tt.cancel {
+					cancel()
+				}
+				return tt.err
+			}))
+			logs := &recordingHandler{}
+			st, err := stead.New(ctx, eng, stead.WithLogger(slog.New(logs)))
+			if err != nil {
+				t.Fatalf("New with its reap failing (%v) = %v, want the store opened", tt.err, err)
+			}
+			t.Cleanup(func() { st.Close() })
+			got := logs.find("reap")
+			if got == nil || got.Level != slog.LevelWarn {
+				t.Fatalf("logged %v, want a warning about the reap", logs.all())
+			}
+			var logged error
+			got.Attrs(func(a slog.Attr) bool {
+				if e, ok := a.Value.Any().(error); ok {
+					logged = e
+				}
+				return true
+			})
+			if !errors.Is(logged, tt.err) {
+				t.Fatalf("the warning's error = %v, want %v", logged, tt.err)
+			}
+			if _, err := st.Blobs.Put(t.Context(), strings.NewReader("after the reap")); err != nil {
+				t.Fatalf("Put after the open = %v", err)
+			}
+		})
+	}
+}
+
+// recordingHandler is a slog.Handler that keeps every record.
+type recordingHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+
+// find returns the first record whose message holds s, or nil.
+func (h *recordingHandler) find(s string) *slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.records {
+		if strings.Contains(h.records[i].Message, s) {
+			return &h.records[i]
+		}
+	}
+	return nil
+}
+
+func (h *recordingHandler) all() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.records {
+		out = append(out, r.Level.String()+" "+r.Message)
+	}
+	return out
+}
 // TestBytesBucket opens a SQLite store whose large values go to a bucket
 // given by option: a value over the inline limit is one object there, read
 // back whole, and gone from the bucket once collected.

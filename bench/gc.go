@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 )
 
@@ -58,6 +61,7 @@ func gcPostgres() []scenario {
 		{group: "gc-pg", name: "raw exists", setup: rawExists},
 		{group: "gc-pg", name: "stead hot re-put", base: "raw exists", setup: steadHotPut},
 		{group: "gc-sweep", name: "sweep", setup: sweepBench},
+		{group: "gc-sweep-sqlite", name: "sweep", setup: sweepBenchSQLite},
 	}
 }
 
@@ -216,7 +220,11 @@ func sweepBench(ctx context.Context, n int) (opFunc, func(), error) {
 			SELECT 'r/' || i, %[3]s, nextval('%[1]s.ref_versions')
 			FROM generate_series(1, %[2]d * 10 / 9 + 1) i WHERE i %% 10 <> 0 LIMIT %[2]d`, schema, *gcSweepRefs, key))
 	}
-	stmts = append(stmts, fmt.Sprintf(`VACUUM ANALYZE %[1]s.blobs; ANALYZE %[1]s.app_refs; ANALYZE %[1]s.refs; ANALYZE %[1]s.blob_chunks; ANALYZE %[1]s.blob_edges`, schema))
+	for _, table := range []string{"blobs", "app_refs", "refs", "blob_chunks", "blob_edges"} {
+		// One statement each: several in one string are one transaction,
+		// where VACUUM cannot run.
+		stmts = append(stmts, fmt.Sprintf(`VACUUM ANALYZE %s.%s`, schema, table))
+	}
 	for _, s := range stmts {
 		if _, err := pool.Exec(ctx, s); err != nil {
 			pool.Close()
@@ -272,4 +280,78 @@ func timedSweep(ctx context.Context, col *gc.Collector) (gc.Report, time.Duratio
 		last = now
 	}})
 	return rep, longest, err
+}
+
+// sweepBenchSQLite is sweepBench on SQLite: -gcsweep small blobs written in
+// one transaction, 10% of them unreferenced by a Go-function source.
+func sweepBenchSQLite(ctx context.Context, n int) (opFunc, func(), error) {
+	if *gcSweepN <= 0 {
+		return nil, nil, fmt.Errorf("gc-sweep-sqlite needs -gcsweep N")
+	}
+	st, path, cleanup, err := openSteadSQLiteFile(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	referenced := make(map[blob.Key]bool, *gcSweepN)
+	err = func() error {
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		ins, err := tx.PrepareContext(ctx, `INSERT INTO blobs (key, size, value) VALUES (?, 8, ?)`)
+		if err != nil {
+			return err
+		}
+		for i := 1; i <= *gcSweepN; i++ {
+			v := binary.BigEndian.AppendUint64(nil, uint64(i))
+			k := blob.KeyOf(v)
+			if i%10 != 0 {
+				referenced[k] = true
+			}
+			if _, err := ins.ExecContext(ctx, k.String(), v); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	}()
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	var skew atomic.Int64 // the collector's clock runs ahead by this
+	col := gc.New(st.Engine().GC(), gc.Options{StagePerSweep: *gcSweepN + 1, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+	src := gc.Source{Name: "app", Referenced: func(_ context.Context, k blob.Key) (bool, error) { return referenced[k], nil }}
+	if err := col.RegisterSource(ctx, src); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	var done atomic.Bool
+	return func(ctx context.Context, w, i int) error {
+		if w != 0 || done.Swap(true) {
+			time.Sleep(time.Millisecond)
+			return nil
+		}
+		t0 := time.Now()
+		stage, stageStep, err := timedSweep(ctx, col)
+		if err != nil {
+			return err
+		}
+		skew.Store(int64(2 * gc.DefaultGrace)) // the grace passes: the staged keys are due
+		t1 := time.Now()
+		del, delStep, err := timedSweep(ctx, col)
+		if err != nil {
+			return err
+		}
+		t2 := time.Now()
+		fmt.Fprintf(os.Stderr, "sqlite sweep of %d blobs: stage %d of %d covered in %v (longest step %v); arbitrate %d, delete %d in %v (%.0f keys/s; longest batch %v)\n",
+			*gcSweepN, stage.Staged, stage.Covered, t1.Sub(t0).Round(time.Millisecond), stageStep.Round(time.Millisecond),
+			del.Taken, del.Deleted, t2.Sub(t1).Round(time.Millisecond), float64(del.Taken)/t2.Sub(t1).Seconds(), delStep.Round(time.Millisecond))
+		return nil
+	}, cleanup, nil
 }

@@ -3,6 +3,7 @@ package blob
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/steadkit/stead/steaderr"
@@ -38,10 +39,14 @@ type Engine interface {
 	//
 	// With p.Children set, the value references those blobs: Put locks
 	// their rows as a pin does, in the same commit, and records an edge
-	// from p.Key to each, so that they are kept while p.Key is stored
-	// (edges are only ever added; a blob's are deleted with it). A child
-	// not stored fails the put with an error wrapping steaderr.ErrNotFound
-	// naming it, and nothing is stored or pinned.
+	// from p.Key to each, so that they are kept while p.Key is stored (a
+	// blob's edges are deleted with it). A child not stored fails the put
+	// with an error wrapping steaderr.ErrNotFound naming it, and nothing is
+	// stored or pinned. A blob's children are fixed by the put that stored
+	// it: a put of a stored key declaring a child it was not stored with
+	// fails with an error wrapping steaderr.ErrChildrenFixed and changes nothing, so
+	// an edge always points at a blob older than its parent and the graph
+	// has no cycle.
 	//
 	// With p.Chunks set, Put publishes that upload's chunks as the value
 	// (p.Size bytes, p.Value unused) and ends the upload in the same
@@ -88,27 +93,27 @@ type Engine interface {
 	Unpin(ctx context.Context, p UnpinParams) error
 
 	// BeginUpload starts an upload under a fresh chunk set id, drawn at
-	// random (so that an id tells nothing of another upload's), with a
-	// lease of the given length; once it lapses without a chunk write
+	// random (so that an id tells nothing of another upload's), leased
+	// until p.Now + p.Lease; once the lease lapses without a chunk write
 	// renewing it, ReapUploads may discard the upload.
-	BeginUpload(ctx context.Context, lease time.Duration) (ChunkSet, error)
-	// WriteChunk stores data as the chunk starting at byte off of the
-	// upload's value, in one short transaction, and renews the upload's
-	// lease to the given length. data is only valid until WriteChunk
-	// returns. A chunk set with no live upload (never begun, published,
+	BeginUpload(ctx context.Context, p BeginUploadParams) (ChunkSet, error)
+	// WriteChunk stores p.Data as the chunk starting at byte p.Off of the
+	// upload p.Set's value, in one short transaction, and renews the
+	// upload's lease to p.Now + p.Lease. p.Data is only valid until
+	// WriteChunk returns. A chunk set with no live upload (never begun, published,
 	// aborted or reaped: an upload once ended never takes a chunk again) is
 	// an error wrapping steaderr.ErrLost; a chunk overlapping one of the
 	// set is an error wrapping steaderr.ErrConflict (an overlap two
 	// concurrent writes of one upload slip past each other is refused by
 	// the publish). A failed WriteChunk stores nothing.
-	WriteChunk(ctx context.Context, set ChunkSet, off int64, data []byte, lease time.Duration) error
+	WriteChunk(ctx context.Context, p WriteChunkParams) error
 	// AbortUpload discards an unpublished upload and its chunks; an upload
 	// already gone (published, aborted or reaped) is not an error, and a
 	// published set's chunks are never touched.
 	AbortUpload(ctx context.Context, set ChunkSet) error
-	// ReapUploads discards every upload whose lease has lapsed, with its
-	// chunks, and reports how many it discarded.
-	ReapUploads(ctx context.Context) (int, error)
+	// ReapUploads discards every upload whose lease has lapsed at p.Now,
+	// with its chunks, and reports how many it discarded.
+	ReapUploads(ctx context.Context, p ReapUploadsParams) (int, error)
 	// ReadChunk returns the chunk of set, published or staged, that holds
 	// byte off: its first byte's offset and a copy of its data (staged
 	// chunks are read to verify an upload before it is published). A chunk
@@ -175,11 +180,49 @@ type UnpinParams struct {
 	Owner string
 }
 
+// BeginUploadParams are the arguments of Engine.BeginUpload.
+type BeginUploadParams struct {
+	// Lease is how long the upload lasts without a chunk write, at least
+	// a microsecond.
+	Lease time.Duration
+	// Now is the instant the lease runs from; zero: the engine's clock.
+	Now time.Time
+}
+
+// WriteChunkParams are the arguments of Engine.WriteChunk.
+type WriteChunkParams struct {
+	Set  ChunkSet
+	Off  int64
+	Data []byte
+	// Lease is how long the upload lasts from Now on, at least a
+	// microsecond.
+	Lease time.Duration
+	// Now is the instant the renewed lease runs from; zero: the engine's
+	// clock.
+	Now time.Time
+}
+
+// ReapUploadsParams are the arguments of Engine.ReapUploads.
+type ReapUploadsParams struct {
+	// Now is the instant leases are judged at; zero: the engine's clock.
+	Now time.Time
+}
+
 // DeleteParams are the arguments of Engine.Delete.
 type DeleteParams struct {
 	Keys []Key
 	// Now is the instant pins are judged at; zero: the engine's clock.
 	Now time.Time
+}
+
+// ChildrenFixedError is the error an engine returns for a put of stored
+// key declaring children (extra) it was not stored with:
+// steaderr.ErrChildrenFixed naming the key and the first few of them.
+func ChildrenFixedError(key string, extra []string) error {
+	if len(extra) > 3 {
+		return fmt.Errorf("%w: %s was stored without %d of them, %s first", steaderr.ErrChildrenFixed, key, len(extra), strings.Join(extra[:3], ", "))
+	}
+	return fmt.Errorf("%w: %s was stored without %s", steaderr.ErrChildrenFixed, key, strings.Join(extra, ", "))
 }
 
 // MaxChildren bounds the blobs one put may declare it references.

@@ -176,8 +176,10 @@ type PutOptions struct {
 	// they are kept, with no pin or ref of their own, and once it is
 	// deleted they are left to the collector. Each must be stored when
 	// the put publishes its blob (else ErrNotFound naming the missing,
-	// and nothing is stored): put children before their parent. A re-put
-	// of stored content may declare more children, never fewer.
+	// and nothing is stored): put children before their parent. Stored
+	// content keeps the children of the put that stored it: a re-put may
+	// declare those or fewer, and one declaring another is refused
+	// (steaderr.ErrChildrenFixed, an ErrConflict), nothing changed.
 	Children []Key
 }
 
@@ -222,6 +224,19 @@ func withChildren(p PutParams, children []Key) (PutParams, error) {
 	}
 	p.Children = children
 	return p, nil
+}
+
+// CheckChildren returns children as PutParams.Children holds them for a
+// put of key (sorted, distinct), or an error for more than MaxChildren, a
+// zero key, or key itself among them: the checks Store makes before an
+// engine's Put, for a caller of the engine.
+func CheckChildren(key Key, children []Key) ([]Key, error) {
+	children, err := checkChildren(children)
+	if err != nil {
+		return nil, err
+	}
+	p, err := withChildren(PutParams{Key: key}, children)
+	return p.Children, err
 }
 
 func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) (Key, error) {
@@ -271,7 +286,7 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 // pins the stored key (after a publish, the abort finds nothing). If the
 // abort fails too, the upload's lease lapses and ReapUploads discards it.
 func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx, s.lease)
+	set, err := s.eng.BeginUpload(ctx, BeginUploadParams{Lease: s.lease, Now: s.pins.engineNow()})
 	if err != nil {
 		return Key{}, err
 	}
@@ -285,7 +300,7 @@ func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.R
 		if c.err != nil {
 			return Key{}, c.err
 		}
-		if err := s.eng.WriteChunk(ctx, set, size, c.data, s.lease); err != nil {
+		if err := s.eng.WriteChunk(ctx, WriteChunkParams{Set: set, Off: size, Data: c.data, Lease: s.lease, Now: s.pins.engineNow()}); err != nil {
 			return Key{}, err
 		}
 		size += int64(len(c.data))
@@ -533,13 +548,14 @@ func (s *Store) publish(ctx context.Context, p PutParams, digest Key) error {
 }
 
 // ReapUploads discards the staged chunks of every chunked put whose
-// upload lease lapsed (its process died or stalled) and reports how many
-// uploads it discarded. Opening a store and each GC sweep call it.
+// upload lease lapsed (its process died or stalled), judged on the store's
+// clock (Options.Now), and reports how many uploads it discarded. Opening a
+// store and each GC sweep call it.
 func (s *Store) ReapUploads(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("blob reap uploads: %w", err)
 	}
-	n, err := s.eng.ReapUploads(ctx)
+	n, err := s.eng.ReapUploads(ctx, ReapUploadsParams{Now: s.pins.engineNow()})
 	if err != nil {
 		return n, fmt.Errorf("blob reap uploads: %w", err)
 	}

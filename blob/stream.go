@@ -57,7 +57,7 @@ type ReadValueParams struct {
 // hashed, as putChunked does with chunks. h has been fed every byte r
 // yields.
 func (s *Store) putObject(ctx context.Context, st Streamer, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx, s.lease)
+	set, err := s.eng.BeginUpload(ctx, BeginUploadParams{Lease: s.lease, Now: s.pins.engineNow()})
 	if err != nil {
 		return Key{}, err
 	}

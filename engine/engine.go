@@ -55,3 +55,22 @@ type Engine interface {
 	// returns an error wrapping steaderr.ErrClosed. Close is idempotent.
 	Close() error
 }
+
+// InstanceClaimer is an Engine whose data other processes may open too
+// (PostgreSQL, SQLite), and which can therefore hold an instance id
+// exclusively: pins are owned by the id, so two open stores sharing one
+// would end each other's pins. stead.Open claims an id given by
+// WithInstanceID.
+type InstanceClaimer interface {
+	// ClaimInstance holds id until Close. While it is held, a claim of id
+	// on the same data (the same PostgreSQL schema, the same SQLite file)
+	// by another engine, in this process or another, fails with an error
+	// wrapping steaderr.ErrLeased that names id. A holder that dies
+	// without closing lets the claim go: when its database session ends,
+	// or its process exits. When a held claim is lost (its session was
+	// ended), the engine calls notify with an error wrapping
+	// steaderr.ErrLost, keeps trying to take it back, calls notify with
+	// an error wrapping steaderr.ErrLeased while another holds it, and
+	// with nil once it holds it again. notify may be nil.
+	ClaimInstance(ctx context.Context, id string, notify func(error)) error
+}

@@ -270,8 +270,11 @@ type Explanation struct {
 	Now time.Time
 }
 
-// ProcessLease is a sweep lease held in process, for engines whose data
-// one process uses. The zero value is free.
+// ProcessLease is a sweep lease held in process, for an engine whose
+// sweeps all run in one process (the memory and SQLite engines); it is API
+// for engine authors, outside this module too
+// (docs/decisions/0024-engine-api-for-third-parties.md). The zero value is
+// free.
 type ProcessLease struct{ held atomic.Bool }
 
 // TryAcquire takes the lease if it is free.
@@ -302,9 +305,10 @@ func (r *processRelease) Release(context.Context) error {
 	return nil
 }
 
-// FuncSources holds Go-function liveness sources for engines whose sweeps
-// all run in the registering process. The zero value is empty; it is safe
-// for concurrent use.
+// FuncSources holds Go-function liveness sources for an engine whose
+// sweeps all run in the registering process; like ProcessLease it is API
+// for engine authors. The zero value is empty; it is safe for concurrent
+// use.
 type FuncSources struct {
 	mu      sync.Mutex
 	sources map[string]Source

@@ -37,8 +37,10 @@ type Engine interface {
 	Get(ctx context.Context, p GetParams) (Ref, error)
 	// Touch renews the live, expiring ref p.Name to expire at p.Now +
 	// p.TTL, keeping its version, and returns it; a ref without expiry is
-	// returned unchanged. An absent or expired ref is an error wrapping
-	// steaderr.ErrNotFound: a renewal never resurrects one.
+	// returned unchanged. With p.Lazy it renews only a ref with less than
+	// half of p.TTL left at p.Now (zero: the engine's clock), and returns
+	// any other unchanged, writing nothing. An absent or expired ref is an
+	// error wrapping steaderr.ErrNotFound: a renewal never resurrects one.
 	Touch(ctx context.Context, p TouchParams) (Ref, error)
 	// Delete removes the live ref p.Name, only if its version is p.Version
 	// when p.Version is not 0 (else steaderr.ErrConflict). An absent or
@@ -86,6 +88,7 @@ type TouchParams struct {
 	Name string
 	TTL  time.Duration
 	Now  time.Time
+	Lazy bool
 }
 
 // DeleteParams are the arguments of Engine.Delete.

@@ -135,18 +135,17 @@ func (s *Store) GetTouch(ctx context.Context, name string, ttl time.Duration) (R
 	if err != nil {
 		return Ref{}, fmt.Errorf("ref get %.80q: %w", name, err)
 	}
-	r, err := s.Get(ctx, name)
-	if err != nil || r.Expiry.IsZero() {
-		return r, err
+	err = checkCall(ctx, name)
+	var r Ref
+	if err == nil {
+		// The engine judges what is left on its own clock, the one
+		// expiry is judged by.
+		r, err = s.eng.Touch(ctx, TouchParams{Name: name, TTL: ttl, Now: s.clock(), Lazy: true})
 	}
-	now := s.clock()
-	if now.IsZero() {
-		now = time.Now()
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref get %.80q: %w", name, err)
 	}
-	if r.Expiry.Sub(now) >= ttl/2 {
-		return r, nil
-	}
-	return s.Touch(ctx, name, ttl)
+	return r, nil
 }
 
 // Delete removes the live ref name, only if its version is ifVersion when

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/server"
 )
 
@@ -128,7 +128,7 @@ func TestTruncatedBody(t *testing.T) {
 // never sends a header is closed too.
 func TestIdleConnections(t *testing.T) {
 	t.Parallel()
-	addr, _ := serveReal(t, server.Options{IdleTimeout: 200 * time.Millisecond, RequestTimeout: 300 * time.Millisecond})
+	addr, _ := serveReal(t, server.Options{IdleTimeout: 200 * time.Millisecond, RequestTimeout: 300 * time.Millisecond, MaxConnsPerClient: 1024})
 	silent := dial(t, addr)
 	conns := make([]net.Conn, 520)
 	for i := range conns {
@@ -198,7 +198,7 @@ func TestUploadCap(t *testing.T) {
 	fmt.Fprintf(c, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
 	// The stalled upload holds the slot once its handler runs: wait for
 	// that, since an upload sent before it would take the slot instead.
-	poll.Until(t, "the stalled upload to hold the slot", func() bool {
+	testkit.Until(t, "the stalled upload to hold the slot", func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -208,7 +208,7 @@ func TestUploadCap(t *testing.T) {
 		return strings.Contains(string(text), "\nstead_http_uploads_in_progress 1\n")
 	})
 	var busy http.Header
-	poll.Until(t, "an upload past the cap to be refused", func() bool {
+	testkit.Until(t, "an upload past the cap to be refused", func() bool {
 		resp, err := http.Post("http://"+addr+"/v1/blobs", "application/octet-stream", strings.NewReader("next"))
 		if err != nil {
 			t.Fatal(err)
@@ -232,7 +232,7 @@ func TestShutdown(t *testing.T) {
 	fmt.Fprintf(stalled, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
 	steady := dial(t, addr)
 	fmt.Fprintf(steady, "PUT /v1/blobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
-	poll.Until(t, "both uploads to be in their handlers", func() bool {
+	testkit.Until(t, "both uploads to be in their handlers", func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -323,7 +323,7 @@ func TestLongPollOutlivesRequestTimeout(t *testing.T) {
 // metricsSay polls /metrics until it holds line.
 func metricsSay(t *testing.T, addr, line string) {
 	t.Helper()
-	poll.Until(t, line, func() bool {
+	testkit.Until(t, line, func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -210,5 +211,25 @@ func TestSourcesOverHTTP(t *testing.T) {
 	}
 	if a := do(t, "PUT", srv.URL+"/v1/gc/sources", `{"schema":"","table":"app_refs","column":"k"}`, nil); a.status != 400 || a.errCode(t) != "invalid_name" {
 		t.Fatalf("PUT an empty schema: %d %s", a.status, a.body)
+	}
+}
+
+// TestSweepReportsUploads: a sweep over HTTP reports the abandoned
+// uploads it reaped in its report's uploads field.
+func TestSweepReportsUploads(t *testing.T) {
+	t.Parallel()
+	_, srv, _ := gcServer(t, "mem://")
+	a := do(t, "POST", srv.URL+"/v1/uploads?lease=1ms", "", nil)
+	var up struct{ Chunks int64 }
+	mustJSON(t, a.body, &up)
+	if a := do(t, "PUT", fmt.Sprintf("%s/v1/chunks/%d/0?lease=1ms", srv.URL, up.Chunks), "abandoned", nil); a.status != 204 {
+		t.Fatalf("chunk = %d %s", a.status, a.body)
+	}
+	time.Sleep(10 * time.Millisecond) // the upload's lease lapses
+	if rep := sweepOver(t, srv.URL, `{"all_unreferenced":true}`); rep.Uploads != 1 {
+		t.Fatalf("sweep report %+v, want uploads 1", rep)
+	}
+	if a := do(t, "PUT", fmt.Sprintf("%s/v1/chunks/%d/9?lease=1m", srv.URL, up.Chunks), "more", nil); a.status != 409 {
+		t.Fatalf("a chunk of the reaped upload = %d %s, want 409", a.status, a.body)
 	}
 }

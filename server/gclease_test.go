@@ -10,7 +10,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/server"
 )
@@ -58,7 +58,7 @@ func TestSweepLeaseFencesSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b string
-	poll.Until(t, "B to take the lease A's session held", func() bool { b = takeLease(t, srv.URL, "B"); return b != "" })
+	testkit.Until(t, "B to take the lease A's session held", func() bool { b = takeLease(t, srv.URL, "B"); return b != "" })
 
 	steps := []struct{ method, path, body string }{
 		{"PUT", "/v1/gc/lease/" + a, ""},
@@ -103,7 +103,7 @@ func TestSweepLeaseIdle(t *testing.T) {
 		t.Fatal("A did not get the lease")
 	}
 	var b string
-	poll.Until(t, "the idle lease to be released", func() bool { b = takeLease(t, srv.URL, "B"); return b != "" })
+	testkit.Until(t, "the idle lease to be released", func() bool { b = takeLease(t, srv.URL, "B"); return b != "" })
 	if got := do(t, "POST", srv.URL+"/v1/gc/take", `{"lease":"`+a+`","limit":10}`, nil); got.status != 409 || got.errCode(t) != "lost" {
 		t.Errorf("a step of the stopped sweeper: %d %s, want 409 lost", got.status, got.body)
 	}

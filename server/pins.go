@@ -57,6 +57,13 @@ func (s *Server) putPinned(w http.ResponseWriter, r *http.Request, key blob.Key)
 	if err == nil && key.IsZero() {
 		err = &badRequest{"a pinned put names its key in the URL"}
 	}
+	var children []blob.Key
+	if err == nil {
+		children, err = parseKeyList(splitList(r.Header.Values(wire.ChildrenHeader)))
+	}
+	if err == nil {
+		children, err = blob.CheckChildren(key, children)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -78,7 +85,7 @@ func (s *Server) putPinned(w http.ResponseWriter, r *http.Request, key blob.Key)
 	}
 	res := &putResult{}
 	ctx := context.WithValue(r.Context(), putResultKey{}, res)
-	if err := s.blobEng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: owner, TTL: ttl, Now: now}); err != nil {
+	if err := s.blobEng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: owner, TTL: ttl, Now: now, Children: children}); err != nil {
 		s.fail(w, r, fmt.Errorf("blob put %s: %w", key, err))
 		return
 	}

@@ -119,7 +119,8 @@ func (s *Server) setRef(w http.ResponseWriter, r *http.Request) {
 	writeRef(w, http.StatusOK, got)
 }
 
-// touchRef: PATCH /v1/refs/{name...} with {"ttl"}: the ref renewed.
+// touchRef: PATCH /v1/refs/{name...} with {"ttl"}: the ref renewed; with
+// "lazy", only when less than half of ttl is left.
 func (s *Server) touchRef(w http.ResponseWriter, r *http.Request) {
 	var req wire.RefTouch
 	err := s.readJSON(w, r, &req)
@@ -129,7 +130,12 @@ func (s *Server) touchRef(w http.ResponseWriter, r *http.Request) {
 	}
 	var got ref.Ref
 	if err == nil {
-		got, err = s.refStore(now.Truncate(time.Microsecond)).Touch(r.Context(), r.PathValue("name"), time.Duration(req.TTL))
+		refs := s.refStore(now.Truncate(time.Microsecond))
+		if req.Lazy {
+			got, err = refs.GetTouch(r.Context(), r.PathValue("name"), time.Duration(req.TTL))
+		} else {
+			got, err = refs.Touch(r.Context(), r.PathValue("name"), time.Duration(req.TTL))
+		}
 	}
 	if err != nil {
 		s.fail(w, r, err)

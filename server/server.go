@@ -21,6 +21,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/ref"
 )
@@ -91,8 +92,11 @@ type Options struct {
 
 // Limits not worth a knob.
 const (
-	// maxJSONBody bounds a JSON request but a record save.
+	// maxJSONBody bounds a JSON request but a record save and a publish.
 	maxJSONBody = 64 << 10
+	// maxPublishBody bounds a publish: its fields and blob.MaxChildren
+	// quoted keys.
+	maxPublishBody = maxJSONBody + blob.MaxChildren*int64(len(`"sha256:",`)+64)
 	// maxRecordBody bounds a record save: the largest payload,
 	// base64-encoded, and its fields. Saves share the upload slots.
 	maxRecordBody = record.DefaultMaxPayload/3*4 + 64<<10
@@ -104,7 +108,7 @@ const (
 	maxLockWait = time.Minute
 	maxPoll     = time.Minute
 	// maxListLimit bounds one page of a list.
-	maxListLimit = 10000
+	maxListLimit = wire.MaxListLimit
 	// defaultListLimit is a page's length when the request names none.
 	defaultListLimit = 1000
 	// maxRecords bounds the records one answer holds (a list or a

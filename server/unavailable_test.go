@@ -15,7 +15,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/server"
 )
 
@@ -162,7 +162,7 @@ func TestDatabaseDown(t *testing.T) {
 	}
 	// The database comes back: the server is ready again, no restart.
 	p.restore()
-	poll.Until(t, "readyz to answer 200 once the database is back", func() bool {
+	testkit.Until(t, "readyz to answer 200 once the database is back", func() bool {
 		return do(t, "GET", srv.URL+"/readyz", "", nil).status == 200
 	})
 	if a := do(t, "PUT", srv.URL+"/v1/blobs", "value", nil); a.status != 201 {

@@ -27,14 +27,20 @@ import (
 // is re-read and hashed at publish.
 
 // beginUpload starts an upload with the lease the lease query parameter
-// names (a Go duration) and answers its chunk set id, a random one.
+// names (a Go duration), from now (the now parameter, when the server
+// allows client clocks), and answers its chunk set id, a random one.
 func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
 	lease, err := leaseOf(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	set, err := s.blobEng.BeginUpload(r.Context(), lease)
+	now, err := s.queryNow(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	set, err := s.blobEng.BeginUpload(r.Context(), blob.BeginUploadParams{Lease: lease, Now: now.Truncate(time.Microsecond)})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -66,6 +72,11 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	now, err := s.queryNow(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	body, done, ok := s.openBody(w, r, wire.MaxChunk, wire.CodeBodyTooLarge, "chunk")
 	if !ok {
 		return
@@ -91,7 +102,7 @@ func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		defer u.mu.Unlock()
 	}
-	err = s.blobEng.WriteChunk(r.Context(), set, off, data, lease)
+	err = s.blobEng.WriteChunk(r.Context(), blob.WriteChunkParams{Set: set, Off: off, Data: data, Lease: lease, Now: now.Truncate(time.Microsecond)})
 	u.wrote(off, data, lease, err)
 	if err != nil {
 		s.fail(w, r, err)
@@ -109,7 +120,7 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req wire.Publish
-	if err := s.readJSON(w, r, &req); err != nil {
+	if err := s.readJSONLimit(w, r, &req, maxPublishBody); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -155,8 +166,15 @@ func (s *Server) abortUpload(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// reapUploads discards the uploads whose lease lapsed at now (the now
+// parameter, when the server allows client clocks).
 func (s *Server) reapUploads(w http.ResponseWriter, r *http.Request) {
-	n, err := s.blobs.ReapUploads(r.Context())
+	now, err := s.queryNow(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	n, err := s.blobStore(now).ReapUploads(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return

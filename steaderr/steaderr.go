@@ -3,7 +3,10 @@
 // the chain, reachable with errors.As. The root package re-exports them.
 package steaderr
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotFound: the blob, record or lock does not exist.
@@ -50,4 +53,8 @@ var (
 	// after its statement reached the server may or may not have taken
 	// effect: read back before assuming either.
 	ErrUnavailable = errors.New("stead: unavailable")
+	// ErrChildrenFixed: a put of stored content declared children the
+	// content was not stored with; a blob's children are fixed by the put
+	// that stored it. It wraps ErrConflict.
+	ErrChildrenFixed = fmt.Errorf("%w: a blob's children are fixed by the put that stored it", ErrConflict)
 )

@@ -260,6 +260,7 @@ func testUpload(t *testing.T, h Harness) {
 		{"PublishSwap", uploadPublishSwap},
 		{"RandomIDs", uploadRandomIDs},
 		{"OffsetOverflow", uploadOffsetOverflow},
+		{"Reap", uploadReap},
 	})
 }
 
@@ -294,7 +295,9 @@ func uploadEndRace(t *testing.T, h Harness) {
 				set := stageChunks(t, eng, value[:uploadRaceChunk], uploadRaceChunk)
 				var writeErr, endErr error
 				var wg sync.WaitGroup
-				wg.Go(func() { writeErr = eng.WriteChunk(ctx, set, uploadRaceChunk, value[uploadRaceChunk:], time.Minute) })
+				wg.Go(func() {
+					writeErr = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk, Data: value[uploadRaceChunk:], Lease: time.Minute})
+				})
 				wg.Go(func() { endErr = end.end(set) })
 				wg.Wait()
 				if writeErr != nil && !errors.Is(writeErr, steaderr.ErrLost) {
@@ -326,12 +329,12 @@ func uploadEndRace(t *testing.T, h Harness) {
 // bytes, returning its chunk set.
 func stageChunks(t *testing.T, eng blob.Engine, value []byte, chunk int) blob.ChunkSet {
 	t.Helper()
-	set, err := eng.BeginUpload(t.Context(), time.Minute)
+	set, err := eng.BeginUpload(t.Context(), blob.BeginUploadParams{Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("BeginUpload: %v", err)
 	}
 	for off := 0; off < len(value); off += chunk {
-		if err := eng.WriteChunk(t.Context(), set, int64(off), value[off:min(off+chunk, len(value))], time.Minute); err != nil {
+		if err := eng.WriteChunk(t.Context(), blob.WriteChunkParams{Set: set, Off: int64(off), Data: value[off:min(off+chunk, len(value))], Lease: time.Minute}); err != nil {
 			t.Fatalf("WriteChunk at %d: %v", off, err)
 		}
 	}
@@ -352,7 +355,7 @@ func uploadPublishedSet(t *testing.T, h Harness) {
 	}
 	for _, off := range []int64{0, 500, 1000, 3000} {
 		// Not fatal: what the abort then does matters most.
-		if err := eng.WriteChunk(ctx, set, off, []byte("an intruder"), time.Minute); !errors.Is(err, steaderr.ErrLost) {
+		if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: off, Data: []byte("an intruder"), Lease: time.Minute}); !errors.Is(err, steaderr.ErrLost) {
 			t.Errorf("WriteChunk at %d of a published set: %v, want an error wrapping ErrLost", off, err)
 		}
 		if err := eng.AbortUpload(ctx, set); err != nil {
@@ -389,7 +392,7 @@ func uploadOverlap(t *testing.T, h Harness) {
 		off int64
 		n   int
 	}{{0, 1}, {0, 1000}, {500, 10}, {1000, 1000}, {1000, 1}, {1999, 1}, {1990, 20}, {999, 2}, {2999, 1}, {2500, 1000}} {
-		err := eng.WriteChunk(ctx, set, c.off, bytes.Repeat([]byte{'!'}, c.n), time.Minute)
+		err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: c.off, Data: bytes.Repeat([]byte{'!'}, c.n), Lease: time.Minute})
 		wantErr(t, err, steaderr.ErrConflict, fmt.Sprintf("WriteChunk of %d bytes at %d over chunks of 1000", c.n, c.off))
 	}
 	for off := int64(0); off < 3000; off += 250 {
@@ -437,12 +440,12 @@ func uploadTiling(t *testing.T, h Harness) {
 	wantValue(t, b.store, key, value)
 
 	// A gap inside: chunks [0, 1000) and [2000, 3000).
-	gap, err := eng.BeginUpload(ctx, time.Minute)
+	gap, err := eng.BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("BeginUpload: %v", err)
 	}
 	for _, off := range []int{0, 2000} {
-		if err := eng.WriteChunk(ctx, gap, int64(off), value[off:off+1000], time.Minute); err != nil {
+		if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: gap, Off: int64(off), Data: value[off : off+1000], Lease: time.Minute}); err != nil {
 			t.Fatalf("WriteChunk at %d: %v", off, err)
 		}
 	}
@@ -460,7 +463,7 @@ func uploadTiling(t *testing.T, h Harness) {
 	}
 
 	// No chunks at all: nothing to publish, even as an empty value.
-	empty, err := eng.BeginUpload(ctx, time.Minute)
+	empty, err := eng.BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("BeginUpload: %v", err)
 	}
@@ -495,8 +498,12 @@ func uploadOverlapRace(t *testing.T, h Harness) {
 		set := stageChunks(t, eng, value[:uploadRaceChunk], uploadRaceChunk)
 		var errs [2]error
 		var wg sync.WaitGroup
-		wg.Go(func() { errs[0] = eng.WriteChunk(ctx, set, uploadRaceChunk, value[uploadRaceChunk:], time.Minute) })
-		wg.Go(func() { errs[1] = eng.WriteChunk(ctx, set, uploadRaceChunk+10, []byte("an intruder"), time.Minute) })
+		wg.Go(func() {
+			errs[0] = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk, Data: value[uploadRaceChunk:], Lease: time.Minute})
+		})
+		wg.Go(func() {
+			errs[1] = eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: uploadRaceChunk + 10, Data: []byte("an intruder"), Lease: time.Minute})
+		})
 		wg.Wait()
 		for _, err := range errs {
 			if err != nil && !errors.Is(err, steaderr.ErrConflict) {
@@ -537,14 +544,72 @@ func uploadEndedSet(t *testing.T, h Harness) {
 		t.Fatalf("AbortUpload: %v", err)
 	}
 	for _, off := range []int64{0, 1000, 2000} {
-		err := eng.WriteChunk(ctx, set, off, value[:1000], time.Minute)
+		err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: off, Data: value[:1000], Lease: time.Minute})
 		wantErr(t, err, steaderr.ErrLost, fmt.Sprintf("WriteChunk at %d of an aborted upload", off))
 	}
 	if _, _, err := eng.ReadChunk(ctx, set, 0); !errors.Is(err, steaderr.ErrNotFound) {
 		t.Fatalf("ReadChunk of an aborted upload: %v, want ErrNotFound", err)
 	}
-	err := eng.WriteChunk(ctx, set^0x5a5a5a5a, 0, value[:1000], time.Minute)
+	err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set ^ 0x5a5a5a5a, Data: value[:1000], Lease: time.Minute})
 	wantErr(t, err, steaderr.ErrLost, "WriteChunk at 0 of a set never begun")
+}
+
+// uploadReap checks ReapUploads on the caller's clock: an upload whose
+// lease lapsed is discarded with its chunks and takes no chunk again,
+// while one a chunk write renewed in time is kept whole; the portable
+// store reaps on its own clock.
+func uploadReap(t *testing.T, h Harness) {
+	b := setup(t, h)
+	eng, ctx := b.blobs, t.Context()
+	t0 := b.clock.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	begin := func(name string) blob.ChunkSet {
+		t.Helper()
+		set, err := eng.BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Minute, Now: t0})
+		if err != nil {
+			t.Fatalf("BeginUpload %s: %v", name, err)
+		}
+		if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: testValue(name, 100), Lease: time.Minute, Now: t0}); err != nil {
+			t.Fatalf("WriteChunk to %s: %v", name, err)
+		}
+		return set
+	}
+	reap := func(now time.Time, want int) {
+		t.Helper()
+		n, err := eng.ReapUploads(ctx, blob.ReapUploadsParams{Now: now})
+		if err != nil || n != want {
+			t.Fatalf("ReapUploads at t0+%v = %d, %v; want %d", now.Sub(t0), n, err, want)
+		}
+	}
+	lapsing, renewed := begin("lapsing"), begin("renewed")
+	reap(at(30*time.Second), 0)
+	// Renewed at t0+40s, the upload lasts until t0+100s.
+	if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: renewed, Off: 100, Data: testValue("renewed 2", 100), Lease: time.Minute, Now: at(40 * time.Second)}); err != nil {
+		t.Fatalf("WriteChunk renewing: %v", err)
+	}
+	reap(at(70*time.Second), 1)
+	reap(at(70*time.Second), 0)
+	err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: lapsing, Off: 100, Data: testValue("late", 100), Lease: time.Minute, Now: at(70 * time.Second)})
+	wantErr(t, err, steaderr.ErrLost, "WriteChunk to a reaped upload")
+	if _, _, err := eng.ReadChunk(ctx, lapsing, 0); !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("ReadChunk of a reaped upload: %v, want ErrNotFound", err)
+	}
+	for _, off := range []int64{0, 100} {
+		if _, data, err := eng.ReadChunk(ctx, renewed, off); err != nil || len(data) != 100 {
+			t.Fatalf("ReadChunk at %d of the renewed upload: %d bytes, %v", off, len(data), err)
+		}
+	}
+	if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: renewed, Off: 200, Data: testValue("renewed 3", 100), Lease: time.Minute, Now: at(70 * time.Second)}); err != nil {
+		t.Fatalf("WriteChunk to the renewed upload after the reap: %v", err)
+	}
+	// The store's clock, moved past the renewed lease (t0+130s).
+	b.clock.Advance(3 * time.Minute)
+	if n, err := b.store.ReapUploads(ctx); err != nil || n != 1 {
+		t.Fatalf("Store.ReapUploads on its clock = %d, %v; want 1", n, err)
+	}
+	if _, _, err := eng.ReadChunk(ctx, renewed, 0); !errors.Is(err, steaderr.ErrNotFound) {
+		t.Fatalf("ReadChunk of an upload the store reaped: %v, want ErrNotFound", err)
+	}
 }
 
 // swapEngine runs swap once, after the first ReadChunk returns.
@@ -575,7 +640,7 @@ func uploadPublishSwap(t *testing.T, h Harness) {
 		if err := eng.AbortUpload(ctx, set); err != nil {
 			t.Errorf("AbortUpload: %v", err)
 		}
-		err := eng.WriteChunk(ctx, set, 0, evil, time.Minute)
+		err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: evil, Lease: time.Minute})
 		if !errors.Is(err, steaderr.ErrLost) {
 			t.Errorf("WriteChunk at 0 of the aborted set: %v, want an error wrapping ErrLost", err)
 		}
@@ -599,7 +664,7 @@ func uploadRandomIDs(t *testing.T, h Harness) {
 	seen := make(map[blob.ChunkSet]bool, n)
 	var last blob.ChunkSet
 	for i := range n {
-		set, err := b.blobs.BeginUpload(t.Context(), time.Minute)
+		set, err := b.blobs.BeginUpload(t.Context(), blob.BeginUploadParams{Lease: time.Minute})
 		if err != nil {
 			t.Fatalf("BeginUpload: %v", err)
 		}
@@ -620,7 +685,7 @@ func uploadOffsetOverflow(t *testing.T, h Harness) {
 	value := testValue("offset overflow", 1000)
 	set := stageChunks(t, eng, value, 1000)
 	for _, off := range []int64{math.MaxInt64 - 2, math.MaxInt64 - 5, math.MaxInt64 - 9, math.MaxInt64, -1, math.MinInt64} {
-		err := eng.WriteChunk(ctx, set, off, []byte("0123456789"), time.Minute)
+		err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: off, Data: []byte("0123456789"), Lease: time.Minute})
 		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("WriteChunk of 10 bytes at %d", off))
 	}
 	for _, off := range []int64{math.MaxInt64 - 1, math.MaxInt64 - 9} {

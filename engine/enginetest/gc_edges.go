@@ -84,7 +84,8 @@ func gcEdges(t *testing.T, h Harness) {
 func gcEdgesRefused(t *testing.T, h Harness) {
 	b := setupGC(t, h)
 	ctx := t.Context()
-	child := mustPut(t, b.store, testValue("present child", 10))
+	childValue := testValue("present child", 10)
+	child := mustPut(t, b.store, childValue)
 	absent := absentKey("edge child")
 	value := testValue("orphaned parent", 20)
 	_, err := putWith(t, b.store, value, child, absent)
@@ -111,17 +112,61 @@ func gcEdgesRefused(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrInvalidArgument, "PutWith too many children")
 	wantHas(t, b.store, blob.KeyOf(value), false)
 
-	// A re-put may add children, and a put declaring children writes them
-	// even while the store's pin on the key is young.
-	parent := mustPut(t, b.store, value)
-	if _, err := putWith(t, b.store, value, child); err != nil {
-		t.Fatalf("re-put with a child: %v", err)
+	// A put declaring children writes them even while the store's pin on
+	// the key is young.
+	parent, err := putWith(t, b.store, value, child)
+	if err != nil {
+		t.Fatalf("PutWith a stored child: %v", err)
 	}
 	if x, err := b.col.Explain(ctx, child); err != nil || !slices.Equal(x.Parents, []blob.Key{parent}) {
-		t.Fatalf("Explain(child) after a re-put declared it = %+v, %v", x, err)
+		t.Fatalf("Explain(child) after its parent's put = %+v, %v", x, err)
 	}
 	if d, err := b.eng.GC().Declared(ctx); err != nil || !d {
 		t.Fatalf("Declared with an edge = %v, %v; want true", d, err)
+	}
+	gcEdgesFixed(t, b, value, childValue)
+}
+
+// gcEdgesFixed: a blob's children are those it was stored with. A re-put
+// may declare them or fewer; one declaring another fails with
+// ErrChildrenFixed and changes nothing, so no cycle can form.
+func gcEdgesFixed(t *testing.T, b *gcBundle, parentValue, childValue []byte) {
+	t.Helper()
+	ctx := t.Context()
+	parent, child := blob.KeyOf(parentValue), blob.KeyOf(childValue)
+	for _, children := range [][]blob.Key{{child}, nil} {
+		if _, err := putWith(t, b.store, parentValue, children...); err != nil {
+			t.Fatalf("re-put with children %v (those it was stored with, or fewer): %v", children, err)
+		}
+	}
+	otherValue := testValue("a later child", 30)
+	other := mustPut(t, b.store, otherValue)
+	for what, tc := range map[string]struct {
+		value    []byte
+		children []blob.Key
+	}{
+		"a re-put naming another child":          {parentValue, []blob.Key{child, other}},
+		"a re-put closing a cycle":               {childValue, []blob.Key{parent}},
+		"a re-put of content stored without any": {otherValue, []blob.Key{child}},
+	} {
+		_, err := putWith(t, b.store, tc.value, tc.children...)
+		wantErr(t, err, steaderr.ErrConflict, what)
+		if !errors.Is(err, steaderr.ErrChildrenFixed) {
+			t.Fatalf("%s: %v, want steaderr.ErrChildrenFixed", what, err)
+		}
+	}
+	for k, want := range map[blob.Key][]blob.Key{child: {parent}, parent: nil, other: nil} {
+		if x, err := b.col.Explain(ctx, k); err != nil || !slices.Equal(x.Parents, want) {
+			t.Fatalf("Explain(%s) after refused re-puts = parents %v, %v; want %v", k, x.Parents, err, want)
+		}
+	}
+	// The empty value may reference blobs too.
+	empty, err := putWith(t, b.store, nil, other)
+	if err != nil {
+		t.Fatalf("PutWith(the empty value, a child): %v", err)
+	}
+	if x, err := b.col.Explain(ctx, other); err != nil || !slices.Equal(x.Parents, []blob.Key{empty}) {
+		t.Fatalf("Explain(a child of the empty value) = parents %v, %v; want %v", x.Parents, err, empty)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -410,8 +410,8 @@ func lockClosed(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrClosed, "engine WatchReleases after Close")
 	select {
 	case <-hd.Lost():
-	case <-time.After(poll.Timeout):
-		t.Fatalf("Held.Lost not closed %v after Close", poll.Timeout)
+	case <-time.After(testkit.Timeout):
+		t.Fatalf("Held.Lost not closed %v after Close", testkit.Timeout)
 	}
 	wantErr(t, hd.Err(), steaderr.ErrLost, "Held.Err after Close")
 	wantErr(t, hd.Err(), steaderr.ErrClosed, "Held.Err after Close")
@@ -433,15 +433,15 @@ func lockCloseWakesWaiters(t *testing.T, h Harness) {
 		_, err := s.Lock(t.Context(), "job", "bob", time.Hour)
 		done <- err
 	}()
-	poll.Until(t, "Lock to be refused", func() bool { return spy.acquires.Load() >= 2 })
+	testkit.Until(t, "Lock to be refused", func() bool { return spy.acquires.Load() >= 2 })
 	if err := eng.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	select {
 	case err := <-done:
 		wantErr(t, err, steaderr.ErrClosed, "Lock waiting through Close")
-	case <-time.After(poll.Timeout):
-		t.Fatalf("Lock still waiting %v after Close", poll.Timeout)
+	case <-time.After(testkit.Timeout):
+		t.Fatalf("Lock still waiting %v after Close", testkit.Timeout)
 	}
 }
 
@@ -678,7 +678,7 @@ func lockInBackground(t *testing.T, ctx context.Context, b *lockBundle, name, ow
 		lk, err := b.store.Lock(ctx, name, owner, ttl)
 		done <- lockResult{lk, err}
 	}()
-	poll.Until(t, "Lock to make two attempts", func() bool { return b.spy.acquires.Load() >= before+2 })
+	testkit.Until(t, "Lock to make two attempts", func() bool { return b.spy.acquires.Load() >= before+2 })
 	select {
 	case r := <-done:
 		t.Fatalf("Lock of a held lock returned %v, %v", r.lk, r.err)
@@ -692,8 +692,8 @@ func waitLock(t *testing.T, done <-chan lockResult) lockResult {
 	select {
 	case r := <-done:
 		return r
-	case <-time.After(poll.Timeout):
-		t.Fatalf("Lock did not return within %v", poll.Timeout)
+	case <-time.After(testkit.Timeout):
+		t.Fatalf("Lock did not return within %v", testkit.Timeout)
 		return lockResult{}
 	}
 }
@@ -753,8 +753,8 @@ func wantLost(t *testing.T, hd *lock.Held) {
 	t.Helper()
 	select {
 	case <-hd.Lost():
-	case <-time.After(poll.Timeout):
-		t.Fatalf("Held.Lost not closed within %v", poll.Timeout)
+	case <-time.After(testkit.Timeout):
+		t.Fatalf("Held.Lost not closed within %v", testkit.Timeout)
 	}
 	wantErr(t, hd.Err(), steaderr.ErrLost, "Held.Err")
 	wantErr(t, hd.Release(t.Context()), steaderr.ErrLost, "Held.Release of a lost lock")
@@ -783,7 +783,7 @@ func lockHold(t *testing.T, h Harness) {
 	for range 6 {
 		b.clock.Advance(holdTTL / 3)
 		want := b.clock.Now().Add(holdTTL)
-		poll.Until(t, "Hold to renew", func() bool { return hd.Grant().Expiry.Equal(want) })
+		testkit.Until(t, "Hold to renew", func() bool { return hd.Grant().Expiry.Equal(want) })
 		wantNotLost(t, hd)
 	}
 	if g := hd.Grant(); g.Name != "job" || g.Owner != "alice" || g.Token != 1 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -254,6 +255,7 @@ func refList(t *testing.T, h Harness) {
 		want          []string
 	}{
 		{"", "", 100, names},
+		{"", "", math.MaxInt, names},
 		{"a", "", 100, []string{"a", "a/b", "a/c", "a0", "ab"}},
 		{"a/", "", 100, []string{"a/b", "a/c"}},
 		{"a", "a/b", 2, []string{"a/c", "a0"}},

@@ -80,6 +80,17 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(missing, ", "))
 	}
+	if _, stored := b.values[p.Key]; stored {
+		var extra []string
+		for _, c := range p.Children {
+			if !b.parents[c][p.Key] {
+				extra = append(extra, c.String())
+			}
+		}
+		if len(extra) > 0 {
+			return blob.ChildrenFixedError(p.Key.String(), extra)
+		}
+	}
 	if p.Chunks != 0 {
 		u, ok := b.uploads[p.Chunks]
 		if !ok {
@@ -100,8 +111,8 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	return nil
 }
 
-// addEdges records that parent references children, adding to the edges
-// it has. Called with mu held.
+// addEdges records that parent references children, those it does not
+// already. Called with mu held.
 func (b *blobs) addEdges(parent blob.Key, children []blob.Key) {
 	for _, c := range children {
 		if b.parents[c][parent] {
@@ -267,7 +278,7 @@ func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict
 	return b.arbitrate(ctx, p.Keys, p.Now, false)
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
@@ -280,13 +291,14 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 		if staged || published {
 			return false, nil
 		}
-		b.uploads[set] = &upload{expires: time.Now().Add(lease)}
+		b.uploads[set] = &upload{expires: clock.OrNow(p.Now).Add(p.Lease)}
 		return true, nil
 	})
 	return blob.ChunkSet(id), err
 }
 
-func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	set, off, data := p.Set, p.Off, p.Data
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
@@ -299,7 +311,7 @@ func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, da
 	if !ok {
 		return fmt.Errorf("%w: chunk set %d has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost, set)
 	}
-	u.expires = time.Now().Add(lease)
+	u.expires = clock.OrNow(p.Now).Add(p.Lease)
 	// The chunks stay in offset order; one overlapping its neighbour
 	// before or after is refused.
 	i, _ := slices.BinarySearchFunc(u.chunks, off, func(c chunk, off int64) int { return cmpInt(c.off, off) })
@@ -330,13 +342,13 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return nil
 }
 
-func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return 0, err
 	}
-	now, n := time.Now(), 0
+	now, n := clock.OrNow(p.Now), 0
 	for set, u := range b.uploads {
 		if !now.Before(u.expires) {
 			delete(b.uploads, set)

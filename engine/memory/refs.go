@@ -116,7 +116,7 @@ func (m refMech) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) 
 	if r == nil {
 		return ref.Ref{}, steaderr.ErrNotFound
 	}
-	if !r.expiry.IsZero() {
+	if !r.expiry.IsZero() && (!p.Lazy || r.expiry.Sub(now) < p.TTL/2) {
 		r.expiry = now.Add(p.TTL)
 	}
 	return r.ref(p.Name), nil

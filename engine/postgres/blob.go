@@ -37,80 +37,88 @@ const (
 // the blob insert to completion first), so batches lock rows in one order:
 // blobs by key, then pins by (key, owner).
 // docs/decisions/0006-put-statement.md, 0021-gc-at-scale.md.
-const (
-	sqlPut = `WITH b AS (
+var (
+	sqlPut = declare("sqlPut", `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
+	FROM unnest(@keys::text[], @sizes::bigint[], @vals::bytea[], @blob_owners::text[], @blob_ttls::bigint[], @blob_nows::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
 )
 INSERT INTO {schema}.pins AS p (key, owner, expiry)
 SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
+FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[]) AS u(k, o, d, n)
 WHERE (SELECT count(*) FROM b) >= 0
 AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
-ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
 
 	// sqlPutNaive is the known-unsafe put, for tests that prove the
 	// torture test sees the race: ON CONFLICT DO NOTHING does not wait on
 	// arbitration's row lock, so its pin can commit beside a deletion.
-	sqlPutNaive = `WITH b AS (
+	sqlPutNaive = declare("sqlPutNaive", `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
+	FROM unnest(@keys::text[], @sizes::bigint[], @vals::bytea[], @blob_owners::text[], @blob_ttls::bigint[], @blob_nows::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING key, pin_owner
 )
 INSERT INTO {schema}.pins AS p (key, owner, expiry)
 SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
+FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[]) AS u(k, o, d, n)
 WHERE (SELECT count(*) FROM b) >= 0
 AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
-ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
+ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
 
 	// sqlPutEdges is sqlPut for a batch in which some puts declare
-	// children ($14, $15: the edges, parent and child). First every stored
-	// row of the batch, parents and children alike ($13), is locked in one
-	// pass in key order, so batches never lock them in opposite orders. A
-	// parent one of whose children is not stored is not published by this
-	// batch, unless a put of it without children is in the batch too ($11,
-	// $12 say which rows and pins come from such puts); the edges of the
-	// others are inserted; the missing (parent, child) pairs are answered.
-	sqlPutEdges = `WITH l AS (
-	SELECT key FROM {schema}.blobs WHERE key = ANY ($13::text[]) ORDER BY key FOR NO KEY UPDATE
+	// children (@parents, @children: the edges). First every stored row of
+	// the batch, parents and children alike (@lock), is locked in one pass
+	// in key order, so batches never lock them in opposite orders. A parent
+	// is refused when one of its children is not stored (missing) or when
+	// it is stored without one of them (fixed: a blob's children are those
+	// it was stored with). A refused parent is not published or pinned by
+	// this batch, unless a put of it without children is in the batch too
+	// (@blob_plain, @pin_plain say which rows and pins come from such
+	// puts); the edges of the others are inserted; the refused (parent,
+	// child, fixed) triples are answered.
+	sqlPutEdges = declare("sqlPutEdges", `WITH l AS (
+	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR NO KEY UPDATE
 ), e AS (
-	SELECT p, c FROM unnest($14::text[], $15::text[]) AS u(p, c)
+	SELECT p, c FROM unnest(@parents::text[], @children::text[]) AS u(p, c)
 ), missing AS (
 	SELECT p, c FROM e WHERE (SELECT count(*) FROM l) >= 0 AND c NOT IN (SELECT key FROM l)
+), fixed AS (
+	SELECT p, c FROM e WHERE p IN (SELECT key FROM l)
+	AND NOT EXISTS (SELECT FROM {schema}.blob_edges x WHERE x.parent = e.p AND x.child = e.c)
+), refused AS (
+	SELECT p FROM missing UNION SELECT p FROM fixed
 ), b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[], $11::boolean[]) AS u(k, s, v, o, d, n, plain)
-	WHERE plain OR k NOT IN (SELECT p FROM missing)
+	FROM unnest(@keys::text[], @sizes::bigint[], @vals::bytea[], @blob_owners::text[], @blob_ttls::bigint[], @blob_nows::timestamptz[], @blob_plain::boolean[]) AS u(k, s, v, o, d, n, plain)
+	WHERE plain OR k NOT IN (SELECT p FROM refused)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
 ), edges AS (
 	INSERT INTO {schema}.blob_edges (parent, child)
-	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM missing) AND (SELECT count(*) FROM b) >= 0
+	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM refused) AND (SELECT count(*) FROM b) >= 0
 	ON CONFLICT DO NOTHING
 ), pinned AS (
 	INSERT INTO {schema}.pins AS p (key, owner, expiry)
 	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $12::boolean[]) AS u(k, o, d, n, plain)
+	FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[], @pin_plain::boolean[]) AS u(k, o, d, n, plain)
 	WHERE (SELECT count(*) FROM b) >= 0
-	AND (plain OR k NOT IN (SELECT p FROM missing))
+	AND (plain OR k NOT IN (SELECT p FROM refused))
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c FROM missing ORDER BY p, c`
+SELECT p, c, false FROM missing UNION ALL SELECT p, c, true FROM fixed ORDER BY 1, 2`)
 
-	sqlStat     = `SELECT size FROM {schema}.blobs WHERE key = $1`
-	sqlListPage = `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`
+	sqlStat     = declare("sqlStat", `SELECT size FROM {schema}.blobs WHERE key = $1`)
+	sqlListPage = declare("sqlListPage", `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`)
 
 	// sqlPin locks the blob row as a put does, then pins it in pins; 0
 	// rows: the blob is absent.
-	sqlPin = `WITH b AS (
+	sqlPin = declare("sqlPin", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = $1 FOR NO KEY UPDATE
 ), p AS (
 	INSERT INTO {schema}.pins AS p (key, owner, expiry)
@@ -118,7 +126,7 @@ SELECT p, c FROM missing ORDER BY p, c`
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 	RETURNING 1
 )
-SELECT count(*) FROM b`
+SELECT count(*) FROM b`)
 
 	// sqlRenewPin extends a live pin only: the owner's row in pins, else
 	// the pin in the blob's row; an expired or absent one stays so.
@@ -129,7 +137,7 @@ SELECT count(*) FROM b`
 	// it. The new expiry runs from now(), the earlier instant. The inline
 	// update runs only when pins had no live row (an initplan), so a
 	// renewal locks one of the two rows, never both.
-	sqlRenewPin = `WITH p AS (
+	sqlRenewPin = declare("sqlRenewPin", `WITH p AS (
 	UPDATE {schema}.pins
 	SET expiry = greatest(expiry, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond')
 	WHERE key = $1 AND owner = $2 AND expiry > coalesce($4::timestamptz, clock_timestamp())
@@ -141,18 +149,18 @@ SELECT count(*) FROM b`
 	AND NOT EXISTS (SELECT FROM p)
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM p) + (SELECT count(*) FROM i)`
+SELECT (SELECT count(*) FROM p) + (SELECT count(*) FROM i)`)
 
 	// sqlUnpin removes the owner's pin, in the blob's row while it is live
 	// there, then in pins: rows are locked in the order a put locks them
 	// (the initplan runs the blob update first), so an unpin never
 	// deadlocks with an arbitration holding the blob row.
-	sqlUnpin = `WITH i AS (
+	sqlUnpin = declare("sqlUnpin", `WITH i AS (
 	UPDATE {schema}.blobs SET pin_owner = NULL, pin_expiry = NULL
 	WHERE key = $1 AND pin_owner = $2 AND pin_expiry > now()
 	RETURNING 1
 )
-DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2 AND (SELECT count(*) FROM i) >= 0`
+DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2 AND (SELECT count(*) FROM i) >= 0`)
 )
 
 type blobs struct {
@@ -160,24 +168,11 @@ type blobs struct {
 	commit *groupcommit.Committer[groupcommit.Put]
 	// naive selects sqlPutNaive (tests only).
 	naive atomic.Bool
-	sql   struct {
-		put, putNaive, putEdges, stat, page, pin, renewPin, unpin string
-	}
-	chunkSQL chunkSQL
 }
 
 func (b *blobs) init(e *Engine) {
 	b.e = e
 	b.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
-	b.sql.put = e.render(sqlPut)
-	b.sql.putNaive = e.render(sqlPutNaive)
-	b.sql.putEdges = e.render(sqlPutEdges)
-	b.sql.stat = e.render(sqlStat)
-	b.sql.page = e.render(sqlListPage)
-	b.sql.pin = e.render(sqlPin)
-	b.sql.renewPin = e.render(sqlRenewPin)
-	b.sql.unpin = e.render(sqlUnpin)
-	b.chunkSQL.init(e)
 }
 
 // Put batches inline values; a chunked value is published on its own, its
@@ -257,30 +252,40 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 		pinKeys[i], owners[i], ttls[i], nows[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
 		pinPlain[i] = plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}]
 	}
+	args := pgx.StrictNamedArgs{
+		"keys": keys, "sizes": sizes, "vals": values, "blob_owners": blobOwners, "blob_ttls": blobTTLs, "blob_nows": blobNows,
+		"pin_keys": pinKeys, "pin_owners": owners, "pin_ttls": ttls, "pin_nows": nows,
+	}
 	if len(children) == 0 {
-		stmt := b.sql.put
+		stmt := b.e.sql(sqlPut)
 		if b.naive.Load() {
-			stmt = b.sql.putNaive
+			stmt = b.e.sql(sqlPutNaive)
 		}
 		return retryTransient(ctx, func() error {
-			_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
+			_, err := b.e.pool.Exec(ctx, stmt, args)
 			return err
 		})
 	}
 	lock := slices.Concat(keys, children)
 	slices.Sort(lock)
 	lock = slices.Compact(lock)
-	missing := map[string][]string{}
+	args["blob_plain"], args["pin_plain"], args["lock"], args["parents"], args["children"] = blobPlain, pinPlain, lock, parents, children
+	missing, fixed := map[string][]string{}, map[string][]string{}
 	err := retryTransient(ctx, func() error {
 		clear(missing)
-		rows, err := b.e.pool.Query(ctx, b.sql.putEdges, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows,
-			blobPlain, pinPlain, lock, parents, children)
+		clear(fixed)
+		rows, err := b.e.pool.Query(ctx, b.e.sql(sqlPutEdges), args)
 		if err != nil {
 			return err
 		}
 		var p, c string
-		_, err = pgx.ForEachRow(rows, []any{&p, &c}, func() error {
-			missing[p] = append(missing[p], c)
+		var isFixed bool
+		_, err = pgx.ForEachRow(rows, []any{&p, &c, &isFixed}, func() error {
+			if isFixed {
+				fixed[p] = append(fixed[p], c)
+			} else {
+				missing[p] = append(missing[p], c)
+			}
 			return nil
 		})
 		return err
@@ -290,8 +295,13 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	}
 	for _, r := range batch {
 		r.Err = nil
-		if m := missing[r.Item.Key]; len(r.Item.Children) > 0 && len(m) > 0 {
+		if len(r.Item.Children) == 0 {
+			continue
+		}
+		if m := missing[r.Item.Key]; len(m) > 0 {
 			r.Err = missingChildren(m)
+		} else if f := fixed[r.Item.Key]; len(f) > 0 {
+			r.Err = blob.ChildrenFixedError(r.Item.Key, f)
 		}
 	}
 	return nil
@@ -325,7 +335,7 @@ func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 		return blob.Info{}, err
 	}
 	info := blob.Info{Key: key}
-	if err := readError(b.e.pool.QueryRow(ctx, b.sql.stat, key.String()).Scan(&info.Size)); err != nil {
+	if err := readError(b.e.pool.QueryRow(ctx, b.e.sql(sqlStat), key.String()).Scan(&info.Size)); err != nil {
 		return blob.Info{}, err
 	}
 	return info, nil
@@ -339,7 +349,7 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	if limit < 1 {
 		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, limit)
 	}
-	rows, err := b.e.pool.Query(ctx, b.sql.page, after.String(), limit)
+	rows, err := b.e.pool.Query(ctx, b.e.sql(sqlListPage), after.String(), limit)
 	if err == nil {
 		err = yieldRows(rows, yield)
 	}
@@ -374,7 +384,7 @@ func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 	}
 	var n int
 	err := retryTransient(ctx, func() error {
-		return b.e.pool.QueryRow(ctx, b.sql.pin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n)
+		return b.e.pool.QueryRow(ctx, b.e.sql(sqlPin), p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n)
 	})
 	switch {
 	case err != nil:
@@ -390,7 +400,7 @@ func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
 		return false, err
 	}
 	var n int64
-	if err := b.e.pool.QueryRow(ctx, b.sql.renewPin, p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n); err != nil {
+	if err := b.e.pool.QueryRow(ctx, b.e.sql(sqlRenewPin), p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n); err != nil {
 		return false, interpretError(err)
 	}
 	return n == 1, nil
@@ -400,6 +410,6 @@ func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	_, err := b.e.pool.Exec(ctx, b.sql.unpin, p.Key.String(), p.Owner)
+	_, err := b.e.pool.Exec(ctx, b.e.sql(sqlUnpin), p.Key.String(), p.Owner)
 	return interpretError(err)
 }

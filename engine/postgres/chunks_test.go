@@ -13,14 +13,14 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // waitLockWaiters waits until n statements in db's schema wait on a lock.
 func waitLockWaiters(t *testing.T, db *pgtest.DB, n int, what string) {
 	t.Helper()
-	poll.Until(t, what, func() bool {
+	testkit.Until(t, what, func() bool {
 		var got int
 		err := db.Admin.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'", db.Schema).Scan(&got)
 		return err == nil && got >= n
@@ -31,7 +31,7 @@ func waitLockWaiters(t *testing.T, db *pgtest.DB, n int, what string) {
 func waitLapsed(t *testing.T, db *pgtest.DB, set blob.ChunkSet) {
 	t.Helper()
 	uploads := pgx.Identifier{db.Schema, "blob_uploads"}.Sanitize()
-	poll.Until(t, "the upload's lease to lapse", func() bool {
+	testkit.Until(t, "the upload's lease to lapse", func() bool {
 		var lapsed bool
 		err := db.Admin.QueryRow(t.Context(), "SELECT expires_at < now() FROM "+uploads+" WHERE id = $1", int64(set)).Scan(&lapsed)
 		return err == nil && lapsed
@@ -49,7 +49,7 @@ func TestChunkReapRacesChunkWrite(t *testing.T) {
 	eng := open(t, db, "").Blobs()
 	uploads := pgx.Identifier{db.Schema, "blob_uploads"}.Sanitize()
 	chunks := pgx.Identifier{db.Schema, "blob_chunks"}.Sanitize()
-	set, err := eng.BeginUpload(ctx, time.Microsecond)
+	set, err := eng.BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,9 @@ func TestChunkReapRacesChunkWrite(t *testing.T) {
 	// The write renews the lease by a microsecond from its own start, so
 	// the reaper, which starts later, still finds it lapsed.
 	writeErr := make(chan error, 1)
-	go func() { writeErr <- eng.WriteChunk(ctx, set, 0, []byte("late chunk"), time.Microsecond) }()
+	go func() {
+		writeErr <- eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: []byte("late chunk"), Lease: time.Microsecond})
+	}()
 	waitLockWaiters(t, db, 1, "the chunk write to wait on the upload's row")
 	type reaped struct {
 		n   int
@@ -73,7 +75,7 @@ func TestChunkReapRacesChunkWrite(t *testing.T) {
 	}
 	reap := make(chan reaped, 1)
 	go func() {
-		n, err := eng.ReapUploads(ctx)
+		n, err := eng.ReapUploads(ctx, blob.ReapUploadsParams{})
 		reap <- reaped{n, err}
 	}()
 	waitLockWaiters(t, db, 2, "the reaper to wait on the upload's row")
@@ -114,24 +116,26 @@ func TestChunkRaces(t *testing.T) {
 			_ = s.Publish(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
 		}
 		wg.Go(func() {
-			set, err := engs[i%2].BeginUpload(ctx, time.Hour)
+			set, err := engs[i%2].BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Hour})
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			if err := engs[i%2].WriteChunk(ctx, set, 0, content[:64], time.Hour); err != nil {
+			if err := engs[i%2].WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: content[:64], Lease: time.Hour}); err != nil {
 				t.Error(err)
 				return
 			}
 			var in sync.WaitGroup
 			for c := 1; c < 3; c++ {
-				in.Go(func() { _ = engs[(i+c)%2].WriteChunk(ctx, set, int64(64*c), content[64*c:64*(c+1)], time.Hour) })
+				in.Go(func() {
+					_ = engs[(i+c)%2].WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: int64(64 * c), Data: content[64*c : 64*(c+1)], Lease: time.Hour})
+				})
 			}
 			in.Go(func() { publish(stores[(i+1)%2], set) })
 			if i%3 == 0 {
 				in.Go(func() { _ = engs[i%2].AbortUpload(ctx, set) })
 			}
-			in.Go(func() { _, _ = engs[(i+1)%2].ReapUploads(ctx) })
+			in.Go(func() { _, _ = engs[(i+1)%2].ReapUploads(ctx, blob.ReapUploadsParams{}) })
 			in.Wait()
 			publish(stores[i%2], set)
 			if err := engs[(i+1)%2].AbortUpload(ctx, set); err != nil {
@@ -187,11 +191,11 @@ func TestChunkPublishRacesReap(t *testing.T) {
 		chunks := pgx.Identifier{db.Schema, "blob_chunks"}.Sanitize()
 		content := []byte("lapsed upload content")
 		key := blob.KeyOf(content)
-		set, err := eng.BeginUpload(ctx, time.Microsecond)
+		set, err := eng.BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := eng.WriteChunk(ctx, set, 0, content, time.Microsecond); err != nil {
+		if err := eng.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: content, Lease: time.Microsecond}); err != nil {
 			t.Fatal(err)
 		}
 		waitLapsed(t, db, set)
@@ -208,7 +212,7 @@ func TestChunkPublishRacesReap(t *testing.T) {
 			pub <- eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
 		}
 		doReap := func() {
-			n, err := eng.ReapUploads(ctx)
+			n, err := eng.ReapUploads(ctx, blob.ReapUploadsParams{})
 			if err != nil {
 				t.Error(err)
 			}

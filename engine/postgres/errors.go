@@ -13,15 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 
-	"github.com/steadkit/stead/internal/engineerr"
-	"github.com/steadkit/stead/internal/notfound"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // This file is the engine's whole error policy: which driver errors become
 // which stead sentinels, and what a statement that met a database never
 // migrated means. The prefix rule: every error the engine returns names
-// the engine once — a driver error through engineerr.Error, an error of the
+// the engine once — a driver error through sqlengine.Error, an error of the
 // engine's own making with "postgres: " where it is made. The same policy, in the same shape, is in
 // engine/sqlite/errors.go.
 
@@ -41,17 +40,12 @@ const (
 	sqlstateClassConnection      = "08"    // connection_exception and its subclasses
 )
 
-// errNoSchema marks the error of a statement that met a database never
-// migrated. Writes return it (it wraps steaderr.ErrSchema); reads turn it
-// into absent or empty answers with readError and listError.
-var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
-
 // interpretError maps a driver error to stead's sentinels, keeping the
 // driver's error in the chain:
 //
 //   - no row is steaderr.ErrNotFound;
 //   - a closed pool is steaderr.ErrClosed;
-//   - a missing table or schema is errNoSchema (steaderr.ErrSchema);
+//   - a missing table or schema is sqlengine.ErrNoSchema (steaderr.ErrSchema);
 //   - a refused, reset or dropped connection, a connect that got no answer
 //     in time, a terminated backend or a server shutting down or starting
 //     up is steaderr.ErrUnavailable;
@@ -64,10 +58,10 @@ func interpretError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if engineerr.Decided(err) {
+	if sqlengine.Decided(err) {
 		return err
 	}
-	de := &engineerr.Error{Engine: "postgres", Err: err}
+	de := &sqlengine.Error{Engine: "postgres", Err: err}
 	var pgErr *pgconn.PgError
 	isPg := errors.As(err, &pgErr)
 	var connectErr *pgconn.ConnectError
@@ -81,11 +75,11 @@ func interpretError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return de
 	case errors.Is(err, pgx.ErrNoRows):
-		return notfound.Wrap(err) // the driver's words are no use to a caller
+		return sqlengine.NotFound(err) // the driver's words are no use to a caller
 	case errors.Is(err, puddle.ErrClosedPool):
 		return fmt.Errorf("%w: %w", steaderr.ErrClosed, de)
 	case isPg && (pgErr.Code == sqlstateUndefinedTable || pgErr.Code == sqlstateInvalidSchemaName):
-		return fmt.Errorf("%w: %w", errNoSchema, de)
+		return fmt.Errorf("%w: %w", sqlengine.ErrNoSchema, de)
 	case isPg && isUnavailableCode(pgErr.Code), !isPg && isConnectionFailure(err):
 		return fmt.Errorf("%w: %w", steaderr.ErrUnavailable, de)
 	}
@@ -137,23 +131,8 @@ func isTransient(err error) bool {
 
 // readError interprets err from a point read: on a database never migrated
 // nothing is stored, so the answer is steaderr.ErrNotFound.
-func readError(err error) error {
-	err = interpretError(err)
-	if errors.Is(err, errNoSchema) {
-		return errAbsent
-	}
-	return err
-}
-
-// errAbsent is a point read's answer on a database never migrated.
-var errAbsent = fmt.Errorf("%w: schema not initialized", steaderr.ErrNotFound)
+func readError(err error) error { return sqlengine.ReadError(interpretError(err)) }
 
 // listError interprets err from a listing, count or probe: on a database
 // never migrated nothing is stored, so the answer is empty (nil error).
-func listError(err error) error {
-	err = interpretError(err)
-	if errors.Is(err, errNoSchema) {
-		return nil
-	}
-	return err
-}
+func listError(err error) error { return sqlengine.ListError(interpretError(err)) }

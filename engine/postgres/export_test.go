@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -20,7 +22,7 @@ func ListenQuery(e *Engine) string { return e.listen.query }
 // RecordSQL returns the engine's claimable listing, ClaimNext and Probe
 // statements, for tests to explain.
 func RecordSQL(e *Engine) (list, claimNext, probe string) {
-	return e.records.sql.list, e.records.sql.claimNext, e.records.sql.probe
+	return e.sql(sqlRecordList), e.sql(sqlRecordClaimNext), e.sql(sqlRecordProbe)
 }
 
 // SetNaivePut makes e's puts use the known-unsafe statement (ON CONFLICT DO
@@ -57,7 +59,7 @@ func SetWantFor(e *Engine, d time.Duration) { e.records.wantFor = d }
 // RecordWantSQL returns the statement e's record waiters mark their group
 // wanted with: $1 group, $2 the mark's length, $3 the length left that
 // needs no renewal.
-func RecordWantSQL(e *Engine) string { return e.records.sql.want }
+func RecordWantSQL(e *Engine) string { return e.sql(sqlRecordWant) }
 
 // SetSweepIdle sets how long the server keeps e's sweep lease session
 // once it idles; call it before the first sweep.
@@ -66,6 +68,12 @@ func SetSweepIdle(e *Engine, d time.Duration) { e.gc.idle = d }
 // StopLeaseKeepAlive stops the probes that keep a held session lease's
 // session from idling, as when its process is stopped.
 func StopLeaseKeepAlive(l gc.Lease) { l.(*sessionLease).stopKeepAlive() }
+
+// InstanceLockKey returns the advisory lock key of e's claim of id.
+func InstanceLockKey(e *Engine, id string) int64 {
+	sum := sha256.Sum256([]byte(id))
+	return e.lockKey("instance:" + hex.EncodeToString(sum[:]))
+}
 
 // SetDropCrash makes e's deletions of objects after a commit do nothing
 // (on), as a process killed between the two.

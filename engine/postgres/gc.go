@@ -18,6 +18,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -29,17 +30,17 @@ import (
 // blobs with their expired pins and window rows. A one-statement DELETE …
 // WHERE NOT EXISTS (pins) keeps the statement's old snapshot and was seen
 // deleting a blob whose pin had just committed.
-const (
+var (
 	// sqlArbLock locks the stored keys' rows in key order and judges their
 	// inline pins: the row a lock returns is the newest version, and no
 	// one changes it while the lock is held.
-	sqlArbLock = `SELECT key, size, coalesce(pin_expiry > coalesce($2::timestamptz, now()), false)
-FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE`
-	sqlArbLockSkipLocked = `SELECT key, size, coalesce(pin_expiry > coalesce($2::timestamptz, now()), false)
-FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE SKIP LOCKED`
+	sqlArbLock = declare("sqlArbLock", `SELECT key, size, coalesce(pin_expiry > coalesce($2::timestamptz, now()), false)
+FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE`)
+	sqlArbLockSkipLocked = declare("sqlArbLockSkipLocked", `SELECT key, size, coalesce(pin_expiry > coalesce($2::timestamptz, now()), false)
+FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE SKIP LOCKED`)
 	// sqlArbStored tells a row a put holds (skipped by the lock) from an
 	// absent one, without waiting.
-	sqlArbStored = `SELECT key FROM {schema}.blobs WHERE key = ANY ($1::text[])`
+	sqlArbStored = declare("sqlArbStored", `SELECT key FROM {schema}.blobs WHERE key = ANY ($1::text[])`)
 	// sqlArbPinned locks every pin of the keys, then judges them: a
 	// renewal in flight (which judged its pin live before it expired) is
 	// waited for and its new expiry read; one arriving later waits for
@@ -47,31 +48,31 @@ FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE SKIP LO
 	// none. The judgement stays above the lock (an aggregate): a filter
 	// pushed into the locking scan would judge the old row version and
 	// skip it unlocked.
-	sqlArbPinned = `SELECT key FROM (
+	sqlArbPinned = declare("sqlArbPinned", `SELECT key FROM (
 	SELECT key, expiry FROM {schema}.pins WHERE key = ANY ($1::text[]) ORDER BY key, owner FOR UPDATE
-) p GROUP BY key HAVING bool_or(expiry > coalesce($2::timestamptz, now()))`
+) p GROUP BY key HAVING bool_or(expiry > coalesce($2::timestamptz, now()))`)
 	// sqlArbNamed answers the keys a live ref or a stored parent names. A
 	// ref set or touched, or a parent put, takes the blob row's lock
 	// first, so none can change what it finds while the rows are held.
-	sqlArbNamed = `SELECT key FROM {schema}.refs WHERE key = ANY ($1::text[]) AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))
-UNION SELECT child FROM {schema}.blob_edges WHERE child = ANY ($1::text[])`
-	sqlArbReferenced = `SELECT DISTINCT k FROM {schema}.gc_referenced($1::text[])`
+	sqlArbNamed = declare("sqlArbNamed", `SELECT key FROM {schema}.refs WHERE key = ANY ($1::text[]) AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))
+UNION SELECT child FROM {schema}.blob_edges WHERE child = ANY ($1::text[])`)
+	sqlArbReferenced = declare("sqlArbReferenced", `SELECT DISTINCT k FROM {schema}.gc_referenced($1::text[])`)
 	// sqlArbDelete deletes the blobs with their window rows, pins and
 	// refs (expired, all of them) and their own edges, whose children a
 	// later sweep may then collect.
-	sqlArbDelete = `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
+	sqlArbDelete = declare("sqlArbDelete", `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
 p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[])),
 r AS (DELETE FROM {schema}.refs WHERE key = ANY ($1::text[])),
 e AS (DELETE FROM {schema}.blob_edges WHERE parent = ANY ($1::text[]))
 DELETE FROM {schema}.blobs WHERE key = ANY ($1::text[])
-RETURNING coalesce(object, '')`
+RETURNING coalesce(object, '')`)
 
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration of a
 	// batch, for tests that prove the torture test sees the race: its pin
 	// check keeps the statement's snapshot, so a pin committed after the
 	// statement began is not seen. The test widens that window with a
 	// pause of $3 seconds inside the statement.
-	sqlArbitrateNaive = `WITH pause AS (SELECT pg_sleep($3::float8))
+	sqlArbitrateNaive = declare("sqlArbitrateNaive", `WITH pause AS (SELECT pg_sleep($3::float8))
 DELETE FROM {schema}.blobs b WHERE key = ANY ($1::text[])
 AND EXISTS (SELECT FROM pause)
 AND coalesce(b.pin_expiry <= coalesce($2::timestamptz, now()), true)
@@ -79,40 +80,40 @@ AND NOT EXISTS (SELECT 1 FROM {schema}.pins p WHERE p.key = b.key AND p.expiry >
 AND NOT EXISTS (SELECT 1 FROM {schema}.refs r WHERE r.key = b.key AND (r.expiry IS NULL OR r.expiry > coalesce($2::timestamptz, now())))
 AND NOT EXISTS (SELECT 1 FROM {schema}.blob_edges e WHERE e.child = b.key)
 AND NOT EXISTS (SELECT 1 FROM {schema}.gc_referenced(ARRAY[b.key]))
-RETURNING key, size`
+RETURNING key, size`)
 
 	// sqlReapPins deletes up to $2 expired pins, skipping those a put or
 	// renewal holds, so a reap never waits on (or deadlocks with) a
 	// writer; they are reaped next time.
-	sqlReapPins = `DELETE FROM {schema}.pins WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`
-	sqlCountExpiredPins = `SELECT count(*) FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now())`
+	sqlReapPins = declare("sqlReapPins", `DELETE FROM {schema}.pins WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`)
+	sqlCountExpiredPins = declare("sqlCountExpiredPins", `SELECT count(*) FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now())`)
 	// sqlReapRefs deletes up to $2 expired refs, skipping those a writer
 	// holds.
-	sqlReapRefs = `DELETE FROM {schema}.refs WHERE name = ANY (ARRAY(
-	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`
-	sqlCountExpiredRefs = `SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now())`
+	sqlReapRefs = declare("sqlReapRefs", `DELETE FROM {schema}.refs WHERE name = ANY (ARRAY(
+	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`)
+	sqlCountExpiredRefs = declare("sqlCountExpiredRefs", `SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now())`)
 	// sqlDeclared reports whether anything beyond pins declares liveness.
-	sqlDeclared = `SELECT EXISTS (SELECT FROM {schema}.gc_sources) OR EXISTS (SELECT FROM {schema}.refs) OR EXISTS (SELECT FROM {schema}.blob_edges)`
+	sqlDeclared = declare("sqlDeclared", `SELECT EXISTS (SELECT FROM {schema}.gc_sources) OR EXISTS (SELECT FROM {schema}.refs) OR EXISTS (SELECT FROM {schema}.blob_edges)`)
 
-	sqlStage = `INSERT INTO {schema}.gc_window AS w (key, visible_after)
+	sqlStage = declare("sqlStage", `INSERT INTO {schema}.gc_window AS w (key, visible_after)
 SELECT k, $2 FROM unnest($1::text[]) AS k
 ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after
-WHERE w.visible_after IS DISTINCT FROM excluded.visible_after`
-	sqlStagePass  = `SELECT last_key, started FROM {schema}.gc_pass`
-	sqlStageRange = `SELECT covered, staged, last_covered
-FROM {schema}.gc_stage_range($1, $2, coalesce($3::timestamptz, now()), $4 * interval '1 microsecond', $5)`
+WHERE w.visible_after IS DISTINCT FROM excluded.visible_after`)
+	sqlStagePass  = declare("sqlStagePass", `SELECT last_key, started FROM {schema}.gc_pass`)
+	sqlStageRange = declare("sqlStageRange", `SELECT covered, staged, last_covered
+FROM {schema}.gc_stage_range(@after, @lim, coalesce(@now::timestamptz, now()), @grace_us * interval '1 microsecond', @dry_run)`)
 
 	// sqlTake removes and returns up to $2 overdue candidates, the longest
 	// overdue first, in one statement that reads only those rows (the
 	// visible_after index); SKIP LOCKED hands a row to one concurrent
 	// taker only. The caller sorts them by key.
-	sqlTake = `DELETE FROM {schema}.gc_window WHERE key = ANY (ARRAY(
+	sqlTake = declare("sqlTake", `DELETE FROM {schema}.gc_window WHERE key = ANY (ARRAY(
 	SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
 	ORDER BY visible_after LIMIT $2 FOR UPDATE SKIP LOCKED))
-RETURNING key`
-	sqlPeekOverdue = `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
-ORDER BY visible_after LIMIT $2`
+RETURNING key`)
+	sqlPeekOverdue = declare("sqlPeekOverdue", `SELECT key FROM {schema}.gc_window WHERE visible_after <= coalesce($1::timestamptz, now())
+ORDER BY visible_after LIMIT $2`)
 
 	// The session lease: an advisory lock on a connection of its own.
 	// While the lock is held, the server ends the session once it idles
@@ -121,54 +122,54 @@ ORDER BY visible_after LIMIT $2`
 	// sweeper stopped mid-sweep, even inside an arbitration, frees the
 	// lease and the rows it locked that long after its last statement. The
 	// release puts both settings back to the session's defaults.
-	sqlSweepTryLock = `SELECT l, (SELECT count(set_config(name, CASE WHEN l THEN $2 ELSE reset_val END, false))
+	sqlSweepTryLock = declare("sqlSweepTryLock", `SELECT l, (SELECT count(set_config(name, CASE WHEN l THEN $2 ELSE reset_val END, false))
 	FROM pg_catalog.pg_settings WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout'))
-FROM pg_try_advisory_lock($1) AS l`
-	sqlSweepUnlock = `SELECT pg_advisory_unlock($1), (SELECT count(set_config(name, reset_val, false))
-	FROM pg_catalog.pg_settings WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout'))`
-	sqlSweepPing = `SELECT 1`
+FROM pg_try_advisory_lock($1) AS l`)
+	sqlSweepUnlock = declare("sqlSweepUnlock", `SELECT pg_advisory_unlock($1), (SELECT count(set_config(name, reset_val, false))
+	FROM pg_catalog.pg_settings WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout'))`)
+	sqlSweepPing = declare("sqlSweepPing", `SELECT 1`)
 	// The lease row, behind PgBouncer: taken when free or expired. Its
 	// holder is unique per sweep, so a second sweep of one process is
 	// refused too.
-	sqlSweepLeaseAcquire = `INSERT INTO {schema}.gc_lease AS l (name, holder, expiry)
+	sqlSweepLeaseAcquire = declare("sqlSweepLeaseAcquire", `INSERT INTO {schema}.gc_lease AS l (name, holder, expiry)
 VALUES ('sweep', $1, now() + $2 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expiry = excluded.expiry
 WHERE l.expiry <= now()
-RETURNING holder`
+RETURNING holder`)
 	// sqlSweepLeaseRenew confirms the row still names this sweep and
 	// extends it; in an arbitration's transaction its row lock keeps any
 	// other sweeper from taking the row before the arbitration commits.
-	sqlSweepLeaseRenew = `UPDATE {schema}.gc_lease SET expiry = now() + $2 * interval '1 microsecond'
-WHERE name = 'sweep' AND holder = $1 AND expiry > now()`
-	sqlSweepLeaseRelease = `DELETE FROM {schema}.gc_lease WHERE name = 'sweep' AND holder = $1`
+	sqlSweepLeaseRenew = declare("sqlSweepLeaseRenew", `UPDATE {schema}.gc_lease SET expiry = now() + $2 * interval '1 microsecond'
+WHERE name = 'sweep' AND holder = $1 AND expiry > now()`)
+	sqlSweepLeaseRelease = declare("sqlSweepLeaseRelease", `DELETE FROM {schema}.gc_lease WHERE name = 'sweep' AND holder = $1`)
 
 	// sqlSourceCheck reads zero rows of the source and reports its
 	// column's type: it fails when the table or column does not exist.
-	sqlSourceCheck = `SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod)
+	sqlSourceCheck = declare("sqlSourceCheck", `SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod)
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND NOT a.attisdropped`
-	sqlSourceRegister   = `INSERT INTO {schema}.gc_sources (schema_name, table_name, column_name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
-	sqlSourceUnregister = `DELETE FROM {schema}.gc_sources WHERE schema_name = $1 AND table_name = $2 AND column_name = $3`
-	sqlSources          = `SELECT schema_name, table_name, column_name FROM {schema}.gc_sources ORDER BY 1, 2, 3`
+WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND NOT a.attisdropped`)
+	sqlSourceRegister   = declare("sqlSourceRegister", `INSERT INTO {schema}.gc_sources (schema_name, table_name, column_name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`)
+	sqlSourceUnregister = declare("sqlSourceUnregister", `DELETE FROM {schema}.gc_sources WHERE schema_name = $1 AND table_name = $2 AND column_name = $3`)
+	sqlSources          = declare("sqlSources", `SELECT schema_name, table_name, column_name FROM {schema}.gc_sources ORDER BY 1, 2, 3`)
 
-	sqlExplainBlob    = `SELECT size, pin_owner, pin_expiry, coalesce(object, '') FROM {schema}.blobs WHERE key = $1`
-	sqlExplainPins    = `SELECT owner, expiry FROM {schema}.pins WHERE key = $1 ORDER BY owner`
-	sqlExplainSources = `SELECT src FROM {schema}.gc_referenced(ARRAY[$1]) ORDER BY src`
-	sqlExplainWindow  = `SELECT visible_after FROM {schema}.gc_window WHERE key = $1`
-	sqlExplainRefs    = `SELECT name, expiry FROM {schema}.refs WHERE key = $1 ORDER BY name`
-	sqlExplainParents = `SELECT parent FROM {schema}.blob_edges WHERE child = $1 ORDER BY parent`
-	sqlExplainNow     = `SELECT coalesce($1::timestamptz, now())`
+	sqlExplainBlob    = declare("sqlExplainBlob", `SELECT size, pin_owner, pin_expiry, coalesce(object, '') FROM {schema}.blobs WHERE key = $1`)
+	sqlExplainPins    = declare("sqlExplainPins", `SELECT owner, expiry FROM {schema}.pins WHERE key = $1 ORDER BY owner`)
+	sqlExplainSources = declare("sqlExplainSources", `SELECT src FROM {schema}.gc_referenced(ARRAY[$1]) ORDER BY src`)
+	sqlExplainWindow  = declare("sqlExplainWindow", `SELECT visible_after FROM {schema}.gc_window WHERE key = $1`)
+	sqlExplainRefs    = declare("sqlExplainRefs", `SELECT name, expiry FROM {schema}.refs WHERE key = $1 ORDER BY name`)
+	sqlExplainParents = declare("sqlExplainParents", `SELECT parent FROM {schema}.blob_edges WHERE child = $1 ORDER BY parent`)
+	sqlExplainNow     = declare("sqlExplainNow", `SELECT coalesce($1::timestamptz, now())`)
 	// sqlListPins lists the rows of pins and the live pins in blob rows
 	// (an expired one is no pin; nothing reaps it), one entry per (key,
 	// owner) with the later expiry.
-	sqlListPins = `SELECT key, owner, max(expiry) FROM (
+	sqlListPins = declare("sqlListPins", `SELECT key, owner, max(expiry) FROM (
 	SELECT key, owner, expiry FROM {schema}.pins
 	UNION ALL
 	SELECT key, pin_owner, pin_expiry FROM {schema}.blobs WHERE pin_expiry > coalesce($1::timestamptz, now())
-) p GROUP BY key, owner ORDER BY key, owner`
-	sqlListWindow = `SELECT key, visible_after FROM {schema}.gc_window ORDER BY key`
+) p GROUP BY key, owner ORDER BY key, owner`)
+	sqlListWindow = declare("sqlListWindow", `SELECT key, visible_after FROM {schema}.gc_window ORDER BY key`)
 )
 
 const (
@@ -185,16 +186,7 @@ const (
 )
 
 type gcMech struct {
-	e   *Engine
-	sql struct {
-		arbLock, arbLockSkip, arbStored, arbPinned, arbNamed, arbReferenced, arbDelete, arbitrateNaive   string
-		reap, countExpired, reapRefs, countExpiredRefs, declared                                         string
-		stage, stagePass, stageRange, take, peek                                                         string
-		leaseAcquire, leaseRenew, leaseRelease                                                           string
-		sourceRegister, sourceUnregister, sources                                                        string
-		explainBlob, explainPins, explainSources, explainWindow, explainNow, explainRefs, explainParents string
-		listPins, listWindow                                                                             string
-	}
+	e *Engine
 	// sweep is the connection session leases are taken on, kept between
 	// sweeps; current is the lease a sweep of this engine holds on it, if
 	// any (a session advisory lock is re-entrant, so the engine itself
@@ -217,20 +209,6 @@ type gcMech struct {
 
 func (g *gcMech) init(e *Engine, pgBouncer bool) {
 	g.e, g.pgBouncer, g.idle = e, pgBouncer, sweepIdle
-	s := &g.sql
-	s.arbLock, s.arbLockSkip, s.arbStored = e.render(sqlArbLock), e.render(sqlArbLockSkipLocked), e.render(sqlArbStored)
-	s.arbPinned, s.arbNamed, s.arbReferenced, s.arbDelete = e.render(sqlArbPinned), e.render(sqlArbNamed), e.render(sqlArbReferenced), e.render(sqlArbDelete)
-	s.arbitrateNaive = e.render(sqlArbitrateNaive)
-	s.reap, s.countExpired = e.render(sqlReapPins), e.render(sqlCountExpiredPins)
-	s.reapRefs, s.countExpiredRefs, s.declared = e.render(sqlReapRefs), e.render(sqlCountExpiredRefs), e.render(sqlDeclared)
-	s.stage, s.stagePass, s.stageRange = e.render(sqlStage), e.render(sqlStagePass), e.render(sqlStageRange)
-	s.take, s.peek = e.render(sqlTake), e.render(sqlPeekOverdue)
-	s.leaseAcquire, s.leaseRenew, s.leaseRelease = e.render(sqlSweepLeaseAcquire), e.render(sqlSweepLeaseRenew), e.render(sqlSweepLeaseRelease)
-	s.sourceRegister, s.sourceUnregister, s.sources = e.render(sqlSourceRegister), e.render(sqlSourceUnregister), e.render(sqlSources)
-	s.explainBlob, s.explainPins, s.explainSources = e.render(sqlExplainBlob), e.render(sqlExplainPins), e.render(sqlExplainSources)
-	s.explainWindow, s.explainNow = e.render(sqlExplainWindow), e.render(sqlExplainNow)
-	s.explainRefs, s.explainParents = e.render(sqlExplainRefs), e.render(sqlExplainParents)
-	s.listPins, s.listWindow = e.render(sqlListPins), e.render(sqlListWindow)
 }
 
 // close closes the kept sweep connection, which ends a lease held on it.
@@ -312,9 +290,9 @@ func (g *gcMech) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, 
 // It returns the bucket objects of the blobs it deleted, for the caller
 // to delete once the transaction committed.
 func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time, skipLocked, dry bool) ([]blob.Verdict, []string, error) {
-	lock := g.sql.arbLock
+	lock := g.e.sql(sqlArbLock)
 	if skipLocked {
-		lock = g.sql.arbLockSkip
+		lock = g.e.sql(sqlArbLockSkipLocked)
 	}
 	verdicts := make([]blob.Verdict, len(keys))
 	for i, k := range keys {
@@ -353,7 +331,7 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 			}
 		}
 		if len(missing) > 0 {
-			rows, err := tx.Query(ctx, g.sql.arbStored, missing)
+			rows, err := tx.Query(ctx, g.e.sql(sqlArbStored), missing)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -388,13 +366,13 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 		return nil
 	}
 	same := func(err error) error { return err }
-	if err := protect(g.sql.arbPinned, same, nowArg(now)); err != nil {
+	if err := protect(g.e.sql(sqlArbPinned), same, nowArg(now)); err != nil {
 		return nil, nil, err
 	}
-	if err := protect(g.sql.arbNamed, same, nowArg(now)); err != nil {
+	if err := protect(g.e.sql(sqlArbNamed), same, nowArg(now)); err != nil {
 		return nil, nil, err
 	}
-	if err := protect(g.sql.arbReferenced, sourceError); err != nil {
+	if err := protect(g.e.sql(sqlArbReferenced), sourceError); err != nil {
 		return nil, nil, fmt.Errorf("reading liveness sources: %w", err)
 	}
 	if dry || len(locked) == 0 {
@@ -403,7 +381,7 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 	if hook := g.beforeDelete.Load(); hook != nil {
 		(*hook)(keys)
 	}
-	rows, err = tx.Query(ctx, g.sql.arbDelete, locked)
+	rows, err = tx.Query(ctx, g.e.sql(sqlArbDelete), locked)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -425,7 +403,7 @@ func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key,
 		at[t] = i
 		verdicts[i] = blob.Verdict{Key: keys[i], Outcome: blob.Protected}
 	}
-	rows, err := tx.Query(ctx, g.sql.arbitrateNaive, texts, nowArg(now), pause.Seconds())
+	rows, err := tx.Query(ctx, g.e.sql(sqlArbitrateNaive), texts, nowArg(now), pause.Seconds())
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +454,7 @@ func (g *gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
 	for _, step := range []struct {
 		reap, count string
 		n           *int64
-	}{{g.sql.reap, g.sql.countExpired, &r.Pins}, {g.sql.reapRefs, g.sql.countExpiredRefs, &r.Refs}} {
+	}{{g.e.sql(sqlReapPins), g.e.sql(sqlCountExpiredPins), &r.Pins}, {g.e.sql(sqlReapRefs), g.e.sql(sqlCountExpiredRefs), &r.Refs}} {
 		if p.DryRun {
 			if err := listError(g.e.pool.QueryRow(ctx, step.count, nowArg(p.Now)).Scan(step.n)); err != nil {
 				return r, err
@@ -508,7 +486,7 @@ func (g *gcMech) Declared(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	var declared bool
-	err := g.e.pool.QueryRow(ctx, g.sql.declared).Scan(&declared)
+	err := g.e.pool.QueryRow(ctx, g.e.sql(sqlDeclared)).Scan(&declared)
 	return declared, listError(err)
 }
 
@@ -520,7 +498,7 @@ func (g *gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	for i, k := range p.Keys {
 		texts[i] = k.String()
 	}
-	_, err := g.e.pool.Exec(ctx, g.sql.stage, texts, p.VisibleAfter)
+	_, err := g.e.pool.Exec(ctx, g.e.sql(sqlStage), texts, p.VisibleAfter)
 	return interpretError(err)
 }
 
@@ -530,7 +508,7 @@ func (g *gcMech) StagePass(ctx context.Context) (gc.Pass, error) {
 	}
 	var last string
 	var started pgtype.Timestamptz
-	err := g.e.pool.QueryRow(ctx, g.sql.stagePass).Scan(&last, &started)
+	err := g.e.pool.QueryRow(ctx, g.e.sql(sqlStagePass)).Scan(&last, &started)
 	if err = readError(err); errors.Is(err, steaderr.ErrNotFound) {
 		return gc.Pass{}, nil // never migrated: no pass yet
 	} else if err != nil {
@@ -557,7 +535,9 @@ func (g *gcMech) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.Stag
 	var last pgtype.Text
 	err := retryTransient(ctx, func() error {
 		return g.onLease(ctx, p.Lease, func(q querier) error {
-			return sourceError(q.QueryRow(ctx, g.sql.stageRange, after, p.Limit, nowArg(p.Now), p.Grace.Microseconds(), p.DryRun).
+			return sourceError(q.QueryRow(ctx, g.e.sql(sqlStageRange), pgx.StrictNamedArgs{
+				"after": after, "lim": p.Limit, "now": nowArg(p.Now), "grace_us": p.Grace.Microseconds(), "dry_run": p.DryRun,
+			}).
 				Scan(&r.Covered, &r.Staged, &last))
 		})
 	})
@@ -576,9 +556,9 @@ func (g *gcMech) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) 
 	if err := g.e.check(ctx); err != nil {
 		return nil, err
 	}
-	stmt := g.sql.take
+	stmt := g.e.sql(sqlTake)
 	if p.DryRun {
-		stmt = g.sql.peek
+		stmt = g.e.sql(sqlPeekOverdue)
 	}
 	var texts []string
 	err := g.onLease(ctx, p.Lease, func(q querier) error {
@@ -619,12 +599,12 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 		}
 		holder = holder + "/" + hex.EncodeToString(token[:])
 		var got string
-		err := g.e.pool.QueryRow(ctx, g.sql.leaseAcquire, holder, sweepLeaseTTL.Microseconds()).Scan(&got)
+		err := g.e.pool.QueryRow(ctx, g.e.sql(sqlSweepLeaseAcquire), holder, sweepLeaseTTL.Microseconds()).Scan(&got)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, nil
 		}
 		err = interpretError(err)
-		if errors.Is(err, errNoSchema) {
+		if errors.Is(err, sqlengine.ErrNoSchema) {
 			// A virgin schema has nothing to collect: the lease holds no
 			// row, so its reads answer empty and, once the schema is
 			// migrated, every fenced call finds no row and is lost.
@@ -655,7 +635,7 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 			g.sweep = conn
 		}
 		var ok bool
-		err := g.sweep.QueryRow(ctx, sqlSweepTryLock, key, fmt.Sprintf("%dms", g.idle.Milliseconds())).Scan(&ok, new(int64))
+		err := g.sweep.QueryRow(ctx, g.e.sql(sqlSweepTryLock), key, fmt.Sprintf("%dms", g.idle.Milliseconds())).Scan(&ok, new(int64))
 		if err != nil {
 			// A kept connection may have died since the last sweep: one
 			// fresh try.
@@ -706,7 +686,7 @@ func (l *sessionLease) keepAlive(every time.Duration) {
 		}
 		if l.conn != nil && !l.conn.IsClosed() {
 			ctx, cancel := context.WithTimeout(context.Background(), leaseProbe)
-			_, _ = l.conn.Exec(ctx, sqlSweepPing)
+			_, _ = l.conn.Exec(ctx, l.g.e.sql(sqlSweepPing))
 			cancel()
 		}
 		l.mu.Unlock()
@@ -736,7 +716,7 @@ func (l *sessionLease) gone() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseProbe)
 	defer cancel()
-	_, err := l.conn.Exec(ctx, sqlSweepPing)
+	_, err := l.conn.Exec(ctx, l.g.e.sql(sqlSweepPing))
 	return err != nil && l.conn.IsClosed()
 }
 
@@ -752,7 +732,7 @@ func (l *sessionLease) Renew(ctx context.Context) error {
 	// runs on a context of its own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseProbe)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, sqlSweepPing); err != nil {
+	if _, err := l.conn.Exec(ctx, l.g.e.sql(sqlSweepPing)); err != nil {
 		if l.conn.IsClosed() {
 			return fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, interpretError(err))
 		}
@@ -779,7 +759,7 @@ func (l *sessionLease) Release(ctx context.Context) error {
 		g.current = nil
 	}
 	var ok bool
-	err := conn.QueryRow(ctx, sqlSweepUnlock, l.key).Scan(&ok, new(int64))
+	err := conn.QueryRow(ctx, g.e.sql(sqlSweepUnlock), l.key).Scan(&ok, new(int64))
 	if err == nil && !ok {
 		err = fmt.Errorf("postgres: sweep lease was not held at release")
 	}
@@ -809,7 +789,7 @@ func (l *rowLease) Renew(ctx context.Context) error {
 // renewIn renews the lease row through db; in a transaction, its row lock
 // keeps the lease until the commit.
 func (l *rowLease) renewIn(ctx context.Context, db querier) error {
-	tag, err := db.Exec(ctx, l.g.sql.leaseRenew, l.holder, sweepLeaseTTL.Microseconds())
+	tag, err := db.Exec(ctx, l.g.e.sql(sqlSweepLeaseRenew), l.holder, sweepLeaseTTL.Microseconds())
 	if err != nil {
 		return interpretError(err)
 	}
@@ -820,7 +800,7 @@ func (l *rowLease) renewIn(ctx context.Context, db querier) error {
 }
 
 func (l *rowLease) Release(ctx context.Context) error {
-	_, err := l.g.e.pool.Exec(ctx, l.g.sql.leaseRelease, l.holder)
+	_, err := l.g.e.pool.Exec(ctx, l.g.e.sql(sqlSweepLeaseRelease), l.holder)
 	return interpretError(err)
 }
 
@@ -835,7 +815,7 @@ func (g *gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 		return fmt.Errorf("%w: postgres: Go-function liveness source %q refused: a sweep in another process could not consult it; register a SQL source (schema.table(column)) holding the keys you reference, or pin them", steaderr.ErrInvalidArgument, src.Name)
 	}
 	var kind, typ string
-	err := g.e.pool.QueryRow(ctx, sqlSourceCheck, src.Schema, src.Table, src.Column).Scan(&kind, &typ)
+	err := g.e.pool.QueryRow(ctx, g.e.sql(sqlSourceCheck), src.Schema, src.Table, src.Column).Scan(&kind, &typ)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: liveness source %s: no such table or column", steaderr.ErrInvalidArgument, src)
 	} else if err != nil {
@@ -852,7 +832,7 @@ func (g *gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 	if typ != "text" && typ != "character varying" && !isVarchar(typ) {
 		return fmt.Errorf("%w: liveness source %s: column type is %s, want text", steaderr.ErrInvalidArgument, src, typ)
 	}
-	_, err = g.e.pool.Exec(ctx, g.sql.sourceRegister, src.Schema, src.Table, src.Column)
+	_, err = g.e.pool.Exec(ctx, g.e.sql(sqlSourceRegister), src.Schema, src.Table, src.Column)
 	return interpretError(err)
 }
 
@@ -884,7 +864,7 @@ func (g *gcMech) UnregisterSource(ctx context.Context, src gc.Source) error {
 	if !src.IsSQL() {
 		return nil
 	}
-	_, err := g.e.pool.Exec(ctx, g.sql.sourceUnregister, src.Schema, src.Table, src.Column)
+	_, err := g.e.pool.Exec(ctx, g.e.sql(sqlSourceUnregister), src.Schema, src.Table, src.Column)
 	return interpretError(err)
 }
 
@@ -892,7 +872,7 @@ func (g *gcMech) Sources(ctx context.Context) ([]gc.Source, error) {
 	if err := g.e.check(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := g.e.pool.Query(ctx, g.sql.sources)
+	rows, err := g.e.pool.Query(ctx, g.e.sql(sqlSources))
 	if err != nil {
 		return nil, listError(err)
 	}
@@ -910,21 +890,21 @@ func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanatio
 	x := gc.Explanation{Key: key}
 	k := key.String()
 	err := g.e.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlExplainTx); err != nil {
+		if _, err := tx.Exec(ctx, g.e.sql(sqlExplainTx)); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, g.sql.explainNow, nowArg(p.Now)).Scan(&x.Now); err != nil {
+		if err := tx.QueryRow(ctx, g.e.sql(sqlExplainNow), nowArg(p.Now)).Scan(&x.Now); err != nil {
 			return err
 		}
 		var owner pgtype.Text
 		var expiry pgtype.Timestamptz
-		switch err := tx.QueryRow(ctx, g.sql.explainBlob, k).Scan(&x.Size, &owner, &expiry, &x.Object); {
+		switch err := tx.QueryRow(ctx, g.e.sql(sqlExplainBlob), k).Scan(&x.Size, &owner, &expiry, &x.Object); {
 		case err == nil:
 			x.Stored = true
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}
-		rows, err := tx.Query(ctx, g.sql.explainPins, k)
+		rows, err := tx.Query(ctx, g.e.sql(sqlExplainPins), k)
 		if err != nil {
 			return err
 		}
@@ -939,14 +919,14 @@ func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanatio
 		if owner.Valid && expiry.Valid && expiry.Time.After(x.Now) {
 			x.Pins = mergePin(x.Pins, gc.PinInfo{Key: key, Owner: owner.String, Expiry: expiry.Time})
 		}
-		rows, err = tx.Query(ctx, g.sql.explainSources, k)
+		rows, err = tx.Query(ctx, g.e.sql(sqlExplainSources), k)
 		if err != nil {
 			return sourceError(err)
 		}
 		if x.Sources, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return sourceError(err)
 		}
-		rows, err = tx.Query(ctx, g.sql.explainRefs, k)
+		rows, err = tx.Query(ctx, g.e.sql(sqlExplainRefs), k)
 		if err != nil {
 			return err
 		}
@@ -959,7 +939,7 @@ func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanatio
 		}); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, g.sql.explainParents, k)
+		rows, err = tx.Query(ctx, g.e.sql(sqlExplainParents), k)
 		if err != nil {
 			return err
 		}
@@ -973,7 +953,7 @@ func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanatio
 			return err
 		}
 		var after pgtype.Timestamptz
-		switch err := tx.QueryRow(ctx, g.sql.explainWindow, k).Scan(&after); {
+		switch err := tx.QueryRow(ctx, g.e.sql(sqlExplainWindow), k).Scan(&after); {
 		case err == nil:
 			x.Staged, x.VisibleAfter = true, after.Time
 		case !errors.Is(err, pgx.ErrNoRows):
@@ -997,10 +977,10 @@ func mergePin(pins []gc.PinInfo, p gc.PinInfo) []gc.PinInfo {
 	return pins
 }
 
-const sqlExplainTx = `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`
+var sqlExplainTx = declare("sqlExplainTx", `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`)
 
 func (g *gcMech) Pins(ctx context.Context, p gc.PinsParams, yield func(gc.PinInfo) bool) error {
-	return g.scan(ctx, g.sql.listPins, []any{nowArg(p.Now)}, func(r pgx.Rows) (bool, error) {
+	return g.scan(ctx, g.e.sql(sqlListPins), []any{nowArg(p.Now)}, func(r pgx.Rows) (bool, error) {
 		var p gc.PinInfo
 		var k string
 		if err := r.Scan(&k, &p.Owner, &p.Expiry); err != nil {
@@ -1015,7 +995,7 @@ func (g *gcMech) Pins(ctx context.Context, p gc.PinsParams, yield func(gc.PinInf
 }
 
 func (g *gcMech) Window(ctx context.Context, yield func(gc.Candidate) bool) error {
-	return g.scan(ctx, g.sql.listWindow, nil, func(r pgx.Rows) (bool, error) {
+	return g.scan(ctx, g.e.sql(sqlListWindow), nil, func(r pgx.Rows) (bool, error) {
 		var c gc.Candidate
 		var k string
 		if err := r.Scan(&k, &c.VisibleAfter); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -166,7 +166,7 @@ func TestSweepLeaseIdleSession(t *testing.T) {
 		t.Fatalf("AcquireSweep = %v, %v", ok, err)
 	}
 	postgres.StopLeaseKeepAlive(lease) // as if its process were stopped
-	poll.Until(t, "the idle lease session to end, freeing the lease", func() bool {
+	testkit.Until(t, "the idle lease session to end, freeing the lease", func() bool {
 		l, ok, err := e2.GC().AcquireSweep(ctx, "next")
 		if err != nil {
 			t.Fatal(err)

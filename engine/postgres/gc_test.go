@@ -13,20 +13,26 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // leaseBackend returns the pid of the backend holding e's sweep lease, or 0.
 func leaseBackend(t *testing.T, db *pgtest.DB, e *postgres.Engine) int {
 	t.Helper()
-	key := postgres.SweepLockKey(e)
+	return advisoryBackend(t, db, postgres.SweepLockKey(e))
+}
+
+// advisoryBackend returns the pid of the backend holding the session
+// advisory lock key, or 0.
+func advisoryBackend(t *testing.T, db *pgtest.DB, key int64) int {
+	t.Helper()
 	var pid int
 	err := db.Admin.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1
 		AND classid::bigint = ($1::bigint >> 32) & 4294967295 AND objid::bigint = $1::bigint & 4294967295`, key).Scan(&pid)
 	if err != nil {
-		t.Fatalf("finding the lease's backend: %v", err)
+		t.Fatalf("finding the lock's backend: %v", err)
 	}
 	return pid
 }
@@ -66,7 +72,7 @@ func TestSweepLeaseSession(t *testing.T) {
 		t.Fatalf("pg_terminate_backend: %v", err)
 	}
 	var lease2 gc.Lease
-	poll.Until(t, "the lease to be free after its backend died", func() bool {
+	testkit.Until(t, "the lease to be free after its backend died", func() bool {
 		var err error
 		lease2, ok, err = e2.GC().AcquireSweep(ctx, "two")
 		if err != nil {

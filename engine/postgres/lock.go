@@ -11,10 +11,10 @@ import (
 	"github.com/steadkit/stead/lock"
 )
 
-// The lock statements. $1 is the lock's name, $2 its owner; $3 (acquire)
-// or $4 (renew) is the caller's clock, NULL for the database's now().
-const (
-	// sqlLockAcquire: $4 the TTL, $5 whether a refused caller will wait.
+// The lock statements. @now is the caller's clock, NULL for the
+// database's now(); @ttl an interval.
+var (
+	// sqlLockAcquire: @wait is whether a refused caller will wait.
 	//
 	// Under READ COMMITTED, ON CONFLICT locks the row and judges the WHERE
 	// and SET against its latest committed version, while a plain read in
@@ -29,41 +29,41 @@ const (
 	// Whether the grant is new: a new grant stamps the row with this
 	// transaction's id (granted_by), which RETURNING, seeing only new
 	// values, compares; a grant the owner already held keeps its stamp.
-	sqlLockAcquire = `WITH g AS (
+	sqlLockAcquire = declare("sqlLockAcquire", `WITH g AS (
 	INSERT INTO {schema}.locks AS l (name, owner, token, expiry, granted_by)
-	VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval, pg_current_xact_id())
+	VALUES (@name, @owner, 1, coalesce(@now::timestamptz, now()) + @ttl::interval, pg_current_xact_id())
 	ON CONFLICT (name) DO UPDATE SET
-		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
 			THEN excluded.owner ELSE l.owner END,
-		token        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+		token        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
 			THEN l.token + 1 ELSE l.token END,
-		expiry       = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+		expiry       = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
 			THEN excluded.expiry ELSE l.expiry END,
-		granted_by   = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
+		granted_by   = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
 			THEN excluded.granted_by ELSE l.granted_by END,
-		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner
+		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now())) OR l.owner = excluded.owner
 			THEN l.wanted_until ELSE greatest(l.wanted_until, l.expiry) END
-	WHERE (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner OR $5::boolean
-	RETURNING l.owner = $2, l.owner, l.token, l.expiry,
-		l.owner = $2 AND l.granted_by IS NOT DISTINCT FROM pg_current_xact_id())
-SELECT *, coalesce($3::timestamptz, now()) FROM g
+	WHERE (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now())) OR l.owner = excluded.owner OR @wait::boolean
+	RETURNING l.owner = @owner, l.owner, l.token, l.expiry,
+		l.owner = @owner AND l.granted_by IS NOT DISTINCT FROM pg_current_xact_id())
+SELECT *, coalesce(@now::timestamptz, now()) FROM g
 UNION ALL
-SELECT false, owner, token, expiry, false, coalesce($3::timestamptz, now()) FROM {schema}.locks
-WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`
+SELECT false, owner, token, expiry, false, coalesce(@now::timestamptz, now()) FROM {schema}.locks
+WHERE name = @name AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`)
 
-	// sqlLockRenew: $3 the token, $5 the TTL. An UPDATE re-checks its WHERE
+	// sqlLockRenew: an UPDATE re-checks its WHERE
 	// against the latest version of the row it locks, so a renewal never
 	// touches a newer grant.
-	sqlLockRenew = `UPDATE {schema}.locks SET expiry = coalesce($4::timestamptz, now()) + $5::interval
-WHERE name = $1 AND owner = $2 AND token = $3
-RETURNING expiry`
+	sqlLockRenew = declare("sqlLockRenew", `UPDATE {schema}.locks SET expiry = coalesce(@now::timestamptz, now()) + @ttl::interval
+WHERE name = @name AND owner = @owner AND token = @token
+RETURNING expiry`)
 
-	// sqlLockRelease: $3 the token, $4 the NOTIFY channel. pg_notify runs
+	// sqlLockRelease: @channel is the NOTIFY channel. pg_notify runs
 	// only for a row released while a waiter may be waiting, and its
 	// notification is delivered only if the release commits.
-	sqlLockRelease = `UPDATE {schema}.locks SET owner = NULL, expiry = NULL
-WHERE name = $1 AND owner = $2 AND token = $3
-RETURNING CASE WHEN wanted_until > now() THEN pg_notify($4, name) END`
+	sqlLockRelease = declare("sqlLockRelease", `UPDATE {schema}.locks SET owner = NULL, expiry = NULL
+WHERE name = @name AND owner = @owner AND token = @token
+RETURNING CASE WHEN wanted_until > now() THEN pg_notify(@channel, name) END`)
 )
 
 // locks is the engine's lock.Engine. Each call is one statement, one round
@@ -73,15 +73,11 @@ type locks struct {
 	// channel is the NOTIFY channel releases are announced on, one per
 	// schema; its payload is the lock's name.
 	channel string
-	sql     struct{ acquire, renew, release string }
 }
 
 func (l *locks) init(e *Engine) {
 	l.e = e
 	l.channel = fmt.Sprintf("stead_locks_%016x", uint64(e.lockKey("locks")))
-	l.sql.acquire = e.render(sqlLockAcquire)
-	l.sql.renew = e.render(sqlLockRenew)
-	l.sql.release = e.render(sqlLockRelease)
 }
 
 func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
@@ -90,7 +86,9 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 	}
 	var res lock.AcquireResult
 	g := &res.Grant
-	err := l.e.pool.QueryRow(ctx, l.sql.acquire, p.Name, p.Owner, nowArg(p.Now), interval(p.TTL), p.Wait).
+	err := l.e.pool.QueryRow(ctx, l.e.sql(sqlLockAcquire), pgx.StrictNamedArgs{
+		"name": p.Name, "owner": p.Owner, "now": nowArg(p.Now), "ttl": interval(p.TTL), "wait": p.Wait,
+	}).
 		Scan(&res.Granted, &g.Owner, &g.Token, &g.Expiry, &res.New, &res.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // not granted; holder unknown
@@ -107,7 +105,9 @@ func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool,
 		return time.Time{}, false, err
 	}
 	var expiry time.Time
-	err := l.e.pool.QueryRow(ctx, l.sql.renew, p.Name, p.Owner, p.Token, nowArg(p.Now), interval(p.TTL)).Scan(&expiry)
+	err := l.e.pool.QueryRow(ctx, l.e.sql(sqlLockRenew), pgx.StrictNamedArgs{
+		"name": p.Name, "owner": p.Owner, "token": p.Token, "now": nowArg(p.Now), "ttl": interval(p.TTL),
+	}).Scan(&expiry)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return time.Time{}, false, nil
@@ -121,7 +121,7 @@ func (l *locks) Release(ctx context.Context, p lock.ReleaseParams) (bool, error)
 	if err := l.e.check(ctx); err != nil {
 		return false, err
 	}
-	tag, err := l.e.pool.Exec(ctx, l.sql.release, p.Name, p.Owner, p.Token, l.channel)
+	tag, err := l.e.pool.Exec(ctx, l.e.sql(sqlLockRelease), pgx.StrictNamedArgs{"name": p.Name, "owner": p.Owner, "token": p.Token, "channel": l.channel})
 	if err != nil {
 		return false, interpretError(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -60,7 +60,7 @@ func listenerPID(t *testing.T, db *pgtest.DB, e *postgres.Engine, except int32) 
 	t.Helper()
 	listen := postgres.ListenQuery(e)
 	var pid int32
-	poll.Until(t, "a backend running "+listen, func() bool {
+	testkit.Until(t, "a backend running "+listen, func() bool {
 		err := db.Admin.QueryRow(t.Context(),
 			"SELECT pid FROM pg_stat_activity WHERE query = $1 AND state = 'idle' AND pid <> $2", listen, except).Scan(&pid)
 		return err == nil
@@ -75,7 +75,7 @@ func listenerPID(t *testing.T, db *pgtest.DB, e *postgres.Engine, except int32) 
 func waiter(t *testing.T, e *postgres.Engine, name, owner string) <-chan *lock.Lock {
 	t.Helper()
 	spy := &refusals{Engine: e.Locks()}
-	ctx, cancel := context.WithTimeout(t.Context(), poll.Timeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testkit.Timeout)
 	done := make(chan *lock.Lock, 1)
 	go func() {
 		defer cancel()
@@ -85,7 +85,7 @@ func waiter(t *testing.T, e *postgres.Engine, name, owner string) <-chan *lock.L
 		}
 		done <- lk
 	}()
-	poll.Until(t, fmt.Sprintf("Lock(%q, %q) to be refused", name, owner), func() bool { return spy.n.Load() > 0 })
+	testkit.Until(t, fmt.Sprintf("Lock(%q, %q) to be refused", name, owner), func() bool { return spy.n.Load() > 0 })
 	return done
 }
 
@@ -150,7 +150,7 @@ func TestLockSurvivesSessionLoss(t *testing.T) {
 	if _, ok, err := s.TryLock(t.Context(), "job", "bob", longTTL); ok || err != nil {
 		t.Fatalf("TryLock after the holder's sessions died = %v, %v; want still held", ok, err)
 	}
-	poll.Until(t, "Renew to work again", func() bool {
+	testkit.Until(t, "Renew to work again", func() bool {
 		ok, err := alice.Renew(t.Context(), longTTL)
 		if err == nil && !ok {
 			t.Fatal("Renew after the sessions died = false")
@@ -218,7 +218,7 @@ func TestLockReleaseNotifies(t *testing.T) {
 	}
 	mustRelease(t, a)
 	mustGet(t, bob)
-	ctx, cancel := context.WithTimeout(t.Context(), poll.Timeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testkit.Timeout)
 	defer cancel()
 	n, err := conn.WaitForNotification(ctx)
 	if err != nil || n.Payload != "a" {

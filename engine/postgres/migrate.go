@@ -7,14 +7,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/steadkit/stead/internal/migrate"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-var migrations, errMigrations = migrate.Load(migrationFiles, "migrations")
+var migrations, errMigrations = sqlengine.LoadMigrations(migrationFiles, "migrations")
 
 // Migrate implements engine.Engine. Each migration runs in its own
 // transaction, together with its schema_version row, under a
@@ -46,56 +46,38 @@ func (e *Engine) Migrate(ctx context.Context) error {
 // missing: CREATE SCHEMA IF NOT EXISTS checks the database-level CREATE
 // privilege before it checks existence, so a least-privilege role that owns
 // its schema could not migrate with it (docs/decisions/0016-least-privilege.md).
-const (
-	sqlMigrateLock         = `SELECT pg_advisory_xact_lock($1)`
-	sqlSchemaExists        = `SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)`
-	sqlCreateSchema        = `CREATE SCHEMA {schema}`
-	sqlCreateSchemaVersion = `CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+var (
+	sqlMigrateLock         = declare("sqlMigrateLock", `SELECT pg_advisory_xact_lock($1)`)
+	sqlSchemaExists        = declare("sqlSchemaExists", `SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)`)
+	sqlCreateSchema        = declare("sqlCreateSchema", `CREATE SCHEMA {schema}`)
+	sqlCreateSchemaVersion = declare("sqlCreateSchemaVersion", `CREATE TABLE IF NOT EXISTS {schema}.schema_version (
 	version    integer PRIMARY KEY,
 	name       text NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now())`
-	sqlCurrentVersion = `SELECT coalesce(max(version), 0) FROM {schema}.schema_version`
+	applied_at timestamptz NOT NULL DEFAULT now())`)
+	sqlCurrentVersion = declare("sqlCurrentVersion", `SELECT coalesce(max(version), 0) FROM {schema}.schema_version`)
 	// SET LOCAL ends with the transaction: a migration's unqualified names
 	// land in the engine's schema, and no session state leaks.
-	sqlMigrationSearchPath = `SET LOCAL search_path TO {schema}`
-	sqlInsertVersion       = `INSERT INTO {schema}.schema_version (version, name) VALUES ($1, $2)`
+	sqlMigrationSearchPath = declare("sqlMigrationSearchPath", `SET LOCAL search_path TO {schema}`)
+	sqlInsertVersion       = declare("sqlInsertVersion", `INSERT INTO {schema}.schema_version (version, name) VALUES ($1, $2)`)
 )
-
-// migrateSQL holds the migrator's statements, rendered for the engine's
-// schema.
-type migrateSQL struct {
-	lock, schemaExists, createSchema, createSchemaVersion, currentVersion, searchPath, insertVersion string
-}
-
-func (e *Engine) renderMigrateSQL() migrateSQL {
-	return migrateSQL{
-		lock:                e.render(sqlMigrateLock),
-		schemaExists:        e.render(sqlSchemaExists),
-		createSchema:        e.render(sqlCreateSchema),
-		createSchemaVersion: e.render(sqlCreateSchemaVersion),
-		currentVersion:      e.render(sqlCurrentVersion),
-		searchPath:          e.render(sqlMigrationSearchPath),
-		insertVersion:       e.render(sqlInsertVersion),
-	}
-}
 
 // migrateOne applies the next pending migration, or reports that none is
 // pending.
 func (e *Engine) migrateOne(ctx context.Context) (done bool, err error) {
 	err = e.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, e.msql.lock, e.lockKey("migrate")); err != nil {
+		if _, err := tx.Exec(ctx, e.sql(sqlMigrateLock), e.lockKey("migrate")); err != nil {
 			return err
 		}
 		var exists bool
-		if err := tx.QueryRow(ctx, e.msql.schemaExists, e.schema).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, e.sql(sqlSchemaExists), e.schema).Scan(&exists); err != nil {
 			return err
 		}
 		if !exists {
-			if _, err := tx.Exec(ctx, e.msql.createSchema); err != nil {
+			if _, err := tx.Exec(ctx, e.sql(sqlCreateSchema)); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, e.msql.createSchemaVersion); err != nil {
+		if _, err := tx.Exec(ctx, e.sql(sqlCreateSchemaVersion)); err != nil {
 			return err
 		}
 		current, err := e.currentVersion(ctx, tx)
@@ -110,13 +92,13 @@ func (e *Engine) migrateOne(ctx context.Context) (done bool, err error) {
 			return nil
 		}
 		m := migrations[current]
-		if _, err := tx.Exec(ctx, e.msql.searchPath); err != nil {
+		if _, err := tx.Exec(ctx, e.sql(sqlMigrationSearchPath)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
 		}
-		_, err = tx.Exec(ctx, e.msql.insertVersion, m.Version, m.Name)
+		_, err = tx.Exec(ctx, e.sql(sqlInsertVersion), m.Version, m.Name)
 		return err
 	})
 	return done, err
@@ -133,7 +115,7 @@ func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err er
 
 func (e *Engine) currentVersion(ctx context.Context, q querier) (int, error) {
 	var v int
-	err := q.QueryRow(ctx, e.msql.currentVersion).Scan(&v)
+	err := q.QueryRow(ctx, e.sql(sqlCurrentVersion)).Scan(&v)
 	return v, interpretError(err)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/bytestier"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -24,30 +25,30 @@ import (
 // inline limit written to one bucket object each, named by their upload
 // before a byte is written and by their blob row once published. Objects
 // are deleted only after the deletion of the row naming them committed.
-const (
-	sqlTierRead    = `SELECT store_id, bucket, claimed FROM {schema}.bytes_tier WHERE id = 1`
-	sqlTierAnyBlob = `SELECT EXISTS (SELECT FROM {schema}.blobs)`
+var (
+	sqlTierRead    = declare("sqlTierRead", `SELECT store_id, bucket, claimed FROM {schema}.bytes_tier WHERE id = 1`)
+	sqlTierAnyBlob = declare("sqlTierAnyBlob", `SELECT EXISTS (SELECT FROM {schema}.blobs)`)
 	// sqlTierInsert records the tier; the lock on the blobs table makes
 	// the "store holds no blob" check hold until the commit.
-	sqlTierLockBlobs = `LOCK TABLE {schema}.blobs IN SHARE MODE`
-	sqlTierInsert    = `INSERT INTO {schema}.bytes_tier (id, store_id, bucket) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING`
-	sqlTierClaimed   = `UPDATE {schema}.bytes_tier SET claimed = true WHERE id = 1`
+	sqlTierLockBlobs = declare("sqlTierLockBlobs", `LOCK TABLE {schema}.blobs IN SHARE MODE`)
+	sqlTierInsert    = declare("sqlTierInsert", `INSERT INTO {schema}.bytes_tier (id, store_id, bucket) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING`)
+	sqlTierClaimed   = declare("sqlTierClaimed", `UPDATE {schema}.bytes_tier SET claimed = true WHERE id = 1`)
 	// sqlUploadNameObject names the upload's object, unless the upload has
 	// a chunk or an object already; it answers whether the upload exists.
-	sqlUploadNameObject = `WITH named AS (
+	sqlUploadNameObject = declare("sqlUploadNameObject", `WITH named AS (
     UPDATE {schema}.blob_uploads SET object = $1
     WHERE id = $2 AND object IS NULL AND NOT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $2)
     RETURNING 1
 )
-SELECT EXISTS (SELECT FROM named), EXISTS (SELECT FROM {schema}.blob_uploads WHERE id = $2)`
-	sqlUploadRenewObject = `UPDATE {schema}.blob_uploads SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')
-WHERE id = $2 AND object = $3`
-	sqlUploadObjectSize = `UPDATE {schema}.blob_uploads SET object_size = $1 WHERE id = $2 AND object = $3`
+SELECT EXISTS (SELECT FROM named), EXISTS (SELECT FROM {schema}.blob_uploads WHERE id = $2)`)
+	sqlUploadRenewObject = declare("sqlUploadRenewObject", `UPDATE {schema}.blob_uploads SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')
+WHERE id = $2 AND object = $3`)
+	sqlUploadObjectSize = declare("sqlUploadObjectSize", `UPDATE {schema}.blob_uploads SET object_size = $1 WHERE id = $2 AND object = $3`)
 	// sqlPublishObject is sqlPublish for a value kept as an object: the
 	// blob row names the object, or, when the key was stored already, the
 	// pin goes to pins and the statement answers false: the caller deletes
 	// the object after the commit.
-	sqlPublishObject = `WITH b AS (
+	sqlPublishObject = declare("sqlPublishObject", `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, object, pin_owner, pin_expiry)
 	VALUES ($1, $2, '\x'::bytea, $3, $4, coalesce($6::timestamptz, now()) + $5 * interval '1 microsecond')
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
@@ -58,27 +59,21 @@ WHERE id = $2 AND object = $3`
 	WHERE (SELECT count(*) FROM b) = 0
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT EXISTS (SELECT FROM b)`
-	sqlReapObjects     = `SELECT object FROM {schema}.blob_uploads WHERE expires_at < now() AND object IS NOT NULL`
-	sqlOrphanCursor    = `SELECT token FROM {schema}.gc_orphans WHERE id = 1`
-	sqlOrphanCursorSet = `UPDATE {schema}.gc_orphans SET token = $1 WHERE id = 1`
+SELECT EXISTS (SELECT FROM b)`)
+	sqlReapObjects     = declare("sqlReapObjects", `SELECT object FROM {schema}.blob_uploads WHERE expires_at < coalesce($1::timestamptz, now()) AND object IS NOT NULL`)
+	sqlOrphanCursor    = declare("sqlOrphanCursor", `SELECT token FROM {schema}.gc_orphans WHERE id = 1`)
+	sqlOrphanCursorSet = declare("sqlOrphanCursorSet", `UPDATE {schema}.gc_orphans SET token = $1 WHERE id = 1`)
 	// sqlOrphanNames answers those of the names $1 that no blob row and no
 	// upload names.
-	sqlOrphanNames = `SELECT n FROM unnest($1::text[]) AS n
+	sqlOrphanNames = declare("sqlOrphanNames", `SELECT n FROM unnest($1::text[]) AS n
 WHERE NOT EXISTS (SELECT FROM {schema}.blobs b WHERE b.object = n)
-AND NOT EXISTS (SELECT FROM {schema}.blob_uploads u WHERE u.object = n)`
-	// dropTimeout bounds the deletion of objects whose rows are gone,
-	// which runs even when the caller's context has ended: an object left
-	// is an orphan the sweep removes later.
-	dropTimeout = 30 * time.Second
+AND NOT EXISTS (SELECT FROM {schema}.blob_uploads u WHERE u.object = n)`)
 )
 
-// objectSQL holds the tier's statements, rendered for the schema.
-type objectSQL struct {
-	tierRead, tierAnyBlob, tierLockBlobs, tierInsert, tierClaimed string
-	nameObject, renewObject, objectSize, publishObject            string
-	reapObjects, orphanCursor, orphanCursorSet, orphanNames       string
-}
+// dropTimeout bounds the deletion of objects whose rows are gone, which
+// runs even when the caller's context has ended: an object left is an
+// orphan the sweep removes later.
+const dropTimeout = 30 * time.Second
 
 // tierState is the engine's bytes tier: nil tier for none.
 type tierState struct {
@@ -86,22 +81,9 @@ type tierState struct {
 	adopt bool
 	mu    sync.Mutex
 	ready atomic.Bool
-	sql   objectSQL
 	// dropCrash, set by tests, makes dropObjects do nothing, as a process
 	// killed between a row deletion's commit and its object's deletion.
 	dropCrash atomic.Pointer[bool]
-}
-
-func (t *tierState) init(e *Engine) {
-	t.sql = objectSQL{
-		tierRead: e.render(sqlTierRead), tierAnyBlob: e.render(sqlTierAnyBlob), tierLockBlobs: e.render(sqlTierLockBlobs),
-		tierInsert: e.render(sqlTierInsert), tierClaimed: e.render(sqlTierClaimed),
-		nameObject: e.render(sqlUploadNameObject), renewObject: e.render(sqlUploadRenewObject),
-		objectSize:    e.render(sqlUploadObjectSize),
-		publishObject: e.render(sqlPublishObject), reapObjects: e.render(sqlReapObjects),
-		orphanCursor: e.render(sqlOrphanCursor), orphanCursorSet: e.render(sqlOrphanCursorSet),
-		orphanNames: e.render(sqlOrphanNames),
-	}
 }
 
 // errNoTier is the error of a bytes-tier call on an engine without one.
@@ -127,10 +109,10 @@ func (e *Engine) attachTier(ctx context.Context) error {
 	}
 	var storeID, bucket string
 	var claimed bool
-	err := e.pool.QueryRow(ctx, t.sql.tierRead).Scan(&storeID, &bucket, &claimed)
+	err := e.pool.QueryRow(ctx, e.sql(sqlTierRead)).Scan(&storeID, &bucket, &claimed)
 	found := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		if err = interpretError(err); errors.Is(err, errNoSchema) {
+		if err = interpretError(err); errors.Is(err, sqlengine.ErrNoSchema) {
 			return nil // not migrated yet: Migrate attaches
 		}
 		return err
@@ -145,23 +127,23 @@ func (e *Engine) attachTier(ctx context.Context) error {
 		var fresh [16]byte
 		_, _ = rand.Read(fresh[:]) // crypto/rand.Read never fails
 		err := e.inTx(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, t.sql.tierLockBlobs); err != nil {
+			if _, err := tx.Exec(ctx, e.sql(sqlTierLockBlobs)); err != nil {
 				return err
 			}
 			var any bool
-			if err := tx.QueryRow(ctx, t.sql.tierAnyBlob).Scan(&any); err != nil {
+			if err := tx.QueryRow(ctx, e.sql(sqlTierAnyBlob)).Scan(&any); err != nil {
 				return err
 			}
 			if any && !t.adopt {
 				return fmt.Errorf("%w: postgres: the store holds blobs and records no bytes tier: giving it the bucket %s would keep new large values there and the old ones in the database; to do that, adopt it (bytes_adopt=1)", steaderr.ErrConflict, t.tier)
 			}
-			_, err := tx.Exec(ctx, t.sql.tierInsert, hex.EncodeToString(fresh[:]), t.tier.String())
+			_, err := tx.Exec(ctx, e.sql(sqlTierInsert), hex.EncodeToString(fresh[:]), t.tier.String())
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		if err := e.pool.QueryRow(ctx, t.sql.tierRead).Scan(&storeID, &bucket, &claimed); err != nil {
+		if err := e.pool.QueryRow(ctx, e.sql(sqlTierRead)).Scan(&storeID, &bucket, &claimed); err != nil {
 			return interpretError(err)
 		}
 	}
@@ -169,7 +151,7 @@ func (e *Engine) attachTier(ctx context.Context) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	if !claimed {
-		if _, err := e.pool.Exec(ctx, t.sql.tierClaimed); err != nil {
+		if _, err := e.pool.Exec(ctx, e.sql(sqlTierClaimed)); err != nil {
 			return interpretError(err)
 		}
 	}
@@ -201,7 +183,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 	t := &e.tier
 	name := bytestier.NewName()
 	var named, live bool
-	if err := e.pool.QueryRow(ctx, t.sql.nameObject, name, int64(p.Set)).Scan(&named, &live); err != nil {
+	if err := e.pool.QueryRow(ctx, e.sql(sqlUploadNameObject), name, int64(p.Set)).Scan(&named, &live); err != nil {
 		return 0, interpretError(err)
 	}
 	switch {
@@ -211,7 +193,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		return 0, fmt.Errorf("%w: upload %d has chunks or an object already", steaderr.ErrConflict, p.Set)
 	}
 	renew := func(ctx context.Context) error {
-		tag, err := e.pool.Exec(ctx, t.sql.renewObject, p.Lease.Microseconds(), int64(p.Set), name)
+		tag, err := e.pool.Exec(ctx, e.sql(sqlUploadRenewObject), p.Lease.Microseconds(), int64(p.Set), name)
 		if err != nil {
 			return interpretError(err)
 		}
@@ -228,7 +210,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		}
 		return 0, err
 	}
-	tag, err := e.pool.Exec(ctx, t.sql.objectSize, size, int64(p.Set), name)
+	tag, err := e.pool.Exec(ctx, e.sql(sqlUploadObjectSize), size, int64(p.Set), name)
 	if err != nil {
 		return 0, interpretError(err)
 	}
@@ -289,7 +271,7 @@ func (g *gcMech) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphan
 		return out, err
 	}
 	var token []byte
-	if err := e.pool.QueryRow(ctx, t.sql.orphanCursor).Scan(&token); err != nil {
+	if err := e.pool.QueryRow(ctx, e.sql(sqlOrphanCursor)).Scan(&token); err != nil {
 		return out, interpretError(err)
 	}
 	objs, next, err := t.tier.List(ctx, token, p.Limit)
@@ -306,7 +288,7 @@ func (g *gcMech) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphan
 	}
 	var doomed []string
 	if len(names) > 0 {
-		rows, err := e.pool.Query(ctx, t.sql.orphanNames, names)
+		rows, err := e.pool.Query(ctx, e.sql(sqlOrphanNames), names)
 		if err != nil {
 			return out, interpretError(err)
 		}
@@ -338,7 +320,7 @@ func (g *gcMech) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphan
 			return gc.Orphans{}, fmt.Errorf("postgres: %w", err)
 		}
 	}
-	if _, err := e.pool.Exec(ctx, t.sql.orphanCursorSet, next); err != nil {
+	if _, err := e.pool.Exec(ctx, e.sql(sqlOrphanCursorSet), next); err != nil {
 		return out, interpretError(err)
 	}
 	return out, nil
@@ -367,11 +349,11 @@ func (b *blobs) publishObject(ctx context.Context, tx pgx.Tx, p blob.PutParams, 
 		}
 	}
 	var inserted bool
-	if err := tx.QueryRow(ctx, b.e.tier.sql.publishObject, p.Key.String(), p.Size, object, p.Owner, p.TTL.Microseconds(), now).Scan(&inserted); err != nil {
+	if err := tx.QueryRow(ctx, b.e.sql(sqlPublishObject), p.Key.String(), p.Size, object, p.Owner, p.TTL.Microseconds(), now).Scan(&inserted); err != nil {
 		return "", err
 	}
 	if len(children) > 0 {
-		if _, err := tx.Exec(ctx, b.chunkSQL.insertEdges, p.Key.String(), children); err != nil {
+		if _, err := tx.Exec(ctx, b.e.sql(sqlInsertEdges), p.Key.String(), children); err != nil {
 			return "", err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -214,18 +215,26 @@ type Engine struct {
 	locks    locks
 	records  records
 	refs     refs
-	msql     migrateSQL
+	stmts    []string // every declared statement, rendered for the schema, by index
 	tier     tierState
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
 	listen *listener
+	// instances are the instance ids the engine holds (ClaimInstance),
+	// released on Close.
+	instanceMu sync.Mutex
+	instances  []*instanceClaim
+	isql       instanceSQL
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine          = (*Engine)(nil)
+	_ engine.InstanceClaimer = (*Engine)(nil)
+)
 
 // sqlIsolation reads the isolation level a session's transactions get.
-const sqlIsolation = `SELECT current_setting('transaction_isolation')`
+var sqlIsolation = declare("sqlIsolation", `SELECT current_setting('transaction_isolation')`)
 
 // Open connects (reading the session's isolation level once, so a bad
 // address fails here) and returns the engine. Sessions must default to
@@ -243,7 +252,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{schema: cfg.Schema, ident: pgx.Identifier{cfg.Schema}.Sanitize()}
+	e := newEngine(cfg.Schema)
 	switch {
 	case cfg.Pool != nil && cfg.ConnString != "":
 		return nil, fmt.Errorf("%w: postgres: set ConnString or Pool, not both", steaderr.ErrInvalidArgument)
@@ -269,7 +278,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	// written for READ COMMITTED, where each statement of a transaction
 	// takes a new snapshot.
 	var isolation string
-	if err := e.pool.QueryRow(ctx, sqlIsolation).Scan(&isolation); err != nil {
+	if err := e.pool.QueryRow(ctx, e.sql(sqlIsolation)).Scan(&isolation); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("connect: %w", interpretError(err))
 	}
@@ -279,8 +288,6 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 			"set default_transaction_isolation to 'read committed' on the role or database (ALTER ROLE … SET default_transaction_isolation = 'read committed')",
 			steaderr.ErrInvalidArgument, isolation)
 	}
-	e.msql = e.renderMigrateSQL()
-	e.tier.init(e)
 	e.tier.adopt = cfg.BytesAdopt
 	switch {
 	case cfg.Bucket != nil:
@@ -296,6 +303,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.locks.init(e)
 	e.records.init(e)
 	e.refs.init(e)
+	e.isql = instanceSQL{
+		acquire: e.render(sqlInstanceLeaseAcquire), renew: e.render(sqlInstanceLeaseRenew), release: e.render(sqlInstanceLeaseRelease),
+	}
 	if listenConfig == nil && !cfg.PgBouncer {
 		listenConfig = e.pool.Config().ConnConfig
 	}
@@ -398,6 +408,7 @@ func (e *Engine) Close() error {
 	if e.listen != nil {
 		e.listen.stop()
 	}
+	e.closeInstances()
 	e.gc.close()
 	if e.ownsPool {
 		e.pool.Close()

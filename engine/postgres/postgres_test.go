@@ -19,7 +19,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -381,7 +381,7 @@ func TestKilledBackend(t *testing.T) {
 		// Has may meet the other killed session first; ask until it
 		// answers.
 		var has bool
-		poll.Until(t, "Has to answer", func() bool {
+		testkit.Until(t, "Has to answer", func() bool {
 			var err error
 			has, err = s.Has(ctx, blob.KeyOf(value))
 			return err == nil
@@ -390,7 +390,7 @@ func TestKilledBackend(t *testing.T) {
 			t.Fatal("a failed Put left its blob behind")
 		}
 	}
-	poll.Until(t, "Put to work again on fresh sessions", func() bool {
+	testkit.Until(t, "Put to work again on fresh sessions", func() bool {
 		_, err := s.Put(ctx, bytes.NewReader(value))
 		return err == nil
 	})

@@ -12,9 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/groupcommit"
-	"github.com/steadkit/stead/internal/tenantid"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
@@ -32,7 +31,7 @@ import (
 // commit (docs/decisions/0020-record-notify-when-wanted.md).
 type records struct {
 	e       *Engine
-	tenants tenantid.Cache
+	tenants sqlengine.TenantCache
 	commit  *groupcommit.Committer[*saveReq]
 	// channel is the NOTIFY channel of records made claimable, one per
 	// schema; its payload is the group.
@@ -48,13 +47,6 @@ type records struct {
 	// renewals.
 	closing context.Context
 	close   context.CancelFunc
-	sql     struct {
-		registerGroup, groupExists, ensureTenant, tenantID string
-		create, createFloor, update, updateUnclaimable     string
-		updateMany, saveMany                               string
-		load, lookup, del                                  string
-		list, claim, claimNext, renew, probe, want         string
-	}
 }
 
 // defaultWantFor is how long a waiter's mark on its group lasts.
@@ -76,68 +68,66 @@ const (
 // version of the row. pg_notify runs once per claimable row, but
 // PostgreSQL delivers a notification with the same channel and payload
 // once per transaction, so a statement notifies each group at most once.
-const (
-	sqlRecordRegisterGroup = `INSERT INTO {schema}.record_groups (name) VALUES ($1) ON CONFLICT DO NOTHING`
-	sqlRecordGroupExists   = `SELECT EXISTS (SELECT 1 FROM {schema}.record_groups WHERE name = $1)`
-	sqlRecordEnsureTenant  = `INSERT INTO {schema}.record_tenants (grp, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`
-	sqlRecordTenantID      = `SELECT id FROM {schema}.record_tenants WHERE grp = $1 AND name IS NOT DISTINCT FROM $2::text`
+var (
+	sqlRecordRegisterGroup = declare("sqlRecordRegisterGroup", `INSERT INTO {schema}.record_groups (name) VALUES ($1) ON CONFLICT DO NOTHING`)
+	sqlRecordGroupExists   = declare("sqlRecordGroupExists", `SELECT EXISTS (SELECT 1 FROM {schema}.record_groups WHERE name = $1)`)
+	sqlRecordEnsureTenant  = declare("sqlRecordEnsureTenant", `INSERT INTO {schema}.record_tenants (grp, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`)
+	sqlRecordTenantID      = declare("sqlRecordTenantID", `SELECT id FROM {schema}.record_tenants WHERE grp = $1 AND name IS NOT DISTINCT FROM $2::text`)
 
 	// A create starts above every version a deleted record of its group
 	// had, as its snapshot saw the group; sqlRecordCreateFloor, run next
 	// in the same transaction, raises it should the id have been created
-	// and deleted by others while this statement ran. $1 id, $2 group, $3
-	// tenant id, $4 status, $5 parked, $6 lease owner, $7 incarnation, $8
-	// expiry, $9 payload, $10 now, $11 channel.
-	sqlRecordCreate = `INSERT INTO {schema}.records AS r
+	// and deleted by others while this statement ran. @channel is the
+	// NOTIFY channel.
+	sqlRecordCreate = declare("sqlRecordCreate", `INSERT INTO {schema}.records AS r
 	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-SELECT $1::text, $2::text, $3::bigint, $4::text, $5::boolean,
-	coalesce((SELECT g.deleted_version FROM {schema}.record_groups g WHERE g.name = $2), 0) + 1,
-	$6::text, $7::bigint, $8::timestamptz, coalesce($10::timestamptz, now()), $9::bytea
+SELECT @id::text, @grp::text, @tenant_id::bigint, @status::text, @parked::boolean,
+	coalesce((SELECT g.deleted_version FROM {schema}.record_groups g WHERE g.name = @grp), 0) + 1,
+	@lease_owner::text, @lease_incarnation::bigint, @lease_expiry::timestamptz, coalesce(@now::timestamptz, now()), @payload::bytea
 ON CONFLICT (id) DO NOTHING
 RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-		THEN pg_notify($11, r.grp) END
-	END`
+		THEN pg_notify(@channel, r.grp) END
+	END`)
 
-	// An update either keeps the stored grant ($6 the stored owner, $7
-	// its incarnation) or releases the lease ($6 empty, $8 the expiry to
-	// store). $1 id, $2 group, $3 version, $4 tenant id, $5 status, $9
-	// parked, $10 payload, $11 now, $12 channel.
-	sqlRecordUpdate = `UPDATE {schema}.records AS r
-SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version + 1,
-	updated_at = coalesce($11::timestamptz, now()),
-	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
-WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
+	// An update either keeps the stored grant (@lease_owner the stored
+	// owner, @lease_incarnation its incarnation) or releases the lease
+	// (@lease_owner empty, @lease_expiry the expiry to store); @version is
+	// the stored version it expects.
+	sqlRecordUpdate = declare("sqlRecordUpdate", `UPDATE {schema}.records AS r
+SET tenant_id = @tenant_id, status = @status, parked = @parked, payload = @payload, version = r.version + 1,
+	updated_at = coalesce(@now::timestamptz, now()),
+	lease_owner = @lease_owner, lease_expiry = CASE WHEN @lease_owner = '' THEN @lease_expiry ELSE r.lease_expiry END
+WHERE r.id = @id AND r.grp = @grp AND r.version = @version AND (@lease_owner = '' OR (r.lease_owner = @lease_owner AND r.lease_incarnation = @lease_incarnation))
 RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-		THEN pg_notify($12, r.grp) END
-	END`
+		THEN pg_notify(@channel, r.grp) END
+	END`)
 
 	// sqlRecordUpdate for a save that parks the record or keeps its
 	// lease, written only if the row as written is not claimable (parked,
 	// or its kept lease has not lapsed), so without a notify column: a
 	// checkpoint or a completion does not pay for the group row's check.
-	// $1-$11 as there.
-	sqlRecordUpdateUnclaimable = `UPDATE {schema}.records AS r
-SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version + 1,
-	updated_at = coalesce($11::timestamptz, now()),
-	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
-WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
-	AND ($9 OR r.lease_expiry > coalesce($11::timestamptz, now()))
-RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at`
+	sqlRecordUpdateUnclaimable = declare("sqlRecordUpdateUnclaimable", `UPDATE {schema}.records AS r
+SET tenant_id = @tenant_id, status = @status, parked = @parked, payload = @payload, version = r.version + 1,
+	updated_at = coalesce(@now::timestamptz, now()),
+	lease_owner = @lease_owner, lease_expiry = CASE WHEN @lease_owner = '' THEN @lease_expiry ELSE r.lease_expiry END
+WHERE r.id = @id AND r.grp = @grp AND r.version = @version AND (@lease_owner = '' OR (r.lease_owner = @lease_owner AND r.lease_incarnation = @lease_incarnation))
+	AND (@parked OR r.lease_expiry > coalesce(@now::timestamptz, now()))
+RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at`)
 
 	// A batch of updates, no id twice: sqlRecordUpdate's, one row of the
-	// arrays each ($11 now: NULL elements are the database's now()), $12
-	// channel. It returns the rows written. It first locks, in id order,
+	// arrays each (@ats: NULL elements are the database's now()). It
+	// returns the rows written. It first locks, in id order,
 	// every row of the batch, so that two batches do not deadlock; should
 	// they all the same, the statement, which then changed nothing, is run
 	// again. A batch without creates runs it, not sqlRecordSaveMany,
 	// whose creates and union cost every batch (docs/BENCHMARKS.md).
-	sqlRecordUpdateMany = `WITH i AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
-		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
+	sqlRecordUpdateMany = declare("sqlRecordUpdateMany", `WITH i AS (
+	SELECT * FROM unnest(@ids::text[], @grps::text[], @versions::bigint[], @tenant_ids::bigint[], @statuses::text[], @lease_owners::text[], @lease_incarnations::bigint[],
+		@lease_expiries::timestamptz[], @parked::boolean[], @payloads::bytea[], @ats::timestamptz[])
 		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
 ), locked AS (
 	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
@@ -152,8 +142,8 @@ WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
 RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-		THEN pg_notify($12, r.grp) END
-	END`
+		THEN pg_notify(@channel, r.grp) END
+	END`)
 
 	// A batch of saves with creates, no id twice: sqlRecordUpdateMany's
 	// updates and sqlRecordCreate's creates, with the same parameters. It
@@ -161,9 +151,9 @@ RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	// conflict check would otherwise wait on another batch updating it),
 	// and creates insert in id order (a create waits on another's
 	// uncommitted insert of its id).
-	sqlRecordSaveMany = `WITH i AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
-		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
+	sqlRecordSaveMany = declare("sqlRecordSaveMany", `WITH i AS (
+	SELECT * FROM unnest(@ids::text[], @grps::text[], @versions::bigint[], @tenant_ids::bigint[], @statuses::text[], @lease_owners::text[], @lease_incarnations::bigint[],
+		@lease_expiries::timestamptz[], @parked::boolean[], @payloads::bytea[], @ats::timestamptz[])
 		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
 ), locked AS (
 	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
@@ -178,7 +168,7 @@ RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 			CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-			THEN pg_notify($12, r.grp) END
+			THEN pg_notify(@channel, r.grp) END
 		END AS notified
 ), created AS (
 	INSERT INTO {schema}.records AS r
@@ -191,12 +181,12 @@ RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 			CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-			THEN pg_notify($12, r.grp) END
+			THEN pg_notify(@channel, r.grp) END
 		END AS notified
 )
 SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM updated
 UNION ALL
-SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM created`
+SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM created`)
 
 	// The records of ids this transaction created whose version is not
 	// above their group's deleted_version, raised above it. Run in a new
@@ -204,26 +194,26 @@ SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM c
 	// while a create's statement ran (the create waited on it) committed
 	// before this statement's snapshot. $1 ids. It returns the records
 	// raised.
-	sqlRecordCreateFloor = `UPDATE {schema}.records AS r SET version = g.deleted_version + 1
+	sqlRecordCreateFloor = declare("sqlRecordCreateFloor", `UPDATE {schema}.records AS r SET version = g.deleted_version + 1
 FROM {schema}.record_groups g
 WHERE r.id = ANY ($1::text[]) AND g.name = r.grp AND r.version <= g.deleted_version
 	AND r.xmin = pg_current_xact_id_if_assigned()::xid
-RETURNING r.id, r.version`
+RETURNING r.id, r.version`)
 
 	// A record's columns, in scanRecord's order. $1 id; lookup adds $2
 	// now.
-	sqlRecordLoad = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
+	sqlRecordLoad = declare("sqlRecordLoad", `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
 FROM {schema}.records r JOIN {schema}.record_tenants t ON t.id = r.tenant_id
-WHERE r.id = $1`
-	sqlRecordLookup = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload,
+WHERE r.id = $1`)
+	sqlRecordLookup = declare("sqlRecordLookup", `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload,
 	coalesce($2::timestamptz, now())
 FROM {schema}.records r JOIN {schema}.record_tenants t ON t.id = r.tenant_id
-WHERE r.id = $1`
+WHERE r.id = $1`)
 	// A delete raises its group's deleted_version to the record's
 	// version, in the same statement. $1 id.
-	sqlRecordDelete = `WITH d AS (DELETE FROM {schema}.records WHERE id = $1 RETURNING grp, version)
+	sqlRecordDelete = declare("sqlRecordDelete", `WITH d AS (DELETE FROM {schema}.records WHERE id = $1 RETURNING grp, version)
 UPDATE {schema}.record_groups g SET deleted_version = d.version
-FROM d WHERE g.name = d.grp AND g.deleted_version < d.version`
+FROM d WHERE g.name = d.grp AND g.deleted_version < d.version`)
 
 	// Claiming reads a group's records through records_unleased and
 	// records_leased; ORDER BY id COLLATE "POSIX" orders them as those
@@ -231,50 +221,47 @@ FROM d WHERE g.name = d.grp AND g.deleted_version < d.version`
 	// lease of the group by id: ordering that branch by id would invite a
 	// plan walking the primary key through every group. $1 group, $2 now,
 	// $3 limit.
-	sqlRecordList = `SELECT c.id, c.grp, t.name, c.status, c.version, c.lease_owner, c.lease_incarnation, c.lease_expiry, c.updated_at, c.payload
+	sqlRecordList = declare("sqlRecordList", `SELECT c.id, c.grp, t.name, c.status, c.version, c.lease_owner, c.lease_incarnation, c.lease_expiry, c.updated_at, c.payload
 FROM (
 	(SELECT * FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner = '' ORDER BY id COLLATE "POSIX" LIMIT $3)
 	UNION ALL
 	(SELECT * FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner <> '' AND lease_expiry <= coalesce($2::timestamptz, now()))
 ) c JOIN {schema}.record_tenants t ON t.id = c.tenant_id
-ORDER BY c.id LIMIT $3`
+ORDER BY c.id LIMIT $3`)
 
-	// $1 owner, $2 ttl, $3 now, $4 group, $5 id.
-	sqlRecordClaim = `UPDATE {schema}.records AS r
-SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1,
-	lease_expiry = coalesce($3::timestamptz, now()) + $2::interval, updated_at = coalesce($3::timestamptz, now())
-WHERE r.id = $5 AND r.grp = $4 AND (r.lease_owner IN ('', $1) OR r.lease_expiry <= coalesce($3::timestamptz, now()))
+	sqlRecordClaim = declare("sqlRecordClaim", `UPDATE {schema}.records AS r
+SET version = r.version + 1, lease_owner = @owner, lease_incarnation = r.lease_incarnation + 1,
+	lease_expiry = coalesce(@now::timestamptz, now()) + @ttl::interval, updated_at = coalesce(@now::timestamptz, now())
+WHERE r.id = @id AND r.grp = @grp AND (r.lease_owner IN ('', @owner) OR r.lease_expiry <= coalesce(@now::timestamptz, now()))
 RETURNING r.id, r.grp, (SELECT name FROM {schema}.record_tenants WHERE id = r.tenant_id), r.status, r.version,
-	r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload`
+	r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload`)
 
-	// $1 owner, $2 ttl, $3 now, $4 group, $5 n. Expired leases first,
-	// then unleased records. A WITH query runs only as far as it is read,
-	// so the unleased one runs, and locks, only when there are fewer than
-	// $5 expired leases. = ANY (ARRAY (...)), not IN (...): with IN, a
+	// Expired leases first, then unleased records. A WITH query runs only
+	// as far as it is read, so the unleased one runs, and locks, only when
+	// there are fewer than @n expired leases. = ANY (ARRAY (...)), not IN (...): with IN, a
 	// generic plan that guesses many ids joins them to a sequential scan
 	// of every group.
-	sqlRecordClaimNext = `UPDATE {schema}.records AS r
-SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1,
-	lease_expiry = coalesce($3::timestamptz, now()) + $2::interval, updated_at = coalesce($3::timestamptz, now())
+	sqlRecordClaimNext = declare("sqlRecordClaimNext", `UPDATE {schema}.records AS r
+SET version = r.version + 1, lease_owner = @owner, lease_incarnation = r.lease_incarnation + 1,
+	lease_expiry = coalesce(@now::timestamptz, now()) + @ttl::interval, updated_at = coalesce(@now::timestamptz, now())
 WHERE r.id = ANY (ARRAY (
 	WITH expired AS (
 		SELECT id FROM {schema}.records
-		WHERE grp = $4 AND NOT parked AND lease_owner <> '' AND lease_expiry <= coalesce($3::timestamptz, now())
-		ORDER BY lease_expiry, id COLLATE "POSIX" LIMIT $5 FOR UPDATE SKIP LOCKED
+		WHERE grp = @grp AND NOT parked AND lease_owner <> '' AND lease_expiry <= coalesce(@now::timestamptz, now())
+		ORDER BY lease_expiry, id COLLATE "POSIX" LIMIT @n FOR UPDATE SKIP LOCKED
 	), unleased AS (
 		SELECT id FROM {schema}.records
-		WHERE grp = $4 AND NOT parked AND lease_owner = ''
-		ORDER BY id COLLATE "POSIX" LIMIT $5 FOR UPDATE SKIP LOCKED
+		WHERE grp = @grp AND NOT parked AND lease_owner = ''
+		ORDER BY id COLLATE "POSIX" LIMIT @n FOR UPDATE SKIP LOCKED
 	)
-	SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT $5
+	SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT @n
 ))
 RETURNING r.id, r.grp, (SELECT name FROM {schema}.record_tenants WHERE id = r.tenant_id), r.status, r.version,
-	r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload`
+	r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload`)
 
-	// $1 now, $2 ttl, $3 id, $4 group, $5 owner, $6 incarnation.
-	sqlRecordRenew = `UPDATE {schema}.records SET lease_expiry = coalesce($1::timestamptz, now()) + $2::interval
-WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6
-RETURNING lease_expiry`
+	sqlRecordRenew = declare("sqlRecordRenew", `UPDATE {schema}.records SET lease_expiry = coalesce(@now::timestamptz, now()) + @ttl::interval
+WHERE id = @id AND grp = @grp AND lease_owner = @owner AND lease_incarnation = @incarnation
+RETURNING lease_expiry`)
 
 	// A waiter marks its group wanted until now() + $2, unless the mark
 	// already lasts until now() + $3 or later: then it locks and writes
@@ -297,7 +284,7 @@ RETURNING lease_expiry`
 	// statement, so the same holds for it. The waiter holds no other lock,
 	// so the mark joins no deadlock; deletes (FOR NO KEY UPDATE of the row)
 	// do not conflict with saves (FOR KEY SHARE).
-	sqlRecordWant = `WITH l AS (
+	sqlRecordWant = declare("sqlRecordWant", `WITH l AS (
 	SELECT name FROM {schema}.record_groups
 	WHERE name = $1 AND NOT coalesce(wanted_until >= now() + $3::interval, false)
 	FOR UPDATE
@@ -306,47 +293,27 @@ RETURNING lease_expiry`
 	FROM l WHERE g.name = l.name
 	RETURNING g.wanted_until
 )
-SELECT coalesce((SELECT wanted_until FROM m), g.wanted_until), now() FROM {schema}.record_groups g WHERE g.name = $1`
+SELECT coalesce((SELECT wanted_until FROM m), g.wanted_until), now() FROM {schema}.record_groups g WHERE g.name = $1`)
 
 	// sqlRecordWantLockTimeout bounds the lock waits of the rest of its
 	// transaction to $1: sent with sqlRecordWant in one batch, one
 	// transaction.
-	sqlRecordWantLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
+	sqlRecordWantLockTimeout = declare("sqlRecordWantLockTimeout", `SELECT set_config('lock_timeout', $1, true)`)
 
 	// $1 group, $2 now. The first unleased record, and the earliest lease:
 	// expired, the group has recovery work; else it is when the next lease
 	// lapses. Each is read in its index's order, one entry: as EXISTS or
 	// min(), a generic plan may scan the whole table for it.
-	sqlRecordProbe = `SELECT
+	sqlRecordProbe = declare("sqlRecordProbe", `SELECT
 	(SELECT id FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner = '' ORDER BY id COLLATE "POSIX" LIMIT 1) IS NOT NULL,
 	(SELECT lease_expiry FROM {schema}.records WHERE grp = $1 AND NOT parked AND lease_owner <> '' ORDER BY lease_expiry LIMIT 1),
-	coalesce($2::timestamptz, now())`
+	coalesce($2::timestamptz, now())`)
 )
 
 func (r *records) init(e *Engine) {
 	r.e = e
 	r.channel = fmt.Sprintf("stead_records_%016x", uint64(e.lockKey("records")))
 	r.commit = groupcommit.NewOnce(saveFlushers, maxBatchSaves, maxBatchSaveBytes, r.flush)
-	s := &r.sql
-	s.registerGroup = e.render(sqlRecordRegisterGroup)
-	s.groupExists = e.render(sqlRecordGroupExists)
-	s.ensureTenant = e.render(sqlRecordEnsureTenant)
-	s.tenantID = e.render(sqlRecordTenantID)
-	s.create = e.render(sqlRecordCreate)
-	s.createFloor = e.render(sqlRecordCreateFloor)
-	s.update = e.render(sqlRecordUpdate)
-	s.updateUnclaimable = e.render(sqlRecordUpdateUnclaimable)
-	s.updateMany = e.render(sqlRecordUpdateMany)
-	s.saveMany = e.render(sqlRecordSaveMany)
-	s.load = e.render(sqlRecordLoad)
-	s.lookup = e.render(sqlRecordLookup)
-	s.del = e.render(sqlRecordDelete)
-	s.list = e.render(sqlRecordList)
-	s.claim = e.render(sqlRecordClaim)
-	s.claimNext = e.render(sqlRecordClaimNext)
-	s.renew = e.render(sqlRecordRenew)
-	s.probe = e.render(sqlRecordProbe)
-	s.want = e.render(sqlRecordWant)
 	r.wantFor = defaultWantFor
 	r.wanted = map[string]time.Time{}
 	r.closing, r.close = context.WithCancel(context.Background())
@@ -360,7 +327,7 @@ func tenantName(tenant string) any {
 	return tenant
 }
 
-// scanRecord reads the columns of records.sql.load, then extra.
+// scanRecord reads the columns of sqlRecordLoad, then extra.
 func scanRecord(row pgx.Row, extra ...any) (record.Record, error) {
 	var rec record.Record
 	var tenant *string
@@ -380,7 +347,7 @@ func (r *records) RegisterGroup(ctx context.Context, group string) error {
 	if err := r.e.check(ctx); err != nil {
 		return err
 	}
-	_, err := r.e.pool.Exec(ctx, r.sql.registerGroup, group)
+	_, err := r.e.pool.Exec(ctx, r.e.sql(sqlRecordRegisterGroup), group)
 	return interpretError(err)
 }
 
@@ -389,7 +356,7 @@ func (r *records) GroupExists(ctx context.Context, group string) (bool, error) {
 		return false, err
 	}
 	var ok bool
-	err := listError(r.e.pool.QueryRow(ctx, r.sql.groupExists, group).Scan(&ok))
+	err := listError(r.e.pool.QueryRow(ctx, r.e.sql(sqlRecordGroupExists), group).Scan(&ok))
 	return ok, err
 }
 
@@ -411,7 +378,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	rec := p.Record
-	return cas.Do(ctx, func() (record.Record, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
 		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
 		if !ok {
 			return r.saveResolving(ctx, rec, p.Now)
@@ -475,22 +442,26 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 			creates = append(creates, rec.ID)
 		}
 	}
+	args := pgx.StrictNamedArgs{
+		"ids": ids, "grps": groups, "versions": versions, "tenant_ids": tenants, "statuses": statuses,
+		"lease_owners": owners, "lease_incarnations": incarnations, "lease_expiries": expiries,
+		"parked": parked, "payloads": payloads, "ats": ats, "channel": r.channel,
+	}
 	return retryTransient(ctx, func() error {
-		return r.saveManyOnce(ctx, byID, creates, ids, groups, versions, tenants, statuses, owners, incarnations,
-			expiries, parked, payloads, ats, r.channel)
+		return r.saveManyOnce(ctx, byID, creates, args)
 	})
 }
 
 // saveManyOnce runs sqlRecordUpdateMany with args, or if there are creates
 // sqlRecordSaveMany and then sqlRecordCreateFloor on them, in one round
 // trip and one transaction, and marks the saves of byID it wrote.
-func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, creates []string, args ...any) error {
+func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, creates []string, args pgx.StrictNamedArgs) error {
 	b := &pgx.Batch{}
 	if len(creates) == 0 {
-		b.Queue(r.sql.updateMany, args...)
+		b.Queue(r.e.sql(sqlRecordUpdateMany), args)
 	} else {
-		b.Queue(r.sql.saveMany, args...)
-		b.Queue(r.sql.createFloor, creates)
+		b.Queue(r.e.sql(sqlRecordSaveMany), args)
+		b.Queue(r.e.sql(sqlRecordCreateFloor), creates)
 	}
 	for _, q := range byID { // a retried attempt decides afresh
 		q.matched, q.saved = false, record.Record{}
@@ -566,13 +537,13 @@ func (r *records) saveResolvingOnce(ctx context.Context, rec record.Record, now 
 		return rec, false, interpretError(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	_, err = tx.Exec(ctx, r.sql.ensureTenant, rec.Group, tenantName(rec.Tenant))
+	_, err = tx.Exec(ctx, r.e.sql(sqlRecordEnsureTenant), rec.Group, tenantName(rec.Tenant))
 	if isForeignKey(err) {
 		return rec, false, fmt.Errorf("%w: group %q is not registered", steaderr.ErrUnknownGroup, rec.Group)
 	}
 	var tid int64
 	if err == nil {
-		err = tx.QueryRow(ctx, r.sql.tenantID, rec.Group, tenantName(rec.Tenant)).Scan(&tid)
+		err = tx.QueryRow(ctx, r.e.sql(sqlRecordTenantID), rec.Group, tenantName(rec.Tenant)).Scan(&tid)
 	}
 	if err != nil {
 		return rec, false, interpretError(err)
@@ -602,9 +573,12 @@ func (r *records) write(ctx context.Context, q sender, rec record.Record, tenant
 	var err error
 	if rec.Version == 0 {
 		b := &pgx.Batch{}
-		b.Queue(r.sql.create, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
-			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Payload, nowArg(now), r.channel)
-		b.Queue(r.sql.createFloor, []string{rec.ID})
+		b.Queue(r.e.sql(sqlRecordCreate), pgx.StrictNamedArgs{
+			"id": rec.ID, "grp": rec.Group, "tenant_id": tenantID, "status": rec.Status, "parked": rec.Status.Parked(),
+			"lease_owner": rec.Lease.Owner, "lease_incarnation": rec.Lease.Incarnation, "lease_expiry": rec.Lease.Expiry,
+			"payload": rec.Payload, "now": nowArg(now), "channel": r.channel,
+		})
+		b.Queue(r.e.sql(sqlRecordCreateFloor), []string{rec.ID})
 		br := q.SendBatch(ctx, b)
 		err = br.QueryRow().Scan(&version, &incarnation, &expiry, &updated, nil)
 		if err == nil {
@@ -618,16 +592,20 @@ func (r *records) write(ctx context.Context, q sender, rec record.Record, tenant
 			err = cerr
 		}
 	} else {
-		args := []any{rec.ID, rec.Group, rec.Version, tenantID, rec.Status,
-			rec.Lease.Owner, rec.Lease.Incarnation, rec.Lease.Expiry, rec.Status.Parked(), rec.Payload, nowArg(now)}
+		args := pgx.StrictNamedArgs{
+			"id": rec.ID, "grp": rec.Group, "version": rec.Version, "tenant_id": tenantID, "status": rec.Status,
+			"lease_owner": rec.Lease.Owner, "lease_incarnation": rec.Lease.Incarnation, "lease_expiry": rec.Lease.Expiry,
+			"parked": rec.Status.Parked(), "payload": rec.Payload, "now": nowArg(now),
+		}
 		err = pgx.ErrNoRows
 		if rec.Status.Parked() || rec.Lease.Owner != "" {
-			err = q.QueryRow(ctx, r.sql.updateUnclaimable, args...).Scan(&version, &incarnation, &expiry, &updated)
+			err = q.QueryRow(ctx, r.e.sql(sqlRecordUpdateUnclaimable), args).Scan(&version, &incarnation, &expiry, &updated)
 		}
 		if errors.Is(err, pgx.ErrNoRows) && !rec.Status.Parked() {
 			// Claimable as written (released, or under a lapsed lease),
 			// or no match: the statement that notifies.
-			err = q.QueryRow(ctx, r.sql.update, append(args, r.channel)...).Scan(&version, &incarnation, &expiry, &updated, nil)
+			args["channel"] = r.channel
+			err = q.QueryRow(ctx, r.e.sql(sqlRecordUpdate), args).Scan(&version, &incarnation, &expiry, &updated, nil)
 		}
 	}
 	if err != nil {
@@ -645,7 +623,7 @@ type sender interface {
 // lookupAt returns the record stored under id, if any, and the instant
 // now stands for (the database's now() for the zero time).
 func (r *records) lookupAt(ctx context.Context, id string, now time.Time) (_ record.Record, exists bool, at time.Time, _ error) {
-	rec, err := scanRecord(r.e.pool.QueryRow(ctx, r.sql.lookup, id, nowArg(now)), &at)
+	rec, err := scanRecord(r.e.pool.QueryRow(ctx, r.e.sql(sqlRecordLookup), id, nowArg(now)), &at)
 	switch err = interpretError(err); {
 	case errors.Is(err, steaderr.ErrNotFound):
 		return record.Record{}, false, now, nil
@@ -742,7 +720,7 @@ func (r *records) Load(ctx context.Context, id string) (record.Record, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
-	rec, err := scanRecord(r.e.pool.QueryRow(ctx, r.sql.load, id))
+	rec, err := scanRecord(r.e.pool.QueryRow(ctx, r.e.sql(sqlRecordLoad), id))
 	if err = readError(err); err != nil {
 		return record.Record{}, err
 	}
@@ -754,7 +732,7 @@ func (r *records) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	return retryTransient(ctx, func() error {
-		_, err := r.e.pool.Exec(ctx, r.sql.del, id)
+		_, err := r.e.pool.Exec(ctx, r.e.sql(sqlRecordDelete), id)
 		return err
 	})
 }
@@ -795,7 +773,7 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	recs, err := r.queryRecords(ctx, r.sql.list, p.Group, nowArg(p.Now), p.Limit)
+	recs, err := r.queryRecords(ctx, r.e.sql(sqlRecordList), p.Group, nowArg(p.Now), p.Limit)
 	return recs, listError(err)
 }
 
@@ -803,8 +781,10 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 	if err := r.e.check(ctx); err != nil {
 		return record.Record{}, err
 	}
-	return cas.Do(ctx, func() (record.Record, bool, error) {
-		recs, err := r.queryRecords(ctx, r.sql.claim, p.Owner, interval(p.TTL), nowArg(p.Now), p.Group, p.ID)
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
+		recs, err := r.queryRecords(ctx, r.e.sql(sqlRecordClaim), pgx.StrictNamedArgs{
+			"owner": p.Owner, "ttl": interval(p.TTL), "now": nowArg(p.Now), "grp": p.Group, "id": p.ID,
+		})
 		if len(recs) != 1 {
 			return record.Record{}, false, err
 		}
@@ -822,17 +802,21 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	return r.queryRecords(ctx, r.sql.claimNext, p.Owner, interval(p.TTL), nowArg(p.Now), p.Group, p.N)
+	return r.queryRecords(ctx, r.e.sql(sqlRecordClaimNext), pgx.StrictNamedArgs{
+		"owner": p.Owner, "ttl": interval(p.TTL), "now": nowArg(p.Now), "grp": p.Group, "n": p.N,
+	})
 }
 
 func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease, error) {
 	if err := r.e.check(ctx); err != nil {
 		return record.Lease{}, err
 	}
-	return cas.Do(ctx, func() (record.Lease, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Lease, bool, error) {
 		lease := record.Lease{Owner: p.Owner, Incarnation: p.Incarnation}
 		err := retryTransient(ctx, func() error {
-			return r.e.pool.QueryRow(ctx, r.sql.renew, nowArg(p.Now), interval(p.TTL), p.ID, p.Group, p.Owner, p.Incarnation).Scan(&lease.Expiry)
+			return r.e.pool.QueryRow(ctx, r.e.sql(sqlRecordRenew), pgx.StrictNamedArgs{
+				"now": nowArg(p.Now), "ttl": interval(p.TTL), "id": p.ID, "grp": p.Group, "owner": p.Owner, "incarnation": p.Incarnation,
+			}).Scan(&lease.Expiry)
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return lease, false, nil
@@ -857,7 +841,7 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	var unleased bool
 	var earliest *time.Time
 	var now time.Time
-	err := listError(r.e.pool.QueryRow(ctx, r.sql.probe, p.Group, nowArg(p.Now)).Scan(&unleased, &earliest, &now))
+	err := listError(r.e.pool.QueryRow(ctx, r.e.sql(sqlRecordProbe), p.Group, nowArg(p.Now)).Scan(&unleased, &earliest, &now))
 	switch {
 	case err != nil:
 		return record.Probe{}, err
@@ -950,8 +934,8 @@ func (r *records) want(ctx context.Context, group string) (bool, error) {
 		return true, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(sqlRecordWantLockTimeout, wantLockTimeout)
-	b.Queue(r.sql.want, group, interval(r.wantFor), interval(r.wantFor/2))
+	b.Queue(r.e.sql(sqlRecordWantLockTimeout), wantLockTimeout)
+	b.Queue(r.e.sql(sqlRecordWant), group, interval(r.wantFor), interval(r.wantFor/2))
 	br := r.e.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
 	var until *time.Time

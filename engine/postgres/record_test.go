@@ -17,7 +17,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -83,7 +83,7 @@ func TestRecordZombieFencing(t *testing.T) {
 	}
 	c.Advance(time.Minute) // A's lease lapses; A does not notice
 	var bRec record.Record
-	poll.Until(t, "B to claim the lapsed record", func() bool {
+	testkit.Until(t, "B to claim the lapsed record", func() bool {
 		recs, err := b.ClaimNext(ctx, "fleet", "node-b", time.Minute, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -171,20 +171,23 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".records"); err != nil {
 		t.Fatal(err)
 	}
-	list, claimNext, probe := postgres.RecordSQL(e)
+	list, claimNextNamed, probe := postgres.RecordSQL(e)
 	conn, err := db.Admin.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Release()
 	defer conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
+	// ClaimNext names its parameters: PREPARE takes them by position.
+	claimNextArgs := pgx.StrictNamedArgs{"owner": "'o'", "ttl": "'1 minute'", "now": "NULL", "grp": "'small'", "n": "100"}
+	claimNext, claimNextLits := positional(t, claimNextNamed, claimNextArgs)
 	cases := []struct {
 		name, sql, args string
 		maxRead         int
 	}{
 		{"ListClaimable", list, "'small', NULL, 100", claimable},
-		{"ClaimNext", claimNext, "'o', '1 minute', NULL, 'small', 100", 2 * claimable}, // and each by primary key
-		{"Probe", probe, "'small', NULL", 2},                                           // an entry of each index
+		{"ClaimNext", claimNext, claimNextLits, 2 * claimable}, // and each by primary key
+		{"Probe", probe, "'small', NULL", 2},                   // an entry of each index
 	}
 	for _, tc := range cases {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -204,7 +207,9 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		explainReads(t, conn, "ClaimNext on stale statistics "+mode, mode, claimNext, "'o', '1 minute', NULL, 'small', 10", 2*10)
+		claimNextArgs["n"] = "10"
+		claimNext, claimNextLits := positional(t, claimNextNamed, claimNextArgs)
+		explainReads(t, conn, "ClaimNext on stale statistics "+mode, mode, claimNext, claimNextLits, 2*10)
 	}
 }
 
@@ -212,6 +217,21 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 // plan_cache_mode mode, and fails t unless EXPLAIN ANALYZE shows it read
 // at most maxRead rows of records, each through an index and (but for the
 // primary key) by group.
+// positional returns query, which names its parameters, with $1, $2, …
+// in their place, and the SQL literals of args in that order.
+func positional(t *testing.T, query string, args pgx.StrictNamedArgs) (string, string) {
+	t.Helper()
+	sql, ordered, err := args.RewriteQuery(t.Context(), nil, query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lits := make([]string, len(ordered))
+	for i, a := range ordered {
+		lits[i] = a.(string)
+	}
+	return sql, strings.Join(lits, ", ")
+}
+
 func explainReads(t *testing.T, conn *pgxpool.Conn, what, mode, query, args string, maxRead int) {
 	t.Helper()
 	ctx := context.Background()

@@ -14,7 +14,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -57,7 +57,7 @@ func (n *recordNotifications) take(t *testing.T) map[string]int {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
-	ctx, cancel := context.WithTimeout(t.Context(), poll.Timeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testkit.Timeout)
 	defer cancel()
 	for {
 		msg, err := n.conn.WaitForNotification(ctx)
@@ -140,7 +140,7 @@ func TestRecordNotifiesOnlyWhenWanted(t *testing.T) {
 	stop()
 
 	groups := pgx.Identifier{db.Schema, "record_groups"}.Sanitize()
-	poll.Until(t, "g's mark to lapse", func() bool {
+	testkit.Until(t, "g's mark to lapse", func() bool {
 		var lapsed bool
 		err := db.Admin.QueryRow(ctx, "SELECT wanted_until <= now() FROM "+groups+" WHERE name = 'g'").Scan(&lapsed)
 		return err == nil && lapsed
@@ -171,7 +171,7 @@ func TestRecordMarkIsRenewed(t *testing.T) {
 	if err := db.Admin.QueryRow(ctx, "SELECT wanted_until FROM "+groups+" WHERE name = 'g'").Scan(&first); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the first mark to have lapsed long ago", func() bool {
+	testkit.Until(t, "the first mark to have lapsed long ago", func() bool {
 		var past bool
 		err := db.Admin.QueryRow(ctx, "SELECT now() > $1::timestamptz + $2::interval", first, pgInterval(3*wantFor)).Scan(&past)
 		return err == nil && past
@@ -181,8 +181,8 @@ func TestRecordMarkIsRenewed(t *testing.T) {
 	}
 	select {
 	case <-wake:
-	case <-time.After(poll.Timeout):
-		t.Fatalf("no wake within %v after a save, %v after the watch began", poll.Timeout, 3*wantFor)
+	case <-time.After(testkit.Timeout):
+		t.Fatalf("no wake within %v after a save, %v after the watch began", testkit.Timeout, 3*wantFor)
 	}
 }
 
@@ -296,7 +296,7 @@ func TestRecordWaitNeverMissesASave(t *testing.T) {
 		var waitErr, saveErr, deleteErr error
 		wg.Go(func() {
 			<-start
-			wctx, cancel := context.WithTimeout(ctx, poll.Timeout)
+			wctx, cancel := context.WithTimeout(ctx, testkit.Timeout)
 			defer cancel()
 			waitErr = a.WaitClaimable(wctx, g)
 		})
@@ -368,8 +368,8 @@ func TestRecordMarkGivesUpOnABusyGroup(t *testing.T) {
 		if w.live || w.err != nil {
 			t.Fatalf("WatchClaimable of a group whose row is share-locked = live %v, %v; want not live, so the waiter polls", w.live, w.err)
 		}
-	case <-time.After(poll.Timeout):
-		t.Fatalf("WatchClaimable still waiting for the group row's lock after %v", poll.Timeout)
+	case <-time.After(testkit.Timeout):
+		t.Fatalf("WatchClaimable still waiting for the group row's lock after %v", testkit.Timeout)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

@@ -21,11 +21,11 @@ import (
 // versions commit in increasing order. A TTL in microseconds becomes an
 // interval as whole seconds plus microseconds, exact to the microsecond
 // (interval arithmetic runs in float8).
-const (
+var (
 	// sqlRefSet locks the key's blob row, then inserts or replaces the ref
 	// (@cond 0), or only replaces an expired one (@cond 1, create-only).
 	// It answers whether the blob was stored and the ref written, if it was.
-	sqlRefSet = `WITH b AS (
+	sqlRefSet = declare("sqlRefSet", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
 ), w AS (
 	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry)
@@ -38,12 +38,12 @@ const (
 	RETURNING name, key, version, annotation, expiry
 )
 SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry
-FROM (SELECT) AS one LEFT JOIN w ON true`
+FROM (SELECT) AS one LEFT JOIN w ON true`)
 
 	// sqlRefSwap locks the key's blob row, then replaces the live ref whose
 	// version is @version (a compare-and-swap: never an insert). It answers
 	// as sqlRefSet does.
-	sqlRefSwap = `WITH b AS (
+	sqlRefSwap = declare("sqlRefSwap", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
 ), w AS (
 	UPDATE {schema}.refs AS r
@@ -54,10 +54,17 @@ FROM (SELECT) AS one LEFT JOIN w ON true`
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry
 )
 SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry
-FROM (SELECT) AS one LEFT JOIN w ON true`
+FROM (SELECT) AS one LEFT JOIN w ON true`)
 
-	sqlRefGet = `SELECT name, key, version, annotation, expiry FROM {schema}.refs
-WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`
+	sqlRefGet = declare("sqlRefGet", `SELECT name, key, version, annotation, expiry FROM {schema}.refs
+WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`)
+
+	// sqlRefGetFresh is sqlRefGet answering too whether the ref has half
+	// of $3 µs left (or no expiry), judged on the same clock.
+	sqlRefGetFresh = declare("sqlRefGetFresh", `SELECT name, key, version, annotation, expiry,
+	expiry IS NULL OR expiry - coalesce($2::timestamptz, now()) >= ($3::bigint / 2) * interval '1 microsecond'
+FROM {schema}.refs
+WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`)
 
 	// sqlRefTouch locks the blob row of the ref's key, then renews the
 	// ref if it still names that key and is live at clock_timestamp(), the
@@ -65,7 +72,7 @@ WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now())
 	// version; a ref without expiry is answered unchanged. The new expiry
 	// runs from now(). It answers the key whose row it locked, and the ref
 	// if it renewed it.
-	sqlRefTouch = `WITH target AS (
+	sqlRefTouch = declare("sqlRefTouch", `WITH target AS (
 	SELECT key FROM {schema}.refs WHERE name = $1
 ), b AS (
 	SELECT key FROM {schema}.blobs WHERE key = (SELECT key FROM target) FOR NO KEY UPDATE
@@ -76,12 +83,12 @@ WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now())
 	RETURNING name, key, version, annotation, expiry
 )
 SELECT (SELECT key FROM target), u.name, u.key, u.version, u.annotation, u.expiry
-FROM (SELECT) AS one LEFT JOIN u ON true`
+FROM (SELECT) AS one LEFT JOIN u ON true`)
 
 	// sqlRefDelete locks the live ref, then deletes it if its version is
 	// $2 (0: any), and answers whether a live ref had the name once locked
 	// and whether it was deleted.
-	sqlRefDelete = `WITH live AS (
+	sqlRefDelete = declare("sqlRefDelete", `WITH live AS (
 	SELECT name, version FROM {schema}.refs
 	WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, now()))
 	FOR UPDATE
@@ -90,25 +97,22 @@ FROM (SELECT) AS one LEFT JOIN u ON true`
 	WHERE r.name = live.name AND ($2::bigint = 0 OR live.version = $2::bigint)
 	RETURNING 1
 )
-SELECT EXISTS (SELECT FROM live), EXISTS (SELECT FROM d)`
+SELECT EXISTS (SELECT FROM live), EXISTS (SELECT FROM d)`)
 
-	// sqlRefList lists live refs with names in [$1, $2) (no upper bound
-	// when $2 is NULL) after $3, in name order.
-	sqlRefList = `SELECT name, key, version, annotation, expiry FROM {schema}.refs
-WHERE name >= $1 AND ($2::text IS NULL OR name < $2) AND name > $3
-AND (expiry IS NULL OR expiry > coalesce($4::timestamptz, now()))
-ORDER BY name LIMIT $5`
+	// sqlRefList lists live refs with names in [@prefix, @prefix_end) (no
+	// upper bound when @prefix_end is NULL) after @after, in name order.
+	sqlRefList = declare("sqlRefList", `SELECT name, key, version, annotation, expiry FROM {schema}.refs
+WHERE name >= @prefix AND (@prefix_end::text IS NULL OR name < @prefix_end) AND name > @after
+AND (expiry IS NULL OR expiry > coalesce(@now::timestamptz, now()))
+ORDER BY name LIMIT @lim`)
 )
 
 type refs struct {
-	e   *Engine
-	sql struct{ set, swap, get, touch, del, list string }
+	e *Engine
 }
 
 func (r *refs) init(e *Engine) {
 	r.e = e
-	r.sql.set, r.sql.swap, r.sql.get, r.sql.touch = e.render(sqlRefSet), e.render(sqlRefSwap), e.render(sqlRefGet), e.render(sqlRefTouch)
-	r.sql.del, r.sql.list = e.render(sqlRefDelete), e.render(sqlRefList)
 }
 
 // Refs implements engine.Engine.
@@ -138,13 +142,14 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	args := pgx.NamedArgs{
-		"name": p.Name, "key": p.Key.String(), "annotation": p.Annotation, "ttl": p.TTL.Microseconds(),
-		"cond": int(p.Cond), "version": p.Version, "now": nowArg(p.Now),
+	args := pgx.StrictNamedArgs{
+		"name": p.Name, "key": p.Key.String(), "annotation": p.Annotation, "ttl": p.TTL.Microseconds(), "now": nowArg(p.Now),
 	}
-	stmt := r.sql.set
+	stmt := r.e.sql(sqlRefSet)
 	if p.Cond == ref.IfVersion {
-		stmt = r.sql.swap
+		stmt, args["version"] = r.e.sql(sqlRefSwap), p.Version
+	} else {
+		args["cond"] = int(p.Cond)
 	}
 	var stored bool
 	var rr refRow
@@ -175,23 +180,35 @@ func (r *refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 		return ref.Ref{}, err
 	}
 	var rr refRow
-	if err := readError(r.e.pool.QueryRow(ctx, r.sql.get, p.Name, nowArg(p.Now)).Scan(rr.dest()...)); err != nil {
+	if err := readError(r.e.pool.QueryRow(ctx, r.e.sql(sqlRefGet), p.Name, nowArg(p.Now)).Scan(rr.dest()...)); err != nil {
 		return ref.Ref{}, err
 	}
 	return rr.ref()
 }
 
 // Touch renews the ref under its key's blob row lock; a ref moved to
-// another key meanwhile (so under another row) is tried again.
+// another key meanwhile (so under another row) is tried again. A lazy
+// Touch reads first, and locks nothing for a ref with half its TTL left.
 func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
+	}
+	if p.Lazy {
+		var rr refRow
+		var fresh bool
+		err := r.e.pool.QueryRow(ctx, r.e.sql(sqlRefGetFresh), p.Name, nowArg(p.Now), p.TTL.Microseconds()).Scan(append(rr.dest(), &fresh)...)
+		if err := readError(err); err != nil {
+			return ref.Ref{}, err
+		}
+		if fresh {
+			return rr.ref()
+		}
 	}
 	for range maxTouchTries {
 		var target pgtype.Text
 		var rr refRow
 		err := retryTransient(ctx, func() error {
-			return r.e.pool.QueryRow(ctx, r.sql.touch, p.Name, p.TTL.Microseconds(), nowArg(p.Now)).Scan(append([]any{&target}, rr.dest()...)...)
+			return r.e.pool.QueryRow(ctx, r.e.sql(sqlRefTouch), p.Name, p.TTL.Microseconds(), nowArg(p.Now)).Scan(append([]any{&target}, rr.dest()...)...)
 		})
 		switch {
 		case err != nil:
@@ -216,7 +233,7 @@ func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
 	}
 	var live, deleted bool
 	err := retryTransient(ctx, func() error {
-		return r.e.pool.QueryRow(ctx, r.sql.del, p.Name, p.Version, nowArg(p.Now)).Scan(&live, &deleted)
+		return r.e.pool.QueryRow(ctx, r.e.sql(sqlRefDelete), p.Name, p.Version, nowArg(p.Now)).Scan(&live, &deleted)
 	})
 	switch {
 	case err != nil:
@@ -240,7 +257,9 @@ func (r *refs) List(ctx context.Context, p ref.ListParams, yield func(ref.Ref) b
 	if e, ok := ref.PrefixEnd(p.Prefix); ok {
 		end = &e
 	}
-	rows, err := r.e.pool.Query(ctx, r.sql.list, p.Prefix, end, p.After, nowArg(p.Now), p.Limit)
+	rows, err := r.e.pool.Query(ctx, r.e.sql(sqlRefList), pgx.StrictNamedArgs{
+		"prefix": p.Prefix, "prefix_end": end, "after": p.After, "now": nowArg(p.Now), "lim": p.Limit,
+	})
 	if err != nil {
 		return listError(err)
 	}

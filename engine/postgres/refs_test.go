@@ -12,7 +12,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -36,7 +36,7 @@ func putValue(t *testing.T, bs *blob.Store, v string) blob.Key {
 // waitForLockWait returns once a statement matching like waits on a lock.
 func waitForLockWait(t *testing.T, db *pgtest.DB, like string) {
 	t.Helper()
-	poll.Until(t, "a statement waiting on a lock", func() bool {
+	testkit.Until(t, "a statement waiting on a lock", func() bool {
 		var n int
 		err := db.Admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid()`, like).Scan(&n)

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"unicode"
-
-	"github.com/jackc/pgx/v5"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/sql from the engine's statements")
@@ -22,25 +20,31 @@ var update = flag.Bool("update", false, "rewrite testdata/sql from the engine's 
 // quote, a space, a dot, a semicolon, mixed case and non-ASCII.
 const goldenSchema = `St"ead. sch;ema-ñ`
 
-// TestSQLGolden renders every statement template of the engine — each
-// package-level constant named sqlXxx, found in the package's source so
-// that none can be left out — with a hostile schema name and compares it
-// with testdata/sql/sqlXxx.sql, so a review sees the SQL the server runs.
-// A template must be one string literal: a statement assembled from parts
-// cannot be read whole. Run with -update to rewrite the files.
+// TestSQLGolden renders every declared statement of the engine with a
+// hostile schema name and compares it with testdata/sql/<name>.sql, so a
+// review sees the SQL the server runs. Run with -update to rewrite the
+// files.
 func TestSQLGolden(t *testing.T) {
-	templates := sqlTemplates(t)
-	if len(templates) == 0 {
-		t.Fatal("no sqlXxx templates found")
+	declared := declaredStatements(t)
+	if len(statements) == 0 || len(declared) != len(statements) {
+		t.Fatalf("%d statements declared in the source, %d registered", len(declared), len(statements))
 	}
-	e := &Engine{schema: goldenSchema, ident: pgx.Identifier{goldenSchema}.Sanitize()}
+	e := newEngine(goldenSchema)
 	dir := filepath.Join("testdata", "sql")
-	for name, tmpl := range templates {
-		got := e.render(tmpl) + "\n"
-		if strings.Contains(got, schemaPlaceholder) {
-			t.Errorf("%s: %s left after rendering", name, schemaPlaceholder)
+	names := map[string]bool{}
+	for _, s := range statements {
+		if names[s.name] {
+			t.Errorf("%s declared twice", s.name)
 		}
-		path := filepath.Join(dir, name+".sql")
+		names[s.name] = true
+		if declared[s.name] != s.tmpl {
+			t.Errorf("%s: registered under a name its variable does not have", s.name)
+		}
+		got := e.sql(s) + "\n"
+		if strings.Contains(got, schemaPlaceholder) {
+			t.Errorf("%s: %s left after rendering", s.name, schemaPlaceholder)
+		}
+		path := filepath.Join(dir, s.name+".sql")
 		if *update {
 			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 				t.Fatal(err)
@@ -49,11 +53,11 @@ func TestSQLGolden(t *testing.T) {
 		}
 		want, err := os.ReadFile(path)
 		if err != nil {
-			t.Errorf("%s: %v (run go test -run TestSQLGolden -update)", name, err)
+			t.Errorf("%s: %v (run go test -run TestSQLGolden -update)", s.name, err)
 			continue
 		}
 		if got != string(want) {
-			t.Errorf("%s: rendered statement differs from %s (run with -update and review the diff):\n%s", name, path, got)
+			t.Errorf("%s: rendered statement differs from %s (run with -update and review the diff):\n%s", s.name, path, got)
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
@@ -62,20 +66,22 @@ func TestSQLGolden(t *testing.T) {
 	}
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".sql")
-		if _, ok := templates[name]; !ok {
+		if !names[name] {
 			if *update {
 				os.Remove(f)
 				continue
 			}
-			t.Errorf("%s has no template %s: remove it (or run with -update)", f, name)
+			t.Errorf("%s has no statement %s: remove it (or run with -update)", f, name)
 		}
 	}
 }
 
-// sqlTemplates returns every package-level constant of the package's
-// non-test source named sql followed by an upper-case letter, by name. It
-// fails t for such a constant that is not a single string literal.
-func sqlTemplates(t *testing.T) map[string]string {
+// declaredStatements returns the template of every package-level
+// `var sqlXxx = declare("sqlXxx", `...`)` of the package's non-test source,
+// by variable name. It fails t for a declare call elsewhere, one whose name
+// is not its variable's, or one whose template is not a single string
+// literal (a statement assembled from parts cannot be read whole).
+func declaredStatements(t *testing.T) map[string]string {
 	t.Helper()
 	fset := token.NewFileSet()
 	paths, err := filepath.Glob("*.go")
@@ -88,32 +94,65 @@ func sqlTemplates(t *testing.T) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		atTop := map[*ast.CallExpr]bool{}
 		for _, decl := range f.Decls {
 			gen, ok := decl.(*ast.GenDecl)
-			if !ok || gen.Tok != token.CONST {
+			if !ok || gen.Tok != token.VAR {
 				continue
 			}
 			for _, spec := range gen.Specs {
 				vs := spec.(*ast.ValueSpec)
 				for i, ident := range vs.Names {
-					if !isTemplateName(ident.Name) {
+					if i >= len(vs.Values) {
 						continue
 					}
-					lit, ok := vs.Values[i].(*ast.BasicLit)
-					if !ok || lit.Kind != token.STRING {
+					call, ok := vs.Values[i].(*ast.CallExpr)
+					if !ok || !isDeclare(call) {
+						continue
+					}
+					atTop[call] = true
+					if len(call.Args) != 2 || stringLit(t, call.Args[0]) != ident.Name {
+						t.Errorf("%s: %s must be declare(%q, `...`)", fset.Position(ident.Pos()), ident.Name, ident.Name)
+						continue
+					}
+					if !isTemplateName(ident.Name) {
+						t.Errorf("%s: a statement's name is sql followed by an upper-case letter, not %s", fset.Position(ident.Pos()), ident.Name)
+					}
+					if _, ok := call.Args[1].(*ast.BasicLit); !ok {
 						t.Errorf("%s: %s is not one string literal: write the statement whole", fset.Position(ident.Pos()), ident.Name)
 						continue
 					}
-					s, err := strconv.Unquote(lit.Value)
-					if err != nil {
-						t.Fatal(err)
-					}
-					out[ident.Name] = s
+					out[ident.Name] = stringLit(t, call.Args[1])
 				}
 			}
 		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok && isDeclare(call) && !atTop[call] {
+				t.Errorf("%s: declare outside a package-level var", fset.Position(call.Pos()))
+			}
+			return true
+		})
 	}
 	return out
+}
+
+func isDeclare(call *ast.CallExpr) bool {
+	id, ok := call.Fun.(*ast.Ident)
+	return ok && id.Name == "declare"
+}
+
+// stringLit returns the value of the string literal e, or "" if e is none.
+func stringLit(t *testing.T, e ast.Expr) string {
+	t.Helper()
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return ""
+	}
+	s, err := strconv.Unquote(lit.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func isTemplateName(name string) bool {

@@ -15,7 +15,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -170,7 +170,7 @@ func TestUnavailableStoppedServer(t *testing.T) {
 	wantUnavailable(t, "Open with the server stopped", err)
 
 	c.Start(t)
-	poll.Until(t, "Get to work again", func() bool {
+	testkit.Until(t, "Get to work again", func() bool {
 		got, err := e.Blobs().Get(ctx, key)
 		return err == nil && string(got.Value) == string(value)
 	})
@@ -247,7 +247,7 @@ func TestHoldWithServerStopped(t *testing.T) {
 	}
 	wantUnavailable(t, "Release with the server stopped", h.Release(ctx))
 	c.Start(t)
-	poll.Until(t, "Release to reach the restarted server", func() bool {
+	testkit.Until(t, "Release to reach the restarted server", func() bool {
 		err := h.Release(ctx)
 		return errors.Is(err, steaderr.ErrLost) && !errors.Is(err, steaderr.ErrUnavailable)
 	})
@@ -273,7 +273,7 @@ func TestPgBouncerRestart(t *testing.T) {
 	_, err = e.Locks().Acquire(ctx, lock.AcquireParams{Name: "l", Owner: "o", TTL: time.Second})
 	wantUnavailable(t, "Acquire with PgBouncer stopped", err)
 	bouncer.Start(t)
-	poll.Until(t, "Get to work through the restarted PgBouncer", func() bool {
+	testkit.Until(t, "Get to work through the restarted PgBouncer", func() bool {
 		got, err := e.Blobs().Get(ctx, key)
 		return err == nil && string(got.Value) == string(value)
 	})

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"time"
+	"strings"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
@@ -27,9 +27,12 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	q := query("now", timeText(p.Now))
 	q.Set("owner", p.Owner) // even empty: the server refuses it rather than pin as itself
 	q.Set("ttl", p.TTL.String())
-	if p.Chunks == 0 && len(p.Children) > 0 {
-		// A put declaring children goes through an upload, whose publish
-		// carries them (any number) in its body.
+	if p.Chunks == 0 && len(p.Children) > wire.MaxHeaderChildren {
+		// More children than a header holds go through an upload, whose
+		// publish carries any number in its body.
+		if len(p.Value) == 0 {
+			return fmt.Errorf("%w: an empty blob declares at most %d children over HTTP, not %d", steaderr.ErrInvalidArgument, wire.MaxHeaderChildren, len(p.Children))
+		}
 		return b.putThroughUpload(ctx, p)
 	}
 	if p.Chunks != 0 {
@@ -38,6 +41,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		return err
 	}
 	req := &request{body: bytes.NewReader(p.Value), query: q}
+	if len(p.Children) > 0 {
+		req.header = http.Header{wire.ChildrenHeader: {strings.Join(keyTexts(p.Children), ",")}}
+	}
 	_, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+p.Key.String(), req, nil, nil)
 	return err
 }
@@ -46,7 +52,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 // with its children; the upload is aborted whatever happens (after a
 // publish the abort finds nothing).
 func (b *blobs) putThroughUpload(ctx context.Context, p blob.PutParams) (err error) {
-	set, err := b.BeginUpload(ctx, blob.DefaultUploadLease)
+	set, err := b.BeginUpload(ctx, blob.BeginUploadParams{Lease: blob.DefaultUploadLease, Now: p.Now})
 	if err != nil {
 		return err
 	}
@@ -56,7 +62,7 @@ func (b *blobs) putThroughUpload(ctx context.Context, p blob.PutParams) (err err
 		}
 	}()
 	if len(p.Value) > 0 {
-		if err := b.WriteChunk(ctx, set, 0, p.Value, blob.DefaultUploadLease); err != nil {
+		if err := b.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: p.Value, Lease: blob.DefaultUploadLease, Now: p.Now}); err != nil {
 			return err
 		}
 	}
@@ -91,9 +97,9 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks)}, nil
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	var up wire.Upload
-	req := &request{query: query("lease", lease.String())}
+	req := &request{query: query("lease", p.Lease.String(), "now", timeText(p.Now))}
 	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", req, nil, &up); err != nil {
 		return 0, err
 	}
@@ -103,12 +109,12 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 	return blob.ChunkSet(up.Chunks), nil
 }
 
-func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
-	if len(data) > wire.MaxChunk {
-		return fmt.Errorf("%w: a chunk of %d bytes; a server takes at most %d", steaderr.ErrInvalidArgument, len(data), wire.MaxChunk)
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	if len(p.Data) > wire.MaxChunk {
+		return fmt.Errorf("%w: a chunk of %d bytes; a server takes at most %d", steaderr.ErrInvalidArgument, len(p.Data), wire.MaxChunk)
 	}
-	req := &request{body: bytes.NewReader(data), query: query("lease", lease.String())}
-	_, err := b.e.do(ctx, http.MethodPut, chunkPath(set, off), req, nil, nil)
+	req := &request{body: bytes.NewReader(p.Data), query: query("lease", p.Lease.String(), "now", timeText(p.Now))}
+	_, err := b.e.do(ctx, http.MethodPut, chunkPath(p.Set, p.Off), req, nil, nil)
 	return err
 }
 
@@ -117,9 +123,9 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return err
 }
 
-func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	var r wire.Reaped
-	_, err := b.e.do(ctx, http.MethodPost, "/v1/uploads/reap", nil, nil, &r)
+	_, err := b.e.do(ctx, http.MethodPost, "/v1/uploads/reap", &request{query: query("now", timeText(p.Now))}, nil, &r)
 	return r.Reaped, err
 }
 
@@ -193,6 +199,7 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 	}
 	dec := json.NewDecoder(resp.Body)
 	bad := func(err error) error { return fmt.Errorf("blob list: %w: %w", errMalformed, err) }
+	last, n := after, 0
 	if err := expect(dec, json.Delim('{')); err != nil {
 		return bad(err)
 	}
@@ -216,6 +223,10 @@ func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(
 				if err != nil {
 					return bad(err)
 				}
+				if n++; n > limit || key.Compare(last) <= 0 || info.Size < 0 {
+					return bad(fmt.Errorf("%s (size %d) as key %d of a page after %s of at most %d", key, info.Size, n, last, limit))
+				}
+				last = key
 				if !yield(blob.Info{Key: key, Size: info.Size}) {
 					return nil
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote"
+	"github.com/steadkit/stead/ref"
 )
 
 // hostileServer answers /v1/info and then every request with answer.
@@ -69,6 +70,48 @@ func TestGetDistrustsContentLength(t *testing.T) {
 			key, _ := blob.ParseKey("sha256:" + strings.Repeat("ab", 32))
 			if v, err := e.Blobs().Get(ctx, key); err == nil {
 				t.Fatalf("Get = %d bytes, want an error", v.Size)
+			}
+		})
+	}
+}
+
+// TestListDistrustsOrder: a page out of order, repeating a name, outside
+// the prefix asked for, or longer than asked is an error, not a list.
+func TestListDistrustsOrder(t *testing.T) {
+	t.Parallel()
+	json := func(body string) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	k := func(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+	refJSON := func(name string) string {
+		return fmt.Sprintf(`{"name":%q,"key":%q,"version":1}`, name, k("a"))
+	}
+	for name, tc := range map[string]struct {
+		answer string
+		refs   bool
+	}{
+		"blobs out of order":  {json(`{"blobs":[{"key":"` + k("b") + `","size":1},{"key":"` + k("a") + `","size":1}]}`), false},
+		"blobs repeated":      {json(`{"blobs":[{"key":"` + k("b") + `","size":1},{"key":"` + k("b") + `","size":1}]}`), false},
+		"blob size negative":  {json(`{"blobs":[{"key":"` + k("b") + `","size":-1}]}`), false},
+		"refs out of order":   {json(`{"refs":[` + refJSON("p/b") + `,` + refJSON("p/a") + `]}`), true},
+		"refs outside prefix": {json(`{"refs":[` + refJSON("q/a") + `]}`), true},
+		"refs before after":   {json(`{"refs":[` + refJSON("p/") + `]}`), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e, err := remote.Open(ctx, remote.Config{URL: hostileServer(t, tc.answer)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if tc.refs {
+				err = e.Refs().List(ctx, ref.ListParams{Prefix: "p/", After: "p/", Limit: 10}, func(ref.Ref) bool { return true })
+			} else {
+				err = e.Blobs().List(ctx, blob.Key{}, 10, func(blob.Info) bool { return true })
+			}
+			if err == nil {
+				t.Fatal("List succeeded; want a malformed-answer error")
 			}
 		})
 	}

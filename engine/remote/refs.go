@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/wire"
@@ -55,7 +56,7 @@ func (r refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 
 func (r refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	var out wire.Ref
-	if _, err := r.e.do(ctx, http.MethodPatch, refPath(p.Name), nil, wire.RefTouch{TTL: wire.Duration(p.TTL), Now: p.Now}, &out); err != nil {
+	if _, err := r.e.do(ctx, http.MethodPatch, refPath(p.Name), nil, wire.RefTouch{TTL: wire.Duration(p.TTL), Now: p.Now, Lazy: p.Lazy}, &out); err != nil {
 		return ref.Ref{}, err
 	}
 	return readRef(out)
@@ -70,21 +71,30 @@ func (r refs) Delete(ctx context.Context, p ref.DeleteParams) error {
 	return err
 }
 
+// List asks for at most wire.MaxListLimit refs, the server's page bound
+// (a shorter page is not the end; an empty one is), and refuses an answer
+// out of name order or outside the prefix.
 func (r refs) List(ctx context.Context, p ref.ListParams, yield func(ref.Ref) bool) error {
+	limit := min(p.Limit, wire.MaxListLimit)
 	q := query("prefix", p.Prefix, "after", p.After, "now", timeText(p.Now))
-	q.Set("limit", strconv.Itoa(p.Limit))
+	q.Set("limit", strconv.Itoa(limit))
 	var out wire.RefPage
 	if _, err := r.e.do(ctx, http.MethodGet, "/v1/refs", &request{query: q}, nil, &out); err != nil {
 		return err
 	}
-	if len(out.Refs) > p.Limit {
-		return fmt.Errorf("ref list: %w: %d refs for a limit of %d", errMalformed, len(out.Refs), p.Limit)
+	if len(out.Refs) > limit {
+		return fmt.Errorf("ref list: %w: %d refs for a limit of %d", errMalformed, len(out.Refs), limit)
 	}
+	last := p.After
 	for _, w := range out.Refs {
 		x, err := readRef(w)
 		if err != nil {
 			return err
 		}
+		if x.Name <= last || !strings.HasPrefix(x.Name, p.Prefix) {
+			return fmt.Errorf("ref list: %w: %.80q after %.80q, or outside prefix %.80q", errMalformed, x.Name, last, p.Prefix)
+		}
+		last = x.Name
 		if !yield(x) {
 			return nil
 		}

@@ -127,32 +127,33 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupco
 // The statements of blob references.
 const (
 	sqlStoredChildren = `SELECT value FROM json_each(?1) WHERE value NOT IN (SELECT key FROM blobs)`
-	sqlInsertEdges    = `INSERT INTO blob_edges (parent, child) SELECT ?1, value FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING`
+	// sqlNewChildren answers the children ?2 a stored ?1 was not stored
+	// with; none when ?1 is not stored.
+	sqlNewChildren = `SELECT value FROM json_each(?2)
+WHERE EXISTS (SELECT 1 FROM blobs WHERE key = ?1)
+AND value NOT IN (SELECT child FROM blob_edges WHERE parent = ?1)`
+	sqlInsertEdges = `INSERT INTO blob_edges (parent, child) SELECT ?1, value FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING`
 )
 
 // addEdges records parent's references to children, in tx, unless some
-// child is not stored: then it records nothing and returns (as missing)
-// an error wrapping steaderr.ErrNotFound naming them.
-func addEdges(ctx context.Context, tx *sql.Tx, parent string, children []string) (missing, err error) {
+// child is not stored or parent is stored without some of them: then it
+// records nothing and returns (as refused) an error wrapping
+// steaderr.ErrNotFound or steaderr.ErrChildrenFixed naming them.
+func addEdges(ctx context.Context, tx *sql.Tx, parent string, children []string) (refused, err error) {
 	all, _ := json.Marshal(children) // strings always marshal
-	rows, err := tx.QueryContext(ctx, sqlStoredChildren, string(all))
+	absent, err := queryKeys(ctx, tx, sqlStoredChildren, string(all))
 	if err != nil {
 		return nil, err
 	}
-	var absent []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		absent = append(absent, k)
+	if len(absent) > 0 {
+		return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(keyTexts(absent), ", ")), nil
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+	extra, err := queryKeys(ctx, tx, sqlNewChildren, parent, string(all))
+	if err != nil {
 		return nil, err
 	}
-	if len(absent) > 0 {
-		return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(absent, ", ")), nil
+	if len(extra) > 0 {
+		return blob.ChildrenFixedError(parent, keyTexts(extra)), nil
 	}
 	_, err = tx.ExecContext(ctx, sqlInsertEdges, parent, string(all))
 	return nil, err

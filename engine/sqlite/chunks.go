@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/internal/chunkid"
@@ -99,10 +98,10 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 }
 
 // BeginUpload draws random ids until one is free (chunkid.Draw).
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	var id int64
 	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
-		expires := time.Now().Add(lease).UnixNano()
+		expires := clock.OrNow(p.Now).Add(p.Lease).UnixNano()
 		id, err = chunkid.Draw(func(id int64) (bool, error) {
 			return changed(ctx, tx, sqlBeginUpload, id, expires)
 		})
@@ -113,12 +112,13 @@ func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.Chun
 
 // WriteChunk stores a chunk only while its upload's row exists, which
 // only BeginUpload creates: an ended upload takes no chunk.
-func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	set, off, data, lease := p.Set, p.Off, p.Data, p.Lease
 	if err := chunkid.CheckSpan(off, len(data)); err != nil {
 		return err
 	}
 	return b.writeTx(ctx, func(tx *sql.Tx) error {
-		now := time.Now()
+		now := clock.OrNow(p.Now)
 		if _, err := tx.ExecContext(ctx, sqlRenewUpload, now.Add(lease).UnixNano(), int64(set), now.Add(lease*2/3).UnixNano()); err != nil {
 			return err
 		}
@@ -170,9 +170,9 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		if len(p.Children) > 0 {
-			missing, err := addEdges(ctx, tx, p.Key.String(), keyTexts(p.Children))
+			refused, err := addEdges(ctx, tx, p.Key.String(), keyTexts(p.Children))
 			if err == nil {
-				err = missing
+				err = refused
 			}
 			if err != nil {
 				return err
@@ -222,11 +222,11 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return err
 }
 
-func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	var n int64
 	var objects []string
 	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
-		now := time.Now().UnixNano()
+		now := clock.OrNow(p.Now).UnixNano()
 		if objects, err = queryNames(ctx, tx, sqlReapObjects, now); err != nil {
 			return err
 		}

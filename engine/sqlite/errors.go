@@ -10,32 +10,23 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/steadkit/stead/internal/engineerr"
-	"github.com/steadkit/stead/internal/notfound"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // This file is the engine's whole error policy: which driver errors become
 // which stead sentinels, and what a statement that met a database never
 // migrated means. The prefix rule: every error the engine returns names
-// the engine once — a driver error through engineerr.Error, an error of the
+// the engine once — a driver error through sqlengine.Error, an error of the
 // engine's own making with "sqlite: " where it is made. The same policy, in the same shape, is in
 // engine/postgres/errors.go.
-
-// errNoSchema marks the error of a statement that met a database never
-// migrated. Writes return it (it wraps steaderr.ErrSchema); reads turn it
-// into absent or empty answers with readError and listError.
-var errNoSchema = fmt.Errorf("%w: schema not initialized: run stead migrate", steaderr.ErrSchema)
-
-// errAbsent is a point read's answer on a database never migrated.
-var errAbsent = fmt.Errorf("%w: schema not initialized", steaderr.ErrNotFound)
 
 // interpretError maps a database/sql or driver error to stead's sentinels,
 // keeping the driver's error in the chain:
 //
 //   - no row is steaderr.ErrNotFound;
 //   - a closed database or statement is steaderr.ErrClosed;
-//   - a missing table is errNoSchema (steaderr.ErrSchema);
+//   - a missing table is sqlengine.ErrNoSchema (steaderr.ErrSchema);
 //   - the database still locked by another connection when the busy
 //     timeout ran out (SQLITE_BUSY) is steaderr.ErrUnavailable: retrying
 //     later may succeed;
@@ -49,10 +40,10 @@ func interpretError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if engineerr.Decided(err) {
+	if sqlengine.Decided(err) {
 		return err
 	}
-	de := &engineerr.Error{Engine: "sqlite", Err: err}
+	de := &sqlengine.Error{Engine: "sqlite", Err: err}
 	var sqliteErr *sqlite.Error
 	isSQLite := errors.As(err, &sqliteErr)
 	var primary int
@@ -63,7 +54,7 @@ func interpretError(ctx context.Context, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return de
 	case errors.Is(err, sql.ErrNoRows):
-		return notfound.Wrap(err) // the driver's words are no use to a caller
+		return sqlengine.NotFound(err) // the driver's words are no use to a caller
 	case primary == sqlite3.SQLITE_INTERRUPT && ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ctx.Err(), de)
 	case ctx.Err() != nil && (errors.Is(err, sql.ErrTxDone) || isClosed(err)):
@@ -71,7 +62,7 @@ func interpretError(ctx context.Context, err error) error {
 		// closed its statements: the cause is the context.
 		return fmt.Errorf("%w: %w", ctx.Err(), de)
 	case primary == sqlite3.SQLITE_ERROR && strings.Contains(sqliteErr.Error(), "no such table"):
-		return fmt.Errorf("%w: %w", errNoSchema, de)
+		return fmt.Errorf("%w: %w", sqlengine.ErrNoSchema, de)
 	case primary == sqlite3.SQLITE_BUSY:
 		return fmt.Errorf("%w: %w", steaderr.ErrUnavailable, de)
 	case isClosed(err):
@@ -96,19 +87,11 @@ func isForeignKey(err error) bool {
 // readError interprets err from a point read: on a database never migrated
 // nothing is stored, so the answer is steaderr.ErrNotFound.
 func readError(ctx context.Context, err error) error {
-	err = interpretError(ctx, err)
-	if errors.Is(err, errNoSchema) {
-		return errAbsent
-	}
-	return err
+	return sqlengine.ReadError(interpretError(ctx, err))
 }
 
 // listError interprets err from a listing, count or probe: on a database
 // never migrated nothing is stored, so the answer is empty (nil error).
 func listError(ctx context.Context, err error) error {
-	err = interpretError(ctx, err)
-	if errors.Is(err, errNoSchema) {
-		return nil
-	}
-	return err
+	return sqlengine.ListError(interpretError(ctx, err))
 }

@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/steadkit/stead/internal/migrate"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-var migrations, errMigrations = migrate.Load(migrationFiles, "migrations")
+var migrations, errMigrations = sqlengine.LoadMigrations(migrationFiles, "migrations")
 
 const createSchemaVersion = `CREATE TABLE IF NOT EXISTS schema_version (
 	version    INTEGER PRIMARY KEY,

@@ -14,6 +14,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/bytestier"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -74,7 +75,7 @@ func (e *Engine) attachTier(ctx context.Context) error {
 	err := e.reader.QueryRowContext(ctx, sqlTierRead).Scan(&storeID, &bucket, &claimed)
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		if err = interpretError(ctx, err); errors.Is(err, errNoSchema) {
+		if err = interpretError(ctx, err); errors.Is(err, sqlengine.ErrNoSchema) {
 			return nil // not migrated yet: Migrate attaches
 		}
 		return err

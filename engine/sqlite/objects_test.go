@@ -186,7 +186,7 @@ func TestBytesTierOrphanSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A live upload naming an object mid-write.
-	set, err := e.Blobs().BeginUpload(ctx, time.Hour)
+	set, err := e.Blobs().BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestBytesTierWriteFailsMidway(t *testing.T) {
 	}
 	deletesDown.Store(false)
 	time.Sleep(2 * time.Millisecond) // the upload lease lapses
-	if _, err := e.Blobs().ReapUploads(t.Context()); err != nil {
+	if _, err := e.Blobs().ReapUploads(t.Context(), blob.ReapUploadsParams{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.GC().(gc.OrphanSweeper).SweepOrphans(t.Context(), gc.OrphanParams{Limit: 100}); err != nil {
@@ -430,7 +430,7 @@ func TestBytesTierLeaseRenewed(t *testing.T) {
 				reaped <- n
 				return
 			case <-time.After(lease / 3):
-				k, _ := e.Blobs().ReapUploads(context.WithoutCancel(t.Context()))
+				k, _ := e.Blobs().ReapUploads(context.WithoutCancel(t.Context()), blob.ReapUploadsParams{})
 				n += k
 			}
 		}

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/steadkit/stead/internal/cas"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/groupcommit"
-	"github.com/steadkit/stead/internal/tenantid"
+	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"
@@ -26,7 +25,7 @@ import (
 // are stored as microseconds since the Unix epoch.
 type records struct {
 	e       *Engine
-	tenants tenantid.Cache
+	tenants sqlengine.TenantCache
 	commit  *groupcommit.Committer[*saveReq]
 	// On the writer.
 	registerGroup, ensureTenant, tenantID, create, update, claim, claimNext, renew, del stmt
@@ -41,52 +40,48 @@ const (
 	sqlRecordEnsureTenant  = `INSERT INTO record_tenants (grp, name) VALUES (?, ?) ON CONFLICT DO NOTHING`
 	sqlRecordTenantID      = `SELECT id FROM record_tenants WHERE grp = ? AND name IS ?`
 	// A create starts above every version a deleted record of its group
-	// had. ?1 id, ?2 group, ?3 tenant id, ?4 status, ?5 parked, ?6 lease
-	// owner, ?7 incarnation, ?8 expiry, ?9 now, ?10 payload.
+	// had.
 	sqlRecordCreate = `INSERT INTO records
 	(id, grp, tenant_id, status, parked, version, lease_owner, lease_incarnation, lease_expiry, updated_at, payload)
-VALUES (?1, ?2, ?3, ?4, ?5, coalesce((SELECT deleted_version FROM record_groups WHERE name = ?2), 0) + 1, ?6, ?7, ?8, ?9, ?10)
+VALUES (@id, @grp, @tenant_id, @status, @parked, coalesce((SELECT deleted_version FROM record_groups WHERE name = @grp), 0) + 1, @lease_owner, @lease_incarnation, @lease_expiry, @now, @payload)
 ON CONFLICT (id) DO NOTHING
 RETURNING version`
 
-	// ?1 id, ?2 group, ?3 version, ?4 lease owner ("" releases), ?5
-	// incarnation, ?6 expiry (of a release), ?7 tenant id, ?8 status, ?9
-	// parked, ?10 now, ?11 payload.
+	// An update keeps the stored grant (@lease_owner the stored owner,
+	// @lease_incarnation its incarnation) or releases the lease
+	// (@lease_owner empty, @lease_expiry the expiry to store).
 	sqlRecordUpdate = `UPDATE records SET
-	tenant_id = ?7, status = ?8, parked = ?9, payload = ?11, version = version + 1, updated_at = ?10,
-	lease_owner = ?4, lease_expiry = CASE WHEN ?4 = '' THEN ?6 ELSE lease_expiry END
-WHERE id = ?1 AND grp = ?2 AND version = ?3 AND (?4 = '' OR (lease_owner = ?4 AND lease_incarnation = ?5))
+	tenant_id = @tenant_id, status = @status, parked = @parked, payload = @payload, version = version + 1, updated_at = @now,
+	lease_owner = @lease_owner, lease_expiry = CASE WHEN @lease_owner = '' THEN @lease_expiry ELSE lease_expiry END
+WHERE id = @id AND grp = @grp AND version = @version AND (@lease_owner = '' OR (lease_owner = @lease_owner AND lease_incarnation = @lease_incarnation))
 RETURNING lease_incarnation, lease_expiry`
 
-	// ?1 owner, ?2 expiry, ?3 now, ?4 group, ?5 id.
 	sqlRecordClaim = `UPDATE records
-SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3
-WHERE id = ?5 AND grp = ?4 AND (lease_owner IN ('', ?1) OR lease_expiry <= ?3)
+SET version = version + 1, lease_owner = @owner, lease_incarnation = lease_incarnation + 1, lease_expiry = @expiry, updated_at = @now
+WHERE id = @id AND grp = @grp AND (lease_owner IN ('', @owner) OR lease_expiry <= @now)
 RETURNING id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version,
 	lease_owner, lease_incarnation, lease_expiry, updated_at, payload`
 
-	// ?1 owner, ?2 expiry, ?3 now, ?4 group, ?5 n. Expired leases first,
-	// then unleased records.
+	// Expired leases first, then unleased records.
 	sqlRecordClaimNext = `UPDATE records
-SET version = version + 1, lease_owner = ?1, lease_incarnation = lease_incarnation + 1, lease_expiry = ?2, updated_at = ?3
+SET version = version + 1, lease_owner = @owner, lease_incarnation = lease_incarnation + 1, lease_expiry = @expiry, updated_at = @now
 WHERE id IN (
 	SELECT id FROM (
-		SELECT id FROM records WHERE grp = ?4 AND parked = 0 AND lease_owner <> '' AND lease_expiry <= ?3
-		ORDER BY lease_expiry, id LIMIT ?5
+		SELECT id FROM records WHERE grp = @grp AND parked = 0 AND lease_owner <> '' AND lease_expiry <= @now
+		ORDER BY lease_expiry, id LIMIT @n
 	)
 	UNION ALL
 	SELECT id FROM (
-		SELECT id FROM records WHERE grp = ?4 AND parked = 0 AND lease_owner = ''
-		ORDER BY id LIMIT ?5
+		SELECT id FROM records WHERE grp = @grp AND parked = 0 AND lease_owner = ''
+		ORDER BY id LIMIT @n
 	)
-	LIMIT ?5
+	LIMIT @n
 )
 RETURNING id, grp, (SELECT name FROM record_tenants WHERE id = tenant_id), status, version,
 	lease_owner, lease_incarnation, lease_expiry, updated_at, payload`
 
-	// ?1 expiry, ?2 id, ?3 group, ?4 owner, ?5 incarnation.
-	sqlRecordRenew = `UPDATE records SET lease_expiry = ?1
-WHERE id = ?2 AND grp = ?3 AND lease_owner = ?4 AND lease_incarnation = ?5
+	sqlRecordRenew = `UPDATE records SET lease_expiry = @expiry
+WHERE id = @id AND grp = @grp AND lease_owner = @owner AND lease_incarnation = @incarnation
 RETURNING lease_expiry`
 	sqlRecordDelete      = `DELETE FROM records WHERE id = ?`
 	sqlRecordGroupExists = `SELECT EXISTS (SELECT 1 FROM record_groups WHERE name = ?)`
@@ -181,7 +176,7 @@ func (r *records) exec(ctx context.Context, s *stmt, args ...any) error {
 	return interpretError(ctx, err)
 }
 
-// queryRow runs s with args; a database never migrated is errNoSchema.
+// queryRow runs s with args; a database never migrated is sqlengine.ErrNoSchema.
 func (r *records) queryRow(ctx context.Context, s *stmt, args ...any) (*sql.Row, error) {
 	p, err := s.get(ctx)
 	if err != nil {
@@ -230,7 +225,7 @@ func (r *records) Save(ctx context.Context, p record.SaveParams) (record.Record,
 		return record.Record{}, err
 	}
 	rec, now := p.Record, clock.OrNow(p.Now)
-	return cas.Do(ctx, func() (record.Record, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
 		tid, ok := r.tenants.ID(rec.Group, rec.Tenant)
 		if !ok {
 			return r.saveResolving(ctx, rec, now)
@@ -438,8 +433,11 @@ func (r *records) write(ctx context.Context, tx *sql.Tx, rec record.Record, tena
 		if err != nil {
 			return rec, false, err
 		}
-		err = tx.StmtContext(ctx, s).QueryRowContext(ctx, rec.ID, rec.Group, tenantID, rec.Status, rec.Status.Parked(),
-			rec.Lease.Owner, rec.Lease.Incarnation, micros(rec.Lease.Expiry), micros(now), rec.Payload,
+		err = tx.StmtContext(ctx, s).QueryRowContext(ctx,
+			sql.Named("id", rec.ID), sql.Named("grp", rec.Group), sql.Named("tenant_id", tenantID),
+			sql.Named("status", rec.Status), sql.Named("parked", rec.Status.Parked()),
+			sql.Named("lease_owner", rec.Lease.Owner), sql.Named("lease_incarnation", rec.Lease.Incarnation),
+			sql.Named("lease_expiry", micros(rec.Lease.Expiry)), sql.Named("now", micros(now)), sql.Named("payload", rec.Payload),
 		).Scan(&rec.Version)
 		if errors.Is(err, sql.ErrNoRows) {
 			return rec, false, nil
@@ -452,8 +450,12 @@ func (r *records) write(ctx context.Context, tx *sql.Tx, rec record.Record, tena
 		return rec, false, err
 	}
 	var expiry int64
-	err = tx.StmtContext(ctx, s).QueryRowContext(ctx, rec.ID, rec.Group, rec.Version, rec.Lease.Owner, rec.Lease.Incarnation,
-		micros(rec.Lease.Expiry), tenantID, rec.Status, rec.Status.Parked(), micros(now), rec.Payload,
+	err = tx.StmtContext(ctx, s).QueryRowContext(ctx,
+		sql.Named("id", rec.ID), sql.Named("grp", rec.Group), sql.Named("version", rec.Version),
+		sql.Named("lease_owner", rec.Lease.Owner), sql.Named("lease_incarnation", rec.Lease.Incarnation),
+		sql.Named("lease_expiry", micros(rec.Lease.Expiry)), sql.Named("tenant_id", tenantID),
+		sql.Named("status", rec.Status), sql.Named("parked", rec.Status.Parked()), sql.Named("now", micros(now)),
+		sql.Named("payload", rec.Payload),
 	).Scan(&rec.Lease.Incarnation, &expiry)
 	if errors.Is(err, sql.ErrNoRows) {
 		return rec, false, nil
@@ -543,8 +545,9 @@ func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Recor
 		return record.Record{}, err
 	}
 	now := clock.OrNow(p.Now)
-	return cas.Do(ctx, func() (record.Record, bool, error) {
-		recs, err := r.claimRecords(ctx, &r.claim, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.ID)
+	return sqlengine.Conditional(ctx, func() (record.Record, bool, error) {
+		recs, err := r.claimRecords(ctx, &r.claim, sql.Named("owner", p.Owner), sql.Named("expiry", micros(now.Add(p.TTL))),
+			sql.Named("now", micros(now)), sql.Named("grp", p.Group), sql.Named("id", p.ID))
 		if err != nil || len(recs) != 1 {
 			return record.Record{}, false, err
 		}
@@ -563,7 +566,8 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 		return nil, err
 	}
 	now := clock.OrNow(p.Now)
-	recs, err := r.claimRecords(ctx, &r.claimNext, p.Owner, micros(now.Add(p.TTL)), micros(now), p.Group, p.N)
+	recs, err := r.claimRecords(ctx, &r.claimNext, sql.Named("owner", p.Owner), sql.Named("expiry", micros(now.Add(p.TTL))),
+		sql.Named("now", micros(now)), sql.Named("grp", p.Group), sql.Named("n", p.N))
 	if err != nil {
 		return nil, err
 	}
@@ -576,9 +580,10 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 		return record.Lease{}, err
 	}
 	p.Now = clock.OrNow(p.Now)
-	return cas.Do(ctx, func() (record.Lease, bool, error) {
+	return sqlengine.Conditional(ctx, func() (record.Lease, bool, error) {
 		var expiry int64
-		row, err := r.queryRow(ctx, &r.renew, micros(p.Now.Add(p.TTL)), p.ID, p.Group, p.Owner, p.Incarnation)
+		row, err := r.queryRow(ctx, &r.renew, sql.Named("expiry", micros(p.Now.Add(p.TTL))), sql.Named("id", p.ID),
+			sql.Named("grp", p.Group), sql.Named("owner", p.Owner), sql.Named("incarnation", p.Incarnation))
 		if err == nil {
 			err = row.Scan(&expiry)
 		}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -22,8 +23,13 @@ func TestRecordClaimingUsesGroupIndex(t *testing.T) {
 	t.Parallel()
 	e, _ := setup(t)
 	r := &e.records
-	for _, q := range []string{r.list.query, r.claimNext.query, r.probe.query} {
-		rows, err := e.writer.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, "g", 0, 10, "g", 10)
+	claimNextArgs := []any{sql.Named("owner", "o"), sql.Named("expiry", 10), sql.Named("now", 0), sql.Named("grp", "g"), sql.Named("n", 10)}
+	for _, c := range []struct {
+		query string
+		args  []any
+	}{{r.list.query, []any{"g", 0, 10}}, {r.claimNext.query, claimNextArgs}, {r.probe.query, []any{"g"}}} {
+		q := c.query
+		rows, err := e.writer.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, c.args...)
 		if err != nil {
 			t.Fatal(err)
 		}

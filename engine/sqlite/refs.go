@@ -20,18 +20,18 @@ const (
 	sqlRefStored  = `SELECT EXISTS (SELECT 1 FROM blobs WHERE key = ?1)`
 	sqlRefLive    = `SELECT version FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
 	sqlRefNextVer = `UPDATE ref_versions SET last = last + 1 RETURNING last`
-	sqlRefUpsert  = `INSERT INTO refs (name, key, version, annotation, expiry) VALUES (?1, ?2, ?3, ?4, ?5)
+	sqlRefUpsert  = `INSERT INTO refs (name, key, version, annotation, expiry) VALUES (@name, @key, @version, @annotation, @expiry)
 ON CONFLICT (name) DO UPDATE SET key = excluded.key, version = excluded.version, annotation = excluded.annotation, expiry = excluded.expiry`
 	sqlRefGet = `SELECT name, key, version, annotation, expiry FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
 	// sqlRefTouch renews a live, expiring ref; a ref without expiry is
 	// read back unchanged.
 	sqlRefTouch  = `UPDATE refs SET expiry = ?3 WHERE name = ?1 AND expiry IS NOT NULL AND expiry > ?2`
 	sqlRefDelete = `DELETE FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2) AND (?3 = 0 OR version = ?3)`
-	// sqlRefList lists live refs with names in [?1, ?2) (no upper bound
-	// when ?2 is NULL) after ?3, in name order.
+	// sqlRefList lists live refs with names in [@prefix, @prefix_end) (no
+	// upper bound when @prefix_end is NULL) after @after, in name order.
 	sqlRefList = `SELECT name, key, version, annotation, expiry FROM refs
-WHERE name >= ?1 AND (?2 IS NULL OR name < ?2) AND name > ?3 AND (expiry IS NULL OR expiry > ?4)
-ORDER BY name LIMIT ?5`
+WHERE name >= @prefix AND (@prefix_end IS NULL OR name < @prefix_end) AND name > @after AND (expiry IS NULL OR expiry > @now)
+ORDER BY name LIMIT @lim`
 )
 
 type refMech struct{ e *Engine }
@@ -95,7 +95,8 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 			out.Expiry = now.Add(p.TTL)
 			expiry = out.Expiry.UnixMicro()
 		}
-		_, err = tx.ExecContext(ctx, sqlRefUpsert, p.Name, p.Key.String(), version, p.Annotation, expiry)
+		_, err = tx.ExecContext(ctx, sqlRefUpsert, sql.Named("name", p.Name), sql.Named("key", p.Key.String()),
+			sql.Named("version", version), sql.Named("annotation", p.Annotation), sql.Named("expiry", expiry))
 		return err
 	})
 	if err != nil {
@@ -118,6 +119,17 @@ func (m refMech) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 func (m refMech) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	if err := m.e.check(ctx); err != nil {
 		return ref.Ref{}, err
+	}
+	if p.Lazy {
+		// A read answers a ref with half its TTL left, writing nothing.
+		now := clock.OrNow(p.Now)
+		r, err := scanRef(m.e.reader.QueryRowContext(ctx, sqlRefGet, p.Name, now.UnixMicro()).Scan)
+		if err != nil {
+			return ref.Ref{}, readError(ctx, err)
+		}
+		if r.Expiry.IsZero() || r.Expiry.Sub(now) >= p.TTL/2 {
+			return r, nil
+		}
 	}
 	var out ref.Ref
 	err := m.e.writeTx(ctx, func(tx *sql.Tx) error {
@@ -170,7 +182,8 @@ func (m refMech) List(ctx context.Context, p ref.ListParams, yield func(ref.Ref)
 	if e, ok := ref.PrefixEnd(p.Prefix); ok {
 		end = e
 	}
-	rows, err := m.e.reader.QueryContext(ctx, sqlRefList, p.Prefix, end, p.After, clock.OrNow(p.Now).UnixMicro(), p.Limit)
+	rows, err := m.e.reader.QueryContext(ctx, sqlRefList, sql.Named("prefix", p.Prefix), sql.Named("prefix_end", end),
+		sql.Named("after", p.After), sql.Named("now", clock.OrNow(p.Now).UnixMicro()), sql.Named("lim", p.Limit))
 	if err != nil {
 		return listError(ctx, err)
 	}

@@ -31,6 +31,12 @@ import (
 // value is not usable; call Open.
 type Engine struct {
 	closed atomic.Bool
+	// path is the database file's absolute path.
+	path string
+	// instances are the instance id claims the engine holds, released on
+	// Close (see ClaimInstance).
+	instanceMu sync.Mutex
+	instances  []*instanceClaim
 	// writer has exactly one connection: every write in this process is
 	// serialized on it, and its transactions take the write lock up front.
 	writer *sql.DB
@@ -50,7 +56,10 @@ type Engine struct {
 	dropCrash atomic.Pointer[bool]
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine          = (*Engine)(nil)
+	_ engine.InstanceClaimer = (*Engine)(nil)
+)
 
 // Open opens (creating if needed) the database at cfg.Path. It does not
 // migrate: the caller (stead.New) calls Migrate.
@@ -71,7 +80,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	e := &Engine{tierAdopt: cfg.BytesAdopt}
+	e := &Engine{path: path, tierAdopt: cfg.BytesAdopt}
 	switch {
 	case cfg.Bucket != nil:
 		e.tier = bytestier.New(cfg.Bucket)
@@ -151,7 +160,7 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) close() error {
-	errs := []error{e.blobs.close(), e.locks.close(), e.records.close()}
+	errs := []error{e.blobs.close(), e.locks.close(), e.records.close(), e.releaseInstances()}
 	// The writer closes last: the last connection to close checkpoints the
 	// WAL into the database file.
 	if e.reader != nil {

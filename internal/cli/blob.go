@@ -59,6 +59,12 @@ func putCommand(e *env) *cobra.Command {
 				}
 				in = f
 			}
+			if refName != "" {
+				// A bad name is refused before anything is stored.
+				if err := ref.CheckName(refName); err != nil {
+					return fmt.Errorf("--ref: %w", err)
+				}
+			}
 			counted := &countingReader{r: in}
 			var opts blob.PutOptions
 			for _, c := range children {

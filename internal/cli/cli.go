@@ -207,7 +207,7 @@ func envOr(name, def string) string {
 }
 
 func (e *env) open(ctx context.Context, opts ...stead.Option) (*stead.Store, error) {
-	st, err := stead.Open(ctx, e.db, opts...)
+	st, err := stead.Open(ctx, e.db, append([]stead.Option{stead.WithLogger(e.log)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", redacted(e.db), err)
 	}

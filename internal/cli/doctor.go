@@ -61,7 +61,7 @@ failure. Nothing is changed.`,
 func doctor(ctx context.Context, e *env, r *report) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	st, err := stead.Open(ctx, e.db, stead.WithoutMigrate())
+	st, err := stead.Open(ctx, e.db, stead.WithoutMigrate(), stead.WithLogger(e.log))
 	if err != nil {
 		r.line(fail, "connect", "%s: %s", redacted(e.db), oneLine(err))
 		return
@@ -147,4 +147,76 @@ func doctorPostgres(ctx context.Context, e *env, r *report, pg *postgres.Engine)
 	default:
 		r.line(ok, "migrate privilege", "this role can migrate schema %q", pg.Schema())
 	}
+	doctorDeadRows(ctx, r, pg)
+}
+
+// A table (or its TOAST table) holding at least bloatBytes and
+// bloatShare of dead rows is reported: space deletes freed that no vacuum
+// has made reusable yet.
+const (
+	bloatBytes = 64 << 20
+	bloatShare = 0.2
+)
+
+// sqlDeadRows lists the schema's tables and their TOAST tables with the
+// statistics collector's live and dead row counts, their size on disk
+// (without indexes) and when autovacuum last ran on them.
+const sqlDeadRows = `SELECT coalesce(p.relname, c.relname), p.oid IS NOT NULL, s.n_live_tup, s.n_dead_tup,
+	pg_catalog.pg_relation_size(c.oid), s.last_autovacuum, current_setting('autovacuum')
+FROM pg_catalog.pg_stat_all_tables s
+JOIN pg_catalog.pg_class c ON c.oid = s.relid
+LEFT JOIN pg_catalog.pg_class p ON p.reltoastrelid = c.oid
+JOIN pg_catalog.pg_namespace n ON n.oid = coalesce(p.relnamespace, c.relnamespace)
+WHERE n.nspname = $1`
+
+// doctorDeadRows warns of the table with the most dead bytes, estimated as
+// its size times its share of dead rows, when they pass bloatBytes and
+// bloatShare.
+func doctorDeadRows(ctx context.Context, r *report, pg *postgres.Engine) {
+	rows, err := pg.Pool().Query(ctx, sqlDeadRows, pg.Schema())
+	if err != nil {
+		r.line(fail, "dead rows", "%s", oneLine(err))
+		return
+	}
+	type table struct {
+		name              string
+		toast             bool
+		live, dead, bytes int64
+		lastAutovacuum    *time.Time
+		autovacuum        string
+	}
+	var worst *table
+	var worstDead int64
+	for rows.Next() {
+		var t table
+		if err := rows.Scan(&t.name, &t.toast, &t.live, &t.dead, &t.bytes, &t.lastAutovacuum, &t.autovacuum); err != nil {
+			rows.Close()
+			r.line(fail, "dead rows", "%s", oneLine(err))
+			return
+		}
+		if t.live+t.dead == 0 || float64(t.dead) < bloatShare*float64(t.live+t.dead) {
+			continue
+		}
+		if dead := int64(float64(t.bytes) * float64(t.dead) / float64(t.live+t.dead)); dead >= bloatBytes && dead > worstDead {
+			worst, worstDead = &t, dead
+		}
+	}
+	if err := rows.Err(); err != nil {
+		r.line(fail, "dead rows", "%s", oneLine(err))
+		return
+	}
+	if worst == nil {
+		r.line(ok, "dead rows", "no table holds %d MiB of dead rows making %.0f%% of it", bloatBytes>>20, 100*bloatShare)
+		return
+	}
+	name := worst.name
+	if worst.toast {
+		name += " (TOAST)"
+	}
+	last := "never"
+	if worst.lastAutovacuum != nil {
+		last = worst.lastAutovacuum.UTC().Format(time.RFC3339)
+	}
+	r.line(warn, "dead rows", "%s: about %d MiB of %d MiB is dead rows (last autovacuum %s, autovacuum %s): see docs/guides/operations.md",
+		name, worstDead>>20, worst.bytes>>20, last, worst.autovacuum)
 }

@@ -9,8 +9,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/engine/sqlite"
-	"github.com/steadkit/stead/internal/poll"
-	"github.com/steadkit/stead/internal/syncbuf"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/lock"
 )
 
@@ -32,12 +31,12 @@ func openStore(t *testing.T, url string) *stead.Store {
 
 type result struct {
 	code           int
-	stdout, stderr *syncbuf.Buffer
+	stdout, stderr *testkit.Buffer
 }
 
 // startCLI runs the stead command line args in the background.
-func startCLI(ctx context.Context, args ...string) (<-chan int, *syncbuf.Buffer, *syncbuf.Buffer) {
-	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
+func startCLI(ctx context.Context, args ...string) (<-chan int, *testkit.Buffer, *testkit.Buffer) {
+	stdout, stderr := &testkit.Buffer{}, &testkit.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, args, stdout, stderr) }()
 	return done, stdout, stderr
@@ -54,8 +53,8 @@ func waitCLI(t *testing.T, done <-chan int) int {
 	select {
 	case code := <-done:
 		return code
-	case <-time.After(poll.Timeout):
-		t.Fatalf("stead did not finish within %v", poll.Timeout)
+	case <-time.After(testkit.Timeout):
+		t.Fatalf("stead did not finish within %v", testkit.Timeout)
 		return 0
 	}
 }
@@ -106,7 +105,7 @@ func TestLockWaits(t *testing.T) {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
 	done, stdout, stderr := startCLI(t.Context(), "--db", url, "lock", "job", "--", "sh", "-c", "echo ran")
-	poll.Until(t, "stead lock to wait", func() bool { return strings.Contains(stderr.String(), `waiting for "job"`) })
+	testkit.Until(t, "stead lock to wait", func() bool { return strings.Contains(stderr.String(), `waiting for "job"`) })
 	if stdout.String() != "" {
 		t.Fatal("the command ran while another owner held the lock")
 	}
@@ -126,7 +125,7 @@ func TestLockLost(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "stead.db")
 	done, stdout, stderr := startCLI(t.Context(), "--db", "sqlite://"+path, "lock", "--ttl", "300ms", "job", "--",
 		"sh", "-c", "sleep 60 & echo started; wait")
-	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
+	testkit.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 
 	eng, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
 	if err != nil {
@@ -147,7 +146,7 @@ func TestLockInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done, stdout, _ := startCLI(ctx, "--db", storeURL(t), "lock", "job", "--",
 		"sh", "-c", "trap 'echo terminated; exit 7' TERM; echo started; while :; do sleep 0.01; done")
-	poll.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
+	testkit.Until(t, "the command to start", func() bool { return stdout.String() == "started\n" })
 	cancel()
 	if code := waitCLI(t, done); code != 7 || stdout.String() != "started\nterminated\n" {
 		t.Fatalf("interrupted stead lock = exit %d, stdout %q; want the command's SIGTERM handler's exit 7", code, stdout)

@@ -67,6 +67,9 @@ func refGetCommand(e *env) *cobra.Command {
 		Short: "Print a ref: its key, version, expiry and annotation",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if touch < 0 {
+				return fmt.Errorf("--touch %v: %w: want a positive duration, or none", touch, stead.ErrInvalidArgument)
+			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				var r ref.Ref
 				var err error

@@ -70,9 +70,20 @@ func TestRefCommands(t *testing.T) {
 	if code, _, _ := run(t, ctx, "--db", db, "ref", "get", "cache/x"); code != exitNotFound {
 		t.Fatalf("ref get after rm = %d, want %d", code, exitNotFound)
 	}
-	for _, bad := range [][]string{{"ref", "set", "a//b", layerKey}, {"ref", "set", "x", "sha256:nope"}, {"ref", "ls", "a", "b"}, {"ref", "set", "x"}} {
+	for _, bad := range [][]string{{"ref", "set", "a//b", layerKey}, {"ref", "set", "x", "sha256:nope"}, {"ref", "ls", "a", "b"}, {"ref", "set", "x"}, {"ref", "get", "--touch", "-1h", "x"}} {
 		if code, _, _ := run(t, ctx, append([]string{"--db", db}, bad...)...); code == 0 {
 			t.Errorf("%v succeeded", bad)
 		}
+	}
+	// A put naming a bad ref stores nothing.
+	orphan := filepath.Join(dir, "orphan")
+	if err := os.WriteFile(orphan, []byte("never kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := run(t, ctx, "--db", db, "put", "--ref", "a//b", orphan); code == 0 || !strings.Contains(errOut, "--ref") {
+		t.Fatalf("put --ref a//b = %d, %q; want refused naming the flag", code, errOut)
+	}
+	if code, _, _ := run(t, ctx, "--db", db, "stat", blob.KeyOf([]byte("never kept")).String()); code != exitNotFound {
+		t.Fatalf("stat after a refused put --ref = %d, want %d: the blob was stored", code, exitNotFound)
 	}
 }

@@ -359,18 +359,18 @@ func (b *blobs) RenewPin(ctx context.Context, p blob.PinParams) (bool, error) {
 	return b.inner.RenewPin(ctx, p)
 }
 
-func (b *blobs) BeginUpload(ctx context.Context, lease time.Duration) (blob.ChunkSet, error) {
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	if err := b.inj.Inject(BlobBeginUpload); err != nil {
 		return 0, err
 	}
-	return b.inner.BeginUpload(ctx, lease)
+	return b.inner.BeginUpload(ctx, p)
 }
 
-func (b *blobs) WriteChunk(ctx context.Context, set blob.ChunkSet, off int64, data []byte, lease time.Duration) error {
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	if err := b.inj.Inject(BlobWriteChunk); err != nil {
 		return err
 	}
-	return b.inner.WriteChunk(ctx, set, off, data, lease)
+	return b.inner.WriteChunk(ctx, p)
 }
 
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
@@ -380,11 +380,11 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	return b.inner.AbortUpload(ctx, set)
 }
 
-func (b *blobs) ReapUploads(ctx context.Context) (int, error) {
+func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	if err := b.inj.Inject(BlobReapUploads); err != nil {
 		return 0, err
 	}
-	return b.inner.ReapUploads(ctx)
+	return b.inner.ReapUploads(ctx, p)
 }
 
 func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 )
 
 // fakeStore records the batches a Committer flushes. Its flush blocks while
@@ -85,7 +85,7 @@ func putAsync(ctx context.Context, c *Committer[put], key string) <-chan error {
 // waitQueued waits until n requests are queued behind the running flush.
 func waitQueued(t *testing.T, c *Committer[put], n int) {
 	t.Helper()
-	poll.Until(t, fmt.Sprintf("%d requests queued", n), func() bool { return queued(c) >= n })
+	testkit.Until(t, fmt.Sprintf("%d requests queued", n), func() bool { return queued(c) >= n })
 }
 
 func queued(c *Committer[put]) int {
@@ -385,7 +385,7 @@ func TestKeysNeverShareABatch(t *testing.T) {
 	ctx := t.Context()
 	held := make(chan error, 1)
 	go func() { held <- c.Put(ctx, keyed{name: "hold"}) }()
-	poll.Until(t, "the held flush to start", func() bool {
+	testkit.Until(t, "the held flush to start", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return len(c.slots) == 1 && len(c.queue) == 0
@@ -396,7 +396,7 @@ func TestKeysNeverShareABatch(t *testing.T) {
 	for i, n := range names {
 		errs[i] = make(chan error, 1)
 		go func() { errs[i] <- c.Put(ctx, keyed{name: n, fails: i == 1}) }()
-		poll.Until(t, fmt.Sprintf("%d queued", i+1), func() bool {
+		testkit.Until(t, fmt.Sprintf("%d queued", i+1), func() bool {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			return len(c.queue) == i+1
@@ -450,7 +450,7 @@ func TestOnceNeverCancelsOrRerunsABatch(t *testing.T) {
 	for _, n := range []string{"b", "c"} {
 		go func() { others <- c.Put(t.Context(), keyed{name: n}) }()
 	}
-	poll.Until(t, "b and c queued", func() bool {
+	testkit.Until(t, "b and c queued", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return len(c.queue) == 2

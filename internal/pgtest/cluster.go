@@ -107,7 +107,11 @@ type cluster struct {
 // authentication for user postgres, no TCP listener, fsync off and 200
 // connections. When this process is root, the cluster runs as the
 // postgres user, or nobody if there is none. The caller must call stop.
-func startCluster(ctx context.Context) (_ *cluster, err error) {
+func startCluster(ctx context.Context) (*cluster, error) { return startClusterWith(ctx, nil) }
+
+// startClusterWith is startCluster with settings, postgresql.conf lines
+// ("name = value"), added after the throwaway ones.
+func startClusterWith(ctx context.Context, settings []string) (_ *cluster, err error) {
 	bins, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -145,7 +149,7 @@ func startCluster(ctx context.Context) (_ *cluster, err error) {
 		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		return nil, err
 	}
-	if err := c.configure(); err != nil {
+	if err := c.configure(settings); err != nil {
 		return nil, err
 	}
 	if err := c.startWatchdog(); err != nil {
@@ -194,9 +198,9 @@ func clusterCredential() (*syscall.Credential, error) {
 	return nil, fmt.Errorf("running as root and no unprivileged user to run PostgreSQL as: %w", errors.Join(errs...))
 }
 
-// configure appends the throwaway settings to postgresql.conf; later lines
-// win over initdb's.
-func (c *cluster) configure() error {
+// configure appends the throwaway settings and extra to postgresql.conf;
+// later lines win over initdb's.
+func (c *cluster) configure(extra []string) error {
 	settings := fmt.Sprintf(`
 # pgtest: a throwaway cluster.
 listen_addresses = ''
@@ -204,7 +208,7 @@ unix_socket_directories = %s
 port = %s
 max_connections = 200
 fsync = off
-`, confQuote(c.dir), clusterPort)
+`, confQuote(c.dir), clusterPort) + strings.Join(extra, "\n") + "\n"
 	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err

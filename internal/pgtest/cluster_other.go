@@ -18,6 +18,8 @@ func startCluster(context.Context) (*cluster, error) {
 	return nil, errors.New("throwaway clusters need a unix system")
 }
 
+func startClusterWith(ctx context.Context, _ []string) (*cluster, error) { return startCluster(ctx) }
+
 func (c *cluster) stop() error { return nil }
 
 func (c *cluster) halt() error   { return nil }

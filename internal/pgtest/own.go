@@ -16,10 +16,12 @@ type Cluster struct {
 	c   *cluster
 }
 
-// NewCluster starts a Cluster for t, stopped and removed when t ends. It
+// NewCluster starts a Cluster for t, stopped and removed when t ends, with
+// settings (postgresql.conf lines, "name = value") added to the throwaway
+// ones: server-wide settings a test may change in a server of its own. It
 // skips t when initdb and pg_ctl cannot be found, or fails it under
 // STEAD_REQUIRE_POSTGRES=1.
-func NewCluster(t testing.TB) *Cluster {
+func NewCluster(t testing.TB, settings ...string) *Cluster {
 	t.Helper()
 	if _, err := findBinaries(); err != nil {
 		if os.Getenv(envRequire) == "1" {
@@ -27,7 +29,7 @@ func NewCluster(t testing.TB) *Cluster {
 		}
 		t.Skipf("pgtest: %v", err)
 	}
-	c, err := startCluster(context.Background())
+	c, err := startClusterWith(context.Background(), settings)
 	if err != nil {
 		t.Fatalf("pgtest: starting a throwaway cluster: %v", err)
 	}

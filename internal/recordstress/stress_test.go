@@ -16,7 +16,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/syncbuf"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/record"
 )
 
@@ -158,7 +158,7 @@ func startWorker(t *testing.T, cfg e2eWorker) (cmd *exec.Cmd, wait func() (e2eRe
 	raw, _ := json.Marshal(cfg)
 	cmd = exec.Command(exe, "-test.run=^TestRecordWorkerProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), e2eWorkerEnv+"="+string(raw))
-	out := &syncbuf.Buffer{}
+	out := &testkit.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

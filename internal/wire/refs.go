@@ -4,8 +4,13 @@ import "time"
 
 // ChildrenHeader lists, comma-separated, the blobs a put's content
 // references (PUT or POST /v1/blobs): while the put's blob is stored they
-// are kept.
+// are kept. The server's header limit holds MaxHeaderChildren of them; an
+// upload's publish carries any number.
 const ChildrenHeader = "Stead-Children"
+
+// MaxHeaderChildren is how many keys ChildrenHeader carries within the
+// server's 64 KiB header limit, with room for the other headers.
+const MaxHeaderChildren = 800
 
 // Ref is a ref as the API answers it (GET, PUT, PATCH /v1/refs/{name});
 // its version is also the answer's ETag.
@@ -29,10 +34,11 @@ type RefSet struct {
 }
 
 // RefTouch is the body of PATCH /v1/refs/{name}: renew the ref's expiry
-// to now + TTL.
+// to now + TTL; with Lazy, only when less than half of TTL is left.
 type RefTouch struct {
-	TTL Duration  `json:"ttl"`
-	Now time.Time `json:"now,omitzero"`
+	TTL  Duration  `json:"ttl"`
+	Now  time.Time `json:"now,omitzero"`
+	Lazy bool      `json:"lazy,omitempty"`
 }
 
 // RefPage is the answer of GET /v1/refs: the refs of one page in name

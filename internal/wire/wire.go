@@ -23,6 +23,9 @@ type Error struct {
 	Code  string `json:"code"`
 }
 
+// MaxListLimit bounds one page of a list answer.
+const MaxListLimit = 10000
+
 // CodeHeader carries an error answer's code as a header too, so that the
 // answer to HEAD, which has no body, says what went wrong.
 const CodeHeader = "Stead-Error-Code"
@@ -37,6 +40,7 @@ const (
 	CodeDigestMismatch  = "digest_mismatch"
 	CodeTooLarge        = "too_large"
 	CodeConflict        = "conflict"
+	CodeChildrenFixed   = "children_fixed"
 	CodeProtected       = "protected"
 	CodeUnknownGroup    = "unknown_group"
 	CodeWrongGroup      = "wrong_group"
@@ -91,6 +95,7 @@ var codes = []code{
 	{CodeInvalidArgument, http.StatusBadRequest, steaderr.ErrInvalidArgument},
 	{CodeDigestMismatch, http.StatusBadRequest, steaderr.ErrDigestMismatch},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, steaderr.ErrTooLarge},
+	{CodeChildrenFixed, http.StatusConflict, steaderr.ErrChildrenFixed},
 	{CodeConflict, http.StatusConflict, steaderr.ErrConflict},
 	{CodeProtected, http.StatusConflict, steaderr.ErrProtected},
 	{CodeUnknownGroup, http.StatusConflict, steaderr.ErrUnknownGroup},
@@ -116,7 +121,7 @@ var codes = []code{
 }
 
 // sentinelRows is how many rows of codes StatusOf reads.
-const sentinelRows = 16
+const sentinelRows = 17
 
 // StatusOf returns the status and code for err and the sentinel it
 // wraps, or a nil sentinel when it wraps none.

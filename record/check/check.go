@@ -1,7 +1,8 @@
 // Package check holds the rules of record.Engine's conditional writes, for
-// engine authors: an engine decides a write with them, or explains with
-// them why a conditional statement matched no row. Users of records never
-// need it.
+// engine authors, outside this module too
+// (docs/decisions/0024-engine-api-for-third-parties.md): an engine decides
+// a write with them, or explains with them why a conditional statement
+// matched no row. Users of records never need it.
 package check
 
 import (

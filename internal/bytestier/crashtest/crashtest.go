@@ -37,7 +37,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		h := newHarness(t)
 		ctx := t.Context()
 		eng := h.Open(t)
-		set, err := eng.Blobs().BeginUpload(ctx, time.Millisecond)
+		set, err := eng.Blobs().BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		next := h.Open(t)
 		h.Crash(next, true)
 		time.Sleep(2 * time.Millisecond)
-		if n, err := next.Blobs().ReapUploads(ctx); err != nil || n != 1 {
+		if n, err := next.Blobs().ReapUploads(ctx, blob.ReapUploadsParams{}); err != nil || n != 1 {
 			t.Fatalf("ReapUploads = %d, %v; want the upload reaped", n, err)
 		}
 		if got := h.Objects(t); len(got) != 1 {

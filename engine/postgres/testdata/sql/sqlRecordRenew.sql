@@ -1,3 +1,3 @@
-UPDATE "St""ead. sch;ema-ñ".records SET lease_expiry = coalesce($1::timestamptz, now()) + $2::interval
-WHERE id = $3 AND grp = $4 AND lease_owner = $5 AND lease_incarnation = $6
+UPDATE "St""ead. sch;ema-ñ".records SET lease_expiry = coalesce(@now::timestamptz, now()) + @ttl::interval
+WHERE id = @id AND grp = @grp AND lease_owner = @owner AND lease_incarnation = @incarnation
 RETURNING lease_expiry

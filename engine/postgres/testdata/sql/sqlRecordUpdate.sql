@@ -1,10 +1,10 @@
 UPDATE "St""ead. sch;ema-ñ".records AS r
-SET tenant_id = $4, status = $5, parked = $9, payload = $10, version = r.version + 1,
-	updated_at = coalesce($11::timestamptz, now()),
-	lease_owner = $6, lease_expiry = CASE WHEN $6 = '' THEN $8 ELSE r.lease_expiry END
-WHERE r.id = $1 AND r.grp = $2 AND r.version = $3 AND ($6 = '' OR (r.lease_owner = $6 AND r.lease_incarnation = $7))
+SET tenant_id = @tenant_id, status = @status, parked = @parked, payload = @payload, version = r.version + 1,
+	updated_at = coalesce(@now::timestamptz, now()),
+	lease_owner = @lease_owner, lease_expiry = CASE WHEN @lease_owner = '' THEN @lease_expiry ELSE r.lease_expiry END
+WHERE r.id = @id AND r.grp = @grp AND r.version = @version AND (@lease_owner = '' OR (r.lease_owner = @lease_owner AND r.lease_incarnation = @lease_incarnation))
 RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 		CASE WHEN (SELECT g.wanted_until > now() FROM "St""ead. sch;ema-ñ".record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-		THEN pg_notify($12, r.grp) END
+		THEN pg_notify(@channel, r.grp) END
 	END

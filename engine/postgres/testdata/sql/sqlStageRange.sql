@@ -1,2 +1,2 @@
 SELECT covered, staged, last_covered
-FROM "St""ead. sch;ema-ñ".gc_stage_range($1, $2, coalesce($3::timestamptz, now()), $4 * interval '1 microsecond', $5)
+FROM "St""ead. sch;ema-ñ".gc_stage_range(@after, @lim, coalesce(@now::timestamptz, now()), @grace_us * interval '1 microsecond', @dry_run)

@@ -1,6 +1,4 @@
-// Package migrate loads an engine's embedded, versioned SQL migrations.
-// Applying them is engine mechanics; the rules for the files live here.
-package migrate
+package sqlengine
 
 import (
 	"fmt"
@@ -10,25 +8,27 @@ import (
 	"strconv"
 )
 
-// Migration is one versioned schema change.
+// Migration is one versioned schema change of an engine. Applying it is
+// the engine's mechanics; the rules for the files are LoadMigrations'.
 type Migration struct {
 	Version int
 	Name    string
 	SQL     string
 }
 
-var fileName = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+)\.sql$`)
+var migrationFile = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+)\.sql$`)
 
-// Load reads the migrations in dir of fsys, named NNNN_name.sql. Versions
-// must run 1, 2, 3, … without gaps or repeats; any other file is an error.
-func Load(fsys fs.FS, dir string) ([]Migration, error) {
+// LoadMigrations reads the migrations in dir of fsys, named
+// NNNN_name.sql. Versions must run 1, 2, 3, … without gaps or repeats; any
+// other file is an error.
+func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	var out []Migration
 	for _, e := range entries { // fs.ReadDir sorts by name
-		m := fileName.FindStringSubmatch(e.Name())
+		m := migrationFile.FindStringSubmatch(e.Name())
 		if m == nil || e.IsDir() {
 			return nil, fmt.Errorf("migrate: %s: not a NNNN_name.sql file", e.Name())
 		}

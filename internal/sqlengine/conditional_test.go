@@ -1,4 +1,4 @@
-package cas
+package sqlengine
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestDo(t *testing.T) {
+func TestConditional(t *testing.T) {
 	t.Parallel()
 	refused := errors.New("refused")
 	for _, tc := range []struct {
@@ -24,7 +24,7 @@ func TestDo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			writes, explains := 0, 0
-			v, err := Do(t.Context(), func() (int, bool, error) {
+			v, err := Conditional(t.Context(), func() (int, bool, error) {
 				writes++
 				return writes, tc.matches[writes-1], nil
 			}, func() error {
@@ -32,24 +32,24 @@ func TestDo(t *testing.T) {
 				return tc.explain[explains-1]
 			})
 			if !errors.Is(err, tc.want) || writes != tc.writes || (err == nil && v != writes) {
-				t.Fatalf("Do = %d, %v after %d writes; want %v after %d", v, err, writes, tc.want, tc.writes)
+				t.Fatalf("Conditional = %d, %v after %d writes; want %v after %d", v, err, writes, tc.want, tc.writes)
 			}
 		})
 	}
 	t.Run("write fails", func(t *testing.T) {
 		t.Parallel()
 		boom := errors.New("boom")
-		_, err := Do(t.Context(), func() (int, bool, error) { return 0, false, boom }, func() error { t.Fatal("explained a failure"); return nil })
+		_, err := Conditional(t.Context(), func() (int, bool, error) { return 0, false, boom }, func() error { t.Fatal("explained a failure"); return nil })
 		if !errors.Is(err, boom) {
-			t.Fatalf("Do = %v, want %v", err, boom)
+			t.Fatalf("Conditional = %v, want %v", err, boom)
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(t.Context())
-		_, err := Do(ctx, func() (int, bool, error) { return 0, false, nil }, func() error { cancel(); return nil })
+		_, err := Conditional(ctx, func() (int, bool, error) { return 0, false, nil }, func() error { cancel(); return nil })
 		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Do = %v, want context.Canceled", err)
+			t.Fatalf("Conditional = %v, want context.Canceled", err)
 		}
 	})
 }

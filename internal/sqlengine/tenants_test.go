@@ -1,13 +1,13 @@
-package tenantid
+package sqlengine
 
 import (
 	"fmt"
 	"testing"
 )
 
-func TestCache(t *testing.T) {
+func TestTenantCache(t *testing.T) {
 	t.Parallel()
-	var c Cache
+	var c TenantCache
 	if _, ok := c.ID("g", ""); ok {
 		t.Fatal("an empty cache has an id")
 	}
@@ -23,10 +23,10 @@ func TestCache(t *testing.T) {
 	if _, ok := c.ID("g", ""); ok {
 		t.Fatal("Forget kept the id")
 	}
-	for i := range maxEntries + 1 { // a full cache starts over
+	for i := range maxTenants + 1 { // a full cache starts over
 		c.Add("g", fmt.Sprint(i), int64(i))
 	}
-	if len(c.ids) > maxEntries {
-		t.Fatalf("cache holds %d entries, limit %d", len(c.ids), maxEntries)
+	if len(c.ids) > maxTenants {
+		t.Fatalf("cache holds %d entries, limit %d", len(c.ids), maxTenants)
 	}
 }

@@ -1,11 +1,11 @@
-package migrate
+package sqlengine
 
 import (
 	"testing"
 	"testing/fstest"
 )
 
-func TestLoad(t *testing.T) {
+func TestLoadMigrations(t *testing.T) {
 	t.Parallel()
 	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	tests := []struct {
@@ -26,10 +26,10 @@ func TestLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := Load(tt.files, "m")
+			got, err := LoadMigrations(tt.files, "m")
 			if tt.wantErr {
 				if err == nil {
-					t.Fatalf("Load = %v, want an error", got)
+					t.Fatalf("LoadMigrations = %v, want an error", got)
 				}
 				return
 			}
@@ -37,7 +37,7 @@ func TestLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(got) != len(tt.want) {
-				t.Fatalf("Load = %d migrations, want %d", len(got), len(tt.want))
+				t.Fatalf("LoadMigrations = %d migrations, want %d", len(got), len(tt.want))
 			}
 			for i, m := range got {
 				if m.Version != tt.want[i] || m.SQL == "" {
