@@ -120,9 +120,10 @@ type config struct {
 func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }
 
 // WithLogger sets where the store reports what it does not return to a
-// caller: work it does on its own (reaping at Open) that failed or was cut
-// off, and other events an operator should see. Defaults to
-// slog.Default(); pass slog.New(slog.DiscardHandler) for silence.
+// caller: work it does on its own (reaping at Open, the sweeps of WithGC)
+// that failed or was cut off, its instance id claim, and on PostgreSQL its
+// LISTEN connection lost and statements retried after a deadlock.
+// Defaults to discarding; `stead serve` passes its own.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithoutMigrate makes Open and New leave the schema alone: run
@@ -251,6 +252,7 @@ func openEngine(ctx context.Context, url string, opts config) (engine.Engine, er
 			return nil, err
 		}
 		cfg.Bucket, cfg.BytesAdopt = opts.bucket, cfg.BytesAdopt || opts.bytesAdopt
+		cfg.Logger = opts.logger
 		return postgres.Open(ctx, cfg)
 	case "http", "https":
 		if opts.bucket != nil {
@@ -305,7 +307,7 @@ func newConfig(opts []Option) (config, error) {
 		opt(&cfg)
 	}
 	if cfg.logger == nil {
-		cfg.logger = slog.Default()
+		cfg.logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.claimID = cfg.instanceID != ""
 	if cfg.instanceID == "" {
@@ -374,7 +376,17 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = st.GC.Run(ctx, cfg.gcInterval, cfg.gcReport)
+			_ = st.GC.Run(ctx, cfg.gcInterval, func(rep gc.Report, err error) {
+				switch {
+				case err != nil:
+					cfg.logger.LogAttrs(ctx, slog.LevelWarn, "stead: GC sweep failed", slog.String("instance", cfg.instanceID), slog.Any("error", err))
+				case rep.Aborted != "":
+					cfg.logger.LogAttrs(ctx, slog.LevelWarn, "stead: GC sweep aborted", slog.String("instance", cfg.instanceID), slog.String("reason", rep.Aborted))
+				}
+				if cfg.gcReport != nil {
+					cfg.gcReport(rep, err)
+				}
+			})
 		}()
 		st.stopGC = func() { cancel(); <-done }
 	}

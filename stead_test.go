@@ -487,6 +487,23 @@ func (h *recordingHandler) all() []string {
 	}
 	return out
 }
+
+// TestGCLogsFailedSweeps: a background sweep that fails (here refused: the
+// store declares no liveness) is logged, not only reported to a callback.
+func TestGCLogsFailedSweeps(t *testing.T) {
+	t.Parallel()
+	logs := &recordingHandler{}
+	st, err := stead.New(t.Context(), memory.New(), stead.WithGC(5*time.Millisecond, nil), stead.WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	testkit.Until(t, "a failed background sweep to be logged", func() bool {
+		r := logs.find("GC sweep failed")
+		return r != nil && r.Level == slog.LevelWarn
+	})
+}
+
 // TestBytesBucket opens a SQLite store whose large values go to a bucket
 // given by option: a value over the inline limit is one object there, read
 // back whole, and gone from the bucket once collected.

@@ -65,3 +65,31 @@ func TestChildrenOverHTTP(t *testing.T) {
 		t.Fatalf("publish naming %d absent children (%d bytes) = %d %s; want 404", len(many), len(body), a.status, a.body)
 	}
 }
+
+// TestRefPreconditions: a ref route refuses a conditional header it does
+// not evaluate instead of ignoring it, and changes nothing.
+func TestRefPreconditions(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, server.Options{})
+	if a := do(t, "PUT", srv.URL+"/v1/blobs", "kept", nil); a.status != http.StatusCreated {
+		t.Fatalf("put = %d %s", a.status, a.body)
+	}
+	key := blob.KeyOf([]byte("kept")).String()
+	if a := do(t, "PUT", srv.URL+"/v1/refs/cond", fmt.Sprintf(`{"key":%q,"ttl":"1h"}`, key), nil); a.status != http.StatusOK {
+		t.Fatalf("ref put = %d %s", a.status, a.body)
+	}
+	for _, tc := range []struct{ method, body, header, value string }{
+		{"DELETE", "", "If-None-Match", "*"},
+		{"PATCH", `{"ttl":"2h"}`, "If-Match", `"999"`},
+		{"PATCH", `{"ttl":"2h"}`, "If-None-Match", "*"},
+	} {
+		a := do(t, tc.method, srv.URL+"/v1/refs/cond", tc.body, map[string]string{tc.header: tc.value})
+		if a.status != http.StatusBadRequest {
+			t.Errorf("%s with %s: %s = %d %s; want 400", tc.method, tc.header, tc.value, a.status, a.body)
+		}
+	}
+	a := do(t, "GET", srv.URL+"/v1/refs/cond", "", nil)
+	if a.status != http.StatusOK || !strings.Contains(a.body, `"version":`) {
+		t.Fatalf("the ref after refused requests = %d %s; want it there", a.status, a.body)
+	}
+}

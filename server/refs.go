@@ -123,7 +123,10 @@ func (s *Server) setRef(w http.ResponseWriter, r *http.Request) {
 // "lazy", only when less than half of ttl is left.
 func (s *Server) touchRef(w http.ResponseWriter, r *http.Request) {
 	var req wire.RefTouch
-	err := s.readJSON(w, r, &req)
+	err := refusePreconditions(r, "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
+	if err == nil {
+		err = s.readJSON(w, r, &req)
+	}
 	var now time.Time
 	if err == nil {
 		now, err = s.clock(req.Now)
@@ -148,8 +151,8 @@ func (s *Server) touchRef(w http.ResponseWriter, r *http.Request) {
 // the live ref has it: 204; 404 absent; 412 another version.
 func (s *Server) deleteRef(w http.ResponseWriter, r *http.Request) {
 	var version int64
-	var err error
-	if v := r.Header.Get("If-Match"); v != "" {
+	err := refusePreconditions(r, "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
+	if v := r.Header.Get("If-Match"); v != "" && err == nil {
 		version, err = wire.ParseETag(v)
 	}
 	var now time.Time
@@ -168,7 +171,7 @@ func (s *Server) deleteRef(w http.ResponseWriter, r *http.Request) {
 }
 
 // listRefs: GET /v1/refs?prefix=&after=&limit=, one page of live refs in
-// name order: {"refs": [...], "next": NAME} while there is more.
+// name order: {"refs": [...], "next": NAME} when the page is full.
 func (s *Server) listRefs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit := ref.DefaultPageSize
@@ -197,4 +200,16 @@ func (s *Server) listRefs(w http.ResponseWriter, r *http.Request) {
 		out.Next = page[len(page)-1].Name
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// refusePreconditions refuses a request carrying one of the conditional
+// headers its route does not evaluate, rather than ignore the condition
+// (RFC 9110 has a server evaluate what it receives): 400, nothing done.
+func refusePreconditions(r *http.Request, headers ...string) error {
+	for _, h := range headers {
+		if r.Header.Get(h) != "" {
+			return &badRequest{fmt.Sprintf("%s %s does not take %s", r.Method, r.URL.Path, h)}
+		}
+	}
+	return nil
 }

@@ -48,6 +48,7 @@ func testGC(t *testing.T, h Harness) {
 		{"Edges", gcEdges},
 		{"EdgesRefused", gcEdgesRefused},
 		{"EdgesRace", gcEdgesRace},
+		{"EdgesFixedRace", gcEdgesFixedRace},
 	})
 }
 

@@ -214,3 +214,46 @@ func gcEdgesRace(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// gcEdgesFixedRace: two first puts of one content with different children
+// race; one stores it with its children, the other then meets a stored
+// blob and fails with ErrChildrenFixed. The blob never has both.
+func gcEdgesFixedRace(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	a, c := mustPut(t, b.store, testValue("raced child a", 10)), mustPut(t, b.store, testValue("raced child c", 10))
+	rounds := 20
+	if testing.Short() {
+		rounds = 6
+	}
+	for i := range rounds {
+		value := testValue(fmt.Sprint("raced first put ", i), 40)
+		var wg sync.WaitGroup
+		var errA, errC error
+		wg.Go(func() { _, errA = putWith(t, b.store, value, a) })
+		wg.Go(func() { _, errC = putWith(t, b.store, value, c) })
+		wg.Wait()
+		for _, err := range []error{errA, errC} {
+			if err != nil && !errors.Is(err, steaderr.ErrChildrenFixed) {
+				t.Fatalf("round %d: PutWith: %v", i, err)
+			}
+		}
+		if (errA == nil) == (errC == nil) {
+			t.Fatalf("round %d: put{a} = %v, put{c} = %v; want exactly one to store the blob", i, errA, errC)
+		}
+		want := a
+		if errA != nil {
+			want = c
+		}
+		parent := blob.KeyOf(value)
+		for _, k := range []blob.Key{a, c} {
+			x, err := b.col.Explain(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := slices.Contains(x.Parents, parent); has != (k == want) {
+				t.Fatalf("round %d: Explain(%s).Parents = %v; want the parent only on the winner's child", i, k, x.Parents)
+			}
+		}
+	}
+}

@@ -75,11 +75,14 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// in key order, so batches never lock them in opposite orders. A parent
 	// is refused when one of its children is not stored (missing) or when
 	// it is stored without one of them (fixed: a blob's children are those
-	// it was stored with). A refused parent is not published or pinned by
-	// this batch, unless a put of it without children is in the batch too
-	// (@blob_plain, @pin_plain say which rows and pins come from such
-	// puts); the edges of the others are inserted; the refused (parent,
-	// child, fixed) triples are answered.
+	// it was stored with). A parent another writer stored after this
+	// statement's snapshot (raced: neither locked nor inserted here) cannot
+	// be judged by it. Refused and raced parents are not published or
+	// pinned by this batch, unless a put of one without children is in the
+	// batch too (@blob_plain, @pin_plain say which rows and pins come from
+	// such puts); the edges of the others are inserted; the refused
+	// (parent, child, 0 missing or 1 fixed) and raced (parent, '', 2) rows
+	// are answered.
 	sqlPutEdges = declare("sqlPutEdges", `WITH l AS (
 	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR NO KEY UPDATE
 ), e AS (
@@ -98,20 +101,23 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	WHERE plain OR k NOT IN (SELECT p FROM refused)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
+), raced AS (
+	SELECT DISTINCT p FROM e
+	WHERE p NOT IN (SELECT p FROM refused) AND p NOT IN (SELECT key FROM l) AND p NOT IN (SELECT key FROM b)
 ), edges AS (
 	INSERT INTO {schema}.blob_edges (parent, child)
-	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM refused) AND (SELECT count(*) FROM b) >= 0
+	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM refused) AND p NOT IN (SELECT p FROM raced)
 	ON CONFLICT DO NOTHING
 ), pinned AS (
 	INSERT INTO {schema}.pins AS p (key, owner, expiry)
 	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
 	FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[], @pin_plain::boolean[]) AS u(k, o, d, n, plain)
 	WHERE (SELECT count(*) FROM b) >= 0
-	AND (plain OR k NOT IN (SELECT p FROM refused))
+	AND (plain OR k NOT IN (SELECT p FROM refused UNION ALL SELECT p FROM raced))
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c, false FROM missing UNION ALL SELECT p, c, true FROM fixed ORDER BY 1, 2`)
+SELECT p, c, 0 FROM missing UNION ALL SELECT p, c, 1 FROM fixed UNION ALL SELECT p, '', 2 FROM raced ORDER BY 1, 2`)
 
 	sqlStat     = declare("sqlStat", `SELECT size FROM {schema}.blobs WHERE key = $1`)
 	sqlListPage = declare("sqlListPage", `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`)
@@ -261,7 +267,7 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 		if b.naive.Load() {
 			stmt = b.e.sql(sqlPutNaive)
 		}
-		return retryTransient(ctx, func() error {
+		return b.e.retryTransient(ctx, func() error {
 			_, err := b.e.pool.Exec(ctx, stmt, args)
 			return err
 		})
@@ -270,21 +276,25 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	slices.Sort(lock)
 	lock = slices.Compact(lock)
 	args["blob_plain"], args["pin_plain"], args["lock"], args["parents"], args["children"] = blobPlain, pinPlain, lock, parents, children
-	missing, fixed := map[string][]string{}, map[string][]string{}
-	err := retryTransient(ctx, func() error {
+	missing, fixed, raced := map[string][]string{}, map[string][]string{}, map[string]bool{}
+	err := b.e.retryTransient(ctx, func() error {
 		clear(missing)
 		clear(fixed)
+		clear(raced)
 		rows, err := b.e.pool.Query(ctx, b.e.sql(sqlPutEdges), args)
 		if err != nil {
 			return err
 		}
 		var p, c string
-		var isFixed bool
-		_, err = pgx.ForEachRow(rows, []any{&p, &c, &isFixed}, func() error {
-			if isFixed {
-				fixed[p] = append(fixed[p], c)
-			} else {
+		var kind int
+		_, err = pgx.ForEachRow(rows, []any{&p, &c, &kind}, func() error {
+			switch kind {
+			case 0:
 				missing[p] = append(missing[p], c)
+			case 1:
+				fixed[p] = append(fixed[p], c)
+			default:
+				raced[p] = true
 			}
 			return nil
 		})
@@ -293,6 +303,7 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	if err != nil {
 		return err
 	}
+	var again []*groupcommit.Request[groupcommit.Put]
 	for _, r := range batch {
 		r.Err = nil
 		if len(r.Item.Children) == 0 {
@@ -302,7 +313,14 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 			r.Err = missingChildren(m)
 		} else if f := fixed[r.Item.Key]; len(f) > 0 {
 			r.Err = blob.ChildrenFixedError(r.Item.Key, f)
+		} else if raced[r.Item.Key] {
+			again = append(again, r)
 		}
+	}
+	if len(again) > 0 {
+		// Stored by another writer meanwhile: a new statement sees its
+		// row and edges, and judges these puts as re-puts.
+		return b.flush(ctx, again)
 	}
 	return nil
 }
@@ -383,7 +401,7 @@ func (b *blobs) Pin(ctx context.Context, p blob.PinParams) error {
 		return err
 	}
 	var n int
-	err := retryTransient(ctx, func() error {
+	err := b.e.retryTransient(ctx, func() error {
 		return b.e.pool.QueryRow(ctx, b.e.sql(sqlPin), p.Key.String(), p.Owner, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&n)
 	})
 	switch {

@@ -80,7 +80,7 @@ FROM (
 	// row lock; when the key was already stored the staged chunks are
 	// deleted and the pin goes to pins, after the blob row is locked. Its
 	// snapshot is taken after the upload's row was locked, so the discard
-	// sees every chunk written.
+	// sees every chunk written. It answers whether it inserted the row.
 	sqlPublish = declare("sqlPublish", `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, chunks, pin_owner, pin_expiry)
 	VALUES (@key, @size, '\x'::bytea, @chunks, @owner, coalesce(@now::timestamptz, now()) + @ttl_us * interval '1 microsecond')
@@ -89,11 +89,13 @@ FROM (
 ), discard AS (
 	DELETE FROM {schema}.blob_chunks
 	WHERE chunks = @chunks AND NOT EXISTS (SELECT FROM b)
+), pinned AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT @key, @owner, coalesce(@now::timestamptz, now()) + @ttl_us * interval '1 microsecond'
+	WHERE (SELECT count(*) FROM b) = 0
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-INSERT INTO {schema}.pins AS p (key, owner, expiry)
-SELECT @key, @owner, coalesce(@now::timestamptz, now()) + @ttl_us * interval '1 microsecond'
-WHERE (SELECT count(*) FROM b) = 0
-ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
+SELECT EXISTS (SELECT FROM b)`)
 
 	// sqlEndUpload ends an upload by deleting its row, which locks it: an
 	// in-flight chunk write (which updates or inserts that row) commits
@@ -227,9 +229,15 @@ func (b *blobs) lockChildren(ctx context.Context, tx pgx.Tx, parent string, chil
 	if _, ok := slices.BinarySearch(stored, parent); !ok {
 		return nil
 	}
-	// A statement of its own, after the lock: its snapshot holds the
-	// parent's edges.
-	rows, err = tx.Query(ctx, b.e.sql(sqlNewChildren), parent, children)
+	return b.checkFixed(ctx, tx, parent, children)
+}
+
+// checkFixed fails with an error wrapping steaderr.ErrChildrenFixed when
+// the stored parent has no edge to one of children. It is a statement of
+// its own, after the parent's row is locked (or its insert met another's),
+// so its snapshot holds the parent's edges.
+func (b *blobs) checkFixed(ctx context.Context, tx pgx.Tx, parent string, children []string) error {
+	rows, err := tx.Query(ctx, b.e.sql(sqlNewChildren), parent, children)
 	if err != nil {
 		return err
 	}
@@ -251,7 +259,7 @@ func (b *blobs) lockChildren(ctx context.Context, tx pgx.Tx, parent string, chil
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
 	var redundant string
-	err := retryTransient(ctx, func() error {
+	err := b.e.retryTransient(ctx, func() error {
 		redundant = ""
 		tx, err := b.e.pool.Begin(ctx)
 		if err != nil {
@@ -285,10 +293,18 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, b.e.sql(sqlPublish), pgx.StrictNamedArgs{
+		var inserted bool
+		if err := tx.QueryRow(ctx, b.e.sql(sqlPublish), pgx.StrictNamedArgs{
 			"key": p.Key.String(), "size": p.Size, "chunks": int64(p.Chunks), "owner": p.Owner, "ttl_us": p.TTL.Microseconds(), "now": now,
-		}); err != nil {
+		}).Scan(&inserted); err != nil {
 			return err
+		}
+		if len(children) > 0 && !inserted {
+			// Stored by another writer since the lock pass (or before
+			// it): this publish is a re-put.
+			if err := b.checkFixed(ctx, tx, p.Key.String(), children); err != nil {
+				return err
+			}
 		}
 		if len(children) > 0 {
 			if _, err := tx.Exec(ctx, b.e.sql(sqlInsertEdges), p.Key.String(), children); err != nil {

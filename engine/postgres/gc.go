@@ -259,7 +259,7 @@ func (g *gcMech) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, 
 	row, _ := lease.(*rowLease)
 	var verdicts []blob.Verdict
 	var objects []string
-	err := retryTransient(ctx, func() error {
+	err := g.e.retryTransient(ctx, func() error {
 		objects = nil
 		return g.e.inTxOn(ctx, db, func(tx pgx.Tx) error {
 			if row != nil {
@@ -533,7 +533,7 @@ func (g *gcMech) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.Stag
 	}
 	var r gc.StagedRange
 	var last pgtype.Text
-	err := retryTransient(ctx, func() error {
+	err := g.e.retryTransient(ctx, func() error {
 		return g.onLease(ctx, p.Lease, func(q querier) error {
 			return sourceError(q.QueryRow(ctx, g.e.sql(sqlStageRange), pgx.StrictNamedArgs{
 				"after": after, "lim": p.Limit, "now": nowArg(p.Now), "grace_us": p.Grace.Microseconds(), "dry_run": p.DryRun,

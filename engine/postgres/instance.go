@@ -23,15 +23,15 @@ import (
 // once); behind PgBouncer, where session locks are unsafe, a row in
 // gc_lease named "instance/" + id, renewed, which a holder that dies
 // frees when it lapses (instanceLeaseTTL).
-const (
-	sqlInstanceLeaseAcquire = `INSERT INTO {schema}.gc_lease AS l (name, holder, expiry)
+var (
+	sqlInstanceLeaseAcquire = declare("sqlInstanceLeaseAcquire", `INSERT INTO {schema}.gc_lease AS l (name, holder, expiry)
 VALUES ($1, $2, now() + $3 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expiry = excluded.expiry
 WHERE l.expiry <= now()
-RETURNING holder`
-	sqlInstanceLeaseRenew = `UPDATE {schema}.gc_lease SET expiry = now() + $3 * interval '1 microsecond'
-WHERE name = $1 AND holder = $2 AND expiry > now()`
-	sqlInstanceLeaseRelease = `DELETE FROM {schema}.gc_lease WHERE name = $1 AND holder = $2`
+RETURNING holder`)
+	sqlInstanceLeaseRenew = declare("sqlInstanceLeaseRenew", `UPDATE {schema}.gc_lease SET expiry = now() + $3 * interval '1 microsecond'
+WHERE name = $1 AND holder = $2 AND expiry > now()`)
+	sqlInstanceLeaseRelease = declare("sqlInstanceLeaseRelease", `DELETE FROM {schema}.gc_lease WHERE name = $1 AND holder = $2`)
 )
 
 const (
@@ -41,9 +41,6 @@ const (
 	// instanceRetry is how often a lost claim is tried again.
 	instanceRetry = 2 * time.Second
 )
-
-// instanceSQL holds the row mode's statements, rendered.
-type instanceSQL struct{ acquire, renew, release string }
 
 // instanceClaim is one held instance id and the goroutine that keeps it.
 type instanceClaim struct {
@@ -110,7 +107,7 @@ func (c *instanceClaim) inUse() error {
 func (c *instanceClaim) take(ctx context.Context) error {
 	if c.holder != "" {
 		var got string
-		err := c.e.pool.QueryRow(ctx, c.e.isql.acquire, c.name, c.holder, instanceLeaseTTL.Microseconds()).Scan(&got)
+		err := c.e.pool.QueryRow(ctx, c.e.sql(sqlInstanceLeaseAcquire), c.name, c.holder, instanceLeaseTTL.Microseconds()).Scan(&got)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return c.inUse()
 		}
@@ -124,7 +121,7 @@ func (c *instanceClaim) take(ctx context.Context) error {
 		return fmt.Errorf("claim instance id %q: %w", c.id, interpretError(err))
 	}
 	var ok bool
-	err = conn.QueryRow(ctx, sqlSweepTryLock, c.key, fmt.Sprintf("%dms", c.e.gc.idle.Milliseconds())).Scan(&ok, new(int64))
+	err = conn.QueryRow(ctx, c.e.sql(sqlSweepTryLock), c.key, fmt.Sprintf("%dms", c.e.gc.idle.Milliseconds())).Scan(&ok, new(int64))
 	if err == nil && !ok {
 		err = c.inUse()
 	} else if err != nil {
@@ -144,7 +141,7 @@ func (c *instanceClaim) alive() error {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseProbe)
 	defer cancel()
 	if c.holder != "" {
-		tag, err := c.e.pool.Exec(ctx, c.e.isql.renew, c.name, c.holder, instanceLeaseTTL.Microseconds())
+		tag, err := c.e.pool.Exec(ctx, c.e.sql(sqlInstanceLeaseRenew), c.name, c.holder, instanceLeaseTTL.Microseconds())
 		if err != nil {
 			return interpretError(err)
 		}
@@ -153,7 +150,7 @@ func (c *instanceClaim) alive() error {
 		}
 		return nil
 	}
-	if _, err := c.conn.Exec(ctx, sqlSweepPing); err != nil {
+	if _, err := c.conn.Exec(ctx, c.e.sql(sqlSweepPing)); err != nil {
 		if c.conn.IsClosed() {
 			return fmt.Errorf("%w: instance id %q: its session ended: %w", steaderr.ErrLost, c.id, interpretError(err))
 		}
@@ -222,7 +219,7 @@ func (c *instanceClaim) dropConn() {
 func (c *instanceClaim) release() {
 	if c.holder != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), leaseProbe)
-		_, _ = c.e.pool.Exec(ctx, c.e.isql.release, c.name, c.holder)
+		_, _ = c.e.pool.Exec(ctx, c.e.sql(sqlInstanceLeaseRelease), c.name, c.holder)
 		cancel()
 		return
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/poll"
+	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -71,18 +71,18 @@ func TestInstanceClaimSessionEnds(t *testing.T) {
 	if _, err := db.Admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the terminated holder's claim to be free", func() bool {
+	testkit.Until(t, "the terminated holder's claim to be free", func() bool {
 		err := e2.ClaimInstance(ctx, "w-1", nil)
 		if err != nil && !errors.Is(err, steaderr.ErrLeased) {
 			t.Fatal(err)
 		}
 		return err == nil
 	})
-	poll.Until(t, "the holder to be told it lost the id to another", func() bool { return n.got(steaderr.ErrLost, steaderr.ErrLeased) })
+	testkit.Until(t, "the holder to be told it lost the id to another", func() bool { return n.got(steaderr.ErrLost, steaderr.ErrLeased) })
 	if err := e2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the holder to take the id back", func() bool { return n.got(steaderr.ErrLost, steaderr.ErrLeased, nil) })
+	testkit.Until(t, "the holder to take the id back", func() bool { return n.got(steaderr.ErrLost, steaderr.ErrLeased, nil) })
 	if pid := advisoryBackend(t, db, postgres.InstanceLockKey(e1, "w-1")); pid == 0 {
 		t.Fatal("the id was taken back, but no backend holds its lock")
 	}
@@ -103,7 +103,7 @@ func TestInstanceClaimLeaseRow(t *testing.T) {
 	if err := e1.ClaimInstance(ctx, "dead", nil); !errors.Is(err, steaderr.ErrLeased) || !strings.Contains(err.Error(), "lapses") {
 		t.Fatalf("a claim of a dead holder's id = %v, want ErrLeased saying when it lapses", err)
 	}
-	poll.Until(t, "the dead holder's row to lapse", func() bool {
+	testkit.Until(t, "the dead holder's row to lapse", func() bool {
 		err := e1.ClaimInstance(ctx, "dead", nil)
 		if err != nil && !errors.Is(err, steaderr.ErrLeased) {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ const (
 // peer that sent no FIN or RST cannot leave waiters asleep.
 type listener struct {
 	connConfig *pgx.ConnConfig
+	log        *slog.Logger
 	query      string   // LISTEN on every channel, one statement
 	hub        wake.Hub // keyed by channel and payload
 	proveEvery time.Duration
@@ -54,7 +56,7 @@ type listener struct {
 	done    chan struct{}
 }
 
-func newListener(connConfig *pgx.ConnConfig, channels ...string) *listener {
+func newListener(connConfig *pgx.ConnConfig, log *slog.Logger, channels ...string) *listener {
 	stmts := make([]string, len(channels))
 	for i, ch := range channels {
 		stmts[i] = "LISTEN " + pgx.Identifier{ch}.Sanitize()
@@ -65,7 +67,7 @@ func newListener(connConfig *pgx.ConnConfig, channels ...string) *listener {
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	return &listener{connConfig: cfg, query: strings.Join(stmts, "; "), proveEvery: defaultProveEvery}
+	return &listener{connConfig: cfg, log: log, query: strings.Join(stmts, "; "), proveEvery: defaultProveEvery}
 }
 
 func hubKey(channel, payload string) string { return channel + "\x00" + payload }
@@ -113,10 +115,14 @@ func (l *listener) run(ctx context.Context) {
 	defer close(l.done)
 	delay := minRelisten
 	for {
-		listened := l.listen(ctx)
+		listened, err := l.listen(ctx)
 		l.setLive(false)
 		if listened {
 			delay = minRelisten
+		}
+		if ctx.Err() == nil {
+			l.log.LogAttrs(ctx, slog.LevelWarn, "stead: postgres: the LISTEN connection failed; waiters poll until it is back",
+				slog.Bool("was_listening", listened), slog.Duration("retry_in", delay), slog.Any("error", err))
 		}
 		timer := time.NewTimer(delay)
 		select {
@@ -130,13 +136,14 @@ func (l *listener) run(ctx context.Context) {
 }
 
 // listen connects, listens and dispatches notifications until the
-// connection fails or ctx ends; it reports whether it got to listen.
-func (l *listener) listen(ctx context.Context) (listened bool) {
+// connection fails or ctx ends; it reports whether it got to listen, and
+// why it stopped.
+func (l *listener) listen(ctx context.Context) (listened bool, err error) {
 	connectCtx, cancel := context.WithTimeout(ctx, 2*l.proveEvery)
 	conn, err := pgx.ConnectConfig(connectCtx, l.connConfig.Copy())
 	cancel()
 	if err != nil {
-		return false
+		return false, err
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -147,7 +154,7 @@ func (l *listener) listen(ctx context.Context) (listened bool) {
 	_, err = conn.Exec(listenCtx, l.query)
 	cancel()
 	if err != nil {
-		return false
+		return false, err
 	}
 	l.setLive(true)
 	for {
@@ -159,13 +166,13 @@ func (l *listener) listen(ctx context.Context) (listened bool) {
 			l.hub.Wake(hubKey(n.Channel, n.Payload))
 			continue
 		case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
-			return true // stopped, or the connection failed
+			return true, err // stopped, or the connection failed
 		}
 		proof, cancel := context.WithTimeout(ctx, l.proveEvery)
 		_, err = conn.Exec(proof, l.query)
 		cancel()
 		if err != nil {
-			return true
+			return true, err
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -75,6 +76,10 @@ type Config struct {
 	// connection directly to PostgreSQL, bypassing PgBouncer, so that lock
 	// and record waiters are woken instead of polling.
 	ListenConnString string
+	// Logger receives what the engine does not return to a caller: its
+	// LISTEN connection lost and re-established, statements retried after
+	// a deadlock. Defaults to discarding.
+	Logger *slog.Logger
 	// Bytes is the URL of a bucket (gocloud.dev/blob: s3://, gs://,
 	// azblob://, file:///dir where the binary registers them) that keeps
 	// the values over the inline limit: the bytes tier
@@ -217,6 +222,7 @@ type Engine struct {
 	refs     refs
 	stmts    []string // every declared statement, rendered for the schema, by index
 	tier     tierState
+	log      *slog.Logger
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
 	// state.
@@ -225,7 +231,6 @@ type Engine struct {
 	// released on Close.
 	instanceMu sync.Mutex
 	instances  []*instanceClaim
-	isql       instanceSQL
 }
 
 var (
@@ -253,6 +258,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := newEngine(cfg.Schema)
+	e.log = cfg.Logger
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
 	switch {
 	case cfg.Pool != nil && cfg.ConnString != "":
 		return nil, fmt.Errorf("%w: postgres: set ConnString or Pool, not both", steaderr.ErrInvalidArgument)
@@ -303,14 +312,11 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.locks.init(e)
 	e.records.init(e)
 	e.refs.init(e)
-	e.isql = instanceSQL{
-		acquire: e.render(sqlInstanceLeaseAcquire), renew: e.render(sqlInstanceLeaseRenew), release: e.render(sqlInstanceLeaseRelease),
-	}
 	if listenConfig == nil && !cfg.PgBouncer {
 		listenConfig = e.pool.Config().ConnConfig
 	}
 	if listenConfig != nil {
-		e.listen = newListener(listenConfig, e.locks.channel, e.records.channel)
+		e.listen = newListener(listenConfig, e.log, e.locks.channel, e.records.channel)
 	}
 	return e, nil
 }

@@ -413,7 +413,7 @@ func (r *records) flush(ctx context.Context, batch []*groupcommit.Request[*saveR
 func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 	if len(qs) == 1 {
 		q := qs[0]
-		err := retryTransient(ctx, func() error {
+		err := r.e.retryTransient(ctx, func() error {
 			var err error
 			q.saved, err = r.write(ctx, r.e.pool, q.rec, q.tenantID, q.now)
 			return err
@@ -447,7 +447,7 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 		"lease_owners": owners, "lease_incarnations": incarnations, "lease_expiries": expiries,
 		"parked": parked, "payloads": payloads, "ats": ats, "channel": r.channel,
 	}
-	return retryTransient(ctx, func() error {
+	return r.e.retryTransient(ctx, func() error {
 		return r.saveManyOnce(ctx, byID, creates, args)
 	})
 }
@@ -522,7 +522,7 @@ func saved(rec record.Record, version, incarnation int64, expiry, updated time.T
 // must see a row a concurrent insert committed while this one waited on
 // it.
 func (r *records) saveResolving(ctx context.Context, rec record.Record, now time.Time) (written record.Record, matched bool, err error) {
-	err = retryTransient(ctx, func() error {
+	err = r.e.retryTransient(ctx, func() error {
 		var err error
 		written, matched, err = r.saveResolvingOnce(ctx, rec, now)
 		return err
@@ -731,7 +731,7 @@ func (r *records) Delete(ctx context.Context, id string) error {
 	if err := r.e.check(ctx); err != nil {
 		return err
 	}
-	return retryTransient(ctx, func() error {
+	return r.e.retryTransient(ctx, func() error {
 		_, err := r.e.pool.Exec(ctx, r.e.sql(sqlRecordDelete), id)
 		return err
 	})
@@ -740,7 +740,7 @@ func (r *records) Delete(ctx context.Context, id string) error {
 // queryRecords runs query, again should it fail with a deadlock or
 // serialization failure, and reads the records it returns, in id order.
 func (r *records) queryRecords(ctx context.Context, query string, args ...any) (out []record.Record, err error) {
-	err = retryTransient(ctx, func() error {
+	err = r.e.retryTransient(ctx, func() error {
 		out, err = r.queryRecordsOnce(ctx, query, args...)
 		return err
 	})
@@ -813,7 +813,7 @@ func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease
 	}
 	return sqlengine.Conditional(ctx, func() (record.Lease, bool, error) {
 		lease := record.Lease{Owner: p.Owner, Incarnation: p.Incarnation}
-		err := retryTransient(ctx, func() error {
+		err := r.e.retryTransient(ctx, func() error {
 			return r.e.pool.QueryRow(ctx, r.e.sql(sqlRecordRenew), pgx.StrictNamedArgs{
 				"now": nowArg(p.Now), "ttl": interval(p.TTL), "id": p.ID, "grp": p.Group, "owner": p.Owner, "incarnation": p.Incarnation,
 			}).Scan(&lease.Expiry)

@@ -18,9 +18,11 @@ import (
 // interleave with an arbitration of the key; each then judges the ref's row
 // as it stands once locked (ON CONFLICT, or an UPDATE's recheck), never as
 // the statement's snapshot saw it, and draws a new version only then, so
-// versions commit in increasing order. A TTL in microseconds becomes an
-// interval as whole seconds plus microseconds, exact to the microsecond
-// (interval arithmetic runs in float8).
+// versions commit in increasing order. A new expiry runs from
+// clock_timestamp(), read once the row is locked, so a write that waited
+// on an arbitration does not return a ref already expired. A TTL in
+// microseconds becomes an interval as whole seconds plus microseconds,
+// exact to the microsecond (interval arithmetic runs in float8).
 var (
 	// sqlRefSet locks the key's blob row, then inserts or replaces the ref
 	// (@cond 0), or only replaces an expired one (@cond 1, create-only).
@@ -30,7 +32,7 @@ var (
 ), w AS (
 	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry)
 	SELECT @name, key, nextval('{schema}.ref_versions'), @annotation,
-	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
+	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
 	FROM b
 	ON CONFLICT (name) DO UPDATE
 	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry
@@ -48,7 +50,7 @@ FROM (SELECT) AS one LEFT JOIN w ON true`)
 ), w AS (
 	UPDATE {schema}.refs AS r
 	SET key = @key, version = nextval('{schema}.ref_versions'), annotation = @annotation,
-	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
+	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
 	WHERE (SELECT count(*) FROM b) = 1 AND r.name = @name AND r.version = @version::bigint
 	  AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry
@@ -62,23 +64,22 @@ WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now())
 	// sqlRefGetFresh is sqlRefGet answering too whether the ref has half
 	// of $3 µs left (or no expiry), judged on the same clock.
 	sqlRefGetFresh = declare("sqlRefGetFresh", `SELECT name, key, version, annotation, expiry,
-	expiry IS NULL OR expiry - coalesce($2::timestamptz, now()) >= ($3::bigint / 2) * interval '1 microsecond'
+	expiry IS NULL OR 2 * (expiry - coalesce($2::timestamptz, now())) >= $3::bigint * interval '1 microsecond'
 FROM {schema}.refs
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`)
 
 	// sqlRefTouch locks the blob row of the ref's key, then renews the
 	// ref if it still names that key and is live at clock_timestamp(), the
 	// instant the row is read (as a pin's renewal judges), keeping its
-	// version; a ref without expiry is answered unchanged. The new expiry
-	// runs from now(). It answers the key whose row it locked, and the ref
-	// if it renewed it.
+	// version; a ref without expiry is answered unchanged. It answers the
+	// key whose row it locked, and the ref if it renewed it.
 	sqlRefTouch = declare("sqlRefTouch", `WITH target AS (
 	SELECT key FROM {schema}.refs WHERE name = $1
 ), b AS (
 	SELECT key FROM {schema}.blobs WHERE key = (SELECT key FROM target) FOR NO KEY UPDATE
 ), u AS (
 	UPDATE {schema}.refs
-	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, now()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END
+	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, clock_timestamp()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END
 	WHERE name = $1 AND key = (SELECT key FROM b) AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp()))
 	RETURNING name, key, version, annotation, expiry
 )
@@ -153,7 +154,7 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	}
 	var stored bool
 	var rr refRow
-	err := retryTransient(ctx, func() error {
+	err := r.e.retryTransient(ctx, func() error {
 		return r.e.pool.QueryRow(ctx, stmt, args).Scan(append([]any{&stored}, rr.dest()...)...)
 	})
 	switch {
@@ -187,7 +188,8 @@ func (r *refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 }
 
 // Touch renews the ref under its key's blob row lock; a ref moved to
-// another key meanwhile (so under another row) is tried again. A lazy
+// another key meanwhile (so under another row) is tried again, for as long
+// as it keeps moving and ctx lasts. A lazy
 // Touch reads first, and locks nothing for a ref with half its TTL left.
 func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
@@ -204,10 +206,10 @@ func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 			return rr.ref()
 		}
 	}
-	for range maxTouchTries {
+	for {
 		var target pgtype.Text
 		var rr refRow
-		err := retryTransient(ctx, func() error {
+		err := r.e.retryTransient(ctx, func() error {
 			return r.e.pool.QueryRow(ctx, r.e.sql(sqlRefTouch), p.Name, p.TTL.Microseconds(), nowArg(p.Now)).Scan(append([]any{&target}, rr.dest()...)...)
 		})
 		switch {
@@ -216,23 +218,24 @@ func (r *refs) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
 		case rr.name.Valid:
 			return rr.ref()
 		}
-		now, err := r.Get(ctx, ref.GetParams{Name: p.Name, Now: p.Now})
-		if err != nil || now.Key.String() == target.String {
-			return ref.Ref{}, steaderr.ErrNotFound
+		// Not renewed: gone or expired (then Get, judging later or at the
+		// same p.Now, says so too), or moved to another blob meanwhile,
+		// perhaps and back: try again under the row of the key it names.
+		if _, err := r.Get(ctx, ref.GetParams{Name: p.Name, Now: p.Now}); err != nil {
+			return ref.Ref{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return ref.Ref{}, err
 		}
 	}
-	return ref.Ref{}, fmt.Errorf("%w: the ref moved to another blob at each of %d tries", steaderr.ErrConflict, maxTouchTries)
 }
-
-// maxTouchTries bounds the tries of a Touch whose ref keeps moving.
-const maxTouchTries = 3
 
 func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
 	if err := r.e.check(ctx); err != nil {
 		return err
 	}
 	var live, deleted bool
-	err := retryTransient(ctx, func() error {
+	err := r.e.retryTransient(ctx, func() error {
 		return r.e.pool.QueryRow(ctx, r.e.sql(sqlRefDelete), p.Name, p.Version, nowArg(p.Now)).Scan(&live, &deleted)
 	})
 	switch {

@@ -42,7 +42,7 @@ type RefTouch struct {
 }
 
 // RefPage is the answer of GET /v1/refs: the refs of one page in name
-// order, and Next, the name to list after, while there is more.
+// order, and Next, the name to list after, when the page is full.
 type RefPage struct {
 	Refs []Ref  `json:"refs"`
 	Next string `json:"next,omitempty"`

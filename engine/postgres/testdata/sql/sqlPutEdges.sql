@@ -16,17 +16,20 @@ WITH l AS (
 	WHERE plain OR k NOT IN (SELECT p FROM refused)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
+), raced AS (
+	SELECT DISTINCT p FROM e
+	WHERE p NOT IN (SELECT p FROM refused) AND p NOT IN (SELECT key FROM l) AND p NOT IN (SELECT key FROM b)
 ), edges AS (
 	INSERT INTO "St""ead. sch;ema-ñ".blob_edges (parent, child)
-	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM refused) AND (SELECT count(*) FROM b) >= 0
+	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM refused) AND p NOT IN (SELECT p FROM raced)
 	ON CONFLICT DO NOTHING
 ), pinned AS (
 	INSERT INTO "St""ead. sch;ema-ñ".pins AS p (key, owner, expiry)
 	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
 	FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[], @pin_plain::boolean[]) AS u(k, o, d, n, plain)
 	WHERE (SELECT count(*) FROM b) >= 0
-	AND (plain OR k NOT IN (SELECT p FROM refused))
+	AND (plain OR k NOT IN (SELECT p FROM refused UNION ALL SELECT p FROM raced))
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c, false FROM missing UNION ALL SELECT p, c, true FROM fixed ORDER BY 1, 2
+SELECT p, c, 0 FROM missing UNION ALL SELECT p, c, 1 FROM fixed UNION ALL SELECT p, '', 2 FROM raced ORDER BY 1, 2

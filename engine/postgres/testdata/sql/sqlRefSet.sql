@@ -3,7 +3,7 @@ WITH b AS (
 ), w AS (
 	INSERT INTO "St""ead. sch;ema-ñ".refs AS r (name, key, version, annotation, expiry)
 	SELECT @name, key, nextval('"St""ead. sch;ema-ñ".ref_versions'), @annotation,
-	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
+	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
 	FROM b
 	ON CONFLICT (name) DO UPDATE
 	SET key = excluded.key, version = nextval('"St""ead. sch;ema-ñ".ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry

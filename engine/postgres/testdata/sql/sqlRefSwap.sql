@@ -3,7 +3,7 @@ WITH b AS (
 ), w AS (
 	UPDATE "St""ead. sch;ema-ñ".refs AS r
 	SET key = @key, version = nextval('"St""ead. sch;ema-ñ".ref_versions'), annotation = @annotation,
-	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, now()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
+	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
 	WHERE (SELECT count(*) FROM b) = 1 AND r.name = @name AND r.version = @version::bigint
 	  AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry

@@ -4,7 +4,7 @@ WITH target AS (
 	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = (SELECT key FROM target) FOR NO KEY UPDATE
 ), u AS (
 	UPDATE "St""ead. sch;ema-ñ".refs
-	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, now()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END
+	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, clock_timestamp()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END
 	WHERE name = $1 AND key = (SELECT key FROM b) AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp()))
 	RETURNING name, key, version, annotation, expiry
 )
