@@ -409,13 +409,15 @@ func TestBytesTierLeaseRenewed(t *testing.T) {
 	dir := t.TempDir()
 	e := openConfig(t, sqlite.Config{Path: tempPath(t), Bytes: "file://" + filepath.ToSlash(dir)})
 	mustMigrate(t, e)
-	lease := 30 * time.Millisecond
+	// Long enough that a renewal every third of it lands in time on a
+	// loaded machine; the write takes four leases.
+	lease := 500 * time.Millisecond
 	s := blob.NewStore(e.Blobs(), blob.Options{InlineLimit: 64, UploadLease: lease})
 	pr, pw := io.Pipe()
-	value := randomValue(20_000)
+	value := randomValue(16_000)
 	go func() {
 		for i := 0; i < len(value); i += 1000 {
-			time.Sleep(lease / 4) // the whole write takes several leases
+			time.Sleep(lease / 4) // the whole write takes four leases
 			pw.Write(value[i : i+1000])
 		}
 		pw.Close()
