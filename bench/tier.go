@@ -98,7 +98,7 @@ func tierRawPut(sync bool) setupFunc {
 		}
 		return func(ctx context.Context, w, i int) error {
 			name := fmt.Sprintf("o/bench/%d-%d", w, i)
-			wr, err := b.NewWriter(ctx, name, &gblob.WriterOptions{IfNotExist: true})
+			wr, err := b.NewWriter(ctx, name, &gblob.WriterOptions{IfNotExist: true, ContentType: "application/octet-stream"})
 			if err != nil {
 				return err
 			}
@@ -134,7 +134,7 @@ func tierRawGet(ctx context.Context, n int) (opFunc, func(), error) {
 		return nil, nil, err
 	}
 	name := "o/bench/value"
-	err = b.Upload(ctx, name, largeValue(1<<30), nil)
+	err = b.Upload(ctx, name, largeValue(1<<30), &gblob.WriterOptions{ContentType: "application/octet-stream"})
 	if err != nil {
 		b.Close()
 		os.RemoveAll(dir)
