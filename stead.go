@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	gblob "gocloud.dev/blob"
+
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/memory"
@@ -100,6 +102,8 @@ type config struct {
 	gcInterval time.Duration
 	gcReport   func(gc.Report, error)
 	token      string
+	bucket     *gblob.Bucket
+	bytesAdopt bool
 	logger     *slog.Logger
 }
 
@@ -180,6 +184,21 @@ func WithToken(token string) Option { return func(c *config) { c.token = token }
 // blob.DefaultUploadLease (5 minutes).
 func WithUploadLease(d time.Duration) Option { return func(c *config) { c.blobs.UploadLease = d } }
 
+// WithBytesBucket keeps the blob values over the inline limit in b, an
+// open gocloud.dev bucket the caller closes after the store: the bytes
+// tier (docs/decisions/0027-bytes-tier.md), as the bytes= URL parameter
+// of a sqlite:// or postgres:// URL does. A store that recorded a tier
+// must be opened with one; a store holding blobs and no tier record takes
+// one only with WithBytesAdopt; a bucket another store claimed is
+// refused. Other engines refuse it.
+func WithBytesBucket(b *gblob.Bucket) Option { return func(c *config) { c.bucket = b } }
+
+// WithBytesAdopt lets a bytes tier (WithBytesBucket, or bytes= in the URL)
+// be given to a store that already holds blobs and recorded no tier: new
+// large values go to the bucket, the old stay in the database. Defaults
+// to off: such a store refuses the tier (ErrConflict).
+func WithBytesAdopt() Option { return func(c *config) { c.bytesAdopt = true } }
+
 // Open opens the store at url:
 //
 //	mem://                                   in-memory, gone on Close
@@ -188,7 +207,11 @@ func WithUploadLease(d time.Duration) Option { return func(c *config) { c.blobs.
 //	http://host:7070                         a stead server (also https://; insecure=true: see WithToken)
 //
 // Each engine documents its query parameters; unknown ones are an error.
-// Unless WithoutMigrate is given, Open migrates the schema first.
+// sqlite:// and postgres:// take bytes=<percent-encoded bucket URL> (say
+// bytes=file%3A%2F%2F%2Fvar%2Flib%2Fstead%2Fobjects, or an s3:// URL) to
+// keep the values over the inline limit in that bucket (see
+// WithBytesBucket). Unless WithoutMigrate is given, Open migrates the
+// schema first.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -212,21 +235,29 @@ func openEngine(ctx context.Context, url string, opts config) (engine.Engine, er
 		if rest != "" {
 			return nil, fmt.Errorf("%w: mem:// takes no path or parameters", steaderr.ErrInvalidArgument)
 		}
+		if opts.bucket != nil {
+			return nil, fmt.Errorf("%w: mem:// keeps every byte in memory: it takes no bytes tier (WithBytesBucket)", steaderr.ErrInvalidArgument)
+		}
 		return memory.New(), nil
 	case "sqlite":
 		cfg, err := sqlite.ParseURL(url)
 		if err != nil {
 			return nil, err
 		}
+		cfg.Bucket, cfg.BytesAdopt = opts.bucket, cfg.BytesAdopt || opts.bytesAdopt
 		return sqlite.Open(ctx, cfg)
 	case "postgres", "postgresql":
 		cfg, err := postgres.ParseURL(url)
 		if err != nil {
 			return nil, err
 		}
+		cfg.Bucket, cfg.BytesAdopt = opts.bucket, cfg.BytesAdopt || opts.bytesAdopt
 		cfg.Logger = opts.logger
 		return postgres.Open(ctx, cfg)
 	case "http", "https":
+		if opts.bucket != nil {
+			return nil, fmt.Errorf("%w: a stead server keeps its own bytes tier: give the bucket to stead serve, not to its clients", steaderr.ErrInvalidArgument)
+		}
 		token := opts.token
 		if token == "" {
 			token = strings.TrimSpace(os.Getenv("STEAD_TOKEN")) // as stead serve reads it

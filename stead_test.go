@@ -1,10 +1,12 @@
 package stead_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	gblob "gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
 	_ "modernc.org/sqlite"
 
 	"github.com/steadkit/stead"
@@ -498,4 +502,66 @@ func TestGCLogsFailedSweeps(t *testing.T) {
 		r := logs.find("GC sweep failed")
 		return r != nil && r.Level == slog.LevelWarn
 	})
+}
+
+// TestBytesBucket opens a SQLite store whose large values go to a bucket
+// given by option: a value over the inline limit is one object there, read
+// back whole, and gone from the bucket once collected.
+func TestBytesBucket(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	bucket := memblob.OpenBucket(nil)
+	t.Cleanup(func() { bucket.Close() })
+	st, err := stead.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "s.db"), stead.WithBytesBucket(bucket), stead.WithPinTTL(time.Millisecond), stead.WithGCGrace(time.Microsecond), stead.WithGCAllUnreferenced())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	value := bytes.Repeat([]byte("large value "), 100_000)
+	key, err := st.Blobs.Put(ctx, bytes.NewReader(value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := func() []string {
+		var names []string
+		it := bucket.List(&gblob.ListOptions{Prefix: "o/"})
+		for {
+			o, err := it.Next(ctx)
+			if err == io.EOF {
+				return names
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, o.Key)
+		}
+	}
+	if got := objects(); len(got) != 1 {
+		t.Fatalf("bucket holds %q, want one object", got)
+	}
+	rd, err := st.Blobs.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rd)
+	rd.Close()
+	if err != nil || !bytes.Equal(got, value) {
+		t.Fatalf("Get = %d bytes, %v; want the %d put", len(got), err, len(value))
+	}
+	time.Sleep(2 * time.Millisecond) // the put's pin lapses
+	for range 2 {                    // the first sweep stages, the second deletes
+		if _, err := st.GC.Sweep(ctx, gc.SweepOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if ok, err := st.Blobs.Has(ctx, key); err != nil || ok {
+		t.Fatalf("Has after two sweeps = %v, %v; want collected", ok, err)
+	}
+	if got := objects(); len(got) != 0 {
+		t.Fatalf("bucket holds %q after the blob was collected, want nothing", got)
+	}
+	if _, err := stead.Open(ctx, "mem://", stead.WithBytesBucket(bucket)); !errors.Is(err, stead.ErrInvalidArgument) {
+		t.Fatalf("Open(mem://) with a bucket = %v, want ErrInvalidArgument", err)
+	}
 }

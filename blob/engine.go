@@ -21,9 +21,11 @@ import (
 // While a live pin or a liveness source references a key, no delete of it
 // (Delete, or a garbage-collection sweep) commits.
 //
-// A value is stored in one of two forms: inline, whole in its blob row, or
+// A value is stored in one of three forms: inline, whole in its blob row;
 // as a chunk set, written chunk by chunk under an upload and then published
-// under its key by Put (docs/decisions/0011-large-blobs.md).
+// under its key by Put (docs/decisions/0011-large-blobs.md); or, on an
+// engine with a bytes tier (Streamer), as one bucket object written under
+// an upload and published the same way (docs/decisions/0027-bytes-tier.md).
 type Engine interface {
 	// Put stores p.Value under p.Key unless the key is already stored (the
 	// first writer wins and a repeat is a successful no-op, never an
@@ -134,7 +136,13 @@ type Stored struct {
 	Value []byte
 	// Chunks is the value's chunk set, or 0 when it is stored inline.
 	Chunks ChunkSet
+	// Object names the bucket object holding the value when the engine
+	// keeps it in its bytes tier (Streamer); "" otherwise.
+	Object string
 }
+
+// Inline reports whether the value is stored whole in st.Value.
+func (st Stored) Inline() bool { return st.Chunks == 0 && st.Object == "" }
 
 // PutParams are the arguments of Engine.Put.
 type PutParams struct {

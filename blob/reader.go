@@ -19,8 +19,10 @@ import (
 // a Reader holds no connection between calls. Reads use the context given
 // to Get. A value deleted while it is being read fails the next chunk fetch
 // with an error wrapping ErrNotFound; a Reader never returns another
-// value's bytes. A Reader is not safe for concurrent Read and Seek; ReadAt
-// is.
+// value's bytes. A value kept in a bytes tier is read from its object: Read
+// and WriteTo through one ranged read kept open while reads go on in order,
+// each ReadAt through a ranged read of just its bytes. A Reader is not safe
+// for concurrent Read and Seek; ReadAt is.
 type Reader struct {
 	key  Key
 	size int64
@@ -29,12 +31,20 @@ type Reader struct {
 	ctx    context.Context
 	eng    Engine
 	set    ChunkSet
+	// object names the bucket object holding the value, read through
+	// streamer: one ranged read kept open for reads in order (stream, at
+	// streamAt), a ranged read of its own for each ReadAt.
+	object   string
+	streamer Streamer
+	stream   io.ReadCloser
+	streamAt int64
 
-	mu    sync.Mutex // guards chunk
+	mu    sync.Mutex // guards chunk, chunkBuf, stream and streamAt
 	chunk struct {
 		start int64
 		data  []byte
 	}
+	chunkBuf []byte
 
 	pos    int64
 	verify bool
@@ -52,8 +62,11 @@ var (
 )
 
 func newReader(ctx context.Context, eng Engine, key Key, st Stored, verify bool) *Reader {
-	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks}
-	if verify && st.Chunks != 0 {
+	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks, object: st.Object}
+	if st.Object != "" {
+		r.streamer, _ = eng.(Streamer)
+	}
+	if verify && !st.Inline() {
 		r.verify, r.hash = true, sha256.New()
 	}
 	return r
@@ -147,12 +160,15 @@ func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 // off (the rest of the value, when it is inline). It is only valid until
 // the next call.
 func (r *Reader) span(off int64) ([]byte, error) {
-	if r.set == 0 {
+	if r.set == 0 && r.object == "" {
 		return r.inline[off:], nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := &r.chunk
+	if r.object != "" && (c.data == nil || off < c.start || off >= c.start+int64(len(c.data))) {
+		return r.objectSpan(off)
+	}
 	if c.data == nil || off < c.start || off >= c.start+int64(len(c.data)) {
 		start, data, err := r.eng.ReadChunk(r.ctx, r.set, off)
 		if err != nil {
@@ -171,11 +187,80 @@ func (r *Reader) span(off int64) ([]byte, error) {
 	return c.data[off-c.start:], nil
 }
 
+// objectBuf is how much of an object value one span holds.
+const objectBuf = 256 << 10
+
+// objectSpan reads the object's bytes from off into the span buffer,
+// continuing the open ranged read when it stands at off and opening one
+// from off to the end otherwise. r.mu is held.
+func (r *Reader) objectSpan(off int64) ([]byte, error) {
+	c := &r.chunk
+	c.data = nil
+	if r.stream != nil && r.streamAt != off {
+		_ = r.stream.Close()
+		r.stream = nil
+	}
+	if r.stream == nil {
+		rc, err := r.openObject(off, -1)
+		if err != nil {
+			return nil, err
+		}
+		r.stream, r.streamAt = rc, off
+	}
+	if cap(r.chunkBuf) == 0 {
+		r.chunkBuf = make([]byte, objectBuf)
+	}
+	buf := r.chunkBuf[:min(int64(len(r.chunkBuf)), r.size-off)]
+	n, err := io.ReadFull(r.stream, buf)
+	r.streamAt += int64(n)
+	if err == nil && r.streamAt == r.size {
+		// The whole value is read: the ranged read is not kept open.
+		err = r.stream.Close()
+		r.stream = nil
+	}
+	if err != nil {
+		if r.stream != nil {
+			_ = r.stream.Close()
+			r.stream = nil
+		}
+		return nil, r.objectErr(off+int64(n), err)
+	}
+	c.start, c.data = off, buf[:n]
+	return c.data, nil
+}
+
+// openObject opens a ranged read of n bytes of the object from off.
+func (r *Reader) openObject(off, n int64) (io.ReadCloser, error) {
+	if r.streamer == nil {
+		return nil, fmt.Errorf("blob read %s: the engine keeps this value in a bytes tier it cannot read", r.key)
+	}
+	rc, err := r.streamer.ReadValue(r.ctx, ReadValueParams{Key: r.key, Object: r.object, Off: off, N: n})
+	if err != nil {
+		return nil, r.objectErr(off, err)
+	}
+	return rc, nil
+}
+
+// objectErr is the error of a failed object read at off.
+func (r *Reader) objectErr(off int64, err error) error {
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return fmt.Errorf("blob read %s at %d: %w: object %s ends before the value's %d bytes", r.key, off, steaderr.ErrDigestMismatch, r.object, r.size)
+	case errors.Is(err, steaderr.ErrNotFound):
+		return fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
+	}
+	return fmt.Errorf("blob read %s at %d: %w", r.key, off, err)
+}
+
 // ReadAt implements io.ReaderAt, fetching only the chunks that hold
-// [off, off+len(p)). It does not verify.
+// [off, off+len(p)) (of an object value: one ranged read of those bytes).
+// It does not verify.
 func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("blob read %s: %w: negative offset %d", r.key, steaderr.ErrInvalidArgument, off)
+	}
+	if r.object != "" && len(p) > 0 {
+		return r.readObjectAt(p, off)
 	}
 	n := 0
 	for n < len(p) {
@@ -189,6 +274,28 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 		k := copy(p[n:], span)
 		n += k
 		off += int64(k)
+	}
+	return n, nil
+}
+
+// readObjectAt reads [off, off+len(p)) of an object value with a ranged
+// read of its own, so that concurrent ReadAt calls do not share one.
+func (r *Reader) readObjectAt(p []byte, off int64) (int, error) {
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	want := min(int64(len(p)), r.size-off)
+	rc, err := r.openObject(off, want)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	n, err := io.ReadFull(rc, p[:want])
+	if err != nil {
+		return n, r.objectErr(off+int64(n), err)
+	}
+	if want < int64(len(p)) {
+		return n, io.EOF
 	}
 	return n, nil
 }
@@ -221,6 +328,10 @@ func (r *Reader) Seek(offset int64, whence int) (int64, error) {
 func (r *Reader) Close() error {
 	r.mu.Lock()
 	r.chunk.data = nil
+	if r.stream != nil {
+		_ = r.stream.Close()
+		r.stream = nil
+	}
 	r.mu.Unlock()
 	return nil
 }

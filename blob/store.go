@@ -257,7 +257,11 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
 		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
 	case errors.Is(err, errOverLimit):
-		return s.putChunked(ctx, want, children, io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash)), pb.hash)
+		rest := io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash))
+		if st, ok := s.eng.(Streamer); ok && st.Tiered() {
+			return s.putObject(ctx, st, want, children, rest, pb.hash)
+		}
+		return s.putChunked(ctx, want, children, rest, pb.hash)
 	case err != nil:
 		return Key{}, fmt.Errorf("read content: %w", err)
 	}
@@ -291,17 +295,7 @@ func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.R
 	if err != nil {
 		return Key{}, err
 	}
-	defer func() {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
-		defer cancel()
-		if aerr := s.eng.AbortUpload(actx, set); aerr != nil && err != nil {
-			// The put's error is the one to act on: the abort's is told,
-			// not wrapped.
-			err = fmt.Errorf("%w; discarding the staged chunks failed too (the upload lease reaps them): %v", err, aerr)
-		} else if aerr != nil {
-			err = fmt.Errorf("discard staged chunks (the upload lease reaps them): %w", aerr)
-		}
-	}()
+	defer s.abortUpload(ctx, set, &err)
 	// The next chunk is read (and hashed) while the last one is written:
 	// two chunk buffers in all.
 	chunks, stop := s.readChunks(r)
@@ -334,6 +328,20 @@ func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.R
 		return Key{}, err
 	}
 	return key, nil
+}
+
+// abortUpload aborts the upload set, even when ctx is done, and tells
+// its failure in *err.
+func (s *Store) abortUpload(ctx context.Context, set ChunkSet, err *error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	if aerr := s.eng.AbortUpload(actx, set); aerr != nil && *err != nil {
+		// The put's error is the one to act on: the abort's is told,
+		// not wrapped.
+		*err = fmt.Errorf("%w; discarding the staged upload failed too (the upload lease reaps it): %v", *err, aerr)
+	} else if aerr != nil {
+		*err = fmt.Errorf("discard the staged upload (the upload lease reaps it): %w", aerr)
+	}
 }
 
 // chunk is one chunk read from a put's source, or the error that ended
@@ -445,7 +453,7 @@ func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blob get %s: %w", key, err)
 	}
-	if s.verify && st.Chunks == 0 {
+	if s.verify && st.Inline() {
 		if got := KeyOf(st.Value); got != key {
 			return nil, fmt.Errorf("blob get %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
 		}
@@ -464,7 +472,7 @@ func (s *Store) Verify(ctx context.Context, key Key) error {
 	if err != nil {
 		return fmt.Errorf("blob verify %s: %w", key, err)
 	}
-	if st.Chunks == 0 {
+	if st.Inline() {
 		if got := KeyOf(st.Value); got != key {
 			return fmt.Errorf("blob verify %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
 		}

@@ -167,7 +167,7 @@ func TestFailedPutMessage(t *testing.T) {
 		t.Fatalf("Put = %v, want the write's ErrUnavailable (and not the abort's error)", err)
 	}
 	msg := err.Error()
-	if strings.Contains(msg, "\n") || !strings.Contains(msg, "stead: unavailable; discarding the staged chunks failed too (the upload lease reaps them): stead: closed") {
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "stead: unavailable; discarding the staged upload failed too (the upload lease reaps it): stead: closed") {
 		t.Fatalf("Put = %q, want both errors on one line", msg)
 	}
 }

@@ -250,6 +250,9 @@ type Explanation struct {
 	// Stored reports whether the blob exists; Size is its size.
 	Stored bool
 	Size   int64
+	// Object names the bucket object holding the value, for an engine
+	// that keeps it in its bytes tier; "" otherwise.
+	Object string
 	// Pins are the key's pins, live or not at Now.
 	Pins []PinInfo
 	// Sources name the liveness sources referencing the key.

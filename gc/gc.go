@@ -149,6 +149,9 @@ type Report struct {
 	// NextPass, when staging did not run because a pass completed less
 	// than a grace ago, is when the next pass may begin.
 	NextPass time.Time
+	// ObjectsListed counts the bytes tier's objects the orphan step
+	// listed, Orphans those it deleted (no blob and no upload names them).
+	ObjectsListed, Orphans int64
 	// Duration is how long the sweep ran.
 	Duration time.Duration
 }
@@ -171,8 +174,12 @@ func (r Report) String() string {
 	case r.Wrapped:
 		staging += " (pass complete)"
 	}
-	return fmt.Sprintf("%sreaped %d pins, %d refs and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; %s; in %v",
-		prefix, r.Reaped, r.ReapedRefs, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, staging, r.Duration.Round(time.Millisecond))
+	orphans := ""
+	if r.ObjectsListed > 0 {
+		orphans = fmt.Sprintf("; %d orphan objects deleted of %d listed", r.Orphans, r.ObjectsListed)
+	}
+	return fmt.Sprintf("%sreaped %d pins, %d refs and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; %s%s; in %v",
+		prefix, r.Reaped, r.ReapedRefs, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, staging, orphans, r.Duration.Round(time.Millisecond))
 }
 
 // SweepOptions are the options of one sweep.
@@ -247,6 +254,9 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 		return rep, err
 	}
 	if err := c.stage(ctx, held, opts.DryRun, &rep, progress); err != nil {
+		return rep, err
+	}
+	if err := c.sweepOrphans(ctx, held, opts.DryRun, &rep, progress); err != nil {
 		return rep, err
 	}
 	return rep, nil

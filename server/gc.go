@@ -115,7 +115,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := wire.Explanation{Key: key.String(), Stored: x.Stored, Size: x.Size, Pins: []wire.Pin{}, Sources: x.Sources,
+	out := wire.Explanation{Key: key.String(), Stored: x.Stored, Size: x.Size, Object: x.Object, Pins: []wire.Pin{}, Sources: x.Sources,
 		Refs: []wire.RefPin{}, Parents: []string{}, Staged: x.Staged, VisibleAfter: x.VisibleAfter, Now: x.Now, Verdict: x.Verdict()}
 	if out.Sources == nil {
 		out.Sources = []string{}

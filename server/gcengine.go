@@ -156,6 +156,25 @@ func (s *Server) stageRange(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// sweepOrphans: POST /v1/gc/orphans. A store without a bytes tier has no
+// orphans: its answer is an empty listing that wrapped.
+func (s *Server) sweepOrphans(w http.ResponseWriter, r *http.Request) {
+	req, lease, ok := s.readStep(w, r, true)
+	if !ok {
+		return
+	}
+	err := gc.CheckLimit(req.Limit, gc.OrphanPage)
+	out := gc.Orphans{Wrapped: true}
+	if o, tiered := s.eng.GC().(gc.OrphanSweeper); err == nil && tiered {
+		out, err = o.SweepOrphans(r.Context(), gc.OrphanParams{Limit: req.Limit, Grace: time.Duration(req.Grace), DryRun: req.DryRun, Lease: lease})
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.GCOrphans{Listed: out.Listed, Deleted: out.Deleted, Wrapped: out.Wrapped})
+}
+
 // takeCandidates: POST /v1/gc/take.
 func (s *Server) takeCandidates(w http.ResponseWriter, r *http.Request) {
 	req, lease, ok := s.readStep(w, r, true)

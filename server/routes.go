@@ -60,6 +60,7 @@ func (s *Server) table() []route {
 		{"POST /v1/gc/stage", false, s.stageRange},
 		{"POST /v1/gc/take", false, s.takeCandidates},
 		{"POST /v1/gc/arbitrate", false, s.arbitrate},
+		{"POST /v1/gc/orphans", false, s.sweepOrphans},
 		{"POST /v1/gc/lease", false, s.acquireLease},
 		{"PUT /v1/gc/lease/{id}", false, s.renewLease},
 		{"DELETE /v1/gc/lease/{id}", false, s.releaseLease},

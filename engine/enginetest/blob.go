@@ -84,6 +84,25 @@ func engineValue(t *testing.T, eng blob.Engine, key blob.Key) []byte {
 	if err != nil {
 		t.Fatalf("engine Get(%s): %v", key, err)
 	}
+	if st.Object != "" {
+		s, ok := eng.(blob.Streamer)
+		if !ok {
+			t.Fatalf("engine Get(%s) names object %s, but the engine is no blob.Streamer", key, st.Object)
+		}
+		rc, err := s.ReadValue(t.Context(), blob.ReadValueParams{Key: key, Object: st.Object, N: -1})
+		if err != nil {
+			t.Fatalf("engine ReadValue(%s): %v", st.Object, err)
+		}
+		defer rc.Close()
+		value, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatalf("engine ReadValue(%s): reading: %v", st.Object, err)
+		}
+		if int64(len(value)) != st.Size {
+			t.Fatalf("engine Get(%s): object of %d bytes, size %d", key, len(value), st.Size)
+		}
+		return value
+	}
 	if st.Chunks == 0 {
 		if int64(len(st.Value)) != st.Size {
 			t.Fatalf("engine Get(%s): inline value of %d bytes, size %d", key, len(st.Value), st.Size)

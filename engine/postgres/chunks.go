@@ -99,9 +99,10 @@ SELECT EXISTS (SELECT FROM b)`)
 
 	// sqlEndUpload ends an upload by deleting its row, which locks it: an
 	// in-flight chunk write (which updates or inserts that row) commits
-	// first, and a later one finds no upload. It answers the id when the
-	// upload was there.
-	sqlEndUpload = declare("sqlEndUpload", `DELETE FROM {schema}.blob_uploads WHERE id = $1 RETURNING id`)
+	// first, and a later one finds no upload. It answers, when the upload
+	// was there, the object it names ('' for none: its value is chunks) and
+	// that object's size once written whole (-1 before).
+	sqlEndUpload = declare("sqlEndUpload", `DELETE FROM {schema}.blob_uploads WHERE id = $1 RETURNING coalesce(object, ''), coalesce(object_size, -1)`)
 
 	// sqlDeleteChunks deletes a chunk set's chunks. It runs as a statement
 	// of its own after sqlEndUpload, in the same transaction: under READ
@@ -134,7 +135,7 @@ WHERE chunks = $1 AND off <= $2
 ORDER BY off DESC
 LIMIT 1`)
 
-	sqlGet = declare("sqlGet", `SELECT size, value, chunks FROM {schema}.blobs WHERE key = $1`)
+	sqlGet = declare("sqlGet", `SELECT size, value, chunks, object FROM {schema}.blobs WHERE key = $1`)
 )
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
@@ -143,10 +144,13 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	}
 	var st blob.Stored
 	var chunks *int64
-	err := readError(b.e.pool.QueryRow(ctx, b.e.sql(sqlGet), key.String()).Scan(&st.Size, &st.Value, &chunks))
+	var object *string
+	err := readError(b.e.pool.QueryRow(ctx, b.e.sql(sqlGet), key.String()).Scan(&st.Size, &st.Value, &chunks, &object))
 	switch {
 	case err != nil:
 		return blob.Stored{}, err
+	case object != nil:
+		st.Object, st.Value = *object, nil
 	case chunks != nil:
 		st.Chunks, st.Value = blob.ChunkSet(*chunks), nil
 	}
@@ -254,18 +258,27 @@ func (b *blobs) checkFixed(ctx context.Context, tx pgx.Tx, parent string, childr
 // and pins the key.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
-	return b.e.retryTransient(ctx, func() error {
+	var redundant string
+	err := b.e.retryTransient(ctx, func() error {
+		redundant = ""
 		tx, err := b.e.pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-		tag, err := tx.Exec(ctx, b.e.sql(sqlEndUpload), int64(p.Chunks))
+		var object string
+		var objectSize int64
+		err = tx.QueryRow(ctx, b.e.sql(sqlEndUpload), int64(p.Chunks)).Scan(&object, &objectSize)
 		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return errUploadLost
 		case err != nil:
 			return err
-		case tag.RowsAffected() == 0:
-			return errUploadLost
+		case object != "":
+			if redundant, err = b.publishObject(ctx, tx, p, now, object, objectSize); err != nil {
+				return err
+			}
+			return commit(ctx, tx)
 		}
 		var tiled bool
 		if err := tx.QueryRow(ctx, b.e.sql(sqlChunksTile), int64(p.Chunks), p.Size).Scan(&tiled); err != nil {
@@ -300,6 +313,10 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		}
 		return commit(ctx, tx)
 	})
+	if err == nil && redundant != "" {
+		b.e.dropObjects(ctx, []string{redundant})
+	}
+	return err
 }
 
 // AbortUpload ends the upload and then deletes its chunks, two statements
@@ -314,12 +331,20 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 		return interpretError(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	tag, err := tx.Exec(ctx, b.e.sql(sqlEndUpload), int64(set))
-	if err == nil && tag.RowsAffected() == 1 {
+	var object string
+	var objectSize int64
+	err = tx.QueryRow(ctx, b.e.sql(sqlEndUpload), int64(set)).Scan(&object, &objectSize)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // ended already
+	case err == nil && object == "":
 		_, err = tx.Exec(ctx, b.e.sql(sqlDeleteChunks), int64(set))
 	}
 	if err == nil {
 		err = commit(ctx, tx)
+	}
+	if err == nil {
+		b.e.dropObjects(ctx, nonEmpty([]string{object}))
 	}
 	return interpretError(err)
 }
@@ -335,7 +360,15 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 		return 0, listError(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	rows, err := tx.Query(ctx, b.e.sql(sqlReapUploads), nowArg(p.Now))
+	rows, err := tx.Query(ctx, b.e.sql(sqlReapObjects), nowArg(p.Now))
+	if err != nil {
+		return 0, listError(err)
+	}
+	objects, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, listError(err)
+	}
+	rows, err = tx.Query(ctx, b.e.sql(sqlReapUploads), nowArg(p.Now))
 	if err != nil {
 		return 0, listError(err)
 	}
@@ -349,6 +382,7 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 	if err != nil {
 		return 0, listError(err)
 	}
+	b.e.dropObjects(ctx, objects)
 	return len(ids), nil
 }
 

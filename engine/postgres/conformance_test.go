@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"net/url"
+	"path/filepath"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -26,7 +27,8 @@ func viaPgBouncer(t testing.TB, db *pgtest.DB) *pgtest.DB { return db.ViaPgBounc
 // TestConformance runs the suite in pgx's default (prepared statement
 // cache) mode; in the PgBouncer-safe exec mode through a real PgBouncer in
 // transaction pooling mode (directly where PgBouncer is not installed);
-// and as a least-privilege role that owns its schema and nothing else.
+// with the bytes tier on a file:// bucket; and as a least-privilege role
+// that owns its schema and nothing else.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
@@ -43,6 +45,15 @@ func TestConformance(t *testing.T) {
 			enginetest.Run(t, harness(nsDB, mode.params, mode.via))
 		})
 	}
+	t.Run("bytes", func(t *testing.T) {
+		t.Parallel()
+		enginetest.Run(t, enginetest.Harness{
+			New: func(t *testing.T) engine.Engine {
+				return open(t, pgtest.New(t), "&bytes="+url.QueryEscape("file://"+filepath.ToSlash(t.TempDir())))
+			},
+			RefTable: refTable,
+		})
+	})
 	t.Run("owner", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{

@@ -74,3 +74,7 @@ func InstanceLockKey(e *Engine, id string) int64 {
 	sum := sha256.Sum256([]byte(id))
 	return e.lockKey("instance:" + hex.EncodeToString(sum[:]))
 }
+
+// SetDropCrash makes e's deletions of objects after a commit do nothing
+// (on), as a process killed between the two.
+func SetDropCrash(e *Engine, on bool) { e.tier.dropCrash.Store(&on) }

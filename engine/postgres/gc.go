@@ -64,7 +64,8 @@ UNION SELECT child FROM {schema}.blob_edges WHERE child = ANY ($1::text[])`)
 p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[])),
 r AS (DELETE FROM {schema}.refs WHERE key = ANY ($1::text[])),
 e AS (DELETE FROM {schema}.blob_edges WHERE parent = ANY ($1::text[]))
-DELETE FROM {schema}.blobs WHERE key = ANY ($1::text[])`)
+DELETE FROM {schema}.blobs WHERE key = ANY ($1::text[])
+RETURNING coalesce(object, '')`)
 
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration of a
 	// batch, for tests that prove the torture test sees the race: its pin
@@ -153,7 +154,7 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 	sqlSourceUnregister = declare("sqlSourceUnregister", `DELETE FROM {schema}.gc_sources WHERE schema_name = $1 AND table_name = $2 AND column_name = $3`)
 	sqlSources          = declare("sqlSources", `SELECT schema_name, table_name, column_name FROM {schema}.gc_sources ORDER BY 1, 2, 3`)
 
-	sqlExplainBlob    = declare("sqlExplainBlob", `SELECT size, pin_owner, pin_expiry FROM {schema}.blobs WHERE key = $1`)
+	sqlExplainBlob    = declare("sqlExplainBlob", `SELECT size, pin_owner, pin_expiry, coalesce(object, '') FROM {schema}.blobs WHERE key = $1`)
 	sqlExplainPins    = declare("sqlExplainPins", `SELECT owner, expiry FROM {schema}.pins WHERE key = $1 ORDER BY owner`)
 	sqlExplainSources = declare("sqlExplainSources", `SELECT src FROM {schema}.gc_referenced(ARRAY[$1]) ORDER BY src`)
 	sqlExplainWindow  = declare("sqlExplainWindow", `SELECT visible_after FROM {schema}.gc_window WHERE key = $1`)
@@ -257,7 +258,9 @@ func (g *gcMech) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, 
 	}
 	row, _ := lease.(*rowLease)
 	var verdicts []blob.Verdict
+	var objects []string
 	err := g.e.retryTransient(ctx, func() error {
+		objects = nil
 		return g.e.inTxOn(ctx, db, func(tx pgx.Tx) error {
 			if row != nil {
 				if err := row.renewIn(ctx, tx); err != nil {
@@ -268,7 +271,7 @@ func (g *gcMech) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, 
 			if pause := g.naiveArbitration.Load(); pause != nil && !dry {
 				verdicts, err = g.arbitrateNaive(ctx, tx, keys, texts, now, *pause)
 			} else {
-				verdicts, err = g.arbitrateTx(ctx, tx, keys, texts, now, skipLocked, dry)
+				verdicts, objects, err = g.arbitrateTx(ctx, tx, keys, texts, now, skipLocked, dry)
 			}
 			return err
 		})
@@ -276,11 +279,17 @@ func (g *gcMech) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, 
 	if err != nil && session != nil && session.conn.IsClosed() {
 		err = fmt.Errorf("%w: sweep lease: its session ended: %w", steaderr.ErrLost, err)
 	}
+	if err == nil {
+		g.e.dropObjects(ctx, objects)
+	}
 	return verdicts, err
 }
 
 // arbitrateTx is one arbitration's statements, in tx.
-func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time, skipLocked, dry bool) ([]blob.Verdict, error) {
+//
+// It returns the bucket objects of the blobs it deleted, for the caller
+// to delete once the transaction committed.
+func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time, skipLocked, dry bool) ([]blob.Verdict, []string, error) {
 	lock := g.e.sql(sqlArbLock)
 	if skipLocked {
 		lock = g.e.sql(sqlArbLockSkipLocked)
@@ -295,7 +304,7 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 	}
 	rows, err := tx.Query(ctx, lock, texts, nowArg(now))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var locked []string // stored, locked, no live inline pin
 	var k string
@@ -311,7 +320,7 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 		locked = append(locked, k)
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if skipLocked && len(locked) < len(keys) {
 		// Skipped, or absent: tell them apart without waiting.
@@ -324,13 +333,13 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 		if len(missing) > 0 {
 			rows, err := tx.Query(ctx, g.e.sql(sqlArbStored), missing)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if _, err := pgx.ForEachRow(rows, []any{&k}, func() error {
 				verdicts[at[k]].Outcome = blob.Busy
 				return nil
 			}); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
@@ -358,25 +367,29 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 	}
 	same := func(err error) error { return err }
 	if err := protect(g.e.sql(sqlArbPinned), same, nowArg(now)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := protect(g.e.sql(sqlArbNamed), same, nowArg(now)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := protect(g.e.sql(sqlArbReferenced), sourceError); err != nil {
-		return nil, fmt.Errorf("reading liveness sources: %w", err)
+		return nil, nil, fmt.Errorf("reading liveness sources: %w", err)
 	}
 	if dry || len(locked) == 0 {
-		return verdicts, nil
+		return verdicts, nil, nil
 	}
 	if hook := g.beforeDelete.Load(); hook != nil {
 		(*hook)(keys)
 	}
-	tag, err := tx.Exec(ctx, g.e.sql(sqlArbDelete), locked)
-	if err == nil && tag.RowsAffected() != int64(len(locked)) {
-		err = fmt.Errorf("postgres: deleted %d of %d locked blobs", tag.RowsAffected(), len(locked))
+	rows, err = tx.Query(ctx, g.e.sql(sqlArbDelete), locked)
+	if err != nil {
+		return nil, nil, err
 	}
-	return verdicts, err
+	objects, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err == nil && len(objects) != len(locked) {
+		err = fmt.Errorf("postgres: deleted %d of %d locked blobs", len(objects), len(locked))
+	}
+	return verdicts, nonEmpty(objects), err
 }
 
 // arbitrateNaive is the known-unsafe arbitration (tests only).
@@ -885,7 +898,7 @@ func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanatio
 		}
 		var owner pgtype.Text
 		var expiry pgtype.Timestamptz
-		switch err := tx.QueryRow(ctx, g.e.sql(sqlExplainBlob), k).Scan(&x.Size, &owner, &expiry); {
+		switch err := tx.QueryRow(ctx, g.e.sql(sqlExplainBlob), k).Scan(&x.Size, &owner, &expiry, &x.Object); {
 		case err == nil:
 			x.Stored = true
 		case !errors.Is(err, pgx.ErrNoRows):

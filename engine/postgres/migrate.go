@@ -29,12 +29,15 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	if current, latest, err := e.SchemaVersion(ctx); err != nil {
 		return err
 	} else if current == latest {
-		return nil
+		return e.attachTier(ctx)
 	}
 	for {
 		done, err := e.migrateOne(ctx)
-		if err != nil || done {
+		if err != nil {
 			return err
+		}
+		if done {
+			return e.attachTier(ctx)
 		}
 	}
 }

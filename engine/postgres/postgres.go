@@ -23,10 +23,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	gblob "gocloud.dev/blob"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/bytestier"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -78,6 +80,17 @@ type Config struct {
 	// LISTEN connection lost and re-established, statements retried after
 	// a deadlock. Defaults to discarding.
 	Logger *slog.Logger
+	// Bytes is the URL of a bucket (gocloud.dev/blob: s3://, gs://,
+	// azblob://, file:///dir where the binary registers them) that keeps
+	// the values over the inline limit: the bytes tier
+	// (docs/decisions/0027-bytes-tier.md). Bucket, when set, is such a
+	// bucket already open (the caller closes it); it wins over Bytes.
+	// Defaults to none: every byte in the database.
+	Bytes  string
+	Bucket *gblob.Bucket
+	// BytesAdopt lets a bytes tier be given to a store that holds blobs
+	// and recorded none (its existing values stay where they are).
+	BytesAdopt bool
 }
 
 // The URL parameters stead reads itself; the rest must be ones pgx knows.
@@ -86,6 +99,8 @@ const (
 	paramSynchronousCommit = "synchronous_commit"
 	paramPgBouncer         = "pgbouncer"
 	paramListenURL         = "listen_url"
+	paramBytes             = "bytes"
+	paramBytesAdopt        = "bytes_adopt"
 )
 
 // pgxParams are the connection parameters passed through to pgx. Anything
@@ -146,6 +161,17 @@ func ParseURL(rawURL string) (Config, error) {
 				return Config{}, fmt.Errorf("%w: postgres URL: pgbouncer=%q, want true or false", steaderr.ErrInvalidArgument, v)
 			}
 			cfg.PgBouncer = b
+		case paramBytes:
+			if v == "" {
+				return Config{}, fmt.Errorf("%w: postgres URL: bytes=: want a bucket URL", steaderr.ErrInvalidArgument)
+			}
+			cfg.Bytes = v
+		case paramBytesAdopt:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Config{}, fmt.Errorf("%w: postgres URL: bytes_adopt=%q, want 1 or 0", steaderr.ErrInvalidArgument, v)
+			}
+			cfg.BytesAdopt = b
 		case paramListenURL:
 			if _, err := pgx.ParseConfig(v); err != nil {
 				return Config{}, fmt.Errorf("%w: postgres URL: listen_url: %v", steaderr.ErrInvalidArgument, err)
@@ -195,6 +221,7 @@ type Engine struct {
 	records  records
 	refs     refs
 	stmts    []string // every declared statement, rendered for the schema, by index
+	tier     tierState
 	log      *slog.Logger
 	// listen is the one LISTEN connection for lock and record waiters;
 	// nil in PgBouncer mode without a listen URL, which keeps no session
@@ -269,6 +296,16 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("%w: postgres: sessions default to %s isolation; stead's statements need read committed: "+
 			"set default_transaction_isolation to 'read committed' on the role or database (ALTER ROLE … SET default_transaction_isolation = 'read committed')",
 			steaderr.ErrInvalidArgument, isolation)
+	}
+	e.tier.adopt = cfg.BytesAdopt
+	switch {
+	case cfg.Bucket != nil:
+		e.tier.tier = bytestier.New(cfg.Bucket)
+	case cfg.Bytes != "":
+		if e.tier.tier, err = bytestier.Open(ctx, cfg.Bytes); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("postgres: open: %w", err)
+		}
 	}
 	e.blobs.init(e)
 	e.gc.init(e, cfg.PgBouncer)
@@ -381,6 +418,9 @@ func (e *Engine) Close() error {
 	e.gc.close()
 	if e.ownsPool {
 		e.pool.Close()
+	}
+	if e.tier.tier != nil {
+		return e.tier.tier.Close()
 	}
 	return nil
 }

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +65,9 @@ func TestTorture(t *testing.T) {
 		wantLoss bool
 	}{
 		{"safe", *tortureDuration, false},
+		// The same with the bytes tier on a file:// bucket and every value
+		// an object: a read must find the row and its object.
+		{"bytes", min(*tortureDuration, 3*time.Second), false},
 		{"naive-put", 3 * time.Second, true},
 		{"naive-arbitration", 3 * time.Second, true},
 	} {
@@ -110,7 +116,13 @@ func (r *tortureResult) add(o tortureResult) {
 func runTorture(t *testing.T, mode string, d time.Duration) tortureResult {
 	t.Helper()
 	db := pgtest.New(t)
-	e := open(t, db, "")
+	params, objects := "", ""
+	if mode == "bytes" {
+		objects = t.TempDir()
+		params = "&bytes=" + url.QueryEscape("file://"+filepath.ToSlash(objects))
+	}
+	storeURL := db.StoreURL() + params
+	e := open(t, db, params)
 	ctx := context.Background()
 	refs := pgx.Identifier{db.Schema, tortureRefs}.Sanitize()
 	if _, err := e.Pool().Exec(ctx, "CREATE TABLE "+refs+" (id bigserial PRIMARY KEY, key text NOT NULL)"); err != nil {
@@ -126,7 +138,7 @@ func runTorture(t *testing.T, mode string, d time.Duration) tortureResult {
 		wg.Go(func() {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(),
-				tortureChildEnv+"="+strconv.Itoa(i), tortureURLEnv+"="+db.StoreURL(), tortureModeEnv+"="+mode,
+				tortureChildEnv+"="+strconv.Itoa(i), tortureURLEnv+"="+storeURL, tortureModeEnv+"="+mode,
 				tortureSweepEnv+"="+strconv.FormatBool(i < 2), tortureForEnv+"="+d.String())
 			if mode != "naive-arbitration" {
 				// More interleavings per second; durability is not what is
@@ -154,6 +166,23 @@ func runTorture(t *testing.T, mode string, d time.Duration) tortureResult {
 		})
 	}
 	wg.Wait()
+	if objects != "" {
+		// Never a row without its object.
+		rows, err := e.Pool().Query(ctx, "SELECT object FROM "+pgx.Identifier{db.Schema, "blobs"}.Sanitize()+" WHERE object IS NOT NULL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join(objects, filepath.FromSlash(n))); err != nil {
+				t.Errorf("a blob row names object %s, which is gone: %v", n, err)
+				total.losses++
+			}
+		}
+	}
 	return total
 }
 
@@ -249,7 +278,11 @@ func tortureChild() int {
 	case "naive-arbitration":
 		postgres.SetNaiveArbitration(e, 10*time.Millisecond)
 	}
-	s := blob.NewStore(e.Blobs(), blob.Options{PinTTL: torturePinTTL, Owner: name})
+	opts := blob.Options{PinTTL: torturePinTTL, Owner: name}
+	if mode == "bytes" {
+		opts.InlineLimit = 4 // every value an object
+	}
+	s := blob.NewStore(e.Blobs(), opts)
 	refStore := ref.NewStore(e.Refs(), ref.Options{})
 	col := gc.New(e.GC(), gc.Options{Grace: tortureGrace, Batch: 50, Holder: name})
 	schema := cfg.Schema
@@ -279,7 +312,12 @@ func tortureChild() int {
 	// start (at least half the TTL): a miss before then is a loss.
 	readPinned := func(key blob.Key, start time.Time) {
 		readBy, lost, err := pinnedReadLoss(start, time.Now, func() error {
-			_, err := s.Get(ctx, key)
+			rd, err := s.Get(ctx, key)
+			if err != nil {
+				return err
+			}
+			defer rd.Close()
+			_, err = io.Copy(io.Discard, rd) // an object's bytes too
 			return err
 		})
 		switch {

@@ -96,6 +96,17 @@ func (g *gcEngine) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.St
 	return r, nil
 }
 
+// SweepOrphans implements gc.OrphanSweeper: the server's store runs the
+// step on its bytes tier (one without a tier answers that nothing was
+// listed).
+func (g *gcEngine) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphans, error) {
+	var out wire.GCOrphans
+	if err := g.step(ctx, "/v1/gc/orphans", wire.GCStep{Lease: leaseID(p.Lease), Limit: p.Limit, Grace: wire.Duration(p.Grace), DryRun: p.DryRun}, &out); err != nil {
+		return gc.Orphans{}, err
+	}
+	return gc.Orphans{Listed: out.Listed, Deleted: out.Deleted, Wrapped: out.Wrapped}, nil
+}
+
 func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {
 	var out wire.GCKeys
 	if err := g.step(ctx, "/v1/gc/take", wire.GCStep{Lease: leaseID(p.Lease), Now: p.Now, Limit: p.Limit, DryRun: p.DryRun}, &out); err != nil {
@@ -256,7 +267,7 @@ func (g *gcEngine) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanat
 	if err != nil {
 		return gc.Explanation{}, err
 	}
-	x := gc.Explanation{Key: key, Stored: out.Stored, Size: out.Size, Pins: pins, Sources: out.Sources,
+	x := gc.Explanation{Key: key, Stored: out.Stored, Size: out.Size, Object: out.Object, Pins: pins, Sources: out.Sources,
 		Staged: out.Staged, VisibleAfter: out.VisibleAfter, Now: out.Now}
 	for _, r := range out.Refs {
 		x.Refs = append(x.Refs, gc.RefInfo{Name: r.Name, Expiry: r.Expiry})

@@ -45,7 +45,7 @@ AND NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1 AND off > ?2 AND off
 	sqlReapChunks   = `DELETE FROM blob_chunks WHERE chunks IN (SELECT id FROM blob_uploads WHERE expires_at <= ?)`
 	sqlReapUploads  = `DELETE FROM blob_uploads WHERE expires_at <= ?`
 	sqlReadChunk    = `SELECT off, data FROM blob_chunks WHERE chunks = ? AND off <= ? ORDER BY off DESC LIMIT 1`
-	sqlGet          = `SELECT size, value, chunks FROM blobs WHERE key = ?`
+	sqlGet          = `SELECT size, value, chunks, object FROM blobs WHERE key = ?`
 )
 
 // errUploadLost reports a chunk set with no live upload: never begun,
@@ -81,11 +81,14 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	}
 	var st blob.Stored
 	var chunks sql.NullInt64
+	var object sql.NullString
 	// Scan into *[]byte copies: the caller owns the bytes.
-	if err := s.QueryRowContext(ctx, key.String()).Scan(&st.Size, &st.Value, &chunks); err != nil {
+	if err := s.QueryRowContext(ctx, key.String()).Scan(&st.Size, &st.Value, &chunks, &object); err != nil {
 		return blob.Stored{}, readError(ctx, err)
 	}
 	switch {
+	case object.Valid:
+		st.Object, st.Value = object.String, nil
 	case chunks.Valid:
 		st.Chunks, st.Value = blob.ChunkSet(chunks.Int64), nil
 	case st.Value == nil:
@@ -144,7 +147,12 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	if err != nil {
 		return interpretError(ctx, err)
 	}
-	return b.writeTx(ctx, func(tx *sql.Tx) error {
+	var redundant string
+	err = b.writeTx(ctx, func(tx *sql.Tx) error {
+		object, objectSize, err := uploadObject(ctx, tx, p.Chunks)
+		if err != nil {
+			return err
+		}
 		found, err := changed(ctx, tx, sqlEndUpload, int64(p.Chunks))
 		if err != nil {
 			return err
@@ -152,11 +160,13 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		if !found {
 			return errUploadLost
 		}
-		tiled, err := chunksTile(ctx, tx, p.Chunks, p.Size)
-		if err != nil {
-			return err
+		tiled := false
+		if object == "" {
+			if tiled, err = chunksTile(ctx, tx, p.Chunks, p.Size); err != nil {
+				return err
+			}
 		}
-		if !tiled {
+		if object == "" && !tiled {
 			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		if len(p.Children) > 0 {
@@ -168,11 +178,16 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 				return err
 			}
 		}
-		inserted, err := changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
+		inserted := false
+		if object != "" {
+			redundant, err = publishObject(ctx, tx, p, object, objectSize)
+		} else {
+			inserted, err = changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
+		}
 		if err != nil {
 			return err
 		}
-		if !inserted {
+		if object == "" && !inserted {
 			if _, err := tx.ExecContext(ctx, sqlDeleteChunks, int64(p.Chunks)); err != nil {
 				return err
 			}
@@ -181,10 +196,18 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		_, err = tx.StmtContext(ctx, putPin).ExecContext(ctx, p.Key.String(), p.Owner, expiry)
 		return err
 	})
+	if err == nil && redundant != "" {
+		b.e.dropObjects(ctx, []string{redundant})
+	}
+	return err
 }
 
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
-	return b.writeTx(ctx, func(tx *sql.Tx) error {
+	var object string
+	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
+		if object, _, err = uploadObject(ctx, tx, set); err != nil {
+			return err
+		}
 		// An upload already published has no row and keeps its chunks.
 		found, err := changed(ctx, tx, sqlEndUpload, int64(set))
 		if err != nil || !found {
@@ -193,12 +216,20 @@ func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 		_, err = tx.ExecContext(ctx, sqlDeleteChunks, int64(set))
 		return err
 	})
+	if err == nil && object != "" {
+		b.e.dropObjects(ctx, []string{object})
+	}
+	return err
 }
 
 func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
 	var n int64
-	err := b.writeTx(ctx, func(tx *sql.Tx) error {
+	var objects []string
+	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
 		now := clock.OrNow(p.Now).UnixNano()
+		if objects, err = queryNames(ctx, tx, sqlReapObjects, now); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, sqlReapChunks, now); err != nil {
 			return err
 		}
@@ -209,6 +240,9 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 		n, err = res.RowsAffected()
 		return err
 	})
+	if err == nil {
+		b.e.dropObjects(ctx, objects)
+	}
 	return int(n), listError(ctx, err)
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	gblob "gocloud.dev/blob"
+
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -37,6 +39,17 @@ type Config struct {
 	// ReadConns is the size of the reader pool: at most this many reads run
 	// at once. Defaults to DefaultReadConns (4).
 	ReadConns int
+	// Bytes is the URL of a bucket (gocloud.dev/blob: file:///dir, s3://,
+	// gs://, azblob:// where the binary registers them) that keeps the
+	// values over the inline limit: the bytes tier
+	// (docs/decisions/0027-bytes-tier.md). Bucket, when set, is such a
+	// bucket already open (the caller closes it); it wins over Bytes.
+	// Defaults to none: every byte in the database.
+	Bytes  string
+	Bucket *gblob.Bucket
+	// BytesAdopt lets a bytes tier be given to a store that holds blobs
+	// and recorded none (its existing values stay where they are).
+	BytesAdopt bool
 }
 
 // withDefaults validates c and fills in its defaults. Errors wrap
@@ -71,7 +84,8 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// ParseURL parses "sqlite://PATH[?synchronous=normal|full&busy_timeout=5s&read_conns=4]".
+// ParseURL parses "sqlite://PATH[?synchronous=normal|full&busy_timeout=5s&read_conns=4&bytes=URL&bytes_adopt=1]",
+// bytes being a percent-encoded bucket URL (Config.Bytes).
 // PATH may be relative ("sqlite://./data/s.db", "sqlite://data/s.db") or
 // absolute ("sqlite:///var/lib/s.db") and is percent-decoded. Parameter
 // names and values are case-insensitive. An empty path, an unknown or
@@ -130,6 +144,21 @@ func (c *Config) setParam(key, value string) error {
 		}
 		c.BusyTimeout = d
 		return nil
+	case "bytes":
+		if value == "" {
+			return fmt.Errorf("bytes=: want a bucket URL")
+		}
+		c.Bytes = value
+		return nil
+	case "bytes_adopt":
+		switch value {
+		case "1", "true":
+			c.BytesAdopt = true
+			return nil
+		case "0", "false":
+			return nil
+		}
+		return fmt.Errorf("bytes_adopt=%q: want 1 or 0", value)
 	case "read_conns":
 		n, err := strconv.Atoi(value)
 		if err != nil || n <= 0 {
@@ -138,5 +167,5 @@ func (c *Config) setParam(key, value string) error {
 		c.ReadConns = n
 		return nil
 	}
-	return fmt.Errorf("unknown parameter %q: want synchronous, busy_timeout or read_conns", key)
+	return fmt.Errorf("unknown parameter %q: want synchronous, busy_timeout, read_conns, bytes or bytes_adopt", key)
 }

@@ -56,7 +56,7 @@ ON CONFLICT (key) DO NOTHING`
 	SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY visible_after LIMIT ?2)
 RETURNING key`
 	sqlPeek           = `SELECT key FROM gc_window WHERE visible_after <= ?1 ORDER BY visible_after LIMIT ?2`
-	sqlExplainBlob    = `SELECT size FROM blobs WHERE key = ?1`
+	sqlExplainBlob    = `SELECT size, coalesce(object, '') FROM blobs WHERE key = ?1`
 	sqlExplainPins    = `SELECT owner, expiry FROM pins WHERE key = ?1 ORDER BY owner`
 	sqlExplainWindow  = `SELECT visible_after FROM gc_window WHERE key = ?1`
 	sqlExplainRefs    = `SELECT name, expiry FROM refs WHERE key = ?1 ORDER BY name`
@@ -90,6 +90,7 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		return nil, err
 	}
 	var verdicts []blob.Verdict
+	var objects []string
 	err := b.e.writeTx(ctx, func(tx *sql.Tx) error {
 		if err := b.checkFuncSources(ctx, tx); err != nil {
 			return err
@@ -135,6 +136,9 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 			return nil
 		}
 		doomed := keyArray(gone)
+		if objects, err = queryNames(ctx, tx, sqlDoomedObjects, doomed); err != nil {
+			return err
+		}
 		for _, q := range []string{sqlArbDeleteBlobs, sqlArbDeleteStage, sqlArbDeletePins, sqlArbDeleteRefs, sqlArbDeleteEdges} {
 			if _, err := tx.ExecContext(ctx, q, doomed); err != nil {
 				return err
@@ -142,6 +146,9 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		}
 		return nil
 	})
+	if err == nil {
+		b.e.dropObjects(ctx, objects)
+	}
 	return verdicts, err
 }
 
@@ -481,7 +488,7 @@ func (g gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation
 		return x, interpretError(ctx, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	switch err := tx.QueryRowContext(ctx, sqlExplainBlob, k).Scan(&x.Size); {
+	switch err := tx.QueryRowContext(ctx, sqlExplainBlob, k).Scan(&x.Size, &x.Object); {
 	case err == nil:
 		x.Stored = true
 	case !errors.Is(err, sql.ErrNoRows):

@@ -35,14 +35,17 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	if current, latest, err := e.SchemaVersion(ctx); err != nil {
 		return err
 	} else if current == latest {
-		return nil
+		return e.attachTier(ctx)
 	} else if err := checkNotNewer(current); err != nil {
 		return err
 	}
 	for {
 		done, err := e.migrateOne(ctx)
-		if err != nil || done {
+		if err != nil {
 			return err
+		}
+		if done {
+			return e.attachTier(ctx)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/bytestier"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
@@ -44,6 +45,15 @@ type Engine struct {
 	blobs   blobs
 	locks   locks
 	records records
+	// tier is the bytes tier (nil: none); attachTier sets tierReady once
+	// the store's record and the bucket's marker agree.
+	tier      *bytestier.Tier
+	tierAdopt bool
+	tierMu    sync.Mutex
+	tierReady atomic.Bool
+	// dropCrash, set by tests, makes dropObjects do nothing, as a process
+	// killed between a row deletion's commit and its object's deletion.
+	dropCrash atomic.Pointer[bool]
 }
 
 var (
@@ -70,7 +80,15 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	e := &Engine{path: path}
+	e := &Engine{path: path, tierAdopt: cfg.BytesAdopt}
+	switch {
+	case cfg.Bucket != nil:
+		e.tier = bytestier.New(cfg.Bucket)
+	case cfg.Bytes != "":
+		if e.tier, err = bytestier.Open(ctx, cfg.Bytes); err != nil {
+			return nil, fmt.Errorf("sqlite: open: %w", err)
+		}
+	}
 	busy := "busy_timeout(" + strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10) + ")"
 	synchronous := "synchronous(" + cfg.Synchronous + ")"
 	e.writer, err = sql.Open("sqlite", dsn(path, url.Values{
@@ -78,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		"_txlock": {"immediate"},
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, err), e.closeTier())
 	}
 	e.writer.SetMaxOpenConns(1)
 	e.writer.SetMaxIdleConns(1)
@@ -148,8 +166,15 @@ func (e *Engine) close() error {
 	if e.reader != nil {
 		errs = append(errs, e.reader.Close())
 	}
-	errs = append(errs, e.writer.Close())
+	errs = append(errs, e.writer.Close(), e.closeTier())
 	return errors.Join(errs...)
+}
+
+func (e *Engine) closeTier() error {
+	if e.tier == nil {
+		return nil
+	}
+	return e.tier.Close()
 }
 
 // check returns the error an operation must fail with before it starts.

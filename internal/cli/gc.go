@@ -147,6 +147,9 @@ func gcExplain(ctx context.Context, e *env, st *stead.Store, key blob.Key) error
 	fmt.Fprintf(w, "key\t%s\n", key)
 	if x.Stored {
 		fmt.Fprintf(w, "stored\t%d bytes\n", x.Size)
+		if x.Object != "" {
+			fmt.Fprintf(w, "object\t%s\n", x.Object)
+		}
 	} else {
 		fmt.Fprintf(w, "stored\tno\n")
 	}

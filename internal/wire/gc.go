@@ -56,6 +56,7 @@ type Explanation struct {
 	Key          string    `json:"key"`
 	Stored       bool      `json:"stored"`
 	Size         int64     `json:"size"`
+	Object       string    `json:"object,omitempty"`
 	Pins         []Pin     `json:"pins"`
 	Sources      []string  `json:"sources"`
 	Refs         []RefPin  `json:"refs"`
@@ -102,6 +103,14 @@ type GCStep struct {
 	After        string    `json:"after,omitempty"`
 	Keys         []string  `json:"keys,omitempty"`
 	VisibleAfter time.Time `json:"visible_after,omitzero"`
+}
+
+// GCOrphans answers POST /v1/gc/orphans: the bucket objects the orphan
+// step listed and deleted, and whether its listing wrapped.
+type GCOrphans struct {
+	Listed  int64 `json:"listed"`
+	Deleted int64 `json:"deleted"`
+	Wrapped bool  `json:"wrapped"`
 }
 
 // GCReaped answers a reap: the expired pins and refs removed.

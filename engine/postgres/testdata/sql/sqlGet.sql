@@ -1,1 +1,1 @@
-SELECT size, value, chunks FROM "St""ead. sch;ema-ñ".blobs WHERE key = $1
+SELECT size, value, chunks, object FROM "St""ead. sch;ema-ñ".blobs WHERE key = $1

@@ -1,0 +1,1 @@
+SELECT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".blobs)

@@ -1,0 +1,1 @@
+UPDATE "St""ead. sch;ema-ñ".bytes_tier SET claimed = true WHERE id = 1

@@ -1,0 +1,1 @@
+LOCK TABLE "St""ead. sch;ema-ñ".blobs IN SHARE MODE

@@ -1,0 +1,28 @@
+-- The bytes tier (docs/decisions/0027-bytes-tier.md): values over the inline
+-- limit kept as objects in a bucket. An upload names its object before a
+-- byte of it is written; object_size is set once the object is whole and
+-- durable. A blob kept in the bucket has an empty value and names its
+-- object.
+ALTER TABLE blob_uploads ADD COLUMN object TEXT;
+ALTER TABLE blob_uploads ADD COLUMN object_size INTEGER;
+CREATE UNIQUE INDEX blob_uploads_object ON blob_uploads (object) WHERE object IS NOT NULL;
+ALTER TABLE blobs ADD COLUMN object TEXT;
+CREATE UNIQUE INDEX blobs_object ON blobs (object) WHERE object IS NOT NULL;
+
+-- The store's bytes tier, once one is used: the store id its bucket's
+-- marker object names, the bucket (without credentials), and whether the
+-- marker was written.
+CREATE TABLE bytes_tier (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    store_id TEXT    NOT NULL,
+    bucket   TEXT    NOT NULL,
+    claimed  INTEGER NOT NULL DEFAULT 0
+);
+
+-- Where the orphan sweep stands in its listing of the bucket: the page
+-- token of the next page (NULL: the first).
+CREATE TABLE gc_orphans (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    token BLOB
+);
+INSERT INTO gc_orphans (id, token) VALUES (1, NULL);
