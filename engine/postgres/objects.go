@@ -352,6 +352,13 @@ func (b *blobs) publishObject(ctx context.Context, tx pgx.Tx, p blob.PutParams, 
 	if err := tx.QueryRow(ctx, b.e.sql(sqlPublishObject), p.Key.String(), p.Size, object, p.Owner, p.TTL.Microseconds(), now).Scan(&inserted); err != nil {
 		return "", err
 	}
+	if len(children) > 0 && !inserted {
+		// Stored by another writer since the lock pass (or before it):
+		// this publish is a re-put.
+		if err := b.checkFixed(ctx, tx, p.Key.String(), children); err != nil {
+			return "", err
+		}
+	}
 	if len(children) > 0 {
 		if _, err := tx.Exec(ctx, b.e.sql(sqlInsertEdges), p.Key.String(), children); err != nil {
 			return "", err
