@@ -43,6 +43,10 @@ import (
 // engine lacks them; the suite then skips those tests (it never names an
 // engine).
 type Harness struct {
+	// Areas, when set, names the parts of the suite to run (Blob, GC,
+	// Lock, …; see areas): for a variant of an engine that changes only
+	// some of its mechanics. Empty: all of them.
+	Areas []string
 	// New returns a fresh, migrated, empty engine, closed in t.Cleanup
 	// (Close is idempotent, tests may close it early). Required.
 	New func(t *testing.T) engine.Engine
@@ -106,7 +110,19 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("enginetest: Harness.New is nil")
 	}
-	runTests(t, h, areas)
+	run := areas
+	if len(h.Areas) > 0 {
+		run = nil
+		for _, a := range areas {
+			if slices.Contains(h.Areas, a.name) {
+				run = append(run, a)
+			}
+		}
+		if len(run) != len(h.Areas) {
+			t.Fatalf("enginetest: Harness.Areas %q names an area the suite does not have", h.Areas)
+		}
+	}
+	runTests(t, h, run)
 }
 
 // areas are the suite's parts, one file each.

@@ -48,8 +48,10 @@ func TestConformance(t *testing.T) {
 	t.Run("bytes", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
+			// The tier changes how values are stored, read and collected.
+			Areas: []string{"Blob", "BlobChunked", "GC", "GCChunked", "Faults", "Upload"},
 			New: func(t *testing.T) engine.Engine {
-				return open(t, pgtest.New(t), "&bytes="+url.QueryEscape("file://"+filepath.ToSlash(t.TempDir())))
+				return open(t, pgtest.Stead(t, false), "&bytes="+url.QueryEscape("file://"+filepath.ToSlash(t.TempDir())))
 			},
 			RefTable: refTable,
 		})
