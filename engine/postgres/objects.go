@@ -274,51 +274,24 @@ func (g *gcMech) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphan
 	if err := e.pool.QueryRow(ctx, e.sql(sqlOrphanCursor)).Scan(&token); err != nil {
 		return out, interpretError(err)
 	}
-	objs, next, err := t.tier.List(ctx, token, p.Limit)
-	if err != nil {
-		return out, fmt.Errorf("postgres: %w", err)
+	var renew func(context.Context) error
+	if p.Lease != nil {
+		renew = p.Lease.Renew
 	}
-	out.Listed, out.Wrapped = int64(len(objs)), next == nil
-	old := time.Now().Add(-p.Grace)
-	var names []string
-	for _, o := range objs {
-		if o.ModTime.Before(old) {
-			names = append(names, o.Name)
-		}
-	}
-	var doomed []string
-	if len(names) > 0 {
+	listed, deleted, next, err := t.tier.SweepPage(ctx, token, p.Limit, p.Grace, p.DryRun, func(ctx context.Context, names []string) ([]string, error) {
 		rows, err := e.pool.Query(ctx, e.sql(sqlOrphanNames), names)
 		if err != nil {
-			return out, interpretError(err)
+			return nil, interpretError(err)
 		}
 		orphan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return out, interpretError(err)
-		}
-		isOrphan := make(map[string]bool, len(orphan))
-		for _, n := range orphan {
-			isOrphan[n] = true
-		}
-		for _, o := range objs {
-			if isOrphan[o.Name] && o.ModTime.Before(old) {
-				doomed = append(doomed, o.Listed)
-			}
-		}
+		return orphan, interpretError(err)
+	}, renew)
+	if err != nil {
+		return gc.Orphans{}, err
 	}
-	out.Deleted = int64(len(doomed))
+	out = gc.Orphans{Listed: listed, Deleted: deleted, Wrapped: next == nil}
 	if p.DryRun {
 		return out, nil
-	}
-	if len(doomed) > 0 {
-		if p.Lease != nil {
-			if err := p.Lease.Renew(ctx); err != nil {
-				return gc.Orphans{}, err
-			}
-		}
-		if err := t.tier.Delete(ctx, doomed); err != nil {
-			return gc.Orphans{}, fmt.Errorf("postgres: %w", err)
-		}
 	}
 	if _, err := e.pool.Exec(ctx, e.sql(sqlOrphanCursorSet), next); err != nil {
 		return out, interpretError(err)

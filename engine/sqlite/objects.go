@@ -285,48 +285,21 @@ func (g gcMech) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphans
 	if err := b.e.reader.QueryRowContext(ctx, sqlOrphanCursor).Scan(&token); err != nil {
 		return out, interpretError(ctx, err)
 	}
-	objs, next, err := b.e.tier.List(ctx, token, p.Limit)
-	if err != nil {
-		return out, fmt.Errorf("sqlite: %w", err)
+	var renew func(context.Context) error
+	if p.Lease != nil {
+		renew = p.Lease.Renew
 	}
-	out.Listed, out.Wrapped = int64(len(objs)), next == nil
-	old := time.Now().Add(-p.Grace)
-	names := make([]string, 0, len(objs))
-	for _, o := range objs {
-		if o.ModTime.Before(old) {
-			names = append(names, o.Name)
-		}
-	}
-	var doomed []string
-	if len(names) > 0 {
+	listed, deleted, next, err := b.e.tier.SweepPage(ctx, token, p.Limit, p.Grace, p.DryRun, func(ctx context.Context, names []string) ([]string, error) {
 		all, _ := json.Marshal(names) // strings always marshal
 		orphan, err := queryNames(ctx, b.e.reader, sqlOrphanNames, string(all))
-		if err != nil {
-			return out, interpretError(ctx, err)
-		}
-		isOrphan := make(map[string]bool, len(orphan))
-		for _, n := range orphan {
-			isOrphan[n] = true
-		}
-		for _, o := range objs {
-			if isOrphan[o.Name] && o.ModTime.Before(old) {
-				doomed = append(doomed, o.Listed)
-			}
-		}
+		return orphan, interpretError(ctx, err)
+	}, renew)
+	if err != nil {
+		return gc.Orphans{}, err
 	}
-	out.Deleted = int64(len(doomed))
+	out = gc.Orphans{Listed: listed, Deleted: deleted, Wrapped: next == nil}
 	if p.DryRun {
 		return out, nil
-	}
-	if len(doomed) > 0 {
-		if p.Lease != nil {
-			if err := p.Lease.Renew(ctx); err != nil {
-				return gc.Orphans{}, err
-			}
-		}
-		if err := b.e.tier.Delete(ctx, doomed); err != nil {
-			return gc.Orphans{}, fmt.Errorf("sqlite: %w", err)
-		}
 	}
 	if _, err := b.e.execWrite(ctx, sqlOrphanCursorSet, next); err != nil {
 		return out, err

@@ -445,3 +445,53 @@ func (t *Tier) mapErr(op, name string, err error) error {
 	}
 	return fmt.Errorf("%w: bytes tier: %s %s in %s: %v", sentinel, op, name, t.name, err)
 }
+
+// SweepPage is one step of the orphan sweep: it lists up to limit objects
+// from pageToken, asks orphaned which of those older than grace no row and
+// no upload names, and deletes those (with dryRun, only counts them).
+// renew, when set, is called once before anything is deleted: the sweep
+// lease's last check. It returns how many it listed and deleted (or would
+// delete) and the next page token (nil: the listing reached its end).
+func (t *Tier) SweepPage(ctx context.Context, pageToken []byte, limit int, grace time.Duration, dryRun bool,
+	orphaned func(ctx context.Context, names []string) ([]string, error), renew func(context.Context) error,
+) (listed, deleted int64, next []byte, err error) {
+	objs, next, err := t.List(ctx, pageToken, limit)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	old := time.Now().Add(-grace)
+	var names []string
+	for _, o := range objs {
+		if o.ModTime.Before(old) {
+			names = append(names, o.Name)
+		}
+	}
+	var doomed []string
+	if len(names) > 0 {
+		orphan, err := orphaned(ctx, names)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		isOrphan := make(map[string]bool, len(orphan))
+		for _, n := range orphan {
+			isOrphan[n] = true
+		}
+		for _, o := range objs {
+			if isOrphan[o.Name] && o.ModTime.Before(old) {
+				doomed = append(doomed, o.Listed)
+			}
+		}
+	}
+	if dryRun || len(doomed) == 0 {
+		return int64(len(objs)), int64(len(doomed)), next, nil
+	}
+	if renew != nil {
+		if err := renew(ctx); err != nil {
+			return 0, 0, nil, err
+		}
+	}
+	if err := t.Delete(ctx, doomed); err != nil {
+		return 0, 0, nil, err
+	}
+	return int64(len(objs)), int64(len(doomed)), next, nil
+}
