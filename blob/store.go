@@ -311,11 +311,17 @@ func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.R
 		size += int64(len(c.data))
 		c.release()
 	}
-	// Reading may take long; a context cancelled meanwhile stores nothing.
+	return s.publishStaged(ctx, h, want, children, set, size)
+}
+
+// publishStaged publishes the upload set of size bytes whose content h
+// hashed, unless ctx ended meanwhile (reading may take long: then nothing
+// is stored) or it does not hash to want, when want is set.
+func (s *Store) publishStaged(ctx context.Context, h hash.Hash, want Key, children []Key, set ChunkSet, size int64) (Key, error) {
 	if err := ctx.Err(); err != nil {
 		return Key{}, err
 	}
-	key = Key{valid: true}
+	key := Key{valid: true}
 	h.Sum(key.digest[:0])
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)

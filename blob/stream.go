@@ -70,22 +70,7 @@ func (s *Store) putObject(ctx context.Context, st Streamer, want Key, children [
 	if err != nil {
 		return Key{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return Key{}, err
-	}
-	key = Key{valid: true}
-	h.Sum(key.digest[:0])
-	if !want.IsZero() && key != want {
-		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
-	}
-	p, err := withChildren(PutParams{Key: key, Chunks: set, Size: size}, children)
-	if err != nil {
-		return Key{}, err
-	}
-	if err := s.pins.put(ctx, s.eng, p); err != nil {
-		return Key{}, err
-	}
-	return key, nil
+	return s.publishStaged(ctx, h, want, children, set, size)
 }
 
 // limitedSource reads a put's source for the bytes tier, failing once it
