@@ -46,7 +46,7 @@ const (
 	tortureProcs  = 3 // the first two sweep
 	tortureRefs   = "torture_refs"
 
-	tortureCounterRounds = 6
+	tortureCounterRounds = 12
 )
 
 // TestTorture proves the safety invariant against real PostgreSQL: several
