@@ -37,9 +37,9 @@ func SetNaiveArbitration(e *Engine, pause time.Duration) { e.gc.naiveArbitration
 // SweepLockKey returns the advisory lock key of e's sweep lease.
 func SweepLockKey(e *Engine) int64 { return e.lockKey("sweep") }
 
-// SetBeforeDelete makes e's arbitrations run hook with their keys between
-// their checks and their delete, or before the naive arbitration's
-// statement (nil: nothing).
+// SetBeforeDelete makes e's arbitrations run hook with the keys they are
+// about to delete between their checks and their delete, or with all
+// their keys before the naive arbitration's statement (nil: nothing).
 func SetBeforeDelete(e *Engine, hook func([]blob.Key)) {
 	if hook == nil {
 		e.gc.beforeDelete.Store(nil)

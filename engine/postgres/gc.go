@@ -200,9 +200,10 @@ type gcMech struct {
 	// naiveArbitration, when set (tests only), selects sqlArbitrateNaive
 	// with a pause of that many nanoseconds.
 	naiveArbitration atomic.Pointer[time.Duration]
-	// beforeDelete, when set (tests only), runs between an arbitration's
-	// checks and its delete (before the naive arbitration's statement), so
-	// a test can race a put of the keys against the delete.
+	// beforeDelete, when set (tests only), runs with the keys an
+	// arbitration is about to delete between its checks and its delete
+	// (with all its keys before the naive arbitration's statement), so a
+	// test can race a put of the keys against the delete.
 	beforeDelete atomic.Pointer[func([]blob.Key)]
 	pgBouncer    bool
 }
@@ -379,7 +380,11 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 		return verdicts, nil, nil
 	}
 	if hook := g.beforeDelete.Load(); hook != nil {
-		(*hook)(keys)
+		doomed := make([]blob.Key, len(locked))
+		for i, t := range locked {
+			doomed[i] = verdicts[at[t]].Key
+		}
+		(*hook)(doomed)
 	}
 	rows, err = tx.Query(ctx, g.e.sql(sqlArbDelete), locked)
 	if err != nil {

@@ -46,7 +46,15 @@ const (
 	tortureProcs  = 3 // the first two sweep
 	tortureRefs   = "torture_refs"
 
-	tortureCounterRounds = 12
+	// The adversary's puts pin for longer, so that a miss of one it read
+	// right after the arbitration it raced is a loss however slow the
+	// machine; an arbitration waits up to tortureAdversaryWait for the put
+	// to return (a checked put waits on the arbitration's row lock, so it
+	// cannot within that time).
+	tortureAdversaryPin  = 600 * time.Millisecond
+	tortureAdversaryWait = 30 * time.Millisecond
+
+	tortureCounterRounds = 3
 )
 
 // TestTorture proves the safety invariant against real PostgreSQL: several
@@ -74,8 +82,8 @@ func TestTorture(t *testing.T) {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
 			// A counter-test runs again until it sees its loss, a few
-			// times at most: a loaded machine may put too little in one
-			// run for the race to land.
+			// times at most: a loaded machine may sweep too little in one
+			// run for the adversary to meet a deletion.
 			var res tortureResult
 			rounds := 1
 			if tc.wantLoss {
@@ -186,17 +194,18 @@ func runTorture(t *testing.T, mode string, d time.Duration) tortureResult {
 	return total
 }
 
-// pinnedReadLoss reads through get a key whose put started at start, and
-// reports whether a miss is a loss: only if the read returned within half
-// the pin TTL of start, the least a put's pin protects its blob. The time
+// pinnedReadLoss reads through get a key whose put with pin TTL ttl
+// started at start, and reports whether a miss is a loss: only if the read
+// returned within half the TTL of start, the least a put's pin protects
+// its blob. The time
 // is taken when the read returns, not before it is sent: a read delayed (a
 // stalled process, a wait for a pool connection) may run after the pin
 // lapsed and its blob was rightly collected. err is any error but a miss.
-func pinnedReadLoss(start time.Time, now func() time.Time, get func() error) (readBy time.Duration, loss bool, err error) {
+func pinnedReadLoss(start time.Time, ttl time.Duration, now func() time.Time, get func() error) (readBy time.Duration, loss bool, err error) {
 	err = get()
 	readBy = now().Sub(start)
 	if errors.Is(err, steaderr.ErrNotFound) {
-		return readBy, readBy < torturePinTTL/2, nil
+		return readBy, readBy < ttl/2, nil
 	}
 	return readBy, false, err
 }
@@ -222,7 +231,7 @@ func TestPinnedReadLoss(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := start
-			_, loss, err := pinnedReadLoss(start, func() time.Time { return clock }, func() error {
+			_, loss, err := pinnedReadLoss(start, torturePinTTL, func() time.Time { return clock }, func() error {
 				clock = clock.Add(tc.took)
 				return tc.err
 			})
@@ -283,6 +292,8 @@ func tortureChild() int {
 		opts.InlineLimit = 4 // every value an object
 	}
 	s := blob.NewStore(e.Blobs(), opts)
+	opts.PinTTL = tortureAdversaryPin
+	adversaryStore := blob.NewStore(e.Blobs(), opts)
 	refStore := ref.NewStore(e.Refs(), ref.Options{})
 	col := gc.New(e.GC(), gc.Options{Grace: tortureGrace, Batch: 50, Holder: name})
 	schema := cfg.Schema
@@ -308,10 +319,10 @@ func tortureChild() int {
 	for i := range values {
 		values[i] = fmt.Appendf(nil, "torture value %d", i)
 	}
-	// readPinned reads key at about the end of the pin its put took at
-	// start (at least half the TTL): a miss before then is a loss.
-	readPinned := func(key blob.Key, start time.Time) {
-		readBy, lost, err := pinnedReadLoss(start, time.Now, func() error {
+	// readPinned reads key, whose put with pin TTL ttl started at start: a
+	// miss within half the TTL is a loss.
+	readPinned := func(key blob.Key, start time.Time, ttl time.Duration) {
+		readBy, lost, err := pinnedReadLoss(start, ttl, time.Now, func() error {
 			rd, err := s.Get(ctx, key)
 			if err != nil {
 				return err
@@ -337,14 +348,20 @@ func tortureChild() int {
 		checkers.Go(func() {
 			for p := range recent {
 				time.Sleep(time.Until(p.start.Add(torturePinTTL/2 - 2*time.Millisecond)))
-				readPinned(p.key, p.start)
+				readPinned(p.key, p.start, torturePinTTL)
 			}
 		})
 	}
-	// The adversary: now and then, an arbitration about to delete a key
-	// (the naive one: about to run its statement, which pauses inside)
-	// has a writer put that very key a moment later, and pauses for it.
-	// Every run meets it; only the naive ones may lose to it.
+	// The adversary: an arbitration about to delete keys has a writer put
+	// one of them, and waits for the put to return or
+	// for tortureAdversaryWait. The naive put does not wait on the
+	// arbitration's row lock, so it returns, and the deletion that follows
+	// takes its blob: the counter-test's loss, every time the adversary
+	// meets a deletion, seen by a read after the arbitration committed. A
+	// checked put waits for the arbitration's commit and stores its blob
+	// again. The naive arbitration's race is a put
+	// committed while its one statement runs, so there the arbitration
+	// goes on at once and the put comes during the statement's pause.
 	valueOf := map[blob.Key][]byte{}
 	for _, v := range values {
 		valueOf[blob.KeyOf(v)] = v
@@ -352,25 +369,32 @@ func tortureChild() int {
 	var adversary sync.WaitGroup
 	postgres.SetBeforeDelete(e, func(keys []blob.Key) {
 		key := keys[rand.IntN(len(keys))]
-		if rand.IntN(2) == 0 || valueOf[key] == nil {
+		if valueOf[key] == nil {
 			return
 		}
+		returned := make(chan struct{})
 		adversary.Go(func() {
-			time.Sleep(2 * time.Millisecond)
+			if mode == "naive-arbitration" {
+				time.Sleep(2 * time.Millisecond)
+			}
 			start := time.Now()
-			if _, err := s.Put(ctx, bytes.NewReader(valueOf[key])); err != nil {
+			_, err := adversaryStore.Put(ctx, bytes.NewReader(valueOf[key]))
+			close(returned)
+			if err != nil {
 				fail("adversary put", err)
 				return
 			}
 			res.puts.Add(1)
-			readPinned(key, start)
-			select {
-			case recent <- putDone{key, start}:
-			default:
-			}
+			// Read once the arbitration surely committed, well within the
+			// pin.
+			time.Sleep(time.Until(start.Add(tortureAdversaryPin / 4)))
+			readPinned(key, start, tortureAdversaryPin)
 		})
 		if mode != "naive-arbitration" {
-			time.Sleep(8 * time.Millisecond)
+			select {
+			case <-returned:
+			case <-time.After(tortureAdversaryWait):
+			}
 		}
 	})
 	var wg sync.WaitGroup
@@ -413,7 +437,7 @@ func tortureChild() int {
 				// The put's pin is live for at least half the TTL from
 				// start (a whole TTL unless the put was skipped as hot):
 				// read now, and again near its end.
-				readPinned(key, start)
+				readPinned(key, start, torturePinTTL)
 				select {
 				case recent <- putDone{key, start}:
 				default:
