@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -327,6 +328,9 @@ func (t *Tier) List(ctx context.Context, pageToken []byte, limit int) ([]Object,
 	if pageToken == nil {
 		pageToken = blob.FirstPageToken
 	}
+	if t.dir != "" {
+		return t.listDir(ctx, pageToken, limit)
+	}
 	page, next, err := t.b.ListPage(ctx, pageToken, limit, &blob.ListOptions{Prefix: Prefix})
 	if err != nil {
 		return nil, nil, t.mapErr("list", Prefix, err)
@@ -344,6 +348,59 @@ func (t *Tier) List(ctx context.Context, pageToken []byte, limit int) ([]Object,
 	}
 	if len(next) == 0 {
 		next = nil
+	}
+	return out, next, nil
+}
+
+// listDir is List for a file:// bucket, which walks the directory itself:
+// fileblob's listing fails when a file it read in a directory is gone
+// before its attributes are (a writer renamed its temporary file), and it
+// reads every file before the page token again for each page. A page
+// token is the last name of the page before, as fileblob's is; a file
+// that vanishes during the walk is left out.
+func (t *Tier) listDir(ctx context.Context, pageToken []byte, limit int) ([]Object, []byte, error) {
+	after := string(pageToken)
+	if limit < 1 {
+		limit = 1000 // as gocloud.dev's default page
+	}
+	var out []Object
+	var next []byte
+	err := fs.WalkDir(os.DirFS(t.dir), strings.TrimSuffix(Prefix, "/"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			// Every name under path sorts at or before after.
+			if dir := path + "/"; dir < after && !strings.HasPrefix(after, dir) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		name := baseName(path)
+		if name == "" || path <= after {
+			return nil
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if len(out) == limit {
+			next = []byte(out[limit-1].Listed)
+			return fs.SkipAll
+		}
+		out = append(out, Object{Name: name, Listed: path, ModTime: info.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, t.mapErr("list", Prefix, err)
 	}
 	return out, next, nil
 }

@@ -1,0 +1,122 @@
+package bytestier_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/steadkit/stead/internal/bytestier"
+)
+
+// A listing of a file:// bucket while writers create and rename their
+// temporary files, as every put does, sees each file that stays and fails
+// never: a file gone between reading its directory and its attributes is
+// no error.
+func TestListDuringWrites(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	tier, err := bytestier.Open(ctx, "file://"+filepath.ToSlash(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tier.Close() })
+	kept := bytestier.NewName()
+	if _, err := tier.Write(ctx, kept, strings.NewReader("kept"), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, filepath.FromSlash(kept), "..")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tmp := filepath.Join(sub, fmt.Sprintf("churn%d-%d.tmp", w, i))
+				if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := os.Remove(tmp); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(stop)
+	for range 2000 {
+		objs, _, err := tier.List(ctx, nil, 100)
+		if err != nil {
+			t.Fatalf("List during writes: %v", err)
+		}
+		if len(objs) != 1 || objs[0].Name != kept {
+			t.Fatalf("List during writes: %+v, want only %s", objs, kept)
+		}
+	}
+}
+
+// Pages of a file:// bucket's listing hold every object once, in name
+// order, a temporary file under the name it is renamed to.
+func TestListPages(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	tier, err := bytestier.Open(ctx, "file://"+filepath.ToSlash(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tier.Close() })
+	if objs, next, err := tier.List(ctx, nil, 3); err != nil || len(objs) != 0 || next != nil {
+		t.Fatalf("List of an empty bucket: %v, %q, %v", objs, next, err)
+	}
+	var want []string
+	for range 10 {
+		name := bytestier.NewName()
+		if _, err := tier.Write(ctx, name, strings.NewReader(name), 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, name)
+	}
+	writing := bytestier.NewName()
+	tmp := filepath.Join(dir, filepath.FromSlash(writing)) + ".18ed559b59a57dd9.tmp"
+	if err := os.MkdirAll(filepath.Dir(tmp), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, writing)
+	slices.Sort(want)
+	var got []string
+	var token []byte
+	for pages := 0; ; pages++ {
+		objs, next, err := tier.List(ctx, token, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			got = append(got, o.Name)
+		}
+		if next == nil {
+			break
+		}
+		if pages > len(want) {
+			t.Fatal("List does not end")
+		}
+		token = next
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pages list\n%v\nwant\n%v", got, want)
+	}
+}
