@@ -633,7 +633,7 @@ func (g *gcMech) AcquireSweep(ctx context.Context, holder string) (gc.Lease, boo
 	key := g.e.lockKey("sweep")
 	for attempt := 0; ; attempt++ {
 		if g.sweep == nil || g.sweep.IsClosed() {
-			conn, err := g.e.dialDirect(ctx)
+			conn, err := g.e.dialDirect(ctx, nil)
 			if err != nil {
 				return nil, false, interpretError(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
 	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -189,12 +190,11 @@ func TestSweepLeaseIdleSession(t *testing.T) {
 	}
 }
 
-// The sweep lease's own connection is opened as the caller's pool opens
-// its connections: with its BeforeConnect (which here supplies the
-// database a credential-injecting hook would) and AfterConnect hooks.
-func TestSweepLeaseUsesPoolHooks(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+// hookedEngine opens an engine on a caller's pool whose BeforeConnect
+// supplies the database (as a credential-injecting hook would) and whose
+// AfterConnect sets application_name to stead-hooked.
+func hookedEngine(t *testing.T, db *pgtest.DB) *postgres.Engine {
+	t.Helper()
 	ctx := context.Background()
 	pcfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
@@ -223,16 +223,32 @@ func TestSweepLeaseUsesPoolHooks(t *testing.T) {
 	if err := e.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+// applicationName returns the application_name of backend pid.
+func applicationName(t *testing.T, db *pgtest.DB, pid int32) string {
+	t.Helper()
+	var app string
+	if err := db.Admin.QueryRow(t.Context(), "SELECT application_name FROM pg_stat_activity WHERE pid = $1", pid).Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
+// The sweep lease's own connection is opened as the caller's pool opens
+// its connections: with its BeforeConnect and AfterConnect hooks.
+func TestSweepLeaseUsesPoolHooks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	e := hookedEngine(t, db)
 	lease, ok, err := e.GC().AcquireSweep(ctx, "hooked")
 	if err != nil || !ok {
 		t.Fatalf("AcquireSweep through a pool with hooks = %v, %v", ok, err)
 	}
 	defer lease.Release(ctx)
-	var app string
-	if err := db.Admin.QueryRow(ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", leaseBackend(t, db, e)).Scan(&app); err != nil {
-		t.Fatal(err)
-	}
-	if app != "stead-hooked" {
+	if app := applicationName(t, db, int32(leaseBackend(t, db, e))); app != "stead-hooked" {
 		t.Errorf("the lease's session has application_name %q: AfterConnect did not run on it", app)
 	}
 	col := gc.New(e.GC(), gc.Options{AllUnreferenced: true})
@@ -242,6 +258,20 @@ func TestSweepLeaseUsesPoolHooks(t *testing.T) {
 	if _, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil {
 		t.Fatalf("Sweep through a pool with hooks: %v", err)
 	}
+}
+
+// So is the listener's connection, which wakes lock and record waiters.
+func TestListenerUsesPoolHooks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := hookedEngine(t, db)
+	holder := mustTryLock(t, lock.NewStore(e.Locks(), lock.Options{}), "hooked", "a")
+	done := waiter(t, e, "hooked", "b")
+	if app := applicationName(t, db, listenerPID(t, db, e, 0)); app != "stead-hooked" {
+		t.Errorf("the listener's session has application_name %q: AfterConnect did not run on it", app)
+	}
+	mustRelease(t, holder)
+	mustRelease(t, mustGet(t, done))
 }
 
 // Another caller's AcquireSweep, finding the lease held, never costs the

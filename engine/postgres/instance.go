@@ -116,7 +116,7 @@ func (c *instanceClaim) take(ctx context.Context) error {
 		}
 		return nil
 	}
-	conn, err := c.e.dialDirect(ctx)
+	conn, err := c.e.dialDirect(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("claim instance id %q: %w", c.id, interpretError(err))
 	}

@@ -42,7 +42,7 @@ const (
 // fails or takes longer than proveEvery drops the connection, so a dead
 // peer that sent no FIN or RST cannot leave waiters asleep.
 type listener struct {
-	connConfig *pgx.ConnConfig
+	connect    func(context.Context) (*pgx.Conn, error)
 	log        *slog.Logger
 	query      string   // LISTEN on every channel, one statement
 	hub        wake.Hub // keyed by channel and payload
@@ -56,18 +56,23 @@ type listener struct {
 	done    chan struct{}
 }
 
-func newListener(connConfig *pgx.ConnConfig, log *slog.Logger, channels ...string) *listener {
+// newListener listens on channels over connections connect opens, which
+// must apply listenAdjust to their configuration.
+func newListener(connect func(context.Context) (*pgx.Conn, error), log *slog.Logger, channels ...string) *listener {
 	stmts := make([]string, len(channels))
 	for i, ch := range channels {
 		stmts[i] = "LISTEN " + pgx.Identifier{ch}.Sanitize()
 	}
-	cfg := connConfig.Copy()
-	// A quiet wait ends by its deadline, leaving the connection usable;
-	// the default handler would also send the server a cancel request.
-	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+	return &listener{connect: connect, log: log, query: strings.Join(stmts, "; "), proveEvery: defaultProveEvery}
+}
+
+// listenAdjust makes a quiet wait end by its deadline, leaving the
+// connection usable; the default handler would also send the server a
+// cancel request.
+func listenAdjust(cc *pgx.ConnConfig) {
+	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	return &listener{connConfig: cfg, log: log, query: strings.Join(stmts, "; "), proveEvery: defaultProveEvery}
 }
 
 func hubKey(channel, payload string) string { return channel + "\x00" + payload }
@@ -140,7 +145,7 @@ func (l *listener) run(ctx context.Context) {
 // why it stopped.
 func (l *listener) listen(ctx context.Context) (listened bool, err error) {
 	connectCtx, cancel := context.WithTimeout(ctx, 2*l.proveEvery)
-	conn, err := pgx.ConnectConfig(connectCtx, l.connConfig.Copy())
+	conn, err := l.connect(connectCtx)
 	cancel()
 	if err != nil {
 		return false, err

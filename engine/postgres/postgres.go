@@ -312,11 +312,18 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.locks.init(e)
 	e.records.init(e)
 	e.refs.init(e)
-	if listenConfig == nil && !cfg.PgBouncer {
-		listenConfig = e.pool.Config().ConnConfig
-	}
-	if listenConfig != nil {
-		e.listen = newListener(listenConfig, e.log, e.locks.channel, e.records.channel)
+	switch {
+	case listenConfig != nil:
+		e.listen = newListener(func(ctx context.Context) (*pgx.Conn, error) {
+			cc := listenConfig.Copy()
+			listenAdjust(cc)
+			return pgx.ConnectConfig(ctx, cc)
+		}, e.log, e.locks.channel, e.records.channel)
+	case !cfg.PgBouncer:
+		// As the pool connects, with its hooks.
+		e.listen = newListener(func(ctx context.Context) (*pgx.Conn, error) {
+			return e.dialDirect(ctx, listenAdjust)
+		}, e.log, e.locks.channel, e.records.channel)
 	}
 	return e, nil
 }
@@ -435,10 +442,14 @@ func (e *Engine) check(ctx context.Context) error {
 // dialDirect opens a connection of its own, outside the pool, as the pool
 // opens its connections: from the pool's configuration, with its
 // BeforeConnect and AfterConnect hooks (a caller's pool may inject
-// credentials or session settings there).
-func (e *Engine) dialDirect(ctx context.Context) (*pgx.Conn, error) {
+// credentials or session settings there). adjust, if not nil, changes the
+// configuration before the hooks see it.
+func (e *Engine) dialDirect(ctx context.Context, adjust func(*pgx.ConnConfig)) (*pgx.Conn, error) {
 	pcfg := e.pool.Config()
 	cc := pcfg.ConnConfig.Copy()
+	if adjust != nil {
+		adjust(cc)
+	}
 	if pcfg.BeforeConnect != nil {
 		if err := pcfg.BeforeConnect(ctx, cc); err != nil {
 			return nil, err
