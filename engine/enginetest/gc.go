@@ -69,7 +69,7 @@ func setupGC(t *testing.T, h Harness) *gcBundle {
 	if b.eng.GC() == nil {
 		t.Skip("the engine's data is collected elsewhere (Engine.GC is nil)")
 	}
-	// The bundle's collector sweeps a store with no source registered too:
+	// The bundle's collector sweeps a store that declares no liveness too:
 	// the refusal to is tested on its own (NoLiveness).
 	return &gcBundle{bundle: b, gce: b.eng, col: gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Batch: 7, Holder: "enginetest", Now: b.clock.Now, AllUnreferenced: true})}
 }

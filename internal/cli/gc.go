@@ -24,8 +24,8 @@ func gcCommand(e *env) *cobra.Command {
 		Long: `Run one garbage-collection sweep: reap expired pins, delete the window's
 overdue candidates that nothing pins or references, and stage the blobs
 now unreferenced. Another sweep running is reported, not an error. In a
-store that declares no liveness (no source registered) every blob is
-garbage once its pin lapses: gc refuses to delete there unless given
+store that declares no liveness (no source, ref or blob reference) every
+blob is garbage once its pin lapses: gc refuses to delete there unless given
 --all-unreferenced (--dry-run shows what would go). See docs/guides/gc.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
