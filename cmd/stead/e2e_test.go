@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +25,6 @@ import (
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/remote"
-	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/pgtest"
 )
 
@@ -256,66 +254,28 @@ func TestServeProcess(t *testing.T) {
 	}
 }
 
-// TestConformanceProcess runs the engine suite against real stead serve
-// processes, one per engine the suite asks for, over each local engine.
+// TestConformanceProcess runs the engine suite against a real stead serve
+// process over the default engine, SQLite: it proves the binary's wiring.
+// engine/remote runs the same suite over HTTP against a server over each
+// engine, in process.
 func TestConformanceProcess(t *testing.T) {
 	t.Parallel()
-	open := func(t *testing.T, db string, flags ...string) engine.Engine {
-		p := startServe(t, db, "conformance", append([]string{"--allow-client-clock"}, flags...)...)
-		eng, err := remote.Open(context.Background(), remote.Config{URL: p.base, Token: "conformance"})
-		if err != nil {
-			t.Fatalf("remote.Open: %v", err)
-		}
-		t.Cleanup(func() { eng.Close() })
-		return eng
-	}
-	t.Run("memory", func(t *testing.T) {
-		t.Parallel()
-		enginetest.Run(t, enginetest.Harness{
-			CancelMayCommit: true,
-			ChunkSize:       processChunk,
-			NoFuncSources:   processNoFuncSources,
-			New:             func(t *testing.T) engine.Engine { return open(t, "mem://") },
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		enginetest.Run(t, enginetest.Harness{
-			CancelMayCommit: true,
-			ChunkSize:       processChunk,
-			NoFuncSources:   processNoFuncSources,
-			New:             func(t *testing.T) engine.Engine { return open(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db")) },
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		var dbs sync.Map // engine.Engine → *pgtest.DB behind its server
-		enginetest.Run(t, enginetest.Harness{
-			CancelMayCommit: true,
-			ChunkSize:       processChunk,
-			New: func(t *testing.T) engine.Engine {
-				db := pgtest.Stead(t, false)
-				eng := open(t, db.StoreURL())
-				dbs.Store(eng, db)
-				return eng
-			},
-			RefTable: func(t *testing.T, eng engine.Engine, table, column string) (gc.Source, func(blob.Key, bool)) {
-				t.Helper()
-				v, ok := dbs.Load(eng)
-				if !ok {
-					t.Fatal("RefTable: no database behind the engine")
-				}
-				db := v.(*pgtest.DB)
-				return pgtest.RefTable(t, db.Admin, db.Schema, table, column)
-			},
-		})
+	enginetest.Run(t, enginetest.Harness{
+		CancelMayCommit: true,
+		ChunkSize:       processChunk,
+		NoFuncSources:   "a Go-function source cannot cross HTTP, and a server over SQLite takes no SQL sources",
+		New: func(t *testing.T) engine.Engine {
+			p := startServe(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db"), "conformance", "--allow-client-clock")
+			eng, err := remote.Open(context.Background(), remote.Config{URL: p.base, Token: "conformance"})
+			if err != nil {
+				t.Fatalf("remote.Open: %v", err)
+			}
+			t.Cleanup(func() { eng.Close() })
+			return eng
+		},
 	})
 }
 
 // processChunk is the chunk size of the chunked conformance runs through a
 // real server: each chunk is a round trip.
 const processChunk = 64 << 10
-
-// processNoFuncSources is why a server over memory or SQLite offers the
-// suite no liveness source.
-const processNoFuncSources = "a Go-function source cannot cross HTTP, and only a server over PostgreSQL takes SQL sources"
