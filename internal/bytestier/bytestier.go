@@ -66,6 +66,9 @@ func Open(ctx context.Context, rawURL string) (*Tier, error) {
 	dir := ""
 	if u.Scheme == "file" {
 		q := u.Query()
+		if q.Has("prefix") {
+			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: a prefix of a directory is a directory: name it in the path", steaderr.ErrInvalidArgument, Redact(rawURL))
+		}
 		for name, value := range map[string]string{"create_dir": "1", "no_tmp_dir": "1", "metadata": "skip"} {
 			if !q.Has(name) {
 				q.Set(name, value)
@@ -365,19 +368,24 @@ func (t *Tier) listDir(ctx context.Context, pageToken []byte, limit int) ([]Obje
 	}
 	var out []Object
 	var next []byte
-	err := fs.WalkDir(os.DirFS(t.dir), strings.TrimSuffix(Prefix, "/"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
+	root := strings.TrimSuffix(Prefix, "/")
+	err := fs.WalkDir(os.DirFS(t.dir), root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil && path == root && !errors.Is(err, fs.ErrNotExist):
 			return err
+		case err != nil:
+			return nil // nothing written yet, or gone, or no object of ours
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if d.IsDir() {
-			// Every name under path sorts at or before after.
-			if dir := path + "/"; dir < after && !strings.HasPrefix(after, dir) {
+			if path == root {
+				return nil
+			}
+			// Only o/<2 hex> holds objects; every name under path sorts at
+			// or before after.
+			if dir := path + "/"; !ValidName(dir+strings.Repeat("0", 30)) || dir < after && !strings.HasPrefix(after, dir) {
 				return fs.SkipDir
 			}
 			return nil

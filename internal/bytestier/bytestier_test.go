@@ -2,6 +2,7 @@ package bytestier_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/steadkit/stead/internal/bytestier"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // A listing of a file:// bucket while writers create and rename their
@@ -118,5 +120,73 @@ func TestListPages(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("pages list\n%v\nwant\n%v", got, want)
+	}
+}
+
+// A listing lists only where a store writes: directories under o/ that
+// cannot hold its objects (lost+found, unreadable or not) and files that are
+// not its objects are neither listed nor read, and fail nothing.
+func TestListSkipsForeignEntries(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	tier, err := bytestier.Open(ctx, "file://"+filepath.ToSlash(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tier.Close() })
+	kept := bytestier.NewName()
+	if _, err := tier.Write(ctx, kept, strings.NewReader("kept"), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	hex30 := strings.Repeat("0", 30)
+	for _, foreign := range []string{
+		"o/lost+found/" + hex30,
+		"o/zz/" + hex30,
+		"o/abc/" + hex30,
+		"o/ab/sub/" + hex30,
+		"o/ab.bak",
+		"o/ab/" + hex30 + ".bak",
+	} {
+		path := filepath.Join(dir, filepath.FromSlash(foreign))
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lostFound := filepath.Join(dir, "o", "lost+found")
+	if err := os.Chmod(lostFound, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(lostFound, 0o700) })
+	objs, next, err := tier.List(ctx, nil, 10)
+	if err != nil {
+		t.Fatalf("List with foreign entries: %v", err)
+	}
+	if len(objs) != 1 || objs[0].Name != kept || next != nil {
+		t.Fatalf("List with foreign entries: %+v, %q; want only %s", objs, next, kept)
+	}
+}
+
+// A bucket URL Open cannot serve as asked is refused, naming the fix.
+func TestOpenRefuses(t *testing.T) {
+	t.Parallel()
+	dir := filepath.ToSlash(t.TempDir())
+	for _, u := range []string{
+		"",
+		"no scheme",
+		"file://relative/dir",
+		"file://otherhost" + dir,
+		"file://" + dir + "?prefix=store1/",
+		"nosuchscheme://bucket",
+	} {
+		if tier, err := bytestier.Open(context.Background(), u); !errors.Is(err, steaderr.ErrInvalidArgument) {
+			if tier != nil {
+				_ = tier.Close()
+			}
+			t.Errorf("Open(%q) = %v, want ErrInvalidArgument", u, err)
+		}
 	}
 }
