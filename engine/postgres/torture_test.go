@@ -292,7 +292,9 @@ func tortureChild() int {
 		opts.InlineLimit = 4 // every value an object
 	}
 	s := blob.NewStore(e.Blobs(), opts)
-	opts.PinTTL = tortureAdversaryPin
+	// An owner of its own: a pin is one row per key and owner, which a
+	// guard's release of the same owner would end.
+	opts.PinTTL, opts.Owner = tortureAdversaryPin, name+"-adversary"
 	adversaryStore := blob.NewStore(e.Blobs(), opts)
 	refStore := ref.NewStore(e.Refs(), ref.Options{})
 	col := gc.New(e.GC(), gc.Options{Grace: tortureGrace, Batch: 50, Holder: name})
