@@ -30,9 +30,14 @@ func RecordSQL(e *Engine) (list, claimNext, probe string) {
 func SetNaivePut(e *Engine, on bool) { e.blobs.naive.Store(on) }
 
 // SetNaiveArbitration makes e's sweeps arbitrate with the known-unsafe
-// one-statement DELETE … WHERE NOT EXISTS (pins), pausing inside it (after
-// its snapshot is taken) for pause.
-func SetNaiveArbitration(e *Engine, pause time.Duration) { e.gc.naiveArbitration.Store(&pause) }
+// one-statement DELETE … WHERE NOT EXISTS (pins), which waits inside (after
+// its snapshot is taken) for a shared hold of the advisory lock
+// NaiveArbitrationLock(e).
+func SetNaiveArbitration(e *Engine) { e.gc.naiveArbitration.Store(true) }
+
+// NaiveArbitrationLock returns the advisory lock key the naive arbitration
+// waits for.
+func NaiveArbitrationLock(e *Engine) int64 { return e.lockKey("naive-arbitration") }
 
 // SweepLockKey returns the advisory lock key of e's sweep lease.
 func SweepLockKey(e *Engine) int64 { return e.lockKey("sweep") }

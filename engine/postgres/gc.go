@@ -70,9 +70,10 @@ RETURNING coalesce(object, '')`)
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration of a
 	// batch, for tests that prove the torture test sees the race: its pin
 	// check keeps the statement's snapshot, so a pin committed after the
-	// statement began is not seen. The test widens that window with a
-	// pause of $3 seconds inside the statement.
-	sqlArbitrateNaive = declare("sqlArbitrateNaive", `WITH pause AS (SELECT pg_sleep($3::float8))
+	// statement began is not seen. The test holds that window open: the
+	// statement waits inside for the advisory lock $3, which the test holds
+	// while it puts a key of the batch.
+	sqlArbitrateNaive = declare("sqlArbitrateNaive", `WITH pause AS (SELECT pg_advisory_xact_lock_shared($3::bigint))
 DELETE FROM {schema}.blobs b WHERE key = ANY ($1::text[])
 AND EXISTS (SELECT FROM pause)
 AND coalesce(b.pin_expiry <= coalesce($2::timestamptz, now()), true)
@@ -197,9 +198,8 @@ type gcMech struct {
 	// idle is the lease session's idle_session_timeout (sweepIdle; tests
 	// shorten it).
 	idle time.Duration
-	// naiveArbitration, when set (tests only), selects sqlArbitrateNaive
-	// with a pause of that many nanoseconds.
-	naiveArbitration atomic.Pointer[time.Duration]
+	// naiveArbitration, when set (tests only), selects sqlArbitrateNaive.
+	naiveArbitration atomic.Bool
 	// beforeDelete, when set (tests only), runs with the keys an
 	// arbitration is about to delete between its checks and its delete
 	// (with all its keys before the naive arbitration's statement), so a
@@ -269,8 +269,8 @@ func (g *gcMech) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, 
 				}
 			}
 			var err error
-			if pause := g.naiveArbitration.Load(); pause != nil && !dry {
-				verdicts, err = g.arbitrateNaive(ctx, tx, keys, texts, now, *pause)
+			if g.naiveArbitration.Load() && !dry {
+				verdicts, err = g.arbitrateNaive(ctx, tx, keys, texts, now)
 			} else {
 				verdicts, objects, err = g.arbitrateTx(ctx, tx, keys, texts, now, skipLocked, dry)
 			}
@@ -398,7 +398,7 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 }
 
 // arbitrateNaive is the known-unsafe arbitration (tests only).
-func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time, pause time.Duration) ([]blob.Verdict, error) {
+func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time) ([]blob.Verdict, error) {
 	if hook := g.beforeDelete.Load(); hook != nil {
 		(*hook)(keys)
 	}
@@ -408,7 +408,7 @@ func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key,
 		at[t] = i
 		verdicts[i] = blob.Verdict{Key: keys[i], Outcome: blob.Protected}
 	}
-	rows, err := tx.Query(ctx, g.e.sql(sqlArbitrateNaive), texts, nowArg(now), pause.Seconds())
+	rows, err := tx.Query(ctx, g.e.sql(sqlArbitrateNaive), texts, nowArg(now), g.e.lockKey("naive-arbitration"))
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/postgres"
@@ -48,13 +49,14 @@ const (
 
 	// The adversary's puts pin for longer, so that a miss of one it read
 	// right after the arbitration it raced is a loss however slow the
-	// machine; an arbitration waits up to tortureAdversaryWait for the put
-	// to return (a checked put waits on the arbitration's row lock, so it
-	// cannot within that time).
+	// machine; an arbitration waits up to tortureAdversaryWait for a checked
+	// put to return (it waits on the arbitration's row lock, so it cannot),
+	// up to tortureNaiveWait for a naive one.
 	tortureAdversaryPin  = 600 * time.Millisecond
 	tortureAdversaryWait = 30 * time.Millisecond
+	tortureNaiveWait     = 5 * time.Second // the naive put never waits on the lock
 
-	tortureCounterRounds = 3
+	tortureRounds = 3
 )
 
 // TestTorture proves the safety invariant against real PostgreSQL: several
@@ -81,18 +83,19 @@ func TestTorture(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			// A counter-test runs again until it sees its loss, a few
-			// times at most: a loaded machine may sweep too little in one
-			// run for the adversary to meet a deletion.
+			// A run goes again, a few times at most, until it did enough
+			// to prove anything and a counter-test saw its loss: a loaded
+			// machine may sweep too little in one run.
 			var res tortureResult
-			rounds := 1
-			if tc.wantLoss {
-				rounds = tortureCounterRounds
+			enough := func() bool {
+				return res.puts > 0 && res.sweeps > 0 && res.deleted > 0 && res.refChecks > 0 && (!tc.wantLoss || res.losses > 0)
 			}
-			for i := 0; i < rounds && res.losses == 0; i++ {
-				res.add(runTorture(t, tc.mode, tc.duration))
+			for range tortureRounds {
+				if res.add(runTorture(t, tc.mode, tc.duration)); enough() || res.losses > 0 {
+					break
+				}
 			}
-			t.Logf("%s for up to %d × %v: %+v", tc.mode, rounds, tc.duration, res)
+			t.Logf("%s for up to %d × %v: %+v", tc.mode, tortureRounds, tc.duration, res)
 			if res.puts == 0 || res.sweeps == 0 || res.deleted == 0 || res.refChecks == 0 {
 				t.Fatalf("the run did too little to prove anything: %+v", res)
 			}
@@ -285,7 +288,7 @@ func tortureChild() int {
 	case "naive-put":
 		postgres.SetNaivePut(e, true)
 	case "naive-arbitration":
-		postgres.SetNaiveArbitration(e, 10*time.Millisecond)
+		postgres.SetNaiveArbitration(e)
 	}
 	opts := blob.Options{PinTTL: torturePinTTL, Owner: name}
 	if mode == "bytes" {
@@ -355,18 +358,22 @@ func tortureChild() int {
 		})
 	}
 	// The adversary: an arbitration about to delete keys has a writer put
-	// one of them, and waits for the put to return or
-	// for tortureAdversaryWait. The naive put does not wait on the
-	// arbitration's row lock, so it returns, and the deletion that follows
-	// takes its blob: the counter-test's loss, every time the adversary
-	// meets a deletion, seen by a read after the arbitration committed. A
-	// checked put waits for the arbitration's commit and stores its blob
-	// again. The naive arbitration's race is a put
-	// committed while its one statement runs, so there the arbitration
-	// goes on at once and the put comes during the statement's pause.
+	// one of them. The naive put does not wait on the arbitration's row
+	// lock, so it returns, and the deletion that follows takes its blob: the
+	// arbitration waits for the put to return (tortureAdversaryWait at most
+	// for a checked put, which waits on that lock and stores its blob again
+	// after the commit). The naive arbitration's one statement waits inside,
+	// its snapshot taken, for the advisory lock the adversary holds until
+	// its put returned: the put's pin commits unseen. Every counter-test run
+	// loses whenever the adversary meets a deletion, seen by a read after
+	// the arbitration committed.
 	valueOf := map[blob.Key][]byte{}
 	for _, v := range values {
 		valueOf[blob.KeyOf(v)] = v
+	}
+	wait := tortureAdversaryWait
+	if mode == "naive-put" {
+		wait = tortureNaiveWait
 	}
 	var adversary sync.WaitGroup
 	postgres.SetBeforeDelete(e, func(keys []blob.Key) {
@@ -374,14 +381,29 @@ func tortureChild() int {
 		if valueOf[key] == nil {
 			return
 		}
+		var held *pgxpool.Conn
+		if mode == "naive-arbitration" {
+			conn, err := e.Pool().Acquire(ctx)
+			if err == nil {
+				_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", postgres.NaiveArbitrationLock(e))
+			}
+			if err != nil {
+				fail("adversary lock", err)
+				return
+			}
+			held = conn
+		}
 		returned := make(chan struct{})
 		adversary.Go(func() {
-			if mode == "naive-arbitration" {
-				time.Sleep(2 * time.Millisecond)
-			}
 			start := time.Now()
 			_, err := adversaryStore.Put(ctx, bytes.NewReader(valueOf[key]))
 			close(returned)
+			if held != nil {
+				if _, err := held.Exec(ctx, "SELECT pg_advisory_unlock($1)", postgres.NaiveArbitrationLock(e)); err != nil {
+					fail("adversary unlock", err)
+				}
+				held.Release()
+			}
 			if err != nil {
 				fail("adversary put", err)
 				return
@@ -392,10 +414,10 @@ func tortureChild() int {
 			time.Sleep(time.Until(start.Add(tortureAdversaryPin / 4)))
 			readPinned(key, start, tortureAdversaryPin)
 		})
-		if mode != "naive-arbitration" {
+		if held == nil {
 			select {
 			case <-returned:
-			case <-time.After(tortureAdversaryWait):
+			case <-time.After(wait):
 			}
 		}
 	})

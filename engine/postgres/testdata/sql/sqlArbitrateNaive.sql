@@ -1,4 +1,4 @@
-WITH pause AS (SELECT pg_sleep($3::float8))
+WITH pause AS (SELECT pg_advisory_xact_lock_shared($3::bigint))
 DELETE FROM "St""ead. sch;ema-ñ".blobs b WHERE key = ANY ($1::text[])
 AND EXISTS (SELECT FROM pause)
 AND coalesce(b.pin_expiry <= coalesce($2::timestamptz, now()), true)
