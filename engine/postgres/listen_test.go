@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 )
 
@@ -178,4 +182,43 @@ func TestListenerNoticesASilentPeer(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no wake within 30s after the listener reconnected")
 	}
+}
+
+// A LISTEN connection that fails is logged at warn through Config.Logger,
+// saying that waiters poll meanwhile and that it was listening.
+func TestListenerLogsLostConnection(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var logs testkit.Buffer
+	cfg, err := postgres.ParseURL(db.StoreURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e, err := postgres.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	alice := mustTryLock(t, lock.NewStore(e.Locks(), lock.Options{}), "job", "alice")
+	bob := waiter(t, e, "job", "bob")
+	pid := listenerPID(t, db, e, 0)
+	if got := logs.String(); got != "" {
+		t.Fatalf("logged before any failure: %s", got)
+	}
+	if _, err := db.Admin.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Until(t, "the lost LISTEN connection to be logged", func() bool {
+		return strings.Contains(logs.String(), "the LISTEN connection failed; waiters poll until it is back")
+	})
+	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "was_listening=true") {
+		t.Errorf("log line %q: want level WARN and was_listening=true", got)
+	}
+	listenerPID(t, db, e, pid)
+	mustRelease(t, alice)
+	mustRelease(t, mustGet(t, bob))
 }
