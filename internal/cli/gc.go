@@ -51,7 +51,7 @@ blob is garbage once its pin lapses: gc refuses to delete there unless given
 	cmd.Flags().DurationVar(&grace, "grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "explain KEY",
-		Short: "Say why a blob is kept or not: its pins, sources and window deadline",
+		Short: "Say why a blob is kept or not: its pins, refs, parents, sources and window deadline",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := parseKey(args[0])
