@@ -54,7 +54,7 @@ const (
 	// up to tortureNaiveWait for a naive one.
 	tortureAdversaryPin  = 600 * time.Millisecond
 	tortureAdversaryWait = 30 * time.Millisecond
-	tortureNaiveWait     = 5 * time.Second // the naive put never waits on the lock
+	tortureNaiveWait     = 5 * time.Second // a naive put waits on no lock the arbitration holds
 
 	tortureRounds = 3
 )
@@ -280,6 +280,15 @@ func tortureChild() int {
 		return 2
 	}
 	defer e.Close()
+	// The adversary's engine of its own: its puts never share a group
+	// commit with a writer's, whose pin upsert may wait on the lock of the
+	// arbitration the adversary races.
+	ae, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer ae.Close()
 	d, _ := time.ParseDuration(os.Getenv(tortureForEnv))
 	deadline := time.Now().Add(d)
 	name := "torture-" + os.Getenv(tortureChildEnv)
@@ -287,6 +296,7 @@ func tortureChild() int {
 	switch mode {
 	case "naive-put":
 		postgres.SetNaivePut(e, true)
+		postgres.SetNaivePut(ae, true)
 	case "naive-arbitration":
 		postgres.SetNaiveArbitration(e)
 	}
@@ -295,10 +305,16 @@ func tortureChild() int {
 		opts.InlineLimit = 4 // every value an object
 	}
 	s := blob.NewStore(e.Blobs(), opts)
-	// An owner of its own: a pin is one row per key and owner, which a
-	// guard's release of the same owner would end.
-	opts.PinTTL, opts.Owner = tortureAdversaryPin, name+"-adversary"
-	adversaryStore := blob.NewStore(e.Blobs(), opts)
+	// Each adversary put is a store and an owner of its own: a pin is one
+	// row per key and owner, which a guard's release of the same owner
+	// would end, and whose upsert would wait on the lock the arbitration's
+	// pin check took.
+	var adversaries atomic.Int64
+	adversaryStore := func() *blob.Store {
+		o := opts
+		o.PinTTL, o.Owner = tortureAdversaryPin, fmt.Sprintf("%s-adversary-%d", name, adversaries.Add(1))
+		return blob.NewStore(ae.Blobs(), o)
+	}
 	refStore := ref.NewStore(e.Refs(), ref.Options{})
 	col := gc.New(e.GC(), gc.Options{Grace: tortureGrace, Batch: 50, Holder: name})
 	schema := cfg.Schema
@@ -383,12 +399,14 @@ func tortureChild() int {
 		}
 		var held *pgxpool.Conn
 		if mode == "naive-arbitration" {
-			conn, err := e.Pool().Acquire(ctx)
-			if err == nil {
-				_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", postgres.NaiveArbitrationLock(e))
-			}
+			conn, err := ae.Pool().Acquire(ctx)
 			if err != nil {
 				fail("adversary lock", err)
+				return
+			}
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", postgres.NaiveArbitrationLock(e)); err != nil {
+				fail("adversary lock", err)
+				conn.Release()
 				return
 			}
 			held = conn
@@ -396,11 +414,12 @@ func tortureChild() int {
 		returned := make(chan struct{})
 		adversary.Go(func() {
 			start := time.Now()
-			_, err := adversaryStore.Put(ctx, bytes.NewReader(valueOf[key]))
+			_, err := adversaryStore().Put(ctx, bytes.NewReader(valueOf[key]))
 			close(returned)
 			if held != nil {
 				if _, err := held.Exec(ctx, "SELECT pg_advisory_unlock($1)", postgres.NaiveArbitrationLock(e)); err != nil {
 					fail("adversary unlock", err)
+					_ = held.Conn().Close(ctx) // it may hold the lock still
 				}
 				held.Release()
 			}
