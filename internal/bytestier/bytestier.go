@@ -67,7 +67,7 @@ func Open(ctx context.Context, rawURL string) (*Tier, error) {
 	if u.Scheme == "file" {
 		q := u.Query()
 		if q.Has("prefix") {
-			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: a prefix of a directory is a directory: name it in the path", steaderr.ErrInvalidArgument, Redact(rawURL))
+			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: prefix= does not apply to a file bucket: name the directory in the path", steaderr.ErrInvalidArgument, Redact(rawURL))
 		}
 		for name, value := range map[string]string{"create_dir": "1", "no_tmp_dir": "1", "metadata": "skip"} {
 			if !q.Has(name) {
