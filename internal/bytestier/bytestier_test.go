@@ -21,13 +21,8 @@ import (
 // no error.
 func TestListDuringWrites(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	tier, dir := fileTier(t)
 	ctx := context.Background()
-	tier, err := bytestier.Open(ctx, "file://"+filepath.ToSlash(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tier.Close() })
 	kept := bytestier.NewName()
 	if _, err := tier.Write(ctx, kept, strings.NewReader("kept"), 0, nil); err != nil {
 		t.Fatal(err)
@@ -72,13 +67,8 @@ func TestListDuringWrites(t *testing.T) {
 // order, a temporary file under the name it is renamed to.
 func TestListPages(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	tier, dir := fileTier(t)
 	ctx := context.Background()
-	tier, err := bytestier.Open(ctx, "file://"+filepath.ToSlash(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tier.Close() })
 	if objs, next, err := tier.List(ctx, nil, 3); err != nil || len(objs) != 0 || next != nil {
 		t.Fatalf("List of an empty bucket: %v, %q, %v", objs, next, err)
 	}
@@ -128,13 +118,8 @@ func TestListPages(t *testing.T) {
 // not its objects are neither listed nor read, and fail nothing.
 func TestListSkipsForeignEntries(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	tier, dir := fileTier(t)
 	ctx := context.Background()
-	tier, err := bytestier.Open(ctx, "file://"+filepath.ToSlash(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tier.Close() })
 	kept := bytestier.NewName()
 	if _, err := tier.Write(ctx, kept, strings.NewReader("kept"), 0, nil); err != nil {
 		t.Fatal(err)
@@ -189,4 +174,17 @@ func TestOpenRefuses(t *testing.T) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidArgument", u, err)
 		}
 	}
+}
+
+// fileTier opens a tier over a fresh file:// bucket, closed with the test,
+// and returns it with the bucket's directory.
+func fileTier(t *testing.T) (*bytestier.Tier, string) {
+	t.Helper()
+	dir := t.TempDir()
+	tier, err := bytestier.Open(context.Background(), "file://"+filepath.ToSlash(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tier.Close() })
+	return tier, dir
 }
