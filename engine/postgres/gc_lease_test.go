@@ -215,15 +215,7 @@ func hookedEngine(t *testing.T, db *pgtest.DB) *postgres.Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	e, err := postgres.Open(ctx, postgres.Config{Pool: pool, Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return openConfig(t, postgres.Config{Pool: pool, Schema: db.Schema})
 }
 
 // applicationName returns the application_name of backend pid.

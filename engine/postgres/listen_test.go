@@ -195,14 +195,7 @@ func TestListenerLogsLostConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e, err := postgres.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	if err := e.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e := openConfig(t, cfg)
 	alice := mustTryLock(t, lock.NewStore(e.Locks(), lock.Options{}), "job", "alice")
 	bob := waiter(t, e, "job", "bob")
 	pid := listenerPID(t, db, e, 0)

@@ -52,6 +52,24 @@ func openVirgin(t *testing.T, db *pgtest.DB, params string) *postgres.Engine {
 	if err != nil {
 		t.Fatalf("ParseURL: %v", err)
 	}
+	return openConfigVirgin(t, cfg)
+}
+
+// openConfig returns a migrated engine opened with cfg, closed with the
+// test.
+func openConfig(t *testing.T, cfg postgres.Config) *postgres.Engine {
+	t.Helper()
+	e := openConfigVirgin(t, cfg)
+	if err := e.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return e
+}
+
+// openConfigVirgin returns an engine opened with cfg, closed with the test,
+// without migrating it.
+func openConfigVirgin(t *testing.T, cfg postgres.Config) *postgres.Engine {
+	t.Helper()
 	e, err := postgres.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)

@@ -312,13 +312,5 @@ func openCluster(t *testing.T, c *pgtest.Cluster) (*postgres.Engine, postgres.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := postgres.Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	if err := e.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return e, cfg
+	return openConfig(t, cfg), cfg
 }
