@@ -23,10 +23,7 @@ func TestListDuringWrites(t *testing.T) {
 	t.Parallel()
 	tier, dir := fileTier(t)
 	ctx := context.Background()
-	kept := bytestier.NewName()
-	if _, err := tier.Write(ctx, kept, strings.NewReader("kept"), 0, nil); err != nil {
-		t.Fatal(err)
-	}
+	kept := writeObject(t, tier)
 	sub := filepath.Join(dir, filepath.FromSlash(kept), "..")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -74,11 +71,7 @@ func TestListPages(t *testing.T) {
 	}
 	var want []string
 	for range 10 {
-		name := bytestier.NewName()
-		if _, err := tier.Write(ctx, name, strings.NewReader(name), 0, nil); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, name)
+		want = append(want, writeObject(t, tier))
 	}
 	writing := bytestier.NewName()
 	tmp := filepath.Join(dir, filepath.FromSlash(writing)) + ".18ed559b59a57dd9.tmp"
@@ -114,16 +107,14 @@ func TestListPages(t *testing.T) {
 }
 
 // A listing lists only where a store writes: directories under o/ that
-// cannot hold its objects (lost+found, unreadable or not) and files that are
-// not its objects are neither listed nor read, and fail nothing.
+// cannot hold its objects and files that are not its objects are neither
+// listed nor read, and fail nothing. lost+found is made unreadable, which
+// only a test run as another user than root can tell.
 func TestListSkipsForeignEntries(t *testing.T) {
 	t.Parallel()
 	tier, dir := fileTier(t)
 	ctx := context.Background()
-	kept := bytestier.NewName()
-	if _, err := tier.Write(ctx, kept, strings.NewReader("kept"), 0, nil); err != nil {
-		t.Fatal(err)
-	}
+	kept := writeObject(t, tier)
 	hex30 := strings.Repeat("0", 30)
 	for _, foreign := range []string{
 		"o/lost+found/" + hex30,
@@ -187,4 +178,14 @@ func fileTier(t *testing.T) (*bytestier.Tier, string) {
 	}
 	t.Cleanup(func() { _ = tier.Close() })
 	return tier, dir
+}
+
+// writeObject writes a small object under a new name and returns the name.
+func writeObject(t *testing.T, tier *bytestier.Tier) string {
+	t.Helper()
+	name := bytestier.NewName()
+	if _, err := tier.Write(context.Background(), name, strings.NewReader(name), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
