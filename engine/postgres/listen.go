@@ -67,8 +67,8 @@ func newListener(connect func(context.Context) (*pgx.Conn, error), log *slog.Log
 }
 
 // listenAdjust makes a quiet wait end by its deadline, leaving the
-// connection usable; the default handler would also send the server a
-// cancel request.
+// connection usable, whatever handler the caller's configuration chose (a
+// cancel-request handler would send the server a cancel at every proof).
 func listenAdjust(cc *pgx.ConnConfig) {
 	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}

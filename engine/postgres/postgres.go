@@ -443,17 +443,17 @@ func (e *Engine) check(ctx context.Context) error {
 // opens its connections: from the pool's configuration, with its
 // BeforeConnect and AfterConnect hooks (a caller's pool may inject
 // credentials or session settings there). adjust, if not nil, changes the
-// configuration before the hooks see it.
+// configuration after BeforeConnect, so what the connection needs wins.
 func (e *Engine) dialDirect(ctx context.Context, adjust func(*pgx.ConnConfig)) (*pgx.Conn, error) {
 	pcfg := e.pool.Config()
 	cc := pcfg.ConnConfig.Copy()
-	if adjust != nil {
-		adjust(cc)
-	}
 	if pcfg.BeforeConnect != nil {
 		if err := pcfg.BeforeConnect(ctx, cc); err != nil {
 			return nil, err
 		}
+	}
+	if adjust != nil {
+		adjust(cc)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
