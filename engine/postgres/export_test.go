@@ -37,7 +37,7 @@ func SetNaiveArbitration(e *Engine) { e.gc.naiveArbitration.Store(true) }
 
 // NaiveArbitrationLock returns the advisory lock key the naive arbitration
 // waits for.
-func NaiveArbitrationLock(e *Engine) int64 { return e.lockKey("naive-arbitration") }
+func NaiveArbitrationLock(e *Engine) int64 { return e.gc.naiveLock() }
 
 // SweepLockKey returns the advisory lock key of e's sweep lease.
 func SweepLockKey(e *Engine) int64 { return e.lockKey("sweep") }

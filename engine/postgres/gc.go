@@ -397,6 +397,9 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 	return verdicts, nonEmpty(objects), err
 }
 
+// naiveLock is the advisory lock the naive arbitration waits for.
+func (g *gcMech) naiveLock() int64 { return g.e.lockKey("naive-arbitration") }
+
 // arbitrateNaive is the known-unsafe arbitration (tests only).
 func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key, texts []string, now time.Time) ([]blob.Verdict, error) {
 	if hook := g.beforeDelete.Load(); hook != nil {
@@ -408,7 +411,7 @@ func (g *gcMech) arbitrateNaive(ctx context.Context, tx pgx.Tx, keys []blob.Key,
 		at[t] = i
 		verdicts[i] = blob.Verdict{Key: keys[i], Outcome: blob.Protected}
 	}
-	rows, err := tx.Query(ctx, g.e.sql(sqlArbitrateNaive), texts, nowArg(now), g.e.lockKey("naive-arbitration"))
+	rows, err := tx.Query(ctx, g.e.sql(sqlArbitrateNaive), texts, nowArg(now), g.naiveLock())
 	if err != nil {
 		return nil, err
 	}
