@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 )
 
 var largeRSSMiB = flag.Int64("large-rss-mib", 128, "size of the value TestLargeRSS puts and gets, in MiB (2048 for the issue's 2 GiB check)")
@@ -32,7 +32,7 @@ var (
 	probeErr  error
 )
 
-// largeProbe builds internal/largeprobe once per test process, without the
+// largeProbe builds internal/testing/largeprobe once per test process, without the
 // race detector, and returns its path.
 func largeProbe(t *testing.T) string {
 	t.Helper()
@@ -43,7 +43,7 @@ func largeProbe(t *testing.T) string {
 			return
 		}
 		probePath = filepath.Join(dir, "largeprobe")
-		out, err := exec.Command("go", "build", "-o", probePath, "github.com/steadkit/stead/internal/largeprobe").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", probePath, "github.com/steadkit/stead/internal/testing/largeprobe").CombinedOutput()
 		if err != nil {
 			probeErr = fmt.Errorf("go build largeprobe: %v\n%s", err, out)
 		}

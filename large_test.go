@@ -20,11 +20,11 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // The large-blob tests that look inside an engine's database: residue after

@@ -21,11 +21,11 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/faultengine"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/record"
 )
 

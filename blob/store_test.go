@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
 	"github.com/steadkit/stead/engine/memory"
-	"github.com/steadkit/stead/internal/faultengine"
 	"github.com/steadkit/stead/steaderr"
 )
 

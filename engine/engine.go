@@ -14,7 +14,7 @@
 //     implementations, in engine/memory, engine/sqlite, engine/postgres and
 //     engine/remote (HTTP to stead serve);
 //   - faultengine.Engine: a wrapper for tests that fails chosen calls of
-//     any engine (internal/faultengine).
+//     any engine (engine/enginetest/faultengine).
 //
 // An engine is correct when it passes engine/enginetest. docs/design.md
 // describes the seam and the rules every method keeps.

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 )
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {

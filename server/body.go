@@ -14,7 +14,8 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
+	"github.com/steadkit/stead/internal/validate"
 )
 
 // readJSON decodes a request body of at most maxJSONBody bytes into v,
@@ -40,7 +41,7 @@ func (s *Server) readJSONLimit(w http.ResponseWriter, r *http.Request, v any, li
 	if err != nil {
 		return err
 	}
-	if err := wire.CheckText(b); err != nil {
+	if err := validate.JSONText(b); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/server"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 )
 
 // FuzzCheckRange checks that no Range header panics and that what

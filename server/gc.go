@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/steaderr"
 )
 

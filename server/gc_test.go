@@ -9,16 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/validate"
-	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
+	"github.com/steadkit/stead/engine/remote/wire"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
 )
 

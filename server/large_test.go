@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/lock"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 )
 
 // ServeHTTP serves one request: routing, deadlines, metrics, and JSON for

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 	"github.com/steadkit/stead/server"
 )
 

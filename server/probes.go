@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 )
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

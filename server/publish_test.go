@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/faultengine"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
 	"github.com/steadkit/stead/server"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 	"github.com/steadkit/stead/server"
 )
 

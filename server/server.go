@@ -20,8 +20,8 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/wire"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/ref"
 )

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"

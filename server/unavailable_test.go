@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
 )
 

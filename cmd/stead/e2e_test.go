@@ -25,7 +25,7 @@ import (
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/remote"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // binary is the stead command built for these tests.

@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/steadkit/stead/internal/cli"
+	"github.com/steadkit/stead/cmd/stead/internal/cli"
 )
 
 func main() {

@@ -78,7 +78,7 @@ type Harness struct {
 	NoFuncSources string
 	// Faulty returns a fresh, migrated, empty engine over an engine whose
 	// calls fail when fail says so, closed in t.Cleanup: before each call
-	// of an operation op (named as internal/faultengine names them, e.g.
+	// of an operation op (named as engine/enginetest/faultengine names them, e.g.
 	// "blob.Stat"), a non-nil fail(op) is returned in place of the call.
 	// For an engine over another (the remote engine), the inner one is
 	// failed: the suite then checks that every error comes back as it

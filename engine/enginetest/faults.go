@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/faultengine"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )

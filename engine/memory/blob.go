@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/internal/chunkid"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/chunkid"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )

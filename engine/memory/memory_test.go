@@ -3,7 +3,7 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/steadkit/stead/internal/faultengine"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
 
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // autovacuumWait bounds a wait for autovacuum, which a 1 s naptime starts

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/groupcommit"
+	"github.com/steadkit/stead/engine/internal/groupcommit"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/chunkid"
+	"github.com/steadkit/stead/engine/internal/chunkid"
 	"github.com/steadkit/stead/steaderr"
 )
 

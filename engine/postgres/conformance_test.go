@@ -13,7 +13,7 @@ import (
 	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // direct reaches a test database without a proxy.

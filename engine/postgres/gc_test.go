@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/steaderr"
 )
 

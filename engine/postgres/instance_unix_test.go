@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 )

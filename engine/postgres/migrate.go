@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/steadkit/stead/internal/sqlengine"
+	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 

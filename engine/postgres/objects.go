@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/internal/bytestier"
+	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/bytestier"
-	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 

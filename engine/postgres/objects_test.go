@@ -8,8 +8,8 @@ import (
 
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/postgres"
-	"github.com/steadkit/stead/internal/bytestier/crashtest"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/crashtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 func TestBytesTierCrash(t *testing.T) {

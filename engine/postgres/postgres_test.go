@@ -17,9 +17,9 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // TestOverlappingPuts races many goroutines, through two engines on one

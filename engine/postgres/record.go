@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/steadkit/stead/internal/groupcommit"
-	"github.com/steadkit/stead/internal/sqlengine"
+	"github.com/steadkit/stead/engine/internal/groupcommit"
+	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"

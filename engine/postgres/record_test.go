@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/steadkit/stead/engine/enginetest"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/internal/pgtest"
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )

@@ -25,7 +25,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )

@@ -13,10 +13,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/steadkit/stead/internal/apicheck"
+	"github.com/steadkit/stead/internal/testing/apicheck"
 
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
 	"github.com/steadkit/stead/engine/memory"
-	"github.com/steadkit/stead/internal/faultengine"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -25,7 +25,7 @@ import (
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/remote"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
 )
 

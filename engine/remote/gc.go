@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/wire"
 )
 
 // gcEngine drives the server's garbage-collection mechanics, so a

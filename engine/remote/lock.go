@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/steaderr"
 )

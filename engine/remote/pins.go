@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 )
 
 // Pin pins a stored blob for p.Owner and p.TTL: POST /v1/blobs/{key}/pins.

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
 )

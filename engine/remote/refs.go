@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/ref"
 )
 

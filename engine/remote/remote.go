@@ -42,7 +42,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"

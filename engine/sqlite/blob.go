@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/internal/groupcommit"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/internal/groupcommit"
 	"github.com/steadkit/stead/steaderr"
 )
 

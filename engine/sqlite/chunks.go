@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/chunkid"
+	"github.com/steadkit/stead/engine/internal/chunkid"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )

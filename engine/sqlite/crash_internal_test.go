@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/steadkit/stead/engine"
-	"github.com/steadkit/stead/internal/bytestier/crashtest"
+	"github.com/steadkit/stead/internal/testing/crashtest"
 )
 
 func TestBytesTierCrash(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/steadkit/stead/internal/sqlengine"
+	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 

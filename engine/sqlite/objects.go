@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/internal/bytestier"
+	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/bytestier"
-	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/bytestier/faultbucket"
+	"github.com/steadkit/stead/internal/testing/faultbucket"
 	"github.com/steadkit/stead/steaderr"
 )
 

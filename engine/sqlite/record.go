@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/steadkit/stead/engine/internal/groupcommit"
+	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/internal/clock"
-	"github.com/steadkit/stead/internal/groupcommit"
-	"github.com/steadkit/stead/internal/sqlengine"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/record/check"
 	"github.com/steadkit/stead/steaderr"

@@ -20,8 +20,8 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/internal/bytestier"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/bytestier"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"

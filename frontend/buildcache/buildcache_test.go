@@ -19,7 +19,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/fronttest"
+	"github.com/steadkit/stead/internal/testing/fronttest"
 	"github.com/steadkit/stead/server"
 )
 

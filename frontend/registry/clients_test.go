@@ -14,7 +14,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/steadkit/stead/frontend/registry"
-	"github.com/steadkit/stead/internal/fronttest"
+	"github.com/steadkit/stead/internal/testing/fronttest"
 )
 
 // run runs a client, failing the test with its output when it fails.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/registry"
-	"github.com/steadkit/stead/internal/fronttest"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/fronttest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/gc"
-	"github.com/steadkit/stead/internal/fronttest"
+	"github.com/steadkit/stead/internal/testing/fronttest"
 )
 
 // TestOnlineGC pushes images that share a base layer into two

@@ -18,7 +18,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -84,7 +84,7 @@ func decodeLink(rf ref.Ref) link {
 // Content-Type) and returns what it says.
 func parseManifest(body []byte, mt string) (manifestDoc, *regError) {
 	var doc manifestDoc
-	if err := wire.CheckText(body); err != nil {
+	if err := validate.JSONText(body); err != nil {
 		return doc, errorf(codeManifestInvalid, "manifest is not valid UTF-8 JSON")
 	}
 	if err := json.Unmarshal(body, &doc); err != nil {

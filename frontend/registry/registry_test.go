@@ -17,7 +17,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/registry"
-	"github.com/steadkit/stead/internal/fronttest"
+	"github.com/steadkit/stead/internal/testing/fronttest"
 	"github.com/steadkit/stead/server"
 )
 

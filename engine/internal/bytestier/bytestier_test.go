@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/steadkit/stead/internal/bytestier"
+	"github.com/steadkit/stead/engine/internal/bytestier"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -13,13 +13,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // readme returns the repository's README.md.
 func readme(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

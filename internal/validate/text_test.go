@@ -1,4 +1,4 @@
-package wire
+package validate
 
 import (
 	"encoding/json"
@@ -9,35 +9,35 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-func TestCheckText(t *testing.T) {
+func TestJSONText(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{
 		`{"owner":"a"}`, `{"owner":"\u00e9"}`, `{"owner":"\ud83d\ude00"}`, `{"owner":"😀"}`, `{"a":"\\ud800"}`,
 		`{"a":"x\\"}`, `{"a":"\u12"}`, `"\uD83D\uDE00"`,
 	} {
-		if err := CheckText([]byte(ok)); err != nil {
-			t.Errorf("CheckText(%s) = %v, want nil", ok, err)
+		if err := JSONText([]byte(ok)); err != nil {
+			t.Errorf("JSONText(%s) = %v, want nil", ok, err)
 		}
 	}
 	for _, bad := range []string{
 		"{\"owner\":\"\xff\"}", `{"owner":"\ud800"}`, `{"owner":"\udfff"}`, `{"owner":"\ud800x"}`, `{"owner":"\ud800\u0041"}`,
 		`{"owner":"\uDBFF"}`, `{"owner":"a\ud800"}`, `{"owner":"\ud800\ud800"}`, `["\\\ud800"]`,
 	} {
-		if err := CheckText([]byte(bad)); !errors.Is(err, steaderr.ErrInvalidName) {
-			t.Errorf("CheckText(%q) = %v, want ErrInvalidName", bad, err)
+		if err := JSONText([]byte(bad)); !errors.Is(err, steaderr.ErrInvalidName) {
+			t.Errorf("JSONText(%q) = %v, want ErrInvalidName", bad, err)
 		}
 	}
 }
 
-// FuzzCheckText: whatever CheckText accepts, encoding/json decodes without
+// FuzzJSONText: whatever JSONText accepts, encoding/json decodes without
 // replacing a character, so two accepted strings never decode to one.
-func FuzzCheckText(f *testing.F) {
+func FuzzJSONText(f *testing.F) {
 	for _, s := range []string{`"a"`, `"\ud800"`, `"\ud83d\ude00"`, "\"\xff\"", `"\\ud800"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s string
-		if CheckText(b) != nil || json.Unmarshal(b, &s) != nil {
+		if JSONText(b) != nil || json.Unmarshal(b, &s) != nil {
 			return
 		}
 		out, _ := json.Marshal(s)

@@ -27,8 +27,8 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest"
+	"github.com/steadkit/stead/engine/internal/bytestier"
 	"github.com/steadkit/stead/engine/sqlite"
-	"github.com/steadkit/stead/internal/bytestier"
 	"github.com/steadkit/stead/steaderr"
 )
 

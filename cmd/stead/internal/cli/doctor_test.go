@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // TestDoctorDeadRows: doctor warns, naming the table, when deleted blobs

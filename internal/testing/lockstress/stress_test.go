@@ -20,7 +20,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 var soak = flag.Duration("locks.soak", 0, "run each lock stress scenario this long (default: a short run)")

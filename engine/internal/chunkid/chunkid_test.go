@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/steadkit/stead/internal/chunkid"
+	"github.com/steadkit/stead/engine/internal/chunkid"
 	"github.com/steadkit/stead/steaderr"
 )
 

@@ -53,7 +53,7 @@ func Load(t testing.TB) *Doc {
 // docPath is docs/openapi.yaml in the module this file is in.
 func docPath() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "docs", "openapi.yaml")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "docs", "openapi.yaml")
 }
 
 func load(path string) (*Doc, error) {

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/internal/wire"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/record"
 )
 

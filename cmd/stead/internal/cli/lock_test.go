@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/sqlite"
-	"github.com/steadkit/stead/internal/testkit"
 	"github.com/steadkit/stead/lock"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server"

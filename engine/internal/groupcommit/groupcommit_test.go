@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/testkit"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 )
 
 // fakeStore records the batches a Committer flushes. Its flush blocks while

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/engine/sqlite"
-	"github.com/steadkit/stead/internal/faultengine"
-	"github.com/steadkit/stead/internal/pgtest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/steaderr"
