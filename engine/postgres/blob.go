@@ -81,8 +81,8 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// pinned by this batch, unless a put of one without children is in the
 	// batch too (@blob_plain, @pin_plain say which rows and pins come from
 	// such puts); the edges of the others are inserted; the refused
-	// (parent, child, 0 missing or 1 fixed) and raced (parent, '', 2) rows
-	// are answered.
+	// (parent, child, edgeMissing or edgeFixed) and raced (parent, '',
+	// edgeRaced) rows are answered.
 	sqlPutEdges = declare("sqlPutEdges", `WITH l AS (
 	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR NO KEY UPDATE
 ), e AS (
@@ -117,7 +117,7 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c, 0 FROM missing UNION ALL SELECT p, c, 1 FROM fixed UNION ALL SELECT p, '', 2 FROM raced ORDER BY 1, 2`)
+SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UNION ALL SELECT p, '', 'raced' FROM raced ORDER BY 1, 2`)
 
 	sqlStat     = declare("sqlStat", `SELECT size FROM {schema}.blobs WHERE key = $1`)
 	sqlListPage = declare("sqlListPage", `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`)
@@ -206,6 +206,13 @@ func keyTexts(keys []blob.Key) []string {
 	return texts
 }
 
+// The verdicts sqlPutEdges answers for a parent it does not store.
+const (
+	edgeMissing = "missing" // (parent, child): the child is not stored
+	edgeFixed   = "fixed"   // (parent, child): the parent is stored without this child
+	edgeRaced   = "raced"   // (parent, ""): another writer stored the parent meanwhile
+)
+
 // flush stores one batch, blobs and pins, in one statement: one round
 // trip, one commit. The batch is sorted and de-duplicated by key (pins by
 // key and owner), so that concurrent batches lock the rows they share in
@@ -285,16 +292,17 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 		if err != nil {
 			return err
 		}
-		var p, c string
-		var kind int
+		var p, c, kind string
 		_, err = pgx.ForEachRow(rows, []any{&p, &c, &kind}, func() error {
 			switch kind {
-			case 0:
+			case edgeMissing:
 				missing[p] = append(missing[p], c)
-			case 1:
+			case edgeFixed:
 				fixed[p] = append(fixed[p], c)
-			default:
+			case edgeRaced:
 				raced[p] = true
+			default:
+				return fmt.Errorf("postgres: put: unknown edge verdict %q", kind)
 			}
 			return nil
 		})

@@ -32,4 +32,4 @@ WITH l AS (
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c, 0 FROM missing UNION ALL SELECT p, c, 1 FROM fixed UNION ALL SELECT p, '', 2 FROM raced ORDER BY 1, 2
+SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UNION ALL SELECT p, '', 'raced' FROM raced ORDER BY 1, 2
