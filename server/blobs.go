@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"net/http"
 	"strconv"
 	"strings"
@@ -244,116 +242,30 @@ func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// listBlobs streams one page of keys after the cursor: {"blobs": [...],
-// "next": "..."}, next set when the page is full. limit=0 lists every
-// blob after the cursor in one response, walked a page at a time
-// (blob.Store.All): each page is one snapshot, the walk as a whole is not.
-// An error after the page began ends it with "error" and "code" members.
+// listBlobs: GET /v1/blobs?after=&limit=, one page of blobs in key order,
+// one snapshot: {"blobs": [...], "next": KEY} when the page is full.
 func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	limit, err := pageLimit(r, blob.DefaultPageSize)
 	var after blob.Key
-	if text := q.Get("after"); text != "" {
-		key, err := blob.ParseKey(text)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		after = key
+	if text := r.URL.Query().Get("after"); text != "" && err == nil {
+		after, err = blob.ParseKey(text)
 	}
-	limit := defaultListLimit
-	if text := q.Get("limit"); text != "" {
-		n, err := strconv.Atoi(text)
-		if err != nil || n < 0 || n > maxListLimit {
-			s.fail(w, r, invalidArgument("limit %q: want 0 (all) to %d", text, maxListLimit))
-			return
-		}
-		limit = n
+	var page []blob.Info
+	if err == nil {
+		page, err = s.blobs.List(r.Context(), after, limit)
 	}
-	s.stream(w)
-	var (
-		started bool
-		count   int
-		last    blob.Key
-		werr    error
-	)
-	write := func(b []byte) {
-		if werr == nil {
-			_, werr = w.Write(b)
-		}
-	}
-	start := func() {
-		if !started {
-			started = true
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			write([]byte(`{"blobs":[`))
-		}
-	}
-	// A page is read whole before any of it is written, and limit 0 walks
-	// page by page (blob.Store.All): no pooled connection waits on a slow
-	// client.
-	var infos iter.Seq2[blob.Info, error]
-	if limit == 0 {
-		infos = s.blobs.All(r.Context(), after)
-	} else {
-		page, err := s.blobs.List(r.Context(), after, limit)
-		infos = func(yield func(blob.Info, error) bool) {
-			for _, info := range page {
-				if !yield(info, nil) {
-					return
-				}
-			}
-			if err != nil {
-				yield(blob.Info{}, err)
-			}
-		}
-	}
-	var err error
-	for info, ierr := range infos {
-		if ierr != nil {
-			err = ierr
-			break
-		}
-		start()
-		if count > 0 {
-			write([]byte{','})
-		}
-		b, _ := json.Marshal(wire.BlobInfo{Key: info.Key.String(), Size: info.Size})
-		write(b)
-		count++
-		last = info.Key
-		if werr != nil {
-			break
-		}
-	}
-	if err != nil && !started {
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	start()
-	tail := map[string]any{}
-	if err != nil {
-		_, code, sentinel := wire.StatusOf(err)
-		if sentinel == nil {
-			code = wire.CodeInternal
-			s.log.Error("stead: blob list", "err", err)
-			tail["error"] = "internal error"
-		} else {
-			tail["error"] = publicMessage(err)
-		}
-		tail["code"] = code
-	} else if limit > 0 && count == limit {
-		tail["next"] = last.String()
+	out := wire.BlobPage{Blobs: make([]wire.BlobInfo, len(page))}
+	for i, info := range page {
+		out.Blobs[i] = wire.BlobInfo{Key: info.Key.String(), Size: info.Size}
 	}
-	b, _ := json.Marshal(tail)
-	write([]byte("]"))
-	if len(b) > 2 {
-		write([]byte{','})
-		write(b[1:])
-	} else {
-		write([]byte("}"))
+	if len(page) == limit {
+		out.Next = out.Blobs[len(page)-1].Key
 	}
-	write([]byte("\n"))
+	writeJSON(w, http.StatusOK, out)
 }
 
 // maxRanges is the most ranges one request may ask for; more are ignored

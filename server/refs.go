@@ -174,16 +174,11 @@ func (s *Server) deleteRef(w http.ResponseWriter, r *http.Request) {
 // name order: {"refs": [...], "next": NAME} when the page is full.
 func (s *Server) listRefs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := ref.DefaultPageSize
-	if text := q.Get("limit"); text != "" {
-		n, err := strconv.Atoi(text)
-		if err != nil || n < 1 || n > maxListLimit {
-			s.fail(w, r, fmt.Errorf("%w: limit %q: want 1 to %d", steaderr.ErrInvalidArgument, text, maxListLimit))
-			return
-		}
-		limit = n
+	limit, err := pageLimit(r, ref.DefaultPageSize)
+	var now time.Time
+	if err == nil {
+		now, err = s.queryNow(r)
 	}
-	now, err := s.queryNow(r)
 	var page []ref.Ref
 	if err == nil {
 		page, err = s.refStore(now.Truncate(time.Microsecond)).List(r.Context(), q.Get("prefix"), q.Get("after"), limit)
@@ -200,6 +195,20 @@ func (s *Server) listRefs(w http.ResponseWriter, r *http.Request) {
 		out.Next = page[len(page)-1].Name
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// pageLimit is a list request's limit: def when it names none, else 1 to
+// maxListLimit (more, fewer or not a number is invalid).
+func pageLimit(r *http.Request, def int) (int, error) {
+	text := r.URL.Query().Get("limit")
+	if text == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(text)
+	if err != nil || n < 1 || n > maxListLimit {
+		return 0, invalidArgument("limit %q: want 1 to %d", text, maxListLimit)
+	}
+	return n, nil
 }
 
 // refusePreconditions refuses a request carrying one of the conditional

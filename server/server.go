@@ -112,8 +112,6 @@ const (
 	maxPoll     = time.Minute
 	// maxListLimit bounds one page of a list.
 	maxListLimit = wire.MaxListLimit
-	// defaultListLimit is a page's length when the request names none.
-	defaultListLimit = 1000
 	// maxRecords bounds the records one answer holds (a list or a
 	// claim-next), each with its payload; defaultRecords is a list's
 	// length when the request names none.

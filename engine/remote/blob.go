@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,93 +178,71 @@ func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 	return blob.Info{Key: key, Size: size}, nil
 }
 
-// List reads one streamed answer, so the listing is one snapshot on the
-// server and memory stays flat however many blobs it holds.
+// List asks for pages of at most wire.MaxListLimit blobs, the server's
+// page bound, until it has limit blobs or a page comes back short: a limit
+// up to wire.MaxListLimit is one request, so one snapshot on the server;
+// a longer one is a page walk, a snapshot a page.
 func (b *blobs) List(ctx context.Context, after blob.Key, limit int, yield func(blob.Info) bool) error {
 	if limit < 1 {
 		return fmt.Errorf("%w: list limit %d, want at least 1", steaderr.ErrInvalidArgument, limit)
 	}
-	afterText := ""
-	if !after.IsZero() {
-		afterText = after.String()
+	for limit > 0 {
+		n := min(limit, wire.MaxListLimit)
+		page, err := b.page(ctx, after, n)
+		if err != nil {
+			return err
+		}
+		for _, info := range page {
+			if !yield(info) {
+				return nil
+			}
+		}
+		if len(page) < n {
+			return nil
+		}
+		limit -= n
+		after = page[n-1].Key
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // a yield that stops early drops the stream
-	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs", &request{query: query("after", afterText, "limit", strconv.Itoa(limit))}, nil)
+	return nil
+}
+
+// pageEntryBytes bounds the JSON of one blob in a page answer (a compact
+// one takes about 100 bytes), so that reading a page of n blobs takes at
+// most n times that, whatever the server sends.
+const pageEntryBytes = 512
+
+// page reads one page of at most n blobs after after and refuses an
+// answer longer than n, out of key order, or larger than n blobs take.
+func (b *blobs) page(ctx context.Context, after blob.Key, n int) ([]blob.Info, error) {
+	q := url.Values{"limit": {strconv.Itoa(n)}}
+	if !after.IsZero() {
+		q.Set("after", after.String())
+	}
+	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs", &request{query: q}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return errorOf(resp)
+		return nil, errorOf(resp)
 	}
-	dec := json.NewDecoder(resp.Body)
-	bad := func(err error) error { return fmt.Errorf("blob list: %w: %w", errMalformed, err) }
-	last, n := after, 0
-	if err := expect(dec, json.Delim('{')); err != nil {
-		return bad(err)
+	var out wire.BlobPage
+	if err := json.NewDecoder(io.LimitReader(resp.Body, int64(n+1)*pageEntryBytes)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("blob list: %w: %w", errMalformed, err)
 	}
-	var tail wire.Error
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return bad(err)
+	if len(out.Blobs) > n {
+		return nil, fmt.Errorf("blob list: %w: %d blobs for a limit of %d", errMalformed, len(out.Blobs), n)
+	}
+	page := make([]blob.Info, len(out.Blobs))
+	last := after
+	for i, w := range out.Blobs {
+		key, err := blob.ParseKey(w.Key)
+		if err != nil || key.Compare(last) <= 0 || w.Size < 0 {
+			return nil, fmt.Errorf("blob list: %w: %.80q (size %d) after %s", errMalformed, w.Key, w.Size, last)
 		}
-		switch tok {
-		case "blobs":
-			if err := expect(dec, json.Delim('[')); err != nil {
-				return bad(err)
-			}
-			for dec.More() {
-				var info wire.BlobInfo
-				if err := dec.Decode(&info); err != nil {
-					return bad(err)
-				}
-				key, err := blob.ParseKey(info.Key)
-				if err != nil {
-					return bad(err)
-				}
-				if n++; n > limit || key.Compare(last) <= 0 || info.Size < 0 {
-					return bad(fmt.Errorf("%s (size %d) as key %d of a page after %s of at most %d", key, info.Size, n, last, limit))
-				}
-				last = key
-				if !yield(blob.Info{Key: key, Size: info.Size}) {
-					return nil
-				}
-			}
-			if err := expect(dec, json.Delim(']')); err != nil {
-				return bad(err)
-			}
-		case "error":
-			if err := dec.Decode(&tail.Error); err != nil {
-				return bad(err)
-			}
-		case "code":
-			if err := dec.Decode(&tail.Code); err != nil {
-				return bad(err)
-			}
-		default:
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return bad(err)
-			}
-		}
+		page[i], last = blob.Info{Key: key, Size: w.Size}, key
 	}
-	if tail.Code != "" {
-		return wire.Err(http.StatusInternalServerError, tail)
-	}
-	return expect(dec, json.Delim('}'))
-}
-
-func expect(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != want {
-		return fmt.Errorf("got %v, want %v", tok, want)
-	}
-	return nil
+	return page, nil
 }
 
 // Delete arbitrates the keys with POST /v1/blobs/delete, a thousand keys

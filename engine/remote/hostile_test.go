@@ -76,7 +76,8 @@ func TestGetDistrustsContentLength(t *testing.T) {
 }
 
 // TestListDistrustsOrder: a page out of order, repeating a name, outside
-// the prefix asked for, or longer than asked is an error, not a list.
+// the prefix asked for, longer than asked, or larger than the blobs asked
+// for can take is an error, not a list.
 func TestListDistrustsOrder(t *testing.T) {
 	t.Parallel()
 	json := func(body string) string {
@@ -86,16 +87,25 @@ func TestListDistrustsOrder(t *testing.T) {
 	refJSON := func(name string) string {
 		return fmt.Sprintf(`{"name":%q,"key":%q,"version":1}`, name, k("a"))
 	}
+	var ordered []string // eleven keys in order, one more than the limit asked for
+	for _, c := range "0123456789a" {
+		ordered = append(ordered, `{"key":"`+k(string(c))+`","size":1}`)
+	}
+	eleven := strings.Join(ordered, ",")
 	for name, tc := range map[string]struct {
 		answer string
 		refs   bool
 	}{
-		"blobs out of order":  {json(`{"blobs":[{"key":"` + k("b") + `","size":1},{"key":"` + k("a") + `","size":1}]}`), false},
-		"blobs repeated":      {json(`{"blobs":[{"key":"` + k("b") + `","size":1},{"key":"` + k("b") + `","size":1}]}`), false},
-		"blob size negative":  {json(`{"blobs":[{"key":"` + k("b") + `","size":-1}]}`), false},
-		"refs out of order":   {json(`{"refs":[` + refJSON("p/b") + `,` + refJSON("p/a") + `]}`), true},
-		"refs outside prefix": {json(`{"refs":[` + refJSON("q/a") + `]}`), true},
-		"refs before after":   {json(`{"refs":[` + refJSON("p/") + `]}`), true},
+		"blobs out of order":      {json(`{"blobs":[{"key":"` + k("b") + `","size":1},{"key":"` + k("a") + `","size":1}]}`), false},
+		"blobs repeated":          {json(`{"blobs":[{"key":"` + k("b") + `","size":1},{"key":"` + k("b") + `","size":1}]}`), false},
+		"blob size negative":      {json(`{"blobs":[{"key":"` + k("b") + `","size":-1}]}`), false},
+		"blobs longer than asked": {json(`{"blobs":[` + eleven + `]}`), false},
+		"blob page too large":     {json(`{"blobs":[{"key":"` + k("b") + `","size":1}` + strings.Repeat(" ", 1<<20) + `]}`), false},
+		"blob page not a page":    {json(`{"blobs":{"key":"` + k("b") + `"}}`), false},
+		"blob page cut short":     {json(`{"blobs":[{"key":"` + k("b") + `","size":1}`), false},
+		"refs out of order":       {json(`{"refs":[` + refJSON("p/b") + `,` + refJSON("p/a") + `]}`), true},
+		"refs outside prefix":     {json(`{"refs":[` + refJSON("q/a") + `]}`), true},
+		"refs before after":       {json(`{"refs":[` + refJSON("p/") + `]}`), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

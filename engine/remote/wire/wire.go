@@ -230,6 +230,13 @@ type BlobInfo struct {
 	Size int64  `json:"size"`
 }
 
+// BlobPage is the answer of GET /v1/blobs: the blobs of one page in key
+// order, and Next, the key to list after, when the page is full.
+type BlobPage struct {
+	Blobs []BlobInfo `json:"blobs"`
+	Next  string     `json:"next,omitempty"`
+}
+
 // SchemaInfo is the answer of /v1/schema.
 type SchemaInfo struct {
 	Current int `json:"current"`
