@@ -233,9 +233,12 @@ type RefInfo struct {
 	Name string
 	// Expiry is when the ref stops protecting the key; zero: never.
 	Expiry time.Time
+	// Weak reports a ref that names the key without protecting it.
+	Weak bool
 }
 
-// Live reports whether the ref protects its key at now.
+// Live reports whether the ref is live at now: it protects its key then,
+// unless it is weak.
 func (r RefInfo) Live(now time.Time) bool { return r.Expiry.IsZero() || now.Before(r.Expiry) }
 
 // Candidate is one staged delete candidate.
@@ -258,7 +261,7 @@ type Explanation struct {
 	// Sources name the liveness sources referencing the key.
 	Sources []string
 	// Refs are the refs naming the key, live or not at Now (an expired one
-	// not reaped yet), in name order.
+	// not reaped yet), strong or weak, in name order.
 	Refs []RefInfo
 	// Parents are the stored blobs that reference the key, in key order.
 	Parents []blob.Key

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -558,8 +559,13 @@ func (x Explanation) Verdict() string {
 			live = append(live, fmt.Sprintf("pinned by %s until %s", p.Owner, p.Expiry.UTC().Format(time.RFC3339Nano)))
 		}
 	}
+	var weak []string
 	for _, r := range x.Refs {
 		switch {
+		case r.Weak:
+			if r.Live(x.Now) {
+				weak = append(weak, strconv.Quote(r.Name))
+			}
 		case r.Expiry.IsZero():
 			live = append(live, fmt.Sprintf("named by ref %q", r.Name))
 		case r.Live(x.Now):
@@ -572,15 +578,21 @@ func (x Explanation) Verdict() string {
 	for _, s := range x.Sources {
 		live = append(live, "referenced by "+s)
 	}
+	var v string
 	switch {
 	case len(live) > 0:
-		return "kept: " + strings.Join(live, "; ")
+		v = "kept: " + strings.Join(live, "; ")
 	case x.Staged && !x.VisibleAfter.After(x.Now):
-		return "unprotected: the next sweep deletes it"
+		v = "unprotected: the next sweep deletes it"
 	case x.Staged:
-		return "unprotected: deletable from " + x.VisibleAfter.UTC().Format(time.RFC3339Nano)
+		v = "unprotected: deletable from " + x.VisibleAfter.UTC().Format(time.RFC3339Nano)
+	default:
+		v = "unprotected: the next staging pass stages it"
 	}
-	return "unprotected: the next staging pass stages it"
+	if len(weak) > 0 {
+		v += " (named by weak ref " + strings.Join(weak, ", ") + ", which keeps nothing)"
+	}
+	return v
 }
 
 // Pins calls yield for each pin in (key, owner) order until it returns

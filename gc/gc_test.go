@@ -87,10 +87,16 @@ func TestExplanationVerdict(t *testing.T) {
 		{gc.Explanation{Key: key, Now: now, Stored: true, Sources: []string{"s.t(c)"}}, "kept: referenced by s.t(c)"},
 		{gc.Explanation{Key: key, Now: now, Stored: true, Staged: true, VisibleAfter: now}, "the next sweep deletes it"},
 		{gc.Explanation{Key: key, Now: now, Stored: true, Staged: true, VisibleAfter: now.Add(time.Hour)}, "deletable from"},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Refs: []gc.RefInfo{{Name: "l", Weak: true}}}, `unprotected: the next staging pass stages it (named by weak ref "l", which keeps nothing)`},
+		{gc.Explanation{Key: key, Now: now, Stored: true, Refs: []gc.RefInfo{{Name: "l", Weak: true}, {Name: "t"}}}, `kept: named by ref "t" (named by weak ref "l", which keeps nothing)`},
 	}
 	for _, tc := range tests {
 		if got := tc.x.Verdict(); !strings.Contains(got, tc.want) {
 			t.Errorf("Verdict(%+v) = %q, want it to say %q", tc.x, got, tc.want)
 		}
+	}
+	expired := gc.Explanation{Key: key, Now: now, Stored: true, Refs: []gc.RefInfo{{Name: "l", Weak: true, Expiry: now}}}
+	if got, want := expired.Verdict(), "unprotected: the next staging pass stages it"; got != want {
+		t.Errorf("Verdict of an expired weak ref's key = %q, want %q", got, want)
 	}
 }

@@ -16,21 +16,23 @@ import (
 // method treats it as absent. Every method returns steaderr.ErrClosed once
 // the engine is closed.
 //
-// A ref protects its key from garbage collection while it is live. Set
-// takes the same row lock on the key's blob that a put or a pin takes, so
-// it cannot interleave with an arbitration of the key: either the ref
-// commits first and the key is kept, or the key is deleted first and Set
-// fails with an error wrapping steaderr.ErrNotFound. Touch takes that lock
-// too, so a renewal never extends a ref whose key an arbitration has just
-// judged unprotected.
+// A ref protects its key from garbage collection while it is live, unless
+// it is weak: a weak ref protects nothing, and the arbitration that
+// deletes its key deletes it too. Set, weak or not, takes the same row
+// lock on the key's blob that a put or a pin takes, so it cannot
+// interleave with an arbitration of the key: either the ref commits first
+// (and a strong one keeps the key), or the key is deleted first and Set
+// fails with an error wrapping steaderr.ErrNotFound. So every ref names a
+// stored blob. Touch takes that lock too, so a renewal never extends a ref
+// whose key an arbitration has just judged unprotected.
 type Engine interface {
-	// Set points p.Name at p.Key, with p.Annotation and, when p.TTL > 0,
-	// an expiry of p.Now + p.TTL (else none), and returns the ref as stored
-	// with a new version, larger than any version the store handed out
-	// before. p.Cond says when it may: unconditionally, only if the name is
-	// absent (or expired), or only if its live version is p.Version; else
-	// it fails with an error wrapping steaderr.ErrConflict and changes
-	// nothing. A key not stored fails it with steaderr.ErrNotFound.
+	// Set points p.Name at p.Key (weak when p.Weak), with p.Annotation
+	// and, when p.TTL > 0, an expiry of p.Now + p.TTL (else none), and
+	// returns the ref as stored with a new version, larger than any
+	// version the store handed out before. p.Cond says when it may:
+	// unconditionally, only if the name is absent (or expired), or only if
+	// its live version is p.Version; else it fails with an error wrapping
+	// steaderr.ErrConflict and changes nothing. A key not stored fails it with steaderr.ErrNotFound.
 	Set(ctx context.Context, p SetParams) (Ref, error)
 	// Get returns the live ref p.Name, or an error wrapping
 	// steaderr.ErrNotFound.
@@ -74,6 +76,7 @@ type SetParams struct {
 	TTL        time.Duration
 	Cond       Cond
 	Version    int64
+	Weak       bool
 	Now        time.Time
 }
 

@@ -7,6 +7,12 @@
 // While a ref is live (it has no expiry, or its expiry is still ahead) no
 // garbage-collection sweep and no Blobs.Delete removes its key; setting a
 // ref to a stored key protects it from the moment Set returns.
+//
+// A weak ref names its key without keeping it: a membership, such as a
+// registry's link of a blob to a repository. Liveness ignores it, and the
+// sweep or Delete that removes its key removes it too, so a weak ref always
+// names a stored blob, and one whose key was collected reads as absent
+// (steaderr.ErrNotFound), as if deleted (docs/decisions/0031-weak-refs.md).
 package ref
 
 import (
@@ -31,8 +37,11 @@ const (
 type Ref struct {
 	// Name is the ref's name.
 	Name string
-	// Key is the blob the ref points to and keeps alive.
+	// Key is the blob the ref points to and, unless Weak, keeps alive.
 	Key blob.Key
+	// Weak reports a ref that names Key without keeping it: it goes with
+	// its key when a sweep or Delete removes the key.
+	Weak bool
 	// Version changes with every Set: it is larger than every version the
 	// store handed out before (across all names, so a ref deleted and set
 	// again never reuses one). Touch keeps it.
@@ -40,7 +49,8 @@ type Ref struct {
 	// Annotation is what the setter attached: a media type, a size,
 	// whatever a reader needs without reading the blob. nil when none.
 	Annotation []byte
-	// Expiry is when the ref stops protecting its key and reads as absent,
+	// Expiry is when the ref stops protecting its key (a weak one: naming
+	// it) and reads as absent,
 	// on the engine's clock; zero when it never expires.
 	Expiry time.Time
 }

@@ -46,17 +46,24 @@ type SetOptions struct {
 	TTL time.Duration
 	// Annotation is attached to the ref, at most MaxAnnotation bytes.
 	Annotation []byte
+	// Weak makes the ref name key without keeping it: a sweep or Delete
+	// may remove key, and then removes the ref with it. A Set without
+	// Weak over a weak ref makes it strong, with the same guarantee as any
+	// strong Set. Defaults to false: the ref keeps key.
+	Weak bool
 }
 
 // Set points the ref name at key, which must be stored (else ErrNotFound:
 // a sweep may have collected it; put it again), and returns the ref with
 // its new version. From the moment Set returns, key is kept while the ref
-// is live: no pin is needed between a Put and the Set that names it, as
-// long as the put's pin lasts. Errors: ErrInvalidName, ErrInvalidKey,
+// is live (unless opts.Weak): no pin is needed between a Put and the Set
+// that names it, as long as the put's pin lasts. A weak Set is refused
+// just the same for a key not stored, so a weak ref never names a blob
+// already gone. Errors: ErrInvalidName, ErrInvalidKey,
 // ErrInvalidArgument (a bad TTL or option, an annotation too long),
 // ErrConflict (IfAbsent or IfVersion not met); nothing changes then.
 func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOptions) (Ref, error) {
-	p := SetParams{Name: name, Key: key, Version: opts.IfVersion, Now: s.clock()}
+	p := SetParams{Name: name, Key: key, Version: opts.IfVersion, Weak: opts.Weak, Now: s.clock()}
 	err := CheckName(name)
 	switch {
 	case err != nil:
@@ -95,7 +102,7 @@ func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOpti
 }
 
 // Get returns the live ref name, or an error wrapping ErrNotFound (also
-// once it expired).
+// once it expired, and for a weak ref once its key was collected).
 func (s *Store) Get(ctx context.Context, name string) (Ref, error) {
 	if err := checkCall(ctx, name); err != nil {
 		return Ref{}, fmt.Errorf("ref get %.80q: %w", name, err)

@@ -121,7 +121,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 		out.Sources = []string{}
 	}
 	for _, r := range x.Refs {
-		out.Refs = append(out.Refs, wire.RefPin{Name: r.Name, Expiry: r.Expiry, Live: r.Live(x.Now)})
+		out.Refs = append(out.Refs, wire.RefPin{Name: r.Name, Expiry: r.Expiry, Live: r.Live(x.Now), Weak: r.Weak})
 	}
 	for _, p := range x.Parents {
 		out.Parents = append(out.Parents, p.String())

@@ -27,7 +27,7 @@ func (s *Server) refStore(now time.Time) *ref.Store {
 }
 
 func wireRef(r ref.Ref) wire.Ref {
-	return wire.Ref{Name: r.Name, Key: r.Key.String(), Version: r.Version, Annotation: r.Annotation, Expiry: r.Expiry}
+	return wire.Ref{Name: r.Name, Key: r.Key.String(), Version: r.Version, Annotation: r.Annotation, Expiry: r.Expiry, Weak: r.Weak}
 }
 
 // writeRef answers a ref with its version as the ETag.
@@ -72,7 +72,7 @@ func (s *Server) getRef(w http.ResponseWriter, r *http.Request) {
 	writeRef(w, http.StatusOK, got)
 }
 
-// setRef: PUT /v1/refs/{name...} with {"key", "ttl", "annotation"}: 200
+// setRef: PUT /v1/refs/{name...} with {"key", "ttl", "annotation", "weak"}: 200
 // with the ref and its new version.
 func (s *Server) setRef(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
@@ -109,7 +109,7 @@ func (s *Server) setRef(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	opts.TTL, opts.Annotation = time.Duration(req.TTL), req.Annotation
+	opts.TTL, opts.Annotation, opts.Weak = time.Duration(req.TTL), req.Annotation, req.Weak
 	got, err := s.refStore(now.Truncate(time.Microsecond)).Set(r.Context(), name, key, opts)
 	if err != nil {
 		s.failRef(w, r, err)

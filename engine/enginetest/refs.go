@@ -29,6 +29,9 @@ func testRef(t *testing.T, h Harness) {
 		{"MissingBlob", refMissingBlob},
 		{"Keeps", refKeeps},
 		{"RacesArbitration", refRacesArbitration},
+		{"Weak", refWeak},
+		{"WeakGone", refWeakGone},
+		{"WeakRacesArbitration", refWeakRacesArbitration},
 		{"Metamorphic", refMetamorphic},
 		{"Closed", refClosed},
 	})
@@ -40,7 +43,7 @@ func mustSet(t *testing.T, s *ref.Store, name string, key blob.Key, opts ref.Set
 	if err != nil {
 		t.Fatalf("Set(%q, %s, %+v): %v", name, key, opts, err)
 	}
-	if r.Name != name || r.Key != key || r.Version < 1 {
+	if r.Name != name || r.Key != key || r.Version < 1 || r.Weak != opts.Weak {
 		t.Fatalf("Set(%q, %s) = %+v", name, key, r)
 	}
 	return r
@@ -53,7 +56,7 @@ func wantRef(t *testing.T, s *ref.Store, name string, want ref.Ref) {
 	if err != nil {
 		t.Fatalf("Get(%q): %v", name, err)
 	}
-	if got.Name != want.Name || got.Key != want.Key || got.Version != want.Version || !bytes.Equal(got.Annotation, want.Annotation) || !got.Expiry.Equal(want.Expiry) {
+	if got.Name != want.Name || got.Key != want.Key || got.Version != want.Version || got.Weak != want.Weak || !bytes.Equal(got.Annotation, want.Annotation) || !got.Expiry.Equal(want.Expiry) {
 		t.Fatalf("Get(%q) = %+v, want %+v", name, got, want)
 	}
 }
@@ -291,6 +294,11 @@ func refMissingBlob(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrNotFound, "Set to a blob not stored")
 	_, err = b.refs.Get(ctx, "dangling")
 	wantErr(t, err, steaderr.ErrNotFound, "Get of a ref whose Set failed")
+	// A weak ref is refused the same: it never names a blob already gone.
+	_, err = b.refs.Set(ctx, "dangling", absentKey("ref"), ref.SetOptions{Weak: true})
+	wantErr(t, err, steaderr.ErrNotFound, "weak Set to a blob not stored")
+	_, err = b.refs.Get(ctx, "dangling")
+	wantErr(t, err, steaderr.ErrNotFound, "Get of a weak ref whose Set failed")
 }
 
 func refKeeps(t *testing.T, h Harness) {
@@ -410,4 +418,153 @@ func refClosed(t *testing.T, h Harness) {
 	wantErr(t, b.refs.Delete(ctx, "closed", 0), steaderr.ErrClosed, "Delete after Close")
 	_, err = b.refs.List(ctx, "", "", 1)
 	wantErr(t, err, steaderr.ErrClosed, "List after Close")
+}
+
+// refWeak: a weak ref names its key without keeping it. Alone it lets a
+// sweep take the key, and goes with it; beside a strong ref, or set strong
+// again, the key stays. It is listed, read and explained as weak.
+func refWeak(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	// A store whose only refs are weak has declared its liveness in refs.
+	col := gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Now: b.clock.Now})
+	alone := mustPut(t, b.store, testValue("weak alone", 10))
+	shared := mustPut(t, b.store, testValue("weak beside a strong ref", 11))
+	upgraded := mustPut(t, b.store, testValue("weak, then strong", 12))
+	weakAlone := mustSet(t, b.refs, "links/alone", alone, ref.SetOptions{Weak: true, Annotation: []byte("a")})
+	wantRef(t, b.refs, "links/alone", weakAlone)
+	weakShared := mustSet(t, b.refs, "links/shared", shared, ref.SetOptions{Weak: true})
+	mustSet(t, b.refs, "tags/shared", shared, ref.SetOptions{})
+	up := mustSet(t, b.refs, "links/upgraded", upgraded, ref.SetOptions{Weak: true})
+	strong := mustSet(t, b.refs, "links/upgraded", upgraded, ref.SetOptions{IfVersion: up.Version})
+	wantRef(t, b.refs, "links/upgraded", strong)
+	// A Touch keeps a ref weak.
+	expiring := mustSet(t, b.refs, "links/expiring", alone, ref.SetOptions{Weak: true, TTL: 8 * blob.DefaultPinTTL})
+	if r, err := b.refs.Touch(ctx, "links/expiring", 8*blob.DefaultPinTTL); err != nil || !r.Weak || r.Version != expiring.Version {
+		t.Fatalf("Touch of a weak ref = %+v, %v; want it weak, version %d", r, err, expiring.Version)
+	}
+	page, err := b.refs.List(ctx, "links/", "", 10)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var listed []string
+	for _, r := range page {
+		listed = append(listed, fmt.Sprintf("%s weak=%v", r.Name, r.Weak))
+	}
+	if want := []string{"links/alone weak=true", "links/expiring weak=true", "links/shared weak=true", "links/upgraded weak=false"}; !slices.Equal(listed, want) {
+		t.Fatalf("List = %q, want %q", listed, want)
+	}
+	b.expirePins()
+	x, err := col.Explain(ctx, alone)
+	if err != nil || len(x.Refs) != 2 || !x.Refs[0].Weak || x.Refs[0].Name != "links/alone" || !strings.HasPrefix(x.Verdict(), "unprotected") || !strings.Contains(x.Verdict(), `weak ref "links/alone"`) {
+		t.Fatalf("Explain of a key only weak refs name = %+v (%s), %v; want unprotected, the weak refs named", x, x.Verdict(), err)
+	}
+	if x, err := col.Explain(ctx, shared); err != nil || !strings.HasPrefix(x.Verdict(), `kept: named by ref "tags/shared"`) || !strings.Contains(x.Verdict(), `weak ref "links/shared"`) {
+		t.Fatalf("Explain of a key a strong and a weak ref name = %+v (%s), %v; want kept by the strong one", x, x.Verdict(), err)
+	}
+	rep, err := col.Sweep(ctx, gc.SweepOptions{})
+	if err != nil || rep.Staged != 1 {
+		t.Fatalf("sweep = %+v, %v; want only the key weak refs alone name staged", rep, err)
+	}
+	b.clock.Advance(testGrace)
+	if rep, err := col.Sweep(ctx, gc.SweepOptions{}); err != nil || rep.Deleted != 1 {
+		t.Fatalf("sweep a grace later = %+v, %v; want it deleted", rep, err)
+	}
+	wantHas(t, b.store, alone, false)
+	wantHas(t, b.store, shared, true)
+	wantHas(t, b.store, upgraded, true)
+	// The weak refs went with their key: absent, as a deleted ref.
+	for _, name := range []string{"links/alone", "links/expiring"} {
+		_, err = b.refs.Get(ctx, name)
+		wantErr(t, err, steaderr.ErrNotFound, "Get of a weak ref whose key was swept")
+	}
+	if page, err := b.refs.List(ctx, "links/a", "", 10); err != nil || len(page) != 0 {
+		t.Fatalf("List after the sweep = %+v, %v; want no weak ref of the swept key", page, err)
+	}
+	wantRef(t, b.refs, "links/shared", weakShared)
+	// Nor does a weak ref keep its key from a Delete.
+	if err := b.refs.Delete(ctx, "tags/shared", 0); err != nil {
+		t.Fatalf("Delete ref: %v", err)
+	}
+	if err := b.store.Delete(ctx, shared); err != nil {
+		t.Fatalf("Delete of a key only a weak ref names: %v", err)
+	}
+	_, err = b.refs.Get(ctx, "links/shared")
+	wantErr(t, err, steaderr.ErrNotFound, "Get of a weak ref whose key was deleted")
+}
+
+// refWeakGone: a weak ref whose key was collected reads as absent, and its
+// name is free: a create-only Set takes it once the key is put again.
+func refWeakGone(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	value := testValue("weak gone", 10)
+	key := mustPut(t, b.store, value)
+	mustSet(t, b.refs, "links/gone", key, ref.SetOptions{Weak: true})
+	b.expirePins()
+	b.sweep(t)
+	b.clock.Advance(testGrace)
+	if rep := b.sweep(t); rep.Deleted != 1 {
+		t.Fatalf("sweep = %+v, want the key deleted", rep)
+	}
+	_, err := b.refs.Get(ctx, "links/gone")
+	wantErr(t, err, steaderr.ErrNotFound, "Get of a weak ref whose key was swept")
+	_, err = b.refs.Touch(ctx, "links/gone", time.Hour)
+	wantErr(t, err, steaderr.ErrNotFound, "Touch of a weak ref whose key was swept")
+	wantErr(t, b.refs.Delete(ctx, "links/gone", 0), steaderr.ErrNotFound, "Delete of a weak ref whose key was swept")
+	_, err = b.refs.Set(ctx, "links/gone", key, ref.SetOptions{Weak: true})
+	wantErr(t, err, steaderr.ErrNotFound, "weak Set to the swept key")
+	mustPut(t, b.store, value)
+	mustSet(t, b.refs, "links/gone", key, ref.SetOptions{Weak: true, IfAbsent: true})
+}
+
+// refWeakRacesArbitration sets a ref over a weak one (strong: the upgrade,
+// or weak: a relink) while an arbitration of its key runs: either the Set
+// commits first (a strong ref keeps the blob; a weak one goes with it) or
+// the arbitration does (the Set fails with ErrNotFound, and the weak ref
+// went with the blob); never a ref to a swept blob.
+func refWeakRacesArbitration(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	g := b.eng.GC()
+	lease := sweepLease(t, g)
+	rounds := 30
+	if testing.Short() {
+		rounds = 10
+	}
+	for i := range rounds {
+		key := mustPut(t, b.store, testValue(fmt.Sprint("weak race ", i), 10))
+		name := fmt.Sprint("race/", i)
+		mustSet(t, b.refs, name, key, ref.SetOptions{Weak: true})
+		b.expirePins()
+		weak := i%2 == 1
+		var wg sync.WaitGroup
+		var setErr, arbErr error
+		var vs []blob.Verdict
+		wg.Go(func() { _, setErr = b.refs.Set(ctx, name, key, ref.SetOptions{Weak: weak}) })
+		wg.Go(func() {
+			vs, arbErr = g.Arbitrate(ctx, gc.ArbitrateParams{Keys: []blob.Key{key}, Now: b.clock.Now(), Lease: lease})
+		})
+		wg.Wait()
+		if arbErr != nil {
+			t.Fatalf("Arbitrate: %v", arbErr)
+		}
+		has, err := b.store.Has(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, getErr := b.refs.Get(ctx, name)
+		switch {
+		case setErr != nil && !errors.Is(setErr, steaderr.ErrNotFound):
+			t.Fatalf("round %d: Set: %v", i, setErr)
+		case !has && !errors.Is(getErr, steaderr.ErrNotFound):
+			t.Fatalf("round %d: the blob was deleted (%+v) but its ref stayed: %+v, %v (Set: %v)", i, vs, got, getErr, setErr)
+		case setErr == nil && !has && !weak:
+			t.Fatalf("round %d: the ref was set strong and its blob deleted (%+v)", i, vs)
+		case setErr != nil && has:
+			t.Fatalf("round %d: Set failed (%v) though the blob stayed (%+v)", i, setErr, vs)
+		case has && (getErr != nil || got.Weak != weak):
+			t.Fatalf("round %d: Get after the Set won = %+v, %v; want weak %v", i, got, getErr, weak)
+		}
+	}
 }

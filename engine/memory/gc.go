@@ -62,7 +62,7 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		delete(b.window, key)
 		delete(b.pins, key) // all expired
 		for name := range b.named[key] {
-			b.dropRef(name) // all expired
+			b.dropRef(name) // expired or weak
 		}
 		b.dropEdges(key)
 	}
@@ -70,8 +70,8 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 	return verdicts, nil
 }
 
-// keptLocked reports whether key has a live pin or a live ref at now, or
-// a parent. Called with mu held.
+// keptLocked reports whether key has a live pin or a live strong ref at
+// now, or a parent. Called with mu held.
 func (b *blobs) keptLocked(key blob.Key, now time.Time) bool {
 	for _, expiry := range b.pins[key] {
 		if expiry.After(now) {
@@ -79,7 +79,7 @@ func (b *blobs) keptLocked(key blob.Key, now time.Time) bool {
 		}
 	}
 	for name := range b.named[key] {
-		if b.refs[name].live(now) {
+		if b.refs[name].keeps(now) {
 			return true
 		}
 	}
@@ -285,7 +285,7 @@ func (g gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation
 	}
 	x.Sources = refs
 	for _, name := range slices.Sorted(maps.Keys(b.named[key])) {
-		x.Refs = append(x.Refs, gc.RefInfo{Name: name, Expiry: b.refs[name].expiry})
+		x.Refs = append(x.Refs, gc.RefInfo{Name: name, Expiry: b.refs[name].expiry, Weak: b.refs[name].weak})
 	}
 	x.Parents = slices.SortedFunc(maps.Keys(b.parents[key]), blob.Key.Compare)
 	x.VisibleAfter, x.Staged = b.window[key]

@@ -20,12 +20,16 @@ type memRef struct {
 	version    int64
 	annotation []byte
 	expiry     time.Time // zero: none
+	weak       bool
 }
 
 func (r *memRef) live(now time.Time) bool { return r.expiry.IsZero() || now.Before(r.expiry) }
 
+// keeps reports whether r keeps its key at now: live and not weak.
+func (r *memRef) keeps(now time.Time) bool { return !r.weak && r.live(now) }
+
 func (r *memRef) ref(name string) ref.Ref {
-	return ref.Ref{Name: name, Key: r.key, Version: r.version, Annotation: bytes.Clone(r.annotation), Expiry: r.expiry}
+	return ref.Ref{Name: name, Key: r.key, Version: r.version, Annotation: bytes.Clone(r.annotation), Expiry: r.expiry, Weak: r.weak}
 }
 
 // refMech is the engine's ref.Engine, over the blobs' state and mutex: a
@@ -78,7 +82,7 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	}
 	b.dropRef(p.Name)
 	b.refVersion++
-	r := &memRef{key: p.Key, version: b.refVersion, annotation: bytes.Clone(p.Annotation)}
+	r := &memRef{key: p.Key, version: b.refVersion, annotation: bytes.Clone(p.Annotation), weak: p.Weak}
 	if p.TTL > 0 {
 		r.expiry = now.Add(p.TTL)
 	}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
@@ -83,3 +84,17 @@ func InstanceLockKey(e *Engine, id string) int64 {
 // SetDropCrash makes e's deletions of objects after a commit do nothing
 // (on), as a process killed between the two.
 func SetDropCrash(e *Engine, on bool) { e.tier.dropCrash.Store(&on) }
+
+// MigrateTo applies e's pending migrations up to version only, for tests
+// that seed a schema as an older release left it.
+func MigrateTo(ctx context.Context, e *Engine, version int) error {
+	for {
+		current, _, err := e.SchemaVersion(ctx)
+		if err != nil || current >= version {
+			return err
+		}
+		if _, err := e.migrateOne(ctx); err != nil {
+			return err
+		}
+	}
+}

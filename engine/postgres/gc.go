@@ -51,15 +51,16 @@ FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR UPDATE SKIP LO
 	sqlArbPinned = declare("sqlArbPinned", `SELECT key FROM (
 	SELECT key, expiry FROM {schema}.pins WHERE key = ANY ($1::text[]) ORDER BY key, owner FOR UPDATE
 ) p GROUP BY key HAVING bool_or(expiry > coalesce($2::timestamptz, now()))`)
-	// sqlArbNamed answers the keys a live ref or a stored parent names. A
-	// ref set or touched, or a parent put, takes the blob row's lock
-	// first, so none can change what it finds while the rows are held.
-	sqlArbNamed = declare("sqlArbNamed", `SELECT key FROM {schema}.refs WHERE key = ANY ($1::text[]) AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))
+	// sqlArbNamed answers the keys a live strong ref or a stored parent
+	// names (a weak ref keeps nothing). A ref set or touched, or a parent
+	// put, takes the blob row's lock first, so none can change what it
+	// finds while the rows are held.
+	sqlArbNamed = declare("sqlArbNamed", `SELECT key FROM {schema}.refs WHERE key = ANY ($1::text[]) AND NOT weak AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))
 UNION SELECT child FROM {schema}.blob_edges WHERE child = ANY ($1::text[])`)
 	sqlArbReferenced = declare("sqlArbReferenced", `SELECT DISTINCT k FROM {schema}.gc_referenced($1::text[])`)
 	// sqlArbDelete deletes the blobs with their window rows, pins and
-	// refs (expired, all of them) and their own edges, whose children a
-	// later sweep may then collect.
+	// refs (expired or weak, all of them) and their own edges, whose
+	// children a later sweep may then collect.
 	sqlArbDelete = declare("sqlArbDelete", `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
 p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[])),
 r AS (DELETE FROM {schema}.refs WHERE key = ANY ($1::text[])),
@@ -78,7 +79,7 @@ DELETE FROM {schema}.blobs b WHERE key = ANY ($1::text[])
 AND EXISTS (SELECT FROM pause)
 AND coalesce(b.pin_expiry <= coalesce($2::timestamptz, now()), true)
 AND NOT EXISTS (SELECT 1 FROM {schema}.pins p WHERE p.key = b.key AND p.expiry > coalesce($2::timestamptz, now()))
-AND NOT EXISTS (SELECT 1 FROM {schema}.refs r WHERE r.key = b.key AND (r.expiry IS NULL OR r.expiry > coalesce($2::timestamptz, now())))
+AND NOT EXISTS (SELECT 1 FROM {schema}.refs r WHERE r.key = b.key AND NOT r.weak AND (r.expiry IS NULL OR r.expiry > coalesce($2::timestamptz, now())))
 AND NOT EXISTS (SELECT 1 FROM {schema}.blob_edges e WHERE e.child = b.key)
 AND NOT EXISTS (SELECT 1 FROM {schema}.gc_referenced(ARRAY[b.key]))
 RETURNING key, size`)
@@ -159,7 +160,7 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 	sqlExplainPins    = declare("sqlExplainPins", `SELECT owner, expiry FROM {schema}.pins WHERE key = $1 ORDER BY owner`)
 	sqlExplainSources = declare("sqlExplainSources", `SELECT src FROM {schema}.gc_referenced(ARRAY[$1]) ORDER BY src`)
 	sqlExplainWindow  = declare("sqlExplainWindow", `SELECT visible_after FROM {schema}.gc_window WHERE key = $1`)
-	sqlExplainRefs    = declare("sqlExplainRefs", `SELECT name, expiry FROM {schema}.refs WHERE key = $1 ORDER BY name`)
+	sqlExplainRefs    = declare("sqlExplainRefs", `SELECT name, expiry, weak FROM {schema}.refs WHERE key = $1 ORDER BY name`)
 	sqlExplainParents = declare("sqlExplainParents", `SELECT parent FROM {schema}.blob_edges WHERE child = $1 ORDER BY parent`)
 	sqlExplainNow     = declare("sqlExplainNow", `SELECT coalesce($1::timestamptz, now())`)
 	// sqlListPins lists the rows of pins and the live pins in blob rows
@@ -941,7 +942,7 @@ func (g *gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanatio
 		if x.Refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (gc.RefInfo, error) {
 			var ri gc.RefInfo
 			var expiry pgtype.Timestamptz
-			err := r.Scan(&ri.Name, &expiry)
+			err := r.Scan(&ri.Name, &expiry, &ri.Weak)
 			ri.Expiry = expiry.Time
 			return ri, err
 		}); err != nil {

@@ -14,7 +14,7 @@ import (
 
 // The ref statements (docs/decisions/0022). A ref is live while its expiry
 // is NULL or after now (@now, or the database's now()). Set, Swap and Touch
-// lock the key's blob row first, as a put or a pin does, so none can
+// (of a weak ref too) lock the key's blob row first, as a put or a pin does, so none can
 // interleave with an arbitration of the key; each then judges the ref's row
 // as it stands once locked (ON CONFLICT, or an UPDATE's recheck), never as
 // the statement's snapshot saw it, and draws a new version only then, so
@@ -30,16 +30,17 @@ var (
 	sqlRefSet = declare("sqlRefSet", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
 ), w AS (
-	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry)
+	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry, weak)
 	SELECT @name, key, nextval('{schema}.ref_versions'), @annotation,
-	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
+	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END,
+	       @weak::boolean
 	FROM b
 	ON CONFLICT (name) DO UPDATE
-	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry
+	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak
 	WHERE @cond::int = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
-	RETURNING name, key, version, annotation, expiry
+	RETURNING name, key, version, annotation, expiry, weak
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry
+SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak
 FROM (SELECT) AS one LEFT JOIN w ON true`)
 
 	// sqlRefSwap locks the key's blob row, then replaces the live ref whose
@@ -50,20 +51,21 @@ FROM (SELECT) AS one LEFT JOIN w ON true`)
 ), w AS (
 	UPDATE {schema}.refs AS r
 	SET key = @key, version = nextval('{schema}.ref_versions'), annotation = @annotation,
-	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END
+	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END,
+	    weak = @weak::boolean
 	WHERE (SELECT count(*) FROM b) = 1 AND r.name = @name AND r.version = @version::bigint
 	  AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
-	RETURNING r.name, r.key, r.version, r.annotation, r.expiry
+	RETURNING r.name, r.key, r.version, r.annotation, r.expiry, r.weak
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry
+SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak
 FROM (SELECT) AS one LEFT JOIN w ON true`)
 
-	sqlRefGet = declare("sqlRefGet", `SELECT name, key, version, annotation, expiry FROM {schema}.refs
+	sqlRefGet = declare("sqlRefGet", `SELECT name, key, version, annotation, expiry, weak FROM {schema}.refs
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`)
 
 	// sqlRefGetFresh is sqlRefGet answering too whether the ref has half
 	// of $3 µs left (or no expiry), judged on the same clock.
-	sqlRefGetFresh = declare("sqlRefGetFresh", `SELECT name, key, version, annotation, expiry,
+	sqlRefGetFresh = declare("sqlRefGetFresh", `SELECT name, key, version, annotation, expiry, weak,
 	expiry IS NULL OR 2 * (expiry - coalesce($2::timestamptz, now())) >= $3::bigint * interval '1 microsecond'
 FROM {schema}.refs
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`)
@@ -81,9 +83,9 @@ WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now())
 	UPDATE {schema}.refs
 	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, clock_timestamp()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END
 	WHERE name = $1 AND key = (SELECT key FROM b) AND (expiry IS NULL OR expiry > coalesce($3::timestamptz, clock_timestamp()))
-	RETURNING name, key, version, annotation, expiry
+	RETURNING name, key, version, annotation, expiry, weak
 )
-SELECT (SELECT key FROM target), u.name, u.key, u.version, u.annotation, u.expiry
+SELECT (SELECT key FROM target), u.name, u.key, u.version, u.annotation, u.expiry, u.weak
 FROM (SELECT) AS one LEFT JOIN u ON true`)
 
 	// sqlRefDelete locks the live ref, then deletes it if its version is
@@ -102,7 +104,7 @@ SELECT EXISTS (SELECT FROM live), EXISTS (SELECT FROM d)`)
 
 	// sqlRefList lists live refs with names in [@prefix, @prefix_end) (no
 	// upper bound when @prefix_end is NULL) after @after, in name order.
-	sqlRefList = declare("sqlRefList", `SELECT name, key, version, annotation, expiry FROM {schema}.refs
+	sqlRefList = declare("sqlRefList", `SELECT name, key, version, annotation, expiry, weak FROM {schema}.refs
 WHERE name >= @prefix AND (@prefix_end::text IS NULL OR name < @prefix_end) AND name > @after
 AND (expiry IS NULL OR expiry > coalesce(@now::timestamptz, now()))
 ORDER BY name LIMIT @lim`)
@@ -125,10 +127,11 @@ type refRow struct {
 	version    pgtype.Int8
 	annotation []byte
 	expiry     pgtype.Timestamptz
+	weak       pgtype.Bool
 }
 
 func (rr *refRow) dest() []any {
-	return []any{&rr.name, &rr.key, &rr.version, &rr.annotation, &rr.expiry}
+	return []any{&rr.name, &rr.key, &rr.version, &rr.annotation, &rr.expiry, &rr.weak}
 }
 
 func (rr *refRow) ref() (ref.Ref, error) {
@@ -136,7 +139,7 @@ func (rr *refRow) ref() (ref.Ref, error) {
 	if err != nil {
 		return ref.Ref{}, fmt.Errorf("postgres: stored ref key: %w", err)
 	}
-	return ref.Ref{Name: rr.name.String, Key: k, Version: rr.version.Int64, Annotation: rr.annotation, Expiry: rr.expiry.Time}, nil
+	return ref.Ref{Name: rr.name.String, Key: k, Version: rr.version.Int64, Annotation: rr.annotation, Expiry: rr.expiry.Time, Weak: rr.weak.Bool}, nil
 }
 
 func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
@@ -144,7 +147,7 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		return ref.Ref{}, err
 	}
 	args := pgx.StrictNamedArgs{
-		"name": p.Name, "key": p.Key.String(), "annotation": p.Annotation, "ttl": p.TTL.Microseconds(), "now": nowArg(p.Now),
+		"name": p.Name, "key": p.Key.String(), "annotation": p.Annotation, "ttl": p.TTL.Microseconds(), "now": nowArg(p.Now), "weak": p.Weak,
 	}
 	stmt := r.e.sql(sqlRefSet)
 	if p.Cond == ref.IfVersion {

@@ -270,7 +270,7 @@ func (g *gcEngine) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanat
 	x := gc.Explanation{Key: key, Stored: out.Stored, Size: out.Size, Object: out.Object, Pins: pins, Sources: out.Sources,
 		Staged: out.Staged, VisibleAfter: out.VisibleAfter, Now: out.Now}
 	for _, r := range out.Refs {
-		x.Refs = append(x.Refs, gc.RefInfo{Name: r.Name, Expiry: r.Expiry})
+		x.Refs = append(x.Refs, gc.RefInfo{Name: r.Name, Expiry: r.Expiry, Weak: r.Weak})
 	}
 	for _, text := range out.Parents {
 		k, err := blob.ParseKey(text)

@@ -27,7 +27,7 @@ func readRef(w wire.Ref) (ref.Ref, error) {
 	if err != nil || w.Version < 1 {
 		return ref.Ref{}, fmt.Errorf("ref %q: %w: key %q, version %d", w.Name, errMalformed, w.Key, w.Version)
 	}
-	return ref.Ref{Name: w.Name, Key: k, Version: w.Version, Annotation: w.Annotation, Expiry: w.Expiry}, nil
+	return ref.Ref{Name: w.Name, Key: k, Version: w.Version, Annotation: w.Annotation, Expiry: w.Expiry, Weak: w.Weak}, nil
 }
 
 func (r refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
@@ -39,7 +39,7 @@ func (r refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		h.Set("If-Match", wire.ETag(p.Version))
 	}
 	var out wire.Ref
-	in := wire.RefSet{Key: p.Key.String(), TTL: wire.Duration(p.TTL), Annotation: p.Annotation, Now: p.Now}
+	in := wire.RefSet{Key: p.Key.String(), TTL: wire.Duration(p.TTL), Annotation: p.Annotation, Weak: p.Weak, Now: p.Now}
 	if _, err := r.e.do(ctx, http.MethodPut, refPath(p.Name), &request{header: h}, in, &out); err != nil {
 		return ref.Ref{}, err
 	}

@@ -22,14 +22,15 @@ import (
 // array, read with json_each.
 const (
 	sqlArbBlobs = `SELECT key, size FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
-	// sqlArbKept answers the keys a live pin or ref, or a parent, keeps.
+	// sqlArbKept answers the keys a live pin or strong ref, or a parent,
+	// keeps.
 	sqlArbKept = `SELECT key FROM pins WHERE key IN (SELECT value FROM json_each(?1)) AND expiry > ?2
-UNION SELECT key FROM refs WHERE key IN (SELECT value FROM json_each(?1)) AND (expiry IS NULL OR expiry > ?2)
+UNION SELECT key FROM refs WHERE key IN (SELECT value FROM json_each(?1)) AND NOT weak AND (expiry IS NULL OR expiry > ?2)
 UNION SELECT child FROM blob_edges WHERE child IN (SELECT value FROM json_each(?1))`
 	sqlArbDeleteBlobs   = `DELETE FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
 	sqlArbDeleteStage   = `DELETE FROM gc_window WHERE key IN (SELECT value FROM json_each(?1))`
 	sqlArbDeletePins    = `DELETE FROM pins WHERE key IN (SELECT value FROM json_each(?1))`
-	sqlArbDeleteRefs    = `DELETE FROM refs WHERE key IN (SELECT value FROM json_each(?1))`
+	sqlArbDeleteRefs    = `DELETE FROM refs WHERE key IN (SELECT value FROM json_each(?1))` // expired or weak
 	sqlArbDeleteEdges   = `DELETE FROM blob_edges WHERE parent IN (SELECT value FROM json_each(?1))`
 	sqlReapPins         = `DELETE FROM pins WHERE expiry <= ?1`
 	sqlCountExpired     = `SELECT count(*) FROM pins WHERE expiry <= ?1`
@@ -42,7 +43,7 @@ ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after`
 	// is a candidate: no live pin at ?2 and not staged yet.
 	sqlStageRange = `SELECT b.key,
 	NOT EXISTS (SELECT 1 FROM pins p WHERE p.key = b.key AND p.expiry > ?2)
-	AND NOT EXISTS (SELECT 1 FROM refs f WHERE f.key = b.key AND (f.expiry IS NULL OR f.expiry > ?2))
+	AND NOT EXISTS (SELECT 1 FROM refs f WHERE f.key = b.key AND NOT f.weak AND (f.expiry IS NULL OR f.expiry > ?2))
 	AND NOT EXISTS (SELECT 1 FROM blob_edges e WHERE e.child = b.key)
 	AND NOT EXISTS (SELECT 1 FROM gc_window w WHERE w.key = b.key)
 FROM blobs b WHERE b.key > ?1 ORDER BY b.key LIMIT ?3`
@@ -59,7 +60,7 @@ RETURNING key`
 	sqlExplainBlob    = `SELECT size, coalesce(object, '') FROM blobs WHERE key = ?1`
 	sqlExplainPins    = `SELECT owner, expiry FROM pins WHERE key = ?1 ORDER BY owner`
 	sqlExplainWindow  = `SELECT visible_after FROM gc_window WHERE key = ?1`
-	sqlExplainRefs    = `SELECT name, expiry FROM refs WHERE key = ?1 ORDER BY name`
+	sqlExplainRefs    = `SELECT name, expiry, weak FROM refs WHERE key = ?1 ORDER BY name`
 	sqlExplainParents = `SELECT parent FROM blob_edges WHERE child = ?1 ORDER BY parent`
 	sqlListPins       = `SELECT key, owner, expiry FROM pins ORDER BY key, owner`
 	sqlListWindow     = `SELECT key, visible_after FROM gc_window ORDER BY key`
@@ -525,7 +526,7 @@ func (g gcMech) Explain(ctx context.Context, p gc.ExplainParams) (gc.Explanation
 	for rows.Next() {
 		var r gc.RefInfo
 		var expiry sql.NullInt64
-		if err := rows.Scan(&r.Name, &expiry); err != nil {
+		if err := rows.Scan(&r.Name, &expiry, &r.Weak); err != nil {
 			rows.Close()
 			return x, interpretError(ctx, err)
 		}

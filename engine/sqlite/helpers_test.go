@@ -98,3 +98,22 @@ func TestPutRacingClose(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// MigrateTo applies e's pending migrations up to version only, for tests
+// that seed a store as an older release left it. Exported for the external
+// tests.
+func MigrateTo(t *testing.T, e *Engine, version int) {
+	t.Helper()
+	for {
+		current, _, err := e.SchemaVersion(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if current >= version {
+			return
+		}
+		if _, err := e.migrateOne(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

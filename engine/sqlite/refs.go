@@ -15,21 +15,21 @@ import (
 
 // The ref statements. Times are Unix microseconds; a ref is live while its
 // expiry is NULL or after now. Writes run on the single writer, so a Set
-// or Touch never interleaves with an arbitration of its key.
+// (weak or not) or Touch never interleaves with an arbitration of its key.
 const (
 	sqlRefStored  = `SELECT EXISTS (SELECT 1 FROM blobs WHERE key = ?1)`
 	sqlRefLive    = `SELECT version FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
 	sqlRefNextVer = `UPDATE ref_versions SET last = last + 1 RETURNING last`
-	sqlRefUpsert  = `INSERT INTO refs (name, key, version, annotation, expiry) VALUES (@name, @key, @version, @annotation, @expiry)
-ON CONFLICT (name) DO UPDATE SET key = excluded.key, version = excluded.version, annotation = excluded.annotation, expiry = excluded.expiry`
-	sqlRefGet = `SELECT name, key, version, annotation, expiry FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
+	sqlRefUpsert  = `INSERT INTO refs (name, key, version, annotation, expiry, weak) VALUES (@name, @key, @version, @annotation, @expiry, @weak)
+ON CONFLICT (name) DO UPDATE SET key = excluded.key, version = excluded.version, annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak`
+	sqlRefGet = `SELECT name, key, version, annotation, expiry, weak FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
 	// sqlRefTouch renews a live, expiring ref; a ref without expiry is
 	// read back unchanged.
 	sqlRefTouch  = `UPDATE refs SET expiry = ?3 WHERE name = ?1 AND expiry IS NOT NULL AND expiry > ?2`
 	sqlRefDelete = `DELETE FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2) AND (?3 = 0 OR version = ?3)`
 	// sqlRefList lists live refs with names in [@prefix, @prefix_end) (no
 	// upper bound when @prefix_end is NULL) after @after, in name order.
-	sqlRefList = `SELECT name, key, version, annotation, expiry FROM refs
+	sqlRefList = `SELECT name, key, version, annotation, expiry, weak FROM refs
 WHERE name >= @prefix AND (@prefix_end IS NULL OR name < @prefix_end) AND name > @after AND (expiry IS NULL OR expiry > @now)
 ORDER BY name LIMIT @lim`
 )
@@ -46,7 +46,7 @@ func scanRef(scan func(...any) error) (ref.Ref, error) {
 	var r ref.Ref
 	var key string
 	var expiry sql.NullInt64
-	if err := scan(&r.Name, &key, &r.Version, &r.Annotation, &expiry); err != nil {
+	if err := scan(&r.Name, &key, &r.Version, &r.Annotation, &expiry, &r.Weak); err != nil {
 		return ref.Ref{}, err
 	}
 	k, err := blob.ParseKey(key)
@@ -89,14 +89,14 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		if err := tx.QueryRowContext(ctx, sqlRefNextVer).Scan(&version); err != nil {
 			return err
 		}
-		out = ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation}
+		out = ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation, Weak: p.Weak}
 		var expiry any
 		if p.TTL > 0 {
 			out.Expiry = now.Add(p.TTL)
 			expiry = out.Expiry.UnixMicro()
 		}
 		_, err = tx.ExecContext(ctx, sqlRefUpsert, sql.Named("name", p.Name), sql.Named("key", p.Key.String()),
-			sql.Named("version", version), sql.Named("annotation", p.Annotation), sql.Named("expiry", expiry))
+			sql.Named("version", version), sql.Named("annotation", p.Annotation), sql.Named("expiry", expiry), sql.Named("weak", p.Weak))
 		return err
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 	}
 	rd, err := g.st.Blobs.Get(r.Context(), d)
 	if errors.Is(err, steaderr.ErrNotFound) {
-		// Linked, but collected once no manifest kept it.
+		// Linked, but collected since: a link keeps nothing.
 		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
 	}
 	if err != nil {

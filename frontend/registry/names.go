@@ -53,8 +53,9 @@ func tagPrefix(repo string) string   { return "oci/" + repo + "/_tags/" }
 // not, until it is deleted.
 func manifestRef(repo string, d blob.Key) string { return "oci/" + repo + "/_manifests/" + d.String() }
 
-// blobRef links a blob to its repository: it names the empty blob, so it
-// says the repository holds the blob without keeping it alive.
+// blobRef links a blob to its repository: a weak ref to it, so it says the
+// repository holds the blob without keeping it alive, and goes with the
+// blob when a sweep collects it.
 func blobRef(repo string, d blob.Key) string { return "oci/" + repo + "/_blobs/" + d.String() }
 
 // pendingRef keeps a pushed blob alive, with an expiry, until a manifest

@@ -10,7 +10,6 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -182,26 +181,14 @@ func (g *Registry) linked(ctx context.Context, name string) (ref.Ref, bool, erro
 	return ref.Ref{}, false, err
 }
 
-// emptyKey is the key of the empty blob, which blob links name.
-var emptyKey = blob.KeyOf(nil)
-
 // linkBlob links the stored blob d to repo, and keeps it for PendingTTL
 // unless a manifest references it meanwhile. The pending ref is set first:
-// once the link is seen, the blob is kept.
+// once the link is seen, the blob is kept. Either Set fails with
+// ErrNotFound when d was collected first.
 func (g *Registry) linkBlob(ctx context.Context, repo string, d blob.Key) error {
 	if _, err := g.st.Refs.Set(ctx, pendingRef(repo, d), d, ref.SetOptions{TTL: g.opts.PendingTTL}); err != nil {
 		return err
 	}
-	// The empty blob may have been swept since the last link: put it
-	// (a no-op while this store pins it) and set the link, once more if
-	// a sweep took it between the two.
-	for try := 0; ; try++ {
-		if _, err := g.st.Blobs.Put(ctx, bytes.NewReader(nil)); err != nil {
-			return err
-		}
-		_, err := g.st.Refs.Set(ctx, blobRef(repo, d), emptyKey, ref.SetOptions{})
-		if err == nil || !errors.Is(err, steaderr.ErrNotFound) || try == 2 {
-			return err
-		}
-	}
+	_, err := g.st.Refs.Set(ctx, blobRef(repo, d), d, ref.SetOptions{Weak: true})
+	return err
 }

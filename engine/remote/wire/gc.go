@@ -68,11 +68,13 @@ type Explanation struct {
 }
 
 // RefPin is a ref naming a key, as an explanation lists it: its expiry
-// (none when zero) and whether it is live.
+// (none when zero), whether it is live, and whether it is weak (it keeps
+// nothing).
 type RefPin struct {
 	Name   string    `json:"name"`
 	Expiry time.Time `json:"expiry,omitzero"`
 	Live   bool      `json:"live"`
+	Weak   bool      `json:"weak,omitempty"`
 }
 
 // Source is a SQL liveness source: a text column of a table in the

@@ -20,16 +20,19 @@ type Ref struct {
 	Version    int64     `json:"version"`
 	Annotation []byte    `json:"annotation,omitempty"`
 	Expiry     time.Time `json:"expiry,omitzero"`
+	Weak       bool      `json:"weak,omitempty"`
 }
 
 // RefSet is the body of PUT /v1/refs/{name}: the key, and optionally a TTL
-// (no expiry without one) and an annotation (base64). Now, when set, is
+// (no expiry without one), an annotation (base64) and weak (the ref names
+// the key without keeping it). Now, when set, is
 // the instant the TTL runs from; a server accepts it only when started
 // with client clocks allowed (tests).
 type RefSet struct {
 	Key        string    `json:"key"`
 	TTL        Duration  `json:"ttl,omitempty"`
 	Annotation []byte    `json:"annotation,omitempty"`
+	Weak       bool      `json:"weak,omitempty"`
 	Now        time.Time `json:"now,omitzero"`
 }
 

@@ -165,6 +165,9 @@ func gcExplain(ctx context.Context, e *env, st *stead.Store, key blob.Key) error
 		if !r.Live(x.Now) {
 			state = "expired"
 		}
+		if r.Weak {
+			state += ", weak: keeps nothing"
+		}
 		fmt.Fprintf(w, "ref\t%s until %s (%s)\n", r.Name, expiryText(r.Expiry), state)
 	}
 	for _, p := range x.Parents {

@@ -95,7 +95,8 @@ func seed(t *testing.T, db string) {
 	}
 }
 
-// seedRefs points tags/v1 at alpha and tags/v2 at beta, annotated.
+// seedRefs points tags/v1 at alpha and tags/v2 at beta, annotated, and
+// the weak ref links/v1 at alpha.
 func seedRefs(t *testing.T, db string) {
 	t.Helper()
 	st := openStore(t, db)
@@ -108,6 +109,13 @@ func seedRefs(t *testing.T, db string) {
 		if _, err := st.Refs.Set(t.Context(), name, k, ref.SetOptions{Annotation: []byte("release " + name[len("tags/"):])}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	k, err := blob.ParseKey(alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Refs.Set(t.Context(), "links/v1", k, ref.SetOptions{Weak: true}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -224,6 +232,7 @@ func goldenCases() []goldenCase {
 		{name: "put-ref", args: []string{"put", "--ref", "tags/hello", "DIR/hello"}},
 		{name: "put-bad-child", args: []string{"put", "--child", "nope", "DIR/hello"}},
 		{name: "ref-set", args: []string{"ref", "set", "tags/new", gamma}},
+		{name: "ref-set-weak", args: []string{"ref", "set", "--weak", "links/new", gamma}},
 		{name: "ref-set-taken", remoteOwn: true, args: []string{"ref", "set", "--if-absent", "tags/v1", gamma}, setup: seedRefs},
 		{name: "ref-set-absent-key", remoteOwn: true, args: []string{"ref", "set", "tags/new", absentKey}},
 		{name: "ref-get", args: []string{"ref", "get", "tags/v2"}, setup: seedRefs},

@@ -20,8 +20,9 @@ func refCommand(e *env) *cobra.Command {
 		Use:   "ref",
 		Short: "Name blobs with refs, which keep them from garbage collection",
 		Long: `A ref is a named, versioned pointer to a blob: while it is live (no
-expiry, or an expiry still ahead) no sweep removes the blob. Names are
-slash-separated, such as tags/app/v1.`,
+expiry, or an expiry still ahead) no sweep removes the blob. A weak ref
+(ref set --weak) names a blob without keeping it, and goes with it. Names
+are slash-separated, such as tags/app/v1.`,
 		Args: exactArgs(0),
 	}
 	cmd.AddCommand(refSetCommand(e), refGetCommand(e), refListCommand(e), refRemoveCommand(e))
@@ -33,6 +34,7 @@ func refSetCommand(e *env) *cobra.Command {
 	var ifAbsent bool
 	var ifVersion int64
 	var annotation string
+	var weak bool
 	cmd := &cobra.Command{
 		Use:   "set NAME KEY",
 		Short: "Point the ref NAME at the stored blob KEY and print its version",
@@ -42,7 +44,7 @@ func refSetCommand(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := ref.SetOptions{TTL: ttl, IfAbsent: ifAbsent, IfVersion: ifVersion}
+			opts := ref.SetOptions{TTL: ttl, IfAbsent: ifAbsent, IfVersion: ifVersion, Weak: weak}
 			if annotation != "" {
 				opts.Annotation = []byte(annotation)
 			}
@@ -59,6 +61,7 @@ func refSetCommand(e *env) *cobra.Command {
 	cmd.Flags().BoolVar(&ifAbsent, "if-absent", false, "create only: fail if a live ref has the name")
 	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "swap only from this version")
 	cmd.Flags().StringVar(&annotation, "annotation", "", "a short text to attach to the ref")
+	cmd.Flags().BoolVar(&weak, "weak", false, "name the blob without keeping it: a sweep may collect it, and the ref goes with it")
 	return cmd
 }
 
@@ -114,7 +117,7 @@ func refListCommand(e *env) *cobra.Command {
 func listRefs(ctx context.Context, e *env, st *stead.Store, prefix string, asJSON bool) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	if !asJSON {
-		fmt.Fprintln(w, "NAME\tKEY\tVERSION\tEXPIRES")
+		fmt.Fprintln(w, "NAME\tKEY\tVERSION\tEXPIRES\tWEAK")
 	}
 	for r, err := range st.Refs.All(ctx, prefix) {
 		if err != nil {
@@ -126,7 +129,7 @@ func listRefs(ctx context.Context, e *env, st *stead.Store, prefix string, asJSO
 			}
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", r.Name, r.Key, r.Version, expiryText(r.Expiry))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Key, r.Version, expiryText(r.Expiry), yesNo(r.Weak))
 	}
 	return w.Flush()
 }
@@ -163,6 +166,9 @@ func refJSON(r ref.Ref) map[string]any {
 	if !r.Expiry.IsZero() {
 		out["expiry"] = r.Expiry.UTC().Format(time.RFC3339Nano)
 	}
+	if r.Weak {
+		out["weak"] = true
+	}
 	// An annotation is text when it is UTF-8, else base64 under its own
 	// name: JSON would turn other bytes into U+FFFD.
 	switch {
@@ -178,10 +184,20 @@ func refJSON(r ref.Ref) map[string]any {
 func printRef(e *env, r ref.Ref) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "name\t%s\nkey\t%s\nversion\t%d\nexpires\t%s\n", r.Name, r.Key, r.Version, expiryText(r.Expiry))
+	if r.Weak {
+		fmt.Fprintf(w, "weak\tyes: keeps nothing\n")
+	}
 	if len(r.Annotation) > 0 {
 		fmt.Fprintf(w, "annotation\t%q\n", r.Annotation)
 	}
 	return w.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 func expiryText(t time.Time) string {

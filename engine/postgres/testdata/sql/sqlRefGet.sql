@@ -1,2 +1,2 @@
-SELECT name, key, version, annotation, expiry FROM "St""ead. sch;ema-ñ".refs
+SELECT name, key, version, annotation, expiry, weak FROM "St""ead. sch;ema-ñ".refs
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))
