@@ -83,3 +83,7 @@ func InstanceLockKey(e *Engine, id string) int64 {
 // SetDropCrash makes e's deletions of objects after a commit do nothing
 // (on), as a process killed between the two.
 func SetDropCrash(e *Engine, on bool) { e.tier.dropCrash.Store(&on) }
+
+// InterpretError is the engine's error policy, for tests that provoke a
+// driver error on a connection of their own.
+var InterpretError = interpretError
