@@ -37,6 +37,11 @@ func TestOpenURLs(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	t.Chdir(dir) // relative sqlite paths land in the temp dir
+	for _, sub := range []string{"data", "abs"} {
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// $STORE and $SERVER stand for a test database's store and server
 	// URLs, made only in the subtests that use them.
 	tests := []struct {
@@ -55,6 +60,7 @@ func TestOpenURLs(t *testing.T) {
 		{"no scheme", "./stead.db", stead.ErrInvalidArgument, false},
 		{"empty", "", stead.ErrInvalidArgument, false},
 		{"sqlite unknown param", "sqlite://./x.db?cache=shared", stead.ErrInvalidArgument, false},
+		{"sqlite missing directory", "sqlite://./nonexistent/x.db", stead.ErrInvalidArgument, false},
 		{"postgres unknown param", "$SERVER&search_path=x", stead.ErrInvalidArgument, false},
 	}
 	for _, tt := range tests {
