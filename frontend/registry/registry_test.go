@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,8 +17,10 @@ import (
 	specs "github.com/opencontainers/distribution-spec/specs-go/v1"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/internal/testing/fronttest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
 )
 
@@ -117,6 +120,43 @@ func TestBase(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Docker-Distribution-API-Version") != "registry/2.0" || string(body) != "{}" {
 		t.Fatalf("GET /v2/ = %d %q %v", resp.StatusCode, body, resp.Header)
 	}
+}
+
+// TestBaseDatabaseDown: the base endpoint, which clients probe before a
+// push, says the store cannot serve while its database is away (503 with
+// Retry-After), and answers 200 again once it is back.
+func TestBaseDatabaseDown(t *testing.T) {
+	t.Parallel()
+	storeURL, p := pgtest.New(t).Proxied(t)
+	st, err := stead.Open(context.Background(), storeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(st, registry.Options{Logger: slog.New(slog.DiscardHandler)})
+	addr := fronttest.Serve(t, st, server.Options{Logger: slog.New(slog.DiscardHandler), Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized}}})
+	t.Cleanup(func() {
+		reg.Close()
+		st.Close()
+	})
+	c := &client{t: t, base: "http://" + addr, st: st}
+	if resp, body := c.do("GET", "/v2/", nil, nil); resp.StatusCode != 200 {
+		t.Fatalf("GET /v2/ with the database up = %d %s", resp.StatusCode, body)
+	}
+	p.CutOff()
+	for _, method := range []string{"GET", "HEAD"} {
+		resp, body := c.do(method, "/v2/", nil, nil)
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s /v2/ with the database down = %d %v %s, want 503 with Retry-After", method, resp.StatusCode, resp.Header, body)
+		}
+		if method == "GET" {
+			wantError(t, "GET /v2/ with the database down", resp, body, 503, "UNAVAILABLE")
+		}
+	}
+	p.Restore()
+	testkit.Until(t, "GET /v2/ to answer 200 once the database is back", func() bool {
+		resp, _ := c.do("GET", "/v2/", nil, nil)
+		return resp.StatusCode == 200
+	})
 }
 
 func TestAuth(t *testing.T) {
