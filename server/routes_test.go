@@ -102,6 +102,8 @@ func TestEveryRoute(t *testing.T) {
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Flatest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `"}`, status: 412},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Flatest", header: map[string]string{"Authorization": "Bearer tok", "If-Match": `"1"`}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Fother", header: auth, body: `{"key":"` + absent + `"}`, status: 404},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Fzero", header: auth, body: `{"key":"` + key + `","ttl":"0s"}`, status: 400},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Fzero", header: auth, body: `{"key":"` + key + `","ttl":"-1s"}`, status: 400},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2F%FF", header: auth, body: `{"key":"` + key + `"}`, status: 400},
 		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app%2Flatest?touch=2h", header: auth, status: 200},
 		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app%2Fabsent", header: auth, status: 404},
