@@ -380,6 +380,37 @@ func TestHostileManifests(t *testing.T) {
 	wantError(t, "POST of a tag list", resp, body, 405, "UNSUPPORTED")
 }
 
+// TestBlobRanges: a blob's Range answers are /v1's: a zero-length suffix
+// is unsatisfiable (416), HEAD answers a range's headers (206), and more
+// than 16 ranges are ignored (the whole blob, 200).
+func TestBlobRanges(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, "")
+	value := []byte(strings.Repeat("0123456789", 100))
+	d := c.pushBlob("r", value)
+	path := "/v2/r/blobs/" + d
+	resp, body := c.do("GET", path, map[string]string{"Range": "bytes=-0"}, nil)
+	if resp.StatusCode != http.StatusRequestedRangeNotSatisfiable || resp.Header.Get("Content-Range") != "bytes */1000" {
+		t.Fatalf("GET bytes=-0 = %d %v %s, want 416 with Content-Range bytes */1000", resp.StatusCode, resp.Header, body)
+	}
+	resp, body = c.do("HEAD", path, map[string]string{"Range": "bytes=10-19"}, nil)
+	if resp.StatusCode != http.StatusPartialContent || resp.Header.Get("Content-Range") != "bytes 10-19/1000" || resp.Header.Get("Content-Length") != "10" || len(body) != 0 {
+		t.Fatalf("HEAD bytes=10-19 = %d %v %q, want 206 with Content-Range bytes 10-19/1000", resp.StatusCode, resp.Header, body)
+	}
+	resp, body = c.do("GET", path, map[string]string{"Range": "bytes=10-19"}, nil)
+	if resp.StatusCode != http.StatusPartialContent || string(body) != "0123456789" {
+		t.Fatalf("GET bytes=10-19 = %d %q", resp.StatusCode, body)
+	}
+	many := make([]string, 401)
+	for i := range many {
+		many[i] = fmt.Sprintf("%d-%d", 2*i, 2*i+1)
+	}
+	resp, body = c.do("GET", path, map[string]string{"Range": "bytes=" + strings.Join(many, ",")}, nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, value) {
+		t.Fatalf("GET of 401 ranges = %d, %d bytes; want 200 with the whole blob", resp.StatusCode, len(body))
+	}
+}
+
 // TestManifestRoundTrip pushes a manifest by tag, reads it back with its
 // media type and digest, and deletes it by digest, which takes its tag.
 func TestManifestRoundTrip(t *testing.T) {
