@@ -349,6 +349,7 @@ func TestHostileManifests(t *testing.T) {
 		{"no media type", "", `{"schemaVersion":2,"config":{}}`, "t", 400, "MANIFEST_INVALID"},
 		{"missing layer", oci, image(fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":3}`, missing)), "t", 400, "MANIFEST_BLOB_UNKNOWN"},
 		{"sha512 layer", oci, image(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha512:` + strings.Repeat("ab", 64) + `","size":3}`), "t", 400, "MANIFEST_INVALID"},
+		{"wrong size", oci, image(fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":999}`, cfg)), "t", 400, "MANIFEST_INVALID"},
 		{"negative size", oci, image(fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":-1}`, cfg)), "t", 400, "MANIFEST_INVALID"},
 		{"wrong digest", oci, image(""), digestOf([]byte("x")), 400, "DIGEST_INVALID"},
 		{"bad reference", oci, image(""), "-tag", 400, "MANIFEST_INVALID"},
