@@ -130,6 +130,11 @@ func TestInstanceID(t *testing.T) {
 	if _, err := stead.Open(ctx, "mem://", stead.WithMaxBlobSize(-1)); !errors.Is(err, stead.ErrInvalidArgument) {
 		t.Errorf("WithMaxBlobSize(-1) = %v, want ErrInvalidArgument", err)
 	}
+	for _, grace := range []time.Duration{-time.Second, gc.MaxGrace + time.Second} {
+		if _, err := stead.Open(ctx, "mem://", stead.WithGCGrace(grace)); !errors.Is(err, stead.ErrInvalidArgument) {
+			t.Errorf("WithGCGrace(%v) = %v, want ErrInvalidArgument", grace, err)
+		}
+	}
 }
 
 // TestInstanceIDExclusive: an instance id given by WithInstanceID is held

@@ -17,6 +17,10 @@ import (
 const (
 	// DefaultGrace is the default for Options.Grace.
 	DefaultGrace = time.Hour
+	// MaxGrace is the longest grace: Options.Grace and a staging range's
+	// grace are at most this, and a candidate is staged visible at most
+	// this long after now, so nothing unprotected outlives every sweep.
+	MaxGrace = 30 * 24 * time.Hour
 	// DefaultBatch is the default for Options.Batch.
 	DefaultBatch = 1000
 	// DefaultStageRange is the default for Options.StageRange.
@@ -41,7 +45,7 @@ type Options struct {
 	// starts of two staging passes. Safety never rests on it (every delete
 	// is arbitrated); it bounds how soon unreferenced content goes: between
 	// one and about two graces after it lost its last protection.
-	// Defaults to DefaultGrace.
+	// Defaults to DefaultGrace; at most MaxGrace.
 	Grace time.Duration
 	// Batch is how many window candidates one arbitration takes and
 	// decides in one transaction, at most blob.MaxDeleteBatch. Defaults to
@@ -94,8 +98,9 @@ var ErrNoLiveness = fmt.Errorf("%w: the store declares no liveness", steaderr.Er
 var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
 
 // New returns a Collector over eng (nil: see Collector). Non-positive
-// Grace, Batch, StageRange or StagePerSweep mean their defaults; a Batch
-// over blob.MaxDeleteBatch or a StageRange over MaxStageRange is cut to it.
+// Grace, Batch, StageRange or StagePerSweep mean their defaults; a Grace
+// over MaxGrace, a Batch over blob.MaxDeleteBatch or a StageRange over
+// MaxStageRange is cut to it.
 func New(eng Engine, opts Options) *Collector {
 	if eng == nil {
 		eng = unsupported{}
@@ -103,6 +108,7 @@ func New(eng Engine, opts Options) *Collector {
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
 	}
+	opts.Grace = min(opts.Grace, MaxGrace)
 	opts.Grace = opts.Grace.Truncate(time.Microsecond)
 	if opts.Batch <= 0 {
 		opts.Batch = DefaultBatch
@@ -301,6 +307,42 @@ func CheckKeys(keys []blob.Key) error {
 	return nil
 }
 
+// CheckStage checks a Stage as the Engine seam may take it from a caller
+// that is not a Collector's own sweep (the HTTP server hands it a
+// client's): a sweep lease held, since only a sweeper stages; keys as
+// CheckKeys; and a deadline, unless zero (now), from now to now +
+// MaxGrace, judged at now (zero: the local clock) — a later one would keep
+// an unprotected blob through every sweep, an earlier one skip its grace.
+// Errors wrap ErrInvalidKey or ErrInvalidArgument.
+func CheckStage(p StageParams, now time.Time) error {
+	if p.Lease == nil {
+		return fmt.Errorf("%w: staging needs the sweep lease: only a sweep stages candidates", steaderr.ErrInvalidArgument)
+	}
+	if err := CheckKeys(p.Keys); err != nil {
+		return err
+	}
+	if p.VisibleAfter.IsZero() {
+		return nil
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if p.VisibleAfter.Before(now.Truncate(time.Microsecond)) || p.VisibleAfter.After(now.Add(MaxGrace)) {
+		return fmt.Errorf("%w: visible after %s: want from now (%s) to now + %v, or none for now",
+			steaderr.ErrInvalidArgument, p.VisibleAfter.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), MaxGrace)
+	}
+	return nil
+}
+
+// CheckGrace checks a grace: 0 to MaxGrace. Errors wrap
+// ErrInvalidArgument.
+func CheckGrace(grace time.Duration) error {
+	if grace < 0 || grace > MaxGrace {
+		return fmt.Errorf("%w: grace %v: want 0 to %v", steaderr.ErrInvalidArgument, grace, MaxGrace)
+	}
+	return nil
+}
+
 // CheckLimit checks the limit of a take or a staging range: 1 to max.
 func CheckLimit(limit, max int) error {
 	if limit < 1 || limit > max {
@@ -352,7 +394,7 @@ func (c *Collector) collect(ctx context.Context, held *heldLease, now time.Time,
 			if !dry {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restageTimeout)
 				defer cancel()
-				if serr := c.eng.Stage(rctx, StageParams{Keys: keys, VisibleAfter: c.nowOr(time.Now())}); serr != nil {
+				if serr := c.restage(rctx, lease, keys); serr != nil {
 					err = errors.Join(err, fmt.Errorf("gc sweep: returning the batch to the window (the next pass stages it again): %w", serr))
 				}
 			}
@@ -375,6 +417,16 @@ func (c *Collector) collect(ctx context.Context, held *heldLease, now time.Time,
 			return nil
 		}
 	}
+}
+
+// restage returns keys to the window, overdue at once, under lease and
+// the fences every Stage keeps (CheckStage).
+func (c *Collector) restage(ctx context.Context, lease Lease, keys []blob.Key) error {
+	p := StageParams{Keys: keys, VisibleAfter: c.now(), Lease: lease}
+	if err := CheckStage(p, c.now()); err != nil {
+		return err
+	}
+	return c.eng.Stage(ctx, p)
 }
 
 // stage continues the staging pass from its durable cursor, a range at a

@@ -50,9 +50,7 @@ func gcArbitrateBatch(t *testing.T, h Harness) {
 	r.set(referenced, true)
 	absent := absentKey("batch")
 	keys := sortedKeys(append(slices.Clone(loose), pinned, referenced, absent))
-	if err := g.Stage(ctx, gc.StageParams{Keys: keys, VisibleAfter: b.clock.Now()}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
+	stage(t, g, b.clock.Now(), keys...)
 	want := func(k blob.Key) blob.Outcome {
 		switch {
 		case k == absent:
@@ -195,9 +193,7 @@ func gcStageRange(t *testing.T, h Harness) {
 	}
 	defer guard.Release(context.WithoutCancel(ctx))
 	early := b.clock.Now().Add(-time.Hour)
-	if err := g.Stage(ctx, gc.StageParams{Keys: keys[2:3], VisibleAfter: early}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
+	stage(t, g, early, keys[2:3]...)
 	now := b.clock.Now()
 	lease := sweepLease(t, g)
 	rng := func(after blob.Key, limit int, dry bool) gc.StagedRange {
@@ -298,11 +294,9 @@ func gcTakeOverdueFirst(t *testing.T, h Harness) {
 	t0 := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 	keys := make([]blob.Key, 6)
 	for i := range keys {
-		keys[i] = absentKey(fmt.Sprint("take order ", i))
+		keys[i] = mustPut(t, b.store, testValue(fmt.Sprint("take order ", i), 10+i))
 		// Deadlines in an order of their own, not the keys'.
-		if err := g.Stage(t.Context(), gc.StageParams{Keys: keys[i : i+1], VisibleAfter: t0.Add(time.Duration((i*7)%6) * time.Second)}); err != nil {
-			t.Fatalf("Stage: %v", err)
-		}
+		stage(t, g, t0.Add(time.Duration((i*7)%6)*time.Second), keys[i])
 	}
 	byDeadline := slices.Clone(keys)
 	slices.SortFunc(byDeadline, func(x, y blob.Key) int {
@@ -360,9 +354,7 @@ func gcFailedBatchRestaged(t *testing.T, h Harness) {
 	b.expirePins()
 	b.clock.Advance(testGrace)
 	b.sweep(t) // stages them
-	if err := b.eng.GC().Stage(t.Context(), gc.StageParams{Keys: more, VisibleAfter: time.Now().Add(-time.Second)}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
+	stage(t, b.eng.GC(), time.Now().Add(-time.Second), more...)
 	real := gc.New(failArbitrate{b.eng.GC()}, gc.Options{AllUnreferenced: true})
 	if _, err := real.Sweep(t.Context(), gc.SweepOptions{}); !errors.Is(err, errArbitrate) || strings.Contains(err.Error(), "returning the batch") {
 		t.Fatalf("Sweep with failing arbitrations on the engine's clock = %v, want only the arbitration's error", err)

@@ -137,8 +137,11 @@ func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	at := clock.OrNow(p.VisibleAfter)
 	for _, key := range p.Keys {
-		b.window[key] = p.VisibleAfter
+		if _, stored := b.values[key]; stored {
+			b.window[key] = at
+		}
 	}
 	return nil
 }
