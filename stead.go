@@ -153,8 +153,8 @@ func WithGC(interval time.Duration, report func(gc.Report, error)) Option {
 }
 
 // WithGCAllUnreferenced lets the store's sweeps (WithGC's, and Store.GC's)
-// delete in a store that declares no liveness (no ref, no blob reference,
-// no source), where every blob is garbage once its pin lapses: a cache
+// delete in a store that never declared liveness (no ref, no blob
+// reference, no source, ever), where every blob is garbage once its pin lapses: a cache
 // whose blobs may all go. Defaults to off: such a sweep is refused with
 // an error wrapping gc.ErrNoLiveness.
 func WithGCAllUnreferenced() Option { return func(c *config) { c.gc.AllUnreferenced = true } }

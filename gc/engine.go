@@ -90,8 +90,10 @@ type Engine interface {
 	UnregisterSource(ctx context.Context, src Source) error
 	// Sources lists the registered sources.
 	Sources(ctx context.Context) ([]Source, error)
-	// Declared reports whether the store declares any liveness beyond
-	// pins: a registered source, a ref (live or not) or a blob reference.
+	// Declared reports whether the store ever declared any liveness
+	// beyond pins: a registered source, a ref or a blob reference, now or
+	// at any time before (durably where the engine is), so a store whose
+	// last ref was deleted is still one that declares liveness.
 	Declared(ctx context.Context) (bool, error)
 	// Explain says why p.Key is kept or not at p.Now.
 	Explain(ctx context.Context, p ExplainParams) (Explanation, error)

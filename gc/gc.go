@@ -59,7 +59,7 @@ type Options struct {
 	// cursor. Defaults to DefaultStagePerSweep.
 	StagePerSweep int
 	// AllUnreferenced lets every sweep of this collector delete in a store
-	// that declares no liveness at all (see SweepOptions.AllUnreferenced).
+	// that never declared liveness (see SweepOptions.AllUnreferenced).
 	// Defaults to false.
 	AllUnreferenced bool
 	// Holder names this process in the sweep lease (the store's instance
@@ -89,10 +89,10 @@ type Collector struct {
 var ErrSourceMissing = errors.New("gc: liveness source not registered in this process")
 
 // ErrNoLiveness is wrapped by the error of a sweep refused because the
-// store declares no liveness at all (no ref, no blob reference, no
-// source), so every blob in it is garbage once its pin lapses. It wraps
-// steaderr.ErrProtected.
-var ErrNoLiveness = fmt.Errorf("%w: the store declares no liveness", steaderr.ErrProtected)
+// store never declared liveness at all (no ref, no blob reference, no
+// source, ever: Engine.Declared), so every blob in it is garbage once its
+// pin lapses. It wraps steaderr.ErrProtected.
+var ErrNoLiveness = fmt.Errorf("%w: the store never declared liveness", steaderr.ErrProtected)
 
 // errNoGC is what a Collector over a nil Engine answers.
 var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
@@ -192,8 +192,9 @@ func (r Report) String() string {
 type SweepOptions struct {
 	// DryRun changes nothing and reports what a sweep would do.
 	DryRun bool
-	// AllUnreferenced lets the sweep delete in a store that declares no
-	// liveness: no ref, no blob reference, no registered source. There
+	// AllUnreferenced lets the sweep delete in a store that never
+	// declared liveness: no ref, no blob reference, no registered source,
+	// ever. There
 	// every blob is garbage once its pin lapses, so a sweep refuses
 	// (ErrNoLiveness) unless told so; a dry run reports what it would do
 	// either way.
@@ -354,14 +355,14 @@ func CheckLimit(limit, max int) error {
 // MaxStageRange bounds Options.StageRange and one staging step's limit.
 const MaxStageRange = 1000000
 
-// checkLiveness refuses a sweep of a store that declares no liveness.
+// checkLiveness refuses a sweep of a store that never declared liveness.
 func (c *Collector) checkLiveness(ctx context.Context) error {
 	declared, err := c.eng.Declared(ctx)
 	if err != nil {
 		return fmt.Errorf("reading what the store declares live: %w", err)
 	}
 	if !declared {
-		return fmt.Errorf("%w: no ref, no blob reference and no liveness source, so every blob is garbage once its pin lapses; "+
+		return fmt.Errorf("%w: never a ref, a blob reference or a liveness source, so every blob is garbage once its pin lapses; "+
 			"nothing is deleted: keep what you want with a ref (Refs.Set, stead ref set), or, if the store is a cache whose blobs "+
 			"may all go, sweep with AllUnreferenced (stead gc --all-unreferenced); a dry run shows what would go", ErrNoLiveness)
 	}

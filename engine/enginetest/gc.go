@@ -43,6 +43,7 @@ func testGC(t *testing.T, h Harness) {
 		{"TakeOverdueFirst", gcTakeOverdueFirst},
 		{"FailedBatchRestaged", gcFailedBatchRestaged},
 		{"NoLiveness", gcNoLiveness},
+		{"OnceDeclared", gcOnceDeclared},
 		{"LeaseRenew", gcLeaseRenew},
 		{"Edges", gcEdges},
 		{"EdgesRefused", gcEdgesRefused},

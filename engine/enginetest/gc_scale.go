@@ -11,6 +11,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -367,6 +368,31 @@ func gcFailedBatchRestaged(t *testing.T, h Harness) {
 	}
 }
 
+// gcOnceDeclared: a store that ever declared liveness stays one that
+// does, durably, after its last ref is deleted, so a sweep of a store
+// emptied of refs runs instead of refusing.
+func gcOnceDeclared(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	col := gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Now: b.clock.Now})
+	kept := mustPut(t, b.store, testValue("once declared, kept", 11))
+	mustPut(t, b.store, testValue("once declared, loose", 12))
+	if _, err := b.refs.Set(ctx, "once/declared", kept, ref.SetOptions{}); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	if err := b.refs.Delete(ctx, "once/declared", 0); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	b.expirePins()
+	if declared, err := b.eng.GC().Declared(ctx); err != nil || !declared {
+		t.Fatalf("Declared after the last ref went = %v, %v; want true: the store declared liveness once", declared, err)
+	}
+	rep, err := col.Sweep(ctx, gc.SweepOptions{})
+	if err != nil || rep.Staged != 2 {
+		t.Fatalf("Sweep once the last ref went = %+v, %v; want both blobs staged, no refusal", rep, err)
+	}
+}
+
 func gcNoLiveness(t *testing.T, h Harness) {
 	b := setupGC(t, h)
 	ctx := t.Context()
@@ -374,8 +400,8 @@ func gcNoLiveness(t *testing.T, h Harness) {
 	keys := putValues(t, b.store, "no liveness", 2)
 	b.expirePins()
 	_, err := col.Sweep(ctx, gc.SweepOptions{})
-	wantErr(t, err, steaderr.ErrProtected, "Sweep of a store that declares no liveness")
-	if !strings.Contains(err.Error(), "no liveness") || !strings.Contains(err.Error(), "--all-unreferenced") {
+	wantErr(t, err, steaderr.ErrProtected, "Sweep of a store that never declared liveness")
+	if !strings.Contains(err.Error(), "never declared liveness") || !strings.Contains(err.Error(), "--all-unreferenced") {
 		t.Errorf("the refusal %q does not say why and what to do", err)
 	}
 	if w := window(t, b.eng.GC()); len(w) != 0 {

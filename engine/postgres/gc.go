@@ -94,8 +94,9 @@ RETURNING key, size`)
 	sqlReapRefs = declare("sqlReapRefs", `DELETE FROM {schema}.refs WHERE name = ANY (ARRAY(
 	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`)
 	sqlCountExpiredRefs = declare("sqlCountExpiredRefs", `SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now())`)
-	// sqlDeclared reports whether anything beyond pins declares liveness.
-	sqlDeclared = declare("sqlDeclared", `SELECT EXISTS (SELECT FROM {schema}.gc_sources) OR EXISTS (SELECT FROM {schema}.refs) OR EXISTS (SELECT FROM {schema}.blob_edges)`)
+	// sqlDeclared reports whether anything beyond pins ever declared
+	// liveness (migration 13's triggers record it).
+	sqlDeclared = declare("sqlDeclared", `SELECT EXISTS (SELECT FROM {schema}.gc_declared)`)
 
 	sqlStage = declare("sqlStage", `INSERT INTO {schema}.gc_window AS w (key, visible_after)
 SELECT k, coalesce($2::timestamptz, now()) FROM unnest($1::text[]) AS k

@@ -35,7 +35,7 @@ UNION SELECT child FROM blob_edges WHERE child IN (SELECT value FROM json_each(?
 	sqlCountExpired     = `SELECT count(*) FROM pins WHERE expiry <= ?1`
 	sqlReapRefs         = `DELETE FROM refs WHERE expiry <= ?1`
 	sqlCountExpiredRefs = `SELECT count(*) FROM refs WHERE expiry <= ?1`
-	sqlDeclared         = `SELECT EXISTS (SELECT 1 FROM refs) OR EXISTS (SELECT 1 FROM blob_edges) OR EXISTS (SELECT 1 FROM gc_func_sources)`
+	sqlDeclared         = `SELECT EXISTS (SELECT 1 FROM gc_declared)`
 	sqlStage            = `INSERT INTO gc_window (key, visible_after) SELECT j.value, ?2 FROM json_each(?1) AS j
 WHERE EXISTS (SELECT 1 FROM blobs b WHERE b.key = j.value)
 ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after`
@@ -254,9 +254,6 @@ func (g gcMech) Declared(ctx context.Context) (bool, error) {
 	e := g.b.e
 	if err := e.check(ctx); err != nil {
 		return false, err
-	}
-	if len(g.b.sources.List()) > 0 {
-		return true, nil
 	}
 	var declared bool
 	err := e.reader.QueryRowContext(ctx, sqlDeclared).Scan(&declared)
