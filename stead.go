@@ -153,15 +153,15 @@ func WithGC(interval time.Duration, report func(gc.Report, error)) Option {
 }
 
 // WithGCAllUnreferenced lets the store's sweeps (WithGC's, and Store.GC's)
-// delete in a store that declares no liveness (no ref, no blob reference,
-// no source), where every blob is garbage once its pin lapses: a cache
+// delete in a store that never declared liveness (no ref, no blob
+// reference, no source, ever), where every blob is garbage once its pin lapses: a cache
 // whose blobs may all go. Defaults to off: such a sweep is refused with
 // an error wrapping gc.ErrNoLiveness.
 func WithGCAllUnreferenced() Option { return func(c *config) { c.gc.AllUnreferenced = true } }
 
 // WithGCGrace sets how long an unreferenced, unpinned blob waits after a
-// sweep finds it before a later sweep may delete it. Defaults to
-// gc.DefaultGrace (1 h).
+// sweep finds it before a later sweep may delete it, at most gc.MaxGrace
+// (30 days). Defaults to gc.DefaultGrace (1 h).
 func WithGCGrace(d time.Duration) Option { return func(c *config) { c.gc.Grace = d } }
 
 // WithMaxBlobSize sets the largest blob Put accepts, in bytes. Defaults to
@@ -321,8 +321,8 @@ func newConfig(opts []Option) (config, error) {
 	if cfg.gcInterval < 0 || (cfg.gcInterval > 0 && cfg.gcInterval < time.Millisecond) {
 		return config{}, fmt.Errorf("stead: %w: GC interval %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.gcInterval)
 	}
-	if cfg.gc.Grace < 0 {
-		return config{}, fmt.Errorf("stead: %w: GC grace %v", steaderr.ErrInvalidArgument, cfg.gc.Grace)
+	if err := gc.CheckGrace(cfg.gc.Grace); err != nil {
+		return config{}, fmt.Errorf("stead: %w", err)
 	}
 	if cfg.blobs.MaxSize < 0 {
 		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)

@@ -37,6 +37,11 @@ func TestOpenURLs(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	t.Chdir(dir) // relative sqlite paths land in the temp dir
+	for _, sub := range []string{"data", "abs"} {
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// $STORE and $SERVER stand for a test database's store and server
 	// URLs, made only in the subtests that use them.
 	tests := []struct {
@@ -55,6 +60,7 @@ func TestOpenURLs(t *testing.T) {
 		{"no scheme", "./stead.db", stead.ErrInvalidArgument, false},
 		{"empty", "", stead.ErrInvalidArgument, false},
 		{"sqlite unknown param", "sqlite://./x.db?cache=shared", stead.ErrInvalidArgument, false},
+		{"sqlite missing directory", "sqlite://./nonexistent/x.db", stead.ErrInvalidArgument, false},
 		{"postgres unknown param", "$SERVER&search_path=x", stead.ErrInvalidArgument, false},
 	}
 	for _, tt := range tests {
@@ -123,6 +129,11 @@ func TestInstanceID(t *testing.T) {
 	}
 	if _, err := stead.Open(ctx, "mem://", stead.WithMaxBlobSize(-1)); !errors.Is(err, stead.ErrInvalidArgument) {
 		t.Errorf("WithMaxBlobSize(-1) = %v, want ErrInvalidArgument", err)
+	}
+	for _, grace := range []time.Duration{-time.Second, gc.MaxGrace + time.Second} {
+		if _, err := stead.Open(ctx, "mem://", stead.WithGCGrace(grace)); !errors.Is(err, stead.ErrInvalidArgument) {
+			t.Errorf("WithGCGrace(%v) = %v, want ErrInvalidArgument", grace, err)
+		}
 	}
 }
 

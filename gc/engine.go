@@ -35,9 +35,12 @@ type Engine interface {
 	// statements of bounded size, and reports how many; with p.DryRun it
 	// deletes nothing and reports how many it would.
 	Reap(ctx context.Context, p NowParams) (Reaped, error)
-	// Stage makes p.Keys delete candidates visible after p.VisibleAfter,
-	// in one statement. Staging a key again with the same deadline changes
-	// nothing; a new deadline replaces the old.
+	// Stage makes those of p.Keys that are stored delete candidates
+	// visible after p.VisibleAfter (zero: the engine's now), in one
+	// statement; a key not stored is skipped, so the window holds stored
+	// blobs only. Staging a key again with the same deadline changes
+	// nothing; a new deadline replaces the old. The portable layer fences
+	// it (CheckStage): only a sweep-lease holder stages, within MaxGrace.
 	Stage(ctx context.Context, p StageParams) error
 	// StagePass reports where the staging pass stands: the durable cursor
 	// StageRange last recorded, and when the pass began.
@@ -87,8 +90,10 @@ type Engine interface {
 	UnregisterSource(ctx context.Context, src Source) error
 	// Sources lists the registered sources.
 	Sources(ctx context.Context) ([]Source, error)
-	// Declared reports whether the store declares any liveness beyond
-	// pins: a registered source, a ref (live or not) or a blob reference.
+	// Declared reports whether the store ever declared any liveness
+	// beyond pins: a registered source, a ref or a blob reference, now or
+	// at any time before (durably where the engine is), so a store whose
+	// last ref was deleted is still one that declares liveness.
 	Declared(ctx context.Context) (bool, error)
 	// Explain says why p.Key is kept or not at p.Now.
 	Explain(ctx context.Context, p ExplainParams) (Explanation, error)
@@ -127,9 +132,12 @@ type NowParams struct {
 
 // StageParams are the arguments of Engine.Stage.
 type StageParams struct {
-	Keys         []blob.Key
+	Keys []blob.Key
+	// VisibleAfter is when the candidates become deletable; zero: now, on
+	// the engine's clock.
 	VisibleAfter time.Time
-	// Lease is the sweep lease the call runs under, or nil.
+	// Lease is the sweep lease the call runs under (CheckStage requires
+	// one).
 	Lease Lease
 }
 

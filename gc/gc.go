@@ -18,6 +18,10 @@ import (
 const (
 	// DefaultGrace is the default for Options.Grace.
 	DefaultGrace = time.Hour
+	// MaxGrace is the longest grace: Options.Grace and a staging range's
+	// grace are at most this, and a candidate is staged visible at most
+	// this long after now, so nothing unprotected outlives every sweep.
+	MaxGrace = 30 * 24 * time.Hour
 	// DefaultBatch is the default for Options.Batch.
 	DefaultBatch = 1000
 	// DefaultStageRange is the default for Options.StageRange.
@@ -42,7 +46,7 @@ type Options struct {
 	// starts of two staging passes. Safety never rests on it (every delete
 	// is arbitrated); it bounds how soon unreferenced content goes: between
 	// one and about two graces after it lost its last protection.
-	// Defaults to DefaultGrace.
+	// Defaults to DefaultGrace; at most MaxGrace.
 	Grace time.Duration
 	// Batch is how many window candidates one arbitration takes and
 	// decides in one transaction, at most blob.MaxDeleteBatch. Defaults to
@@ -56,7 +60,7 @@ type Options struct {
 	// cursor. Defaults to DefaultStagePerSweep.
 	StagePerSweep int
 	// AllUnreferenced lets every sweep of this collector delete in a store
-	// that declares no liveness at all (see SweepOptions.AllUnreferenced).
+	// that never declared liveness (see SweepOptions.AllUnreferenced).
 	// Defaults to false.
 	AllUnreferenced bool
 	// Holder names this process in the sweep lease (the store's instance
@@ -86,17 +90,18 @@ type Collector struct {
 var ErrSourceMissing = errors.New("gc: liveness source not registered in this process")
 
 // ErrNoLiveness is wrapped by the error of a sweep refused because the
-// store declares no liveness at all (no ref, no blob reference, no
-// source), so every blob in it is garbage once its pin lapses. It wraps
-// steaderr.ErrProtected.
-var ErrNoLiveness = fmt.Errorf("%w: the store declares no liveness", steaderr.ErrProtected)
+// store never declared liveness at all (no ref, no blob reference, no
+// source, ever: Engine.Declared), so every blob in it is garbage once its
+// pin lapses. It wraps steaderr.ErrProtected.
+var ErrNoLiveness = fmt.Errorf("%w: the store never declared liveness", steaderr.ErrProtected)
 
 // errNoGC is what a Collector over a nil Engine answers.
 var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
 
 // New returns a Collector over eng (nil: see Collector). Non-positive
-// Grace, Batch, StageRange or StagePerSweep mean their defaults; a Batch
-// over blob.MaxDeleteBatch or a StageRange over MaxStageRange is cut to it.
+// Grace, Batch, StageRange or StagePerSweep mean their defaults; a Grace
+// over MaxGrace, a Batch over blob.MaxDeleteBatch or a StageRange over
+// MaxStageRange is cut to it.
 func New(eng Engine, opts Options) *Collector {
 	if eng == nil {
 		eng = unsupported{}
@@ -104,6 +109,7 @@ func New(eng Engine, opts Options) *Collector {
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
 	}
+	opts.Grace = min(opts.Grace, MaxGrace)
 	opts.Grace = opts.Grace.Truncate(time.Microsecond)
 	if opts.Batch <= 0 {
 		opts.Batch = DefaultBatch
@@ -187,8 +193,9 @@ func (r Report) String() string {
 type SweepOptions struct {
 	// DryRun changes nothing and reports what a sweep would do.
 	DryRun bool
-	// AllUnreferenced lets the sweep delete in a store that declares no
-	// liveness: no ref, no blob reference, no registered source. There
+	// AllUnreferenced lets the sweep delete in a store that never
+	// declared liveness: no ref, no blob reference, no registered source,
+	// ever. There
 	// every blob is garbage once its pin lapses, so a sweep refuses
 	// (ErrNoLiveness) unless told so; a dry run reports what it would do
 	// either way.
@@ -302,6 +309,42 @@ func CheckKeys(keys []blob.Key) error {
 	return nil
 }
 
+// CheckStage checks a Stage as the Engine seam may take it from a caller
+// that is not a Collector's own sweep (the HTTP server hands it a
+// client's): a sweep lease held, since only a sweeper stages; keys as
+// CheckKeys; and a deadline, unless zero (now), from now to now +
+// MaxGrace, judged at now (zero: the local clock) — a later one would keep
+// an unprotected blob through every sweep, an earlier one skip its grace.
+// Errors wrap ErrInvalidKey or ErrInvalidArgument.
+func CheckStage(p StageParams, now time.Time) error {
+	if p.Lease == nil {
+		return fmt.Errorf("%w: staging needs the sweep lease: only a sweep stages candidates", steaderr.ErrInvalidArgument)
+	}
+	if err := CheckKeys(p.Keys); err != nil {
+		return err
+	}
+	if p.VisibleAfter.IsZero() {
+		return nil
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if p.VisibleAfter.Before(now.Truncate(time.Microsecond)) || p.VisibleAfter.After(now.Add(MaxGrace)) {
+		return fmt.Errorf("%w: visible after %s: want from now (%s) to now + %v, or none for now",
+			steaderr.ErrInvalidArgument, p.VisibleAfter.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), MaxGrace)
+	}
+	return nil
+}
+
+// CheckGrace checks a grace: 0 to MaxGrace. Errors wrap
+// ErrInvalidArgument.
+func CheckGrace(grace time.Duration) error {
+	if grace < 0 || grace > MaxGrace {
+		return fmt.Errorf("%w: grace %v: want 0 to %v", steaderr.ErrInvalidArgument, grace, MaxGrace)
+	}
+	return nil
+}
+
 // CheckLimit checks the limit of a take or a staging range: 1 to max.
 func CheckLimit(limit, max int) error {
 	if limit < 1 || limit > max {
@@ -313,14 +356,14 @@ func CheckLimit(limit, max int) error {
 // MaxStageRange bounds Options.StageRange and one staging step's limit.
 const MaxStageRange = 1000000
 
-// checkLiveness refuses a sweep of a store that declares no liveness.
+// checkLiveness refuses a sweep of a store that never declared liveness.
 func (c *Collector) checkLiveness(ctx context.Context) error {
 	declared, err := c.eng.Declared(ctx)
 	if err != nil {
 		return fmt.Errorf("reading what the store declares live: %w", err)
 	}
 	if !declared {
-		return fmt.Errorf("%w: no ref, no blob reference and no liveness source, so every blob is garbage once its pin lapses; "+
+		return fmt.Errorf("%w: never a ref, a blob reference or a liveness source, so every blob is garbage once its pin lapses; "+
 			"nothing is deleted: keep what you want with a ref (Refs.Set, stead ref set), or, if the store is a cache whose blobs "+
 			"may all go, sweep with AllUnreferenced (stead gc --all-unreferenced); a dry run shows what would go", ErrNoLiveness)
 	}
@@ -353,7 +396,7 @@ func (c *Collector) collect(ctx context.Context, held *heldLease, now time.Time,
 			if !dry {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restageTimeout)
 				defer cancel()
-				if serr := c.eng.Stage(rctx, StageParams{Keys: keys, VisibleAfter: c.nowOr(time.Now())}); serr != nil {
+				if serr := c.restage(rctx, lease, keys); serr != nil {
 					err = errors.Join(err, fmt.Errorf("gc sweep: returning the batch to the window (the next pass stages it again): %w", serr))
 				}
 			}
@@ -376,6 +419,16 @@ func (c *Collector) collect(ctx context.Context, held *heldLease, now time.Time,
 			return nil
 		}
 	}
+}
+
+// restage returns keys to the window, overdue at once, under lease and
+// the fences every Stage keeps (CheckStage).
+func (c *Collector) restage(ctx context.Context, lease Lease, keys []blob.Key) error {
+	p := StageParams{Keys: keys, VisibleAfter: c.now(), Lease: lease}
+	if err := CheckStage(p, c.now()); err != nil {
+		return err
+	}
+	return c.eng.Stage(ctx, p)
 }
 
 // stage continues the staging pass from its durable cursor, a range at a

@@ -1,6 +1,7 @@
 package gc_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -98,5 +99,38 @@ func TestExplanationVerdict(t *testing.T) {
 	expired := gc.Explanation{Key: key, Now: now, Stored: true, Refs: []gc.RefInfo{{Name: "l", Weak: true, Expiry: now}}}
 	if got, want := expired.Verdict(), "unprotected: the next staging pass stages it"; got != want {
 		t.Errorf("Verdict of an expired weak ref's key = %q, want %q", got, want)
+	}
+}
+
+// heldLease stands for a held sweep lease in CheckStage's tests.
+type heldLease struct{}
+
+func (heldLease) Renew(context.Context) error   { return nil }
+func (heldLease) Release(context.Context) error { return nil }
+
+// TestCheckStage: a stage needs a lease and a deadline from now to now +
+// MaxGrace (or none: now).
+func TestCheckStage(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	key := []blob.Key{blob.KeyOf([]byte("k"))}
+	for _, tc := range []struct {
+		name string
+		p    gc.StageParams
+		ok   bool
+	}{
+		{"now", gc.StageParams{Keys: key, Lease: heldLease{}}, true},
+		{"at now", gc.StageParams{Keys: key, VisibleAfter: now, Lease: heldLease{}}, true},
+		{"at the largest grace", gc.StageParams{Keys: key, VisibleAfter: now.Add(gc.MaxGrace), Lease: heldLease{}}, true},
+		{"no lease", gc.StageParams{Keys: key, VisibleAfter: now}, false},
+		{"past", gc.StageParams{Keys: key, VisibleAfter: now.Add(-time.Microsecond), Lease: heldLease{}}, false},
+		{"beyond the largest grace", gc.StageParams{Keys: key, VisibleAfter: now.Add(gc.MaxGrace + time.Microsecond), Lease: heldLease{}}, false},
+		{"year 9999", gc.StageParams{Keys: key, VisibleAfter: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), Lease: heldLease{}}, false},
+		{"zero key", gc.StageParams{Keys: []blob.Key{{}}, Lease: heldLease{}}, false},
+	} {
+		err := gc.CheckStage(tc.p, now)
+		if (err == nil) != tc.ok || err != nil && !errors.Is(err, steaderr.ErrInvalidArgument) && !errors.Is(err, steaderr.ErrInvalidKey) {
+			t.Errorf("%s: CheckStage = %v, want ok=%v", tc.name, err, tc.ok)
+		}
 	}
 }

@@ -95,6 +95,15 @@ func CheckPrefix(prefix string) error {
 	return nil
 }
 
+// CheckTTL checks a TTL a caller gave explicitly (an HTTP body's "ttl", a
+// --ttl flag): it must be at least a microsecond. Leaving the TTL out is
+// how a ref is made that never expires; an explicit 0 is not that, and
+// wraps steaderr.ErrInvalidArgument like a negative TTL.
+func CheckTTL(ttl time.Duration) error {
+	_, err := checkTTL(ttl, false)
+	return err
+}
+
 // checkTTL checks an expiring ref's TTL, in whole microseconds; 0 means no
 // expiry when allowZero.
 func checkTTL(ttl time.Duration, allowZero bool) (time.Duration, error) {

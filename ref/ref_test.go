@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/steadkit/stead/ref"
@@ -97,4 +98,24 @@ func FuzzCheckName(f *testing.F) {
 			t.Fatalf("CheckName(%q) accepted a bad name", name)
 		}
 	})
+}
+
+// An explicit TTL is at least a microsecond: 0 is no TTL only as the
+// field left out.
+func TestCheckTTL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ttl time.Duration
+		ok  bool
+	}{
+		{time.Microsecond, true},
+		{time.Hour, true},
+		{0, false},
+		{time.Nanosecond, false},
+		{-time.Second, false},
+	} {
+		if err := ref.CheckTTL(tc.ttl); (err == nil) != tc.ok || err != nil && !errors.Is(err, steaderr.ErrInvalidArgument) {
+			t.Errorf("CheckTTL(%v) = %v, want ok=%v (else ErrInvalidArgument)", tc.ttl, err, tc.ok)
+		}
+	}
 }

@@ -41,8 +41,9 @@ type SetOptions struct {
 	// with ErrConflict unless the live ref's version is IfVersion.
 	IfVersion int64
 	// TTL, when not 0, makes the ref expire TTL after the Set (renewed by
-	// Touch); it must then be at least a microsecond. Defaults to 0: the
-	// ref never expires.
+	// Touch); it must then be at least a microsecond. Defaults to 0, the
+	// field left out: the ref never expires. A caller that reads a TTL
+	// given explicitly checks it with CheckTTL, which refuses 0.
 	TTL time.Duration
 	// Annotation is attached to the ref, at most MaxAnnotation bytes.
 	Annotation []byte

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote/wire"
+	"github.com/steadkit/stead/internal/httprange"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -156,17 +156,14 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// HEAD asks for the headers only: the size, not the value.
-	var rd interface {
-		io.ReadSeeker
-		Size() int64
-	}
+	var rd httprange.Content
 	if r.Method == http.MethodHead {
 		info, err := s.blobs.Stat(r.Context(), key)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		rd = &sizeOnly{size: info.Size}
+		rd = httprange.NewSizeOnly(info.Size)
 	} else {
 		brd, err := s.blobs.Get(r.Context(), key)
 		if err != nil {
@@ -181,50 +178,17 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", `"`+key.String()+`"`)
 	h.Set("Cache-Control", "public, max-age=31536000, immutable")
 	h.Set("Content-Type", "application/octet-stream")
-	size := strconv.FormatInt(rd.Size(), 10)
 	if rw, ok := w.(*responseWriter); ok {
-		rw.size = size
-	}
-	verdict, ranges := checkRange(r.Header.Get("Range"))
-	switch {
-	case verdict == rangeUnsatisfiable:
-		h.Set("Content-Range", "bytes */"+size)
-		writeError(w, wire.CodeRangeNotSatisfiable, "empty suffix range")
-		return
-	case verdict == rangeIgnored:
-		r.Header.Del("Range")
-	case r.Header.Get("Range") != "":
-		r.Header.Set("Range", ranges)
+		rw.size = strconv.FormatInt(rd.Size(), 10)
 	}
 	s.stream(w)
-	http.ServeContent(w, r, "", time.Time{}, rd)
+	httprange.ServeContent(w, r, rd, func(w http.ResponseWriter) {
+		writeError(w, wire.CodeRangeNotSatisfiable, "empty suffix range")
+	})
 	if rw, ok := w.(*responseWriter); ok {
 		s.metrics.blobGet(rw.n)
 	}
 }
-
-// sizeOnly is a HEAD answer's content: its size, without its bytes.
-// http.ServeContent seeks it to learn the size and sends no body for
-// HEAD; what it reads (for a multi-range answer's parts) fails.
-type sizeOnly struct{ size, off int64 }
-
-func (c *sizeOnly) Size() int64 { return c.size }
-
-func (c *sizeOnly) Seek(offset int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekCurrent:
-		offset += c.off
-	case io.SeekEnd:
-		offset += c.size
-	}
-	if offset < 0 {
-		return c.off, errors.New("seek before the start")
-	}
-	c.off = offset
-	return offset, nil
-}
-
-func (c *sizeOnly) Read([]byte) (int, error) { return 0, errors.New("a HEAD answer has no body") }
 
 func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
 	key, err := blob.ParseKey(r.PathValue("key"))
@@ -266,50 +230,6 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 		out.Next = out.Blobs[len(page)-1].Key
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// maxRanges is the most ranges one request may ask for; more are ignored
-// (the whole value is sent), so a request cannot multiply the answer's
-// size with thousands of tiny parts.
-const maxRanges = 16
-
-type rangeVerdict int
-
-const (
-	rangeServe         rangeVerdict = iota // to http.ServeContent
-	rangeUnsatisfiable                     // 416
-	rangeIgnored                           // send the whole value
-)
-
-// checkRange judges what http.ServeContent gets wrong in a Range header,
-// returning the header to pass on: a zero-length suffix ("bytes=-0") is
-// unsatisfiable (RFC 9110 14.1.1) and dropped, unsatisfiable when alone;
-// too many ranges are ignored. The rest is ServeContent's to parse.
-func checkRange(header string) (rangeVerdict, string) {
-	specs, ok := strings.CutPrefix(header, "bytes=")
-	if !ok {
-		return rangeServe, header
-	}
-	var kept []string
-	n := 0
-	for spec := range strings.SplitSeq(specs, ",") {
-		spec = strings.TrimSpace(spec)
-		if spec == "" {
-			continue
-		}
-		n++
-		if suffix, ok := strings.CutPrefix(spec, "-"); ok && suffix != "" && strings.Trim(suffix, "0") == "" {
-			continue
-		}
-		kept = append(kept, spec)
-	}
-	switch {
-	case n > maxRanges:
-		return rangeIgnored, ""
-	case n > 0 && len(kept) == 0:
-		return rangeUnsatisfiable, ""
-	}
-	return rangeServe, "bytes=" + strings.Join(kept, ",")
 }
 
 // blobsAt returns the blob store to serve a request naming now (its now

@@ -17,6 +17,7 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote/wire"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
@@ -124,9 +125,9 @@ func TestGCOverHTTP(t *testing.T) {
 		{"POST", "/v1/gc/take", `{"limit":10}`, "bad_request"}, // no lease
 		{"POST", "/v1/gc/stage", `{"grace":"-1s"}`, "invalid_argument"},
 		{"POST", "/v1/gc/reap", `{"now":"2030-01-01T00:00:00Z"}`, "bad_request"}, // no client clocks here
-		{"PUT", "/v1/gc/window", `{"keys":["` + key + `"]}`, "bad_request"},      // no visible_after
-		{"PUT", "/v1/gc/window", `{"keys":["sha256:00"],"visible_after":"2030-01-01T00:00:00Z"}`, "invalid_key"},
-		{"POST", "/v1/gc/arbitrate", `{"keys":["` + key + `"]}`, "bad_request"}, // no lease
+		{"POST", "/v1/gc/stage", `{"grace":"1000h"}`, "invalid_argument"},        // over gc.MaxGrace
+		{"PUT", "/v1/gc/window", `{"keys":["` + key + `"]}`, "bad_request"},      // no lease
+		{"POST", "/v1/gc/arbitrate", `{"keys":["` + key + `"]}`, "bad_request"},  // no lease
 		{"POST", "/v1/blobs/delete", `{"keys":["sha256:00"]}`, "invalid_key"},
 		{"POST", "/v1/blobs/delete", `{"keys":["` + strings.Repeat(key+`","`, 1000) + key + `"]}`, "invalid_argument"}, // 1001 keys
 		{"POST", "/v1/gc/lease", `{"holder":""}`, "invalid_name"},
@@ -231,5 +232,51 @@ func TestSweepReportsUploads(t *testing.T) {
 	}
 	if a := do(t, "PUT", fmt.Sprintf("%s/v1/chunks/%d/9?lease=1m", srv.URL, up.Chunks), "more", nil); a.status != 409 {
 		t.Fatalf("a chunk of the reaped upload = %d %s, want 409", a.status, a.body)
+	}
+}
+
+// TestWindowFences: only the sweep-lease holder stages, at a deadline
+// from now to now + gc.MaxGrace, and only stored keys enter the window.
+func TestWindowFences(t *testing.T) {
+	t.Parallel()
+	st, srv, _ := gcServer(t, "mem://")
+	stored, err := st.Blobs.Put(context.Background(), strings.NewReader("staged"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := blob.KeyOf([]byte("never stored"))
+	stage := func(lease string, at time.Time, keys ...blob.Key) answer {
+		t.Helper()
+		texts := make([]string, len(keys))
+		for i, k := range keys {
+			texts[i] = k.String()
+		}
+		body, _ := json.Marshal(map[string]any{"lease": lease, "keys": texts, "visible_after": at})
+		return do(t, "PUT", srv.URL+"/v1/gc/window", string(body), nil)
+	}
+	soon := time.Now().Add(time.Minute)
+	if a := stage("", soon, stored); a.status != 400 {
+		t.Fatalf("staging without a lease = %d %s, want 400", a.status, a.body)
+	}
+	lease := takeLease(t, srv.URL, "fences")
+	for _, at := range []time.Time{
+		time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Now().Add(gc.MaxGrace + time.Hour),
+		time.Now().Add(-time.Hour),
+	} {
+		if a := stage(lease, at, stored); a.status != 400 || a.errCode(t) != "invalid_argument" {
+			t.Fatalf("staging visible after %v = %d %s, want 400 invalid_argument", at, a.status, a.body)
+		}
+	}
+	if a := stage(lease, soon, stored, absent); a.status != 204 {
+		t.Fatalf("staging within the grace = %d %s", a.status, a.body)
+	}
+	a := do(t, "GET", srv.URL+"/v1/pins", "", nil)
+	var page wire.PinsPage
+	if err := json.Unmarshal([]byte(a.body), &page); a.status != 200 || err != nil {
+		t.Fatalf("GET /v1/pins = %d %s", a.status, a.body)
+	}
+	if len(page.Window) != 1 || page.Window[0].Key != stored.String() {
+		t.Fatalf("window = %+v, want %s alone: a key not stored is not staged", page.Window, stored)
 	}
 }

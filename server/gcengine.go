@@ -38,8 +38,11 @@ func (s *Server) readStep(w http.ResponseWriter, r *http.Request, leased bool) (
 	if err == nil {
 		req.Now, err = s.clock(req.Now)
 	}
-	if err == nil && (req.Grace < 0 || req.Limit < 0) {
-		err = fmt.Errorf("%w: negative grace or limit", steaderr.ErrInvalidArgument)
+	if err == nil && req.Limit < 0 {
+		err = fmt.Errorf("%w: negative limit", steaderr.ErrInvalidArgument)
+	}
+	if err == nil {
+		err = gc.CheckGrace(time.Duration(req.Grace))
 	}
 	if err == nil && (leased || req.Lease != "") {
 		lease, err = s.leases.renew(r.Context(), req.Lease)
@@ -92,20 +95,24 @@ func (s *Server) declared(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.GCDeclared{Declared: d})
 }
 
-// stageKeys stages keys: PUT /v1/gc/window. It needs no lease: staging only
-// makes candidates, which arbitration judges (a sweep returns a failed
-// batch to the window this way, even after losing its lease).
+// stageKeys stages keys: PUT /v1/gc/window, under the sweep lease (a
+// sweep returns a failed batch to the window this way), visible after a
+// deadline from now to now + gc.MaxGrace (none: now), judged on the
+// server's clock — or, on a server that allows client clocks, on the
+// request's now, whose client may name any now anyway. Keys not stored
+// are skipped.
 func (s *Server) stageKeys(w http.ResponseWriter, r *http.Request) {
-	req, lease, ok := s.readStep(w, r, false)
+	req, lease, ok := s.readStep(w, r, true)
 	if !ok {
 		return
 	}
 	keys, err := parseKeys(req.Keys)
-	if err == nil && req.VisibleAfter.IsZero() {
-		err = &badRequest{"visible_after is required"}
+	p := gc.StageParams{Keys: keys, VisibleAfter: req.VisibleAfter, Lease: lease}
+	if err == nil && !s.opts.ClientClock {
+		err = gc.CheckStage(p, req.Now)
 	}
 	if err == nil {
-		err = s.eng.GC().Stage(r.Context(), gc.StageParams{Keys: keys, VisibleAfter: req.VisibleAfter, Lease: lease})
+		err = s.eng.GC().Stage(r.Context(), p)
 	}
 	if err != nil {
 		s.fail(w, r, err)

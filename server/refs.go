@@ -105,11 +105,15 @@ func (s *Server) setRef(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		now, err = s.clock(req.Now)
 	}
+	if err == nil && req.TTL != nil {
+		opts.TTL = time.Duration(*req.TTL)
+		err = ref.CheckTTL(opts.TTL)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	opts.TTL, opts.Annotation, opts.Weak = time.Duration(req.TTL), req.Annotation, req.Weak
+	opts.Annotation, opts.Weak = req.Annotation, req.Weak
 	got, err := s.refStore(now.Truncate(time.Microsecond)).Set(r.Context(), name, key, opts)
 	if err != nil {
 		s.failRef(w, r, err)

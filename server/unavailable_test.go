@@ -2,12 +2,9 @@ package server_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,107 +18,20 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// proxy forwards TCP connections to target until it is cut: then every
-// connection is closed and new ones are refused, as when a database goes
-// away.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	cut    bool
-	hole   bool // accept and hold new connections, forwarding nothing
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	t.Cleanup(func() {
-		p.cutOff()
-		ln.Close() // ends the accept loop
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			if p.hole {
-				p.conns = append(p.conns, c)
-				p.mu.Unlock()
-				continue
-			}
-			if p.cut {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() { io.Copy(c, up); c.Close() }()
-		}
-	}()
-	return p
-}
-
-// restore lets connections through again.
-func (p *proxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-}
-
-// blackhole drops the connections open and accepts new ones that never
-// answer, as a database host that hangs.
-func (p *proxy) blackhole() {
-	p.cutOff()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.hole = true
-}
-
-func (p *proxy) cutOff() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 // storeBehindProxy opens a store on a fresh PostgreSQL schema reached
 // through a proxy the test can cut.
-func storeBehindProxy(t *testing.T) (st *stead.Store, p *proxy, user string) {
+func storeBehindProxy(t *testing.T) (st *stead.Store, p *pgtest.Proxy, user string) {
 	t.Helper()
-	db := pgtest.New(t)
-	u, err := url.Parse(db.StoreURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	if !strings.Contains(target, ":") {
-		target += ":5432"
-	}
-	p = newProxy(t, target)
-	u.Host = p.ln.Addr().String()
-	st, err = stead.Open(context.Background(), u.String())
+	storeURL, p := pgtest.New(t).Proxied(t)
+	st, err := stead.Open(context.Background(), storeURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	u, err := url.Parse(storeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return st, p, u.User.Username()
 }
 
@@ -139,8 +49,8 @@ func TestDatabaseDown(t *testing.T) {
 	if a := do(t, "GET", srv.URL+"/metrics", "", nil); !strings.Contains(a.body, "stead_pool_connections_max 8") {
 		t.Fatalf("/metrics lacks the pool's size:\n%s", a.body)
 	}
-	p.cutOff()
-	secrets := []string{p.ln.Addr().String(), p.target, user, "pgx", "dial", "connect", "127.0.0.1", "sql"}
+	p.CutOff()
+	secrets := []string{p.Addr(), p.Target(), user, "pgx", "dial", "connect", "127.0.0.1", "sql"}
 	for _, req := range []struct{ method, path, body string }{
 		{"GET", "/readyz", ""},
 		{"PUT", "/v1/blobs", "value"},
@@ -161,7 +71,7 @@ func TestDatabaseDown(t *testing.T) {
 		}
 	}
 	// The database comes back: the server is ready again, no restart.
-	p.restore()
+	p.Restore()
 	testkit.Until(t, "readyz to answer 200 once the database is back", func() bool {
 		return do(t, "GET", srv.URL+"/readyz", "", nil).status == 200
 	})
@@ -178,7 +88,7 @@ func TestDatabaseHangs(t *testing.T) {
 	st, p, _ := storeBehindProxy(t)
 	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet, RequestTimeout: 3 * time.Second})))
 	t.Cleanup(srv.Close)
-	p.blackhole()
+	p.Blackhole()
 	for _, req := range []struct{ method, path, body string }{
 		{"GET", "/readyz", ""},
 		{"PUT", "/v1/blobs", "value"},

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,6 +43,7 @@ func testGC(t *testing.T, h Harness) {
 		{"TakeOverdueFirst", gcTakeOverdueFirst},
 		{"FailedBatchRestaged", gcFailedBatchRestaged},
 		{"NoLiveness", gcNoLiveness},
+		{"OnceDeclared", gcOnceDeclared},
 		{"LeaseRenew", gcLeaseRenew},
 		{"Edges", gcEdges},
 		{"EdgesRefused", gcEdgesRefused},
@@ -107,6 +107,20 @@ func sweepLease(t *testing.T, g gc.Engine) gc.Lease {
 	return lease
 }
 
+// stage stages keys at the seam, visible after at, under a sweep lease of
+// its own, released before it returns.
+func stage(t *testing.T, g gc.Engine, at time.Time, keys ...blob.Key) {
+	t.Helper()
+	lease, ok, err := g.AcquireSweep(t.Context(), "enginetest stage")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	defer lease.Release(context.WithoutCancel(t.Context()))
+	if err := g.Stage(t.Context(), gc.StageParams{Keys: keys, VisibleAfter: at, Lease: lease}); err != nil {
+		t.Fatalf("Stage(%v): %v", at, err)
+	}
+}
+
 func take(t *testing.T, g gc.Engine, lease gc.Lease, now time.Time) []blob.Key {
 	t.Helper()
 	keys, err := g.Take(t.Context(), gc.TakeParams{Now: now, Limit: 1000, Lease: lease})
@@ -119,22 +133,24 @@ func take(t *testing.T, g gc.Engine, lease gc.Lease, now time.Time) []blob.Key {
 func gcStageIdempotent(t *testing.T, h Harness) {
 	b := setupGC(t, h)
 	g := b.eng.GC()
-	key := absentKey("stage")
+	key := mustPut(t, b.store, testValue("stage", 5))
 	d1 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for range 2 {
-		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{key}, VisibleAfter: d1}); err != nil {
-			t.Fatalf("Stage: %v", err)
-		}
+		stage(t, g, d1, key)
 	}
 	if w := window(t, g); len(w) != 1 || !w[key].Equal(d1) {
 		t.Fatalf("window after staging twice = %v, want %s at %v", w, key, d1)
 	}
 	d2 := d1.Add(time.Hour)
-	if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{key}, VisibleAfter: d2}); err != nil {
-		t.Fatalf("re-Stage: %v", err)
-	}
+	stage(t, g, d2, key)
 	if w := window(t, g); len(w) != 1 || !w[key].Equal(d2) {
 		t.Fatalf("window after a new deadline = %v, want %s at %v", w, key, d2)
+	}
+	// The window holds stored blobs only: a key not stored is skipped.
+	absent := absentKey("stage")
+	stage(t, g, d1, sortedKeys([]blob.Key{key, absent})...)
+	if w := window(t, g); len(w) != 1 || !w[key].Equal(d1) {
+		t.Fatalf("window after staging a key not stored = %v, want %s alone at %v", w, key, d1)
 	}
 }
 
@@ -146,10 +162,10 @@ func gcTake(t *testing.T, h Harness) {
 	if keys := take(t, g, lease, t0.Add(100*365*24*time.Hour)); len(keys) != 0 {
 		t.Fatalf("Take on a fresh store = %v, want none", keys)
 	}
-	keys := sortedKeys([]blob.Key{absentKey("t1"), absentKey("t2"), absentKey("t3"), absentKey("t4")})
+	keys := putValues(t, b.store, "take", 4)
 	deadlines := []time.Time{t0.Add(-time.Second), t0, t0.Add(time.Microsecond), t0.Add(time.Hour)}
 	for i, k := range keys {
-		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{k}, VisibleAfter: deadlines[i]}); err != nil {
+		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{k}, VisibleAfter: deadlines[i], Lease: lease}); err != nil {
 			t.Fatalf("Stage: %v", err)
 		}
 	}
@@ -179,10 +195,8 @@ func gcTakeConcurrent(t *testing.T, h Harness) {
 	lease := sweepLease(t, g)
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	const n = 120
-	for i := range n {
-		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{absentKey(fmt.Sprint("concurrent take ", i))}, VisibleAfter: at}); err != nil {
-			t.Fatalf("Stage: %v", err)
-		}
+	if err := g.Stage(t.Context(), gc.StageParams{Keys: putValues(t, b.store, "concurrent take", n), VisibleAfter: at, Lease: lease}); err != nil {
+		t.Fatalf("Stage: %v", err)
 	}
 	var mu sync.Mutex
 	seen := map[blob.Key]int{}
@@ -223,9 +237,9 @@ func gcTimes(t *testing.T, h Harness) {
 	lease := sweepLease(t, g)
 	old := time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
 	far := time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
-	kOld, kFar := absentKey("pre-epoch"), absentKey("far future")
+	kOld, kFar := mustPut(t, b.store, testValue("pre-epoch", 9)), mustPut(t, b.store, testValue("far future", 10))
 	for k, d := range map[blob.Key]time.Time{kOld: old, kFar: far} {
-		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{k}, VisibleAfter: d}); err != nil {
+		if err := g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{k}, VisibleAfter: d, Lease: lease}); err != nil {
 			t.Fatalf("Stage(%v): %v", d, err)
 		}
 	}
@@ -543,12 +557,8 @@ func gcSweep(t *testing.T, h Harness) {
 	wantHas(t, b.store, referenced, true)
 
 	// A candidate that became protected after staging is rescued.
-	if err := b.eng.GC().Stage(t.Context(), gc.StageParams{Keys: []blob.Key{pinned}, VisibleAfter: b.clock.Now()}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
-	if err := b.eng.GC().Stage(t.Context(), gc.StageParams{Keys: []blob.Key{referenced}, VisibleAfter: b.clock.Now()}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
+	stage(t, b.eng.GC(), b.clock.Now(), pinned)
+	stage(t, b.eng.GC(), b.clock.Now(), referenced)
 	rep = b.sweep(t)
 	if rep.Taken != 2 || rep.Rescued != 2 || rep.Deleted != 0 {
 		t.Fatalf("sweep of protected candidates = %+v, want 2 rescued", rep)

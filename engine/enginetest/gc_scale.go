@@ -11,6 +11,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -50,9 +51,7 @@ func gcArbitrateBatch(t *testing.T, h Harness) {
 	r.set(referenced, true)
 	absent := absentKey("batch")
 	keys := sortedKeys(append(slices.Clone(loose), pinned, referenced, absent))
-	if err := g.Stage(ctx, gc.StageParams{Keys: keys, VisibleAfter: b.clock.Now()}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
+	stage(t, g, b.clock.Now(), keys...)
 	want := func(k blob.Key) blob.Outcome {
 		switch {
 		case k == absent:
@@ -195,9 +194,7 @@ func gcStageRange(t *testing.T, h Harness) {
 	}
 	defer guard.Release(context.WithoutCancel(ctx))
 	early := b.clock.Now().Add(-time.Hour)
-	if err := g.Stage(ctx, gc.StageParams{Keys: keys[2:3], VisibleAfter: early}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
+	stage(t, g, early, keys[2:3]...)
 	now := b.clock.Now()
 	lease := sweepLease(t, g)
 	rng := func(after blob.Key, limit int, dry bool) gc.StagedRange {
@@ -298,11 +295,9 @@ func gcTakeOverdueFirst(t *testing.T, h Harness) {
 	t0 := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 	keys := make([]blob.Key, 6)
 	for i := range keys {
-		keys[i] = absentKey(fmt.Sprint("take order ", i))
+		keys[i] = mustPut(t, b.store, testValue(fmt.Sprint("take order ", i), 10+i))
 		// Deadlines in an order of their own, not the keys'.
-		if err := g.Stage(t.Context(), gc.StageParams{Keys: keys[i : i+1], VisibleAfter: t0.Add(time.Duration((i*7)%6) * time.Second)}); err != nil {
-			t.Fatalf("Stage: %v", err)
-		}
+		stage(t, g, t0.Add(time.Duration((i*7)%6)*time.Second), keys[i])
 	}
 	byDeadline := slices.Clone(keys)
 	slices.SortFunc(byDeadline, func(x, y blob.Key) int {
@@ -360,9 +355,7 @@ func gcFailedBatchRestaged(t *testing.T, h Harness) {
 	b.expirePins()
 	b.clock.Advance(testGrace)
 	b.sweep(t) // stages them
-	if err := b.eng.GC().Stage(t.Context(), gc.StageParams{Keys: more, VisibleAfter: time.Now().Add(-time.Second)}); err != nil {
-		t.Fatalf("Stage: %v", err)
-	}
+	stage(t, b.eng.GC(), time.Now().Add(-time.Second), more...)
 	real := gc.New(failArbitrate{b.eng.GC()}, gc.Options{AllUnreferenced: true})
 	if _, err := real.Sweep(t.Context(), gc.SweepOptions{}); !errors.Is(err, errArbitrate) || strings.Contains(err.Error(), "returning the batch") {
 		t.Fatalf("Sweep with failing arbitrations on the engine's clock = %v, want only the arbitration's error", err)
@@ -375,6 +368,31 @@ func gcFailedBatchRestaged(t *testing.T, h Harness) {
 	}
 }
 
+// gcOnceDeclared: a store that ever declared liveness stays one that
+// does, durably, after its last ref is deleted, so a sweep of a store
+// emptied of refs runs instead of refusing.
+func gcOnceDeclared(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	col := gc.New(b.eng.GC(), gc.Options{Grace: testGrace, Now: b.clock.Now})
+	kept := mustPut(t, b.store, testValue("once declared, kept", 11))
+	mustPut(t, b.store, testValue("once declared, loose", 12))
+	if _, err := b.refs.Set(ctx, "once/declared", kept, ref.SetOptions{}); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	if err := b.refs.Delete(ctx, "once/declared", 0); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	b.expirePins()
+	if declared, err := b.eng.GC().Declared(ctx); err != nil || !declared {
+		t.Fatalf("Declared after the last ref went = %v, %v; want true: the store declared liveness once", declared, err)
+	}
+	rep, err := col.Sweep(ctx, gc.SweepOptions{})
+	if err != nil || rep.Staged != 2 {
+		t.Fatalf("Sweep once the last ref went = %+v, %v; want both blobs staged, no refusal", rep, err)
+	}
+}
+
 func gcNoLiveness(t *testing.T, h Harness) {
 	b := setupGC(t, h)
 	ctx := t.Context()
@@ -382,8 +400,8 @@ func gcNoLiveness(t *testing.T, h Harness) {
 	keys := putValues(t, b.store, "no liveness", 2)
 	b.expirePins()
 	_, err := col.Sweep(ctx, gc.SweepOptions{})
-	wantErr(t, err, steaderr.ErrProtected, "Sweep of a store that declares no liveness")
-	if !strings.Contains(err.Error(), "no liveness") || !strings.Contains(err.Error(), "--all-unreferenced") {
+	wantErr(t, err, steaderr.ErrProtected, "Sweep of a store that never declared liveness")
+	if !strings.Contains(err.Error(), "never declared liveness") || !strings.Contains(err.Error(), "--all-unreferenced") {
 		t.Errorf("the refusal %q does not say why and what to do", err)
 	}
 	if w := window(t, b.eng.GC()); len(w) != 0 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -43,6 +44,9 @@ type blobs struct {
 	parents  map[blob.Key]map[blob.Key]bool
 	// sources are the Go-function liveness sources.
 	sources gc.FuncSources
+	// declared is set once a ref, an edge or a source declared liveness
+	// (gc.Engine.Declared), and stays set.
+	declared atomic.Bool
 	// lease is the sweep lease.
 	lease gc.ProcessLease
 }
@@ -114,6 +118,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 // addEdges records that parent references children, those it does not
 // already. Called with mu held.
 func (b *blobs) addEdges(parent blob.Key, children []blob.Key) {
+	if len(children) > 0 {
+		b.declared.Store(true)
+	}
 	for _, c := range children {
 		if b.parents[c][parent] {
 			continue

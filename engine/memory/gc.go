@@ -127,7 +127,7 @@ func (g gcMech) Declared(ctx context.Context) (bool, error) {
 	if err := b.e.check(ctx); err != nil {
 		return false, err
 	}
-	return len(b.sources.List()) > 0 || len(b.refs) > 0 || len(b.children) > 0, nil
+	return b.declared.Load(), nil
 }
 
 func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
@@ -137,8 +137,11 @@ func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	at := clock.OrNow(p.VisibleAfter)
 	for _, key := range p.Keys {
-		b.window[key] = p.VisibleAfter
+		if _, stored := b.values[key]; stored {
+			b.window[key] = at
+		}
 	}
 	return nil
 }
@@ -246,7 +249,11 @@ func (g gcMech) RegisterSource(ctx context.Context, src gc.Source) error {
 	if err := g.b.e.check(ctx); err != nil {
 		return err
 	}
-	return g.b.sources.Register("memory", src)
+	if err := g.b.sources.Register("memory", src); err != nil {
+		return err
+	}
+	g.b.declared.Store(true)
+	return nil
 }
 
 func (g gcMech) UnregisterSource(ctx context.Context, src gc.Source) error {

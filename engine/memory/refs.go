@@ -87,6 +87,7 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		r.expiry = now.Add(p.TTL)
 	}
 	b.refs[p.Name] = r
+	b.declared.Store(true)
 	if b.named[p.Key] == nil {
 		b.named[p.Key] = map[string]bool{}
 	}

@@ -46,7 +46,7 @@ const (
 //   - no row is steaderr.ErrNotFound;
 //   - a closed pool is steaderr.ErrClosed;
 //   - a missing table or schema is sqlengine.ErrNoSchema (steaderr.ErrSchema);
-//   - a refused, reset or dropped connection, a connect that got no answer
+//   - a refused, reset, dropped or closed connection, a connect that got no answer
 //     in time, a terminated backend or a server shutting down or starting
 //     up is steaderr.ErrUnavailable;
 //   - otherwise the caller's cancelled or expired context stays that
@@ -97,15 +97,16 @@ func isUnavailableCode(code string) bool {
 }
 
 // isConnectionFailure reports whether err, which carries no server error,
-// is a failure to reach the server or a connection lost mid-conversation.
-// A failed connect that the server answered (bad password, unknown
+// is a failure to reach the server or a connection lost mid-conversation
+// (or before it: pgx's "conn closed" on a connection it closed when its
+// backend went away). A failed connect that the server answered (bad password, unknown
 // database) carries a server error and is not one.
 func isConnectionFailure(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &netErr) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE)
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // isForeignKey reports whether err is a foreign-key violation.

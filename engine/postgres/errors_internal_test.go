@@ -39,6 +39,7 @@ func TestInterpretError(t *testing.T) {
 		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), steaderr.ErrUnavailable},
 		{"broken pipe", fmt.Errorf("write: %w", syscall.EPIPE), steaderr.ErrUnavailable},
 		{"unexpected EOF", fmt.Errorf("receive message failed: %w", io.ErrUnexpectedEOF), steaderr.ErrUnavailable},
+		{"conn closed", fmt.Errorf("begin: %w", pgconn.ErrConnClosed), steaderr.ErrUnavailable},
 		{"bad password", pg("28P01"), nil},
 		{"syntax", pg("42601"), nil},
 		{"cancelled", fmt.Errorf("timeout: %w", context.Canceled), nil},

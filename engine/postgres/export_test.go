@@ -98,3 +98,7 @@ func MigrateTo(ctx context.Context, e *Engine, version int) error {
 		}
 	}
 }
+
+// InterpretError is the engine's error policy, for tests that provoke a
+// driver error on a connection of their own.
+var InterpretError = interpretError

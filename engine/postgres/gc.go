@@ -95,11 +95,13 @@ RETURNING key, size`)
 	sqlReapRefs = declare("sqlReapRefs", `DELETE FROM {schema}.refs WHERE name = ANY (ARRAY(
 	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`)
 	sqlCountExpiredRefs = declare("sqlCountExpiredRefs", `SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now())`)
-	// sqlDeclared reports whether anything beyond pins declares liveness.
-	sqlDeclared = declare("sqlDeclared", `SELECT EXISTS (SELECT FROM {schema}.gc_sources) OR EXISTS (SELECT FROM {schema}.refs) OR EXISTS (SELECT FROM {schema}.blob_edges)`)
+	// sqlDeclared reports whether anything beyond pins ever declared
+	// liveness (migration 13's triggers record it).
+	sqlDeclared = declare("sqlDeclared", `SELECT EXISTS (SELECT FROM {schema}.gc_declared)`)
 
 	sqlStage = declare("sqlStage", `INSERT INTO {schema}.gc_window AS w (key, visible_after)
-SELECT k, $2 FROM unnest($1::text[]) AS k
+SELECT k, coalesce($2::timestamptz, now()) FROM unnest($1::text[]) AS k
+WHERE EXISTS (SELECT FROM {schema}.blobs b WHERE b.key = k)
 ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after
 WHERE w.visible_after IS DISTINCT FROM excluded.visible_after`)
 	sqlStagePass  = declare("sqlStagePass", `SELECT last_key, started FROM {schema}.gc_pass`)
@@ -507,7 +509,7 @@ func (g *gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	for i, k := range p.Keys {
 		texts[i] = k.String()
 	}
-	_, err := g.e.pool.Exec(ctx, g.e.sql(sqlStage), texts, p.VisibleAfter)
+	_, err := g.e.pool.Exec(ctx, g.e.sql(sqlStage), texts, pgtype.Timestamptz{Time: p.VisibleAfter, Valid: !p.VisibleAfter.IsZero()})
 	return interpretError(err)
 }
 

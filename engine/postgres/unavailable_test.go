@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -126,6 +128,45 @@ func TestUnavailableTerminatedBackend(t *testing.T) {
 	wantUnavailable(t, "Get on a terminated backend", err)
 	if _, err := e.Blobs().Get(ctx, key); err != nil {
 		t.Fatalf("Get after the pool replaced the session: %v", err)
+	}
+}
+
+// A statement on a connection pgx closed after its backend was terminated
+// fails with "conn closed" and no server error: unavailability too, so
+// that a caller retries rather than reporting an internal error.
+func TestUnavailableConnClosed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	app := "closed_" + db.Schema
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.WithoutCancel(ctx)) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed int
+	if err := db.Admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminated %d backends: %v", killed, err)
+	}
+	_, err = tx.Exec(ctx, "SELECT 1")
+	wantUnavailable(t, "a statement on the terminated backend", postgres.InterpretError(err))
+	_, err = tx.Exec(ctx, "SELECT 1")
+	if !errors.Is(err, pgconn.ErrConnClosed) {
+		t.Fatalf("second statement = %v, want pgx's conn closed", err)
+	}
+	if err := postgres.InterpretError(err); !errors.Is(err, steaderr.ErrUnavailable) {
+		t.Fatalf("interpreted %q = %v, want ErrUnavailable", "conn closed", err)
 	}
 }
 

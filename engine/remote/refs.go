@@ -39,7 +39,11 @@ func (r refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		h.Set("If-Match", wire.ETag(p.Version))
 	}
 	var out wire.Ref
-	in := wire.RefSet{Key: p.Key.String(), TTL: wire.Duration(p.TTL), Annotation: p.Annotation, Weak: p.Weak, Now: p.Now}
+	in := wire.RefSet{Key: p.Key.String(), Annotation: p.Annotation, Weak: p.Weak, Now: p.Now}
+	if p.TTL > 0 {
+		ttl := wire.Duration(p.TTL)
+		in.TTL = &ttl
+	}
 	if _, err := r.e.do(ctx, http.MethodPut, refPath(p.Name), &request{header: h}, in, &out); err != nil {
 		return ref.Ref{}, err
 	}

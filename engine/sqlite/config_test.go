@@ -2,6 +2,10 @@ package sqlite_test
 
 import (
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +131,22 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 			}
 			t.Errorf("Open(%+v) = %v, want an error wrapping ErrInvalidArgument", cfg, err)
 		}
+	}
+}
+
+// A database in a directory that does not exist is a mistyped path, not a
+// new store: Open refuses it, naming the directory, and creates nothing.
+func TestOpenRefusesMissingDirectory(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no", "such")
+	e, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(missing, "s.db")})
+	if e != nil {
+		e.Close()
+	}
+	if !errors.Is(err, steaderr.ErrInvalidArgument) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Open in a missing directory = %v, want ErrInvalidArgument naming %s", err, missing)
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open created %s: %v", filepath.Dir(missing), err)
 	}
 }

@@ -52,9 +52,9 @@ func wantVersion(t *testing.T, e *sqlite.Engine, wantCurrent int) (latest int) {
 	return latest
 }
 
-func TestOpenCreatesDirectory(t *testing.T) {
+func TestOpenCreatesFile(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "a", "b", "stead.db")
+	path := filepath.Join(t.TempDir(), "stead.db")
 	e := openEngine(t, path)
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("database file: %v", err)
@@ -72,6 +72,9 @@ func TestOpenCreatesDirectory(t *testing.T) {
 func TestOpenPathNeedingEscape(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a b%25#c?d", "s?.db")
+	if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	e := openEngine(t, path)
 	mustMigrate(t, e)
 	mustPut(t, e, []byte("escaped"))
@@ -84,6 +87,9 @@ func TestOpenRelativePath(t *testing.T) {
 	// t.Chdir forbids t.Parallel.
 	dir := t.TempDir()
 	t.Chdir(dir)
+	if err := os.Mkdir("data", 0o755); err != nil {
+		t.Fatal(err)
+	}
 	e := openEngine(t, "data/rel.db")
 	// The path was resolved at Open: later connections must not follow a
 	// change of working directory.

@@ -36,8 +36,9 @@ UNION SELECT child FROM blob_edges WHERE child IN (SELECT value FROM json_each(?
 	sqlCountExpired     = `SELECT count(*) FROM pins WHERE expiry <= ?1`
 	sqlReapRefs         = `DELETE FROM refs WHERE expiry <= ?1`
 	sqlCountExpiredRefs = `SELECT count(*) FROM refs WHERE expiry <= ?1`
-	sqlDeclared         = `SELECT EXISTS (SELECT 1 FROM refs) OR EXISTS (SELECT 1 FROM blob_edges) OR EXISTS (SELECT 1 FROM gc_func_sources)`
-	sqlStage            = `INSERT INTO gc_window (key, visible_after) SELECT value, ?2 FROM json_each(?1) WHERE true
+	sqlDeclared         = `SELECT EXISTS (SELECT 1 FROM gc_declared)`
+	sqlStage            = `INSERT INTO gc_window (key, visible_after) SELECT j.value, ?2 FROM json_each(?1) AS j
+WHERE EXISTS (SELECT 1 FROM blobs b WHERE b.key = j.value)
 ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after`
 	// sqlStageRange reads the range of keys after ?1, each with whether it
 	// is a candidate: no live pin at ?2 and not staged yet.
@@ -255,9 +256,6 @@ func (g gcMech) Declared(ctx context.Context) (bool, error) {
 	if err := e.check(ctx); err != nil {
 		return false, err
 	}
-	if len(g.b.sources.List()) > 0 {
-		return true, nil
-	}
 	var declared bool
 	err := e.reader.QueryRowContext(ctx, sqlDeclared).Scan(&declared)
 	return declared, listError(ctx, err)
@@ -268,7 +266,7 @@ func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	_, err := e.writer.ExecContext(ctx, sqlStage, keyArray(p.Keys), p.VisibleAfter.UnixMicro())
+	_, err := e.writer.ExecContext(ctx, sqlStage, keyArray(p.Keys), clock.OrNow(p.VisibleAfter).UnixMicro())
 	return interpretError(ctx, err)
 }
 

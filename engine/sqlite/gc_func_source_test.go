@@ -64,7 +64,7 @@ func TestSweepRefusesUnknownGoSource(t *testing.T) {
 	}
 
 	// Unregistering by name (from any process) clears the mark: the store
-	// then declares no liveness, and a sweep told so deletes.
+	// then has no source protecting the key, and a sweep told so deletes.
 	if err := cliCol.UnregisterSource(ctx, gc.Source{Name: "manifests"}); err != nil {
 		t.Fatal(err)
 	}

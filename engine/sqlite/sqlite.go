@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -61,8 +62,10 @@ var (
 	_ engine.InstanceClaimer = (*Engine)(nil)
 )
 
-// Open opens (creating if needed) the database at cfg.Path. It does not
-// migrate: the caller (stead.New) calls Migrate.
+// Open opens the database at cfg.Path, creating the file if needed but not
+// its directory: a directory that does not exist is an error wrapping
+// steaderr.ErrInvalidArgument. It does not migrate: the caller (stead.New)
+// calls Migrate.
 func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -77,8 +80,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	// A missing directory is a mistyped path: a new, empty store there
+	// would answer "nothing stored" for the caller's real one.
+	if dir := filepath.Dir(path); !dirExists(dir) {
+		return nil, fmt.Errorf("sqlite: open %s: %w: directory %s does not exist (create it first)", path, steaderr.ErrInvalidArgument, dir)
 	}
 	e := &Engine{path: path, tierAdopt: cfg.BytesAdopt}
 	switch {
@@ -224,4 +229,11 @@ func (s *stmt) close() error {
 		return p.Close()
 	}
 	return nil
+}
+
+// dirExists reports whether dir exists (a directory, or anything else,
+// which SQLite then refuses with its own error).
+func dirExists(dir string) bool {
+	_, err := os.Stat(dir)
+	return !errors.Is(err, fs.ErrNotExist)
 }

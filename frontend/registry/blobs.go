@@ -3,10 +3,9 @@ package registry
 import (
 	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/internal/httprange"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -59,14 +58,15 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("ETag", `"`+d.String()+`"`)
 	h.Set("Cache-Control", "max-age=31536000")
+	var content httprange.Content = rd
 	if r.Method == http.MethodHead {
-		h.Set("Content-Length", strconv.FormatInt(rd.Size(), 10))
-		h.Set("Accept-Ranges", "bytes")
-		w.WriteHeader(http.StatusOK)
-		return nil
+		content = httprange.NewSizeOnly(rd.Size())
 	}
-	// Content never changes under its digest: no Last-Modified.
-	http.ServeContent(w, r, "", time.Time{}, rd)
+	// The same Range rules as the API's blobs (a HEAD answers a range's
+	// headers, 206).
+	httprange.ServeContent(w, r, content, func(w http.ResponseWriter) {
+		writeError(w, errorf(codeRangeNotSatisfiable, "the range asks for no byte of the blob"))
+	})
 	return nil
 }
 

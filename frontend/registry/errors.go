@@ -32,6 +32,9 @@ const (
 	// failed in a way the client cannot act on (500).
 	codeUnavailable = "UNAVAILABLE"
 	codeUnknown     = "UNKNOWN"
+	// Not the spec's either: a blob's Range that asks for no byte of it
+	// (416), as the API's blobs answer it.
+	codeRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE"
 	// rangeInvalid is BLOB_UPLOAD_INVALID answered with 416: a chunk that
 	// does not start where the upload ends.
 	codeRangeInvalid = "RANGE_INVALID"
@@ -54,6 +57,7 @@ var statusOf = map[string]int{
 	codeUnavailable:         http.StatusServiceUnavailable,
 	codeUnknown:             http.StatusInternalServerError,
 	codeRangeInvalid:        http.StatusRequestedRangeNotSatisfiable,
+	codeRangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
 }
 
 // regError is an answer in the spec's error form.

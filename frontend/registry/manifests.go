@@ -254,12 +254,15 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 			continue
 		}
 		k, _ := parseDigest(string(d.Digest))
-		held, err := g.holds(r, rt.name, k, isIndex(mt))
+		size, held, err := g.holds(r, rt.name, k, isIndex(mt))
 		if err != nil {
 			return err
 		}
 		if !held {
 			return errorf(codeManifestBlobUnknown, "%s %s is not in repository %s: push it first", d.MediaType, k, rt.name)
+		}
+		if size != d.Size {
+			return errorf(codeManifestInvalid, "descriptor %s says %d bytes, the blob has %d", k, d.Size, size)
 		}
 		children = append(children, k)
 	}
@@ -306,9 +309,10 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 	return nil
 }
 
-// holds reports whether repo holds d, stored: as a manifest when manifest
-// is set (an index's children), else as a blob or a manifest.
-func (g *Registry) holds(r *http.Request, repo string, d blob.Key, manifest bool) (bool, error) {
+// holds reports whether repo holds d, stored, and its size: as a manifest
+// when manifest is set (an index's children), else as a blob or a
+// manifest.
+func (g *Registry) holds(r *http.Request, repo string, d blob.Key, manifest bool) (int64, bool, error) {
 	var ok bool
 	var err error
 	if manifest {
@@ -317,9 +321,13 @@ func (g *Registry) holds(r *http.Request, repo string, d blob.Key, manifest bool
 		ok, err = g.inRepo(r, repo, d)
 	}
 	if err != nil || !ok {
-		return false, err
+		return 0, false, err
 	}
-	return g.st.Blobs.Has(r.Context(), d)
+	info, err := g.st.Blobs.Stat(r.Context(), d)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		return 0, false, nil
+	}
+	return info.Size, err == nil, err
 }
 
 // deleteManifest answers DELETE of a manifest: by tag, the tag goes; by

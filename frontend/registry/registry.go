@@ -127,12 +127,7 @@ func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch m := r.Method; {
 	case rt.kind == "base" && (m == http.MethodGet || m == http.MethodHead):
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", "2")
-		w.WriteHeader(http.StatusOK)
-		if m == http.MethodGet {
-			w.Write([]byte("{}"))
-		}
+		err = g.base(w, r)
 	case rt.kind == "blob" && (m == http.MethodGet || m == http.MethodHead):
 		err = g.getBlob(w, r, rt)
 	case rt.kind == "blob" && m == http.MethodDelete:
@@ -167,6 +162,28 @@ func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeError(w, re)
 	}
+}
+
+// basePing bounds the base endpoint's probe of the store.
+const basePing = 2 * time.Second
+
+// base answers the base endpoint, which clients probe before they push:
+// 200 {} when the store answers (its schema version, a cheap read), the
+// store's error (503 UNAVAILABLE with Retry-After while its database is
+// away) otherwise.
+func (g *Registry) base(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), basePing)
+	defer cancel()
+	if _, _, err := g.st.Engine().SchemaVersion(ctx); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", "2")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		w.Write([]byte("{}"))
+	}
+	return nil
 }
 
 // linked reports whether the live ref name exists.

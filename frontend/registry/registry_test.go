@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,8 +17,10 @@ import (
 	specs "github.com/opencontainers/distribution-spec/specs-go/v1"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/internal/testing/fronttest"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
 )
 
@@ -117,6 +120,43 @@ func TestBase(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Docker-Distribution-API-Version") != "registry/2.0" || string(body) != "{}" {
 		t.Fatalf("GET /v2/ = %d %q %v", resp.StatusCode, body, resp.Header)
 	}
+}
+
+// TestBaseDatabaseDown: the base endpoint, which clients probe before a
+// push, says the store cannot serve while its database is away (503 with
+// Retry-After), and answers 200 again once it is back.
+func TestBaseDatabaseDown(t *testing.T) {
+	t.Parallel()
+	storeURL, p := pgtest.New(t).Proxied(t)
+	st, err := stead.Open(context.Background(), storeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(st, registry.Options{Logger: slog.New(slog.DiscardHandler)})
+	addr := fronttest.Serve(t, st, server.Options{Logger: slog.New(slog.DiscardHandler), Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized}}})
+	t.Cleanup(func() {
+		reg.Close()
+		st.Close()
+	})
+	c := &client{t: t, base: "http://" + addr, st: st}
+	if resp, body := c.do("GET", "/v2/", nil, nil); resp.StatusCode != 200 {
+		t.Fatalf("GET /v2/ with the database up = %d %s", resp.StatusCode, body)
+	}
+	p.CutOff()
+	for _, method := range []string{"GET", "HEAD"} {
+		resp, body := c.do(method, "/v2/", nil, nil)
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s /v2/ with the database down = %d %v %s, want 503 with Retry-After", method, resp.StatusCode, resp.Header, body)
+		}
+		if method == "GET" {
+			wantError(t, "GET /v2/ with the database down", resp, body, 503, "UNAVAILABLE")
+		}
+	}
+	p.Restore()
+	testkit.Until(t, "GET /v2/ to answer 200 once the database is back", func() bool {
+		resp, _ := c.do("GET", "/v2/", nil, nil)
+		return resp.StatusCode == 200
+	})
 }
 
 func TestAuth(t *testing.T) {
@@ -309,6 +349,7 @@ func TestHostileManifests(t *testing.T) {
 		{"no media type", "", `{"schemaVersion":2,"config":{}}`, "t", 400, "MANIFEST_INVALID"},
 		{"missing layer", oci, image(fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":3}`, missing)), "t", 400, "MANIFEST_BLOB_UNKNOWN"},
 		{"sha512 layer", oci, image(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha512:` + strings.Repeat("ab", 64) + `","size":3}`), "t", 400, "MANIFEST_INVALID"},
+		{"wrong size", oci, image(fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":999}`, cfg)), "t", 400, "MANIFEST_INVALID"},
 		{"negative size", oci, image(fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":-1}`, cfg)), "t", 400, "MANIFEST_INVALID"},
 		{"wrong digest", oci, image(""), digestOf([]byte("x")), 400, "DIGEST_INVALID"},
 		{"bad reference", oci, image(""), "-tag", 400, "MANIFEST_INVALID"},
@@ -338,6 +379,37 @@ func TestHostileManifests(t *testing.T) {
 	wantError(t, "delete of an unknown blob", resp, body, 404, "BLOB_UNKNOWN")
 	resp, body = c.do("POST", "/v2/r/tags/list", nil, nil)
 	wantError(t, "POST of a tag list", resp, body, 405, "UNSUPPORTED")
+}
+
+// TestBlobRanges: a blob's Range answers are /v1's: a zero-length suffix
+// is unsatisfiable (416), HEAD answers a range's headers (206), and more
+// than 16 ranges are ignored (the whole blob, 200).
+func TestBlobRanges(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, "")
+	value := []byte(strings.Repeat("0123456789", 100))
+	d := c.pushBlob("r", value)
+	path := "/v2/r/blobs/" + d
+	resp, body := c.do("GET", path, map[string]string{"Range": "bytes=-0"}, nil)
+	if resp.StatusCode != http.StatusRequestedRangeNotSatisfiable || resp.Header.Get("Content-Range") != "bytes */1000" {
+		t.Fatalf("GET bytes=-0 = %d %v %s, want 416 with Content-Range bytes */1000", resp.StatusCode, resp.Header, body)
+	}
+	resp, body = c.do("HEAD", path, map[string]string{"Range": "bytes=10-19"}, nil)
+	if resp.StatusCode != http.StatusPartialContent || resp.Header.Get("Content-Range") != "bytes 10-19/1000" || resp.Header.Get("Content-Length") != "10" || len(body) != 0 {
+		t.Fatalf("HEAD bytes=10-19 = %d %v %q, want 206 with Content-Range bytes 10-19/1000", resp.StatusCode, resp.Header, body)
+	}
+	resp, body = c.do("GET", path, map[string]string{"Range": "bytes=10-19"}, nil)
+	if resp.StatusCode != http.StatusPartialContent || string(body) != "0123456789" {
+		t.Fatalf("GET bytes=10-19 = %d %q", resp.StatusCode, body)
+	}
+	many := make([]string, 401)
+	for i := range many {
+		many[i] = fmt.Sprintf("%d-%d", 2*i, 2*i+1)
+	}
+	resp, body = c.do("GET", path, map[string]string{"Range": "bytes=" + strings.Join(many, ",")}, nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, value) {
+		t.Fatalf("GET of 401 ranges = %d, %d bytes; want 200 with the whole blob", resp.StatusCode, len(body))
+	}
 }
 
 // TestManifestRoundTrip pushes a manifest by tag, reads it back with its

@@ -3,7 +3,7 @@ package wire
 import "time"
 
 // SweepRequest is the body of POST /v1/gc/sweep. AllUnreferenced lets the
-// sweep delete in a store that declares no liveness.
+// sweep delete in a store that never declared liveness.
 type SweepRequest struct {
 	DryRun          bool `json:"dry_run,omitempty"`
 	AllUnreferenced bool `json:"all_unreferenced,omitempty"`

@@ -24,13 +24,13 @@ type Ref struct {
 }
 
 // RefSet is the body of PUT /v1/refs/{name}: the key, and optionally a TTL
-// (no expiry without one), an annotation (base64) and weak (the ref names
-// the key without keeping it). Now, when set, is
-// the instant the TTL runs from; a server accepts it only when started
-// with client clocks allowed (tests).
+// (no expiry without one; one given must be positive, ref.CheckTTL), an
+// annotation (base64) and weak (the ref names the key without keeping
+// it). Now, when set, is the instant the TTL runs from; a server accepts
+// it only when started with client clocks allowed (tests).
 type RefSet struct {
 	Key        string    `json:"key"`
-	TTL        Duration  `json:"ttl,omitempty"`
+	TTL        *Duration `json:"ttl,omitempty"`
 	Annotation []byte    `json:"annotation,omitempty"`
 	Weak       bool      `json:"weak,omitempty"`
 	Now        time.Time `json:"now,omitzero"`

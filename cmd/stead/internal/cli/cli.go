@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -199,6 +200,9 @@ func redacted(db string) string {
 	return u.Redacted()
 }
 
+// defaultDir is the directory of stead.DefaultURL's database.
+var defaultDir = filepath.Dir(strings.TrimPrefix(stead.DefaultURL, "sqlite://"))
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -207,6 +211,13 @@ func envOr(name, def string) string {
 }
 
 func (e *env) open(ctx context.Context, opts ...stead.Option) (*stead.Store, error) {
+	if e.db == stead.DefaultURL {
+		// The default store's directory is the one SQLite directory the
+		// command creates; any other must exist.
+		if err := os.MkdirAll(defaultDir, 0o755); err != nil {
+			return nil, fmt.Errorf("the default store's directory: %w", err)
+		}
+	}
 	st, err := stead.Open(ctx, e.db, append([]stead.Option{stead.WithLogger(e.log)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", redacted(e.db), err)

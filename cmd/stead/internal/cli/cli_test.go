@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -198,5 +201,32 @@ func TestServeTrimsEnvToken(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/info with the trimmed token = %d, want 200", resp.StatusCode)
+	}
+}
+
+// A mistyped SQLite path fails, naming the missing directory, and creates
+// nothing: reading an empty new store would say "nothing there".
+func TestMistypedSQLitePath(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "nonexistent", "dir")
+	code, stdout, stderr := run(t, context.Background(), "--db", "sqlite://"+filepath.Join(missing, "x.db"), "ls")
+	if code == 0 || !strings.Contains(stderr, missing) {
+		t.Fatalf("ls of a mistyped path = %d %q %q, want a failure naming %s", code, stdout, stderr, missing)
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ls created %s: %v", filepath.Dir(missing), err)
+	}
+}
+
+// The default store (no --db, no STEAD_DB) is created with its directory,
+// as the README's quick start has it.
+func TestDefaultStoreCreatesItsDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("STEAD_DB", "")
+	if code, stdout, stderr := run(t, context.Background(), "ls"); code != 0 {
+		t.Fatalf("ls of the default store = %d %q %q", code, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join("stead-data", "stead.db")); err != nil {
+		t.Fatalf("the default store: %v", err)
 	}
 }

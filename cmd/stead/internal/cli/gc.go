@@ -24,7 +24,7 @@ func gcCommand(e *env) *cobra.Command {
 		Long: `Run one garbage-collection sweep: reap expired pins, delete the window's
 overdue candidates that nothing pins or references, and stage the blobs
 now unreferenced. Another sweep running is reported, not an error. In a
-store that declares no liveness (no source, ref or blob reference) every
+store that never declared liveness (no source, ref or blob reference, ever) every
 blob is garbage once its pin lapses: gc refuses to delete there unless given
 --all-unreferenced (--dry-run shows what would go). See docs/guides/gc.md.`,
 		Args: cobra.NoArgs,
@@ -47,7 +47,7 @@ blob is garbage once its pin lapses: gc refuses to delete there unless given
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing; report what a sweep would do")
-	cmd.Flags().BoolVar(&allUnreferenced, "all-unreferenced", false, "delete in a store that declares no liveness: every blob no pin protects")
+	cmd.Flags().BoolVar(&allUnreferenced, "all-unreferenced", false, "delete in a store that never declared liveness: every blob no pin protects")
 	cmd.Flags().DurationVar(&grace, "grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "explain KEY",

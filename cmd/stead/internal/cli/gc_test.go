@@ -31,7 +31,7 @@ func TestGC(t *testing.T) {
 
 	// Nothing declares liveness here: gc refuses, saying what to do.
 	code, out, errOut := run(t, ctx, "--db", db, "gc", "--grace", "1ms")
-	if code != 1 || !strings.Contains(errOut, "no liveness") || !strings.Contains(errOut, "--all-unreferenced") {
+	if code != 1 || !strings.Contains(errOut, "never declared liveness") || !strings.Contains(errOut, "--all-unreferenced") {
 		t.Fatalf("gc of a store with no liveness = %d, %q, %q; want a refusal naming --all-unreferenced", code, out, errOut)
 	}
 	code, out, errOut = run(t, ctx, "--db", db, "gc", "--grace", "1ms", "--all-unreferenced")
@@ -86,7 +86,7 @@ func TestGCRemote(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	code, out, errOut := run(t, ctx, "--db", srv.URL, "gc", "--grace", "1ms")
-	if code != 1 || !strings.Contains(errOut, "no liveness") {
+	if code != 1 || !strings.Contains(errOut, "never declared liveness") {
 		t.Fatalf("gc over http of a store with no liveness = %d, %q, %q; want a refusal", code, out, errOut)
 	}
 	code, out, errOut = run(t, ctx, "--db", srv.URL, "gc", "--grace", "1ms", "--all-unreferenced")

@@ -70,7 +70,7 @@ func TestGCProgress(t *testing.T) {
 	}{
 		{[]string{"gc", "--dry-run"}, 0, "dry run (would): reaped 1 pins, 0 refs and 0 uploads, took 1 candidates: deleted 1 (3 bytes)", ""},
 		{[]string{"gc", "--all-unreferenced"}, 0, "reaped 1 pins, 0 refs and 0 uploads, took 1 candidates: deleted 1 (3 bytes)", "(0/1, "},
-		{[]string{"gc"}, 1, "stead gc: gc sweep: stead: protected: the store declares no liveness", ""},
+		{[]string{"gc"}, 1, "stead gc: gc sweep: stead: protected: the store never declared liveness", ""},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

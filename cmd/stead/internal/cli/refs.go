@@ -44,6 +44,11 @@ func refSetCommand(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("ttl") {
+				if err := ref.CheckTTL(ttl); err != nil {
+					return usageError("--ttl %v: leave --ttl out for a ref that never expires: %v", ttl, err)
+				}
+			}
 			opts := ref.SetOptions{TTL: ttl, IfAbsent: ifAbsent, IfVersion: ifVersion, Weak: weak}
 			if annotation != "" {
 				opts.Annotation = []byte(annotation)
@@ -57,7 +62,7 @@ func refSetCommand(e *env) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", 0, "expire the ref this long after the set (default: never)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "expire the ref this long after the set, at least 1µs (default: never)")
 	cmd.Flags().BoolVar(&ifAbsent, "if-absent", false, "create only: fail if a live ref has the name")
 	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "swap only from this version")
 	cmd.Flags().StringVar(&annotation, "annotation", "", "a short text to attach to the ref")

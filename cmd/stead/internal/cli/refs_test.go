@@ -125,3 +125,17 @@ func TestRefRmAndBinaryAnnotations(t *testing.T) {
 		t.Fatalf("after a refused ref rm, ref get keep/me = %d %q %q: it was deleted", code, out, errOut)
 	}
 }
+
+// An explicit --ttl must be positive: 0 does not mean "never" when given.
+func TestRefSetZeroTTL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	key := blob.KeyOf([]byte("v")).String()
+	for _, ttl := range []string{"0s", "-1s"} {
+		code, out, errOut := run(t, ctx, "--db", db, "ref", "set", "--ttl", ttl, "app", key)
+		if code != exitUsage || !strings.Contains(errOut, "--ttl") {
+			t.Errorf("ref set --ttl %s = %d, %q, %q; want %d naming --ttl", ttl, code, out, errOut, exitUsage)
+		}
+	}
+}

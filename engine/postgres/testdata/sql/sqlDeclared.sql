@@ -1,1 +1,1 @@
-SELECT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".gc_sources) OR EXISTS (SELECT FROM "St""ead. sch;ema-ñ".refs) OR EXISTS (SELECT FROM "St""ead. sch;ema-ñ".blob_edges)
+SELECT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".gc_declared)
