@@ -158,10 +158,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// HEAD asks for the headers only: the size, not the value.
-	var rd interface {
-		io.ReadSeeker
-		Size() int64
-	}
+	var rd readSizer
 	if r.Method == http.MethodHead {
 		info, err := s.blobs.Stat(r.Context(), key)
 		if err != nil {
@@ -199,11 +196,89 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Range", ranges)
 	}
 	s.stream(w)
-	http.ServeContent(w, r, "", time.Time{}, rd)
+	if r.Method == http.MethodHead {
+		http.ServeContent(w, r, "", time.Time{}, rd)
+	} else {
+		s.serveValue(w, r, key, rd)
+	}
 	if rw, ok := w.(*responseWriter); ok {
 		s.metrics.blobGet(rw.n)
 	}
 }
+
+// serveValue answers a GET of key's value from rd. Its status and headers
+// wait for the first byte of the value: a value whose first read fails (an
+// object missing from the bucket) gets an error answer, not a 200 with no
+// bytes. A read failing after the answer began leaves it short, which the
+// client sees against its Content-Length, and is logged, unless the
+// client went away.
+func (s *Server) serveValue(w http.ResponseWriter, r *http.Request, key blob.Key, rd readSizer) {
+	held := &heldAnswer{ResponseWriter: w}
+	content := &readFailure{readSizer: rd}
+	http.ServeContent(held, r, "", time.Time{}, content)
+	switch {
+	case content.err == nil:
+	case !held.sent:
+		for _, name := range []string{"Content-Length", "Content-Range", "Content-Type", "Accept-Ranges", "ETag", "Cache-Control"} {
+			w.Header().Del(name)
+		}
+		s.fail(w, r, content.err)
+		return
+	case r.Context().Err() == nil:
+		s.log.Error("stead: blob read failed mid-answer", "key", key.String(), "err", content.err)
+	}
+	held.send()
+}
+
+// readSizer is a value's content as http.ServeContent reads it.
+type readSizer interface {
+	io.ReadSeeker
+	Size() int64
+}
+
+// readFailure keeps the first error reading its content returned.
+type readFailure struct {
+	readSizer
+	err error
+}
+
+func (c *readFailure) Read(p []byte) (int, error) {
+	n, err := c.readSizer.Read(p)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// heldAnswer holds back an answer's status until its first byte.
+type heldAnswer struct {
+	http.ResponseWriter
+	status int
+	sent   bool
+}
+
+func (h *heldAnswer) WriteHeader(code int) {
+	if !h.sent && h.status == 0 {
+		h.status = code
+	}
+}
+
+func (h *heldAnswer) Write(p []byte) (int, error) {
+	h.send()
+	return h.ResponseWriter.Write(p)
+}
+
+// send sends the status held back, if any.
+func (h *heldAnswer) send() {
+	if !h.sent {
+		h.sent = true
+		if h.status != 0 {
+			h.ResponseWriter.WriteHeader(h.status)
+		}
+	}
+}
+
+func (h *heldAnswer) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 
 // sizeOnly is a HEAD answer's content: its size, without its bytes.
 // http.ServeContent seeks it to learn the size and sends no body for

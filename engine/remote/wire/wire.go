@@ -395,13 +395,19 @@ type Reaped struct {
 }
 
 // Stored is a blob's stored form, the answer of GET
-// /v1/blobs/{key}/stored: its size and either its inline value or its
-// chunk set.
+// /v1/blobs/{key}/stored: its size and one of its inline value, its chunk
+// set, or the name of the bucket object the server keeps it in, whose
+// bytes are ranges of GET /v1/blobs/{key}
+// (docs/decisions/0036-objects-over-http.md).
 type Stored struct {
 	Size   int64  `json:"size"`
 	Value  []byte `json:"value,omitempty"`
 	Chunks int64  `json:"chunks,omitempty"`
+	Object string `json:"object,omitempty"`
 }
+
+// MaxObjectName bounds the object name a stored form carries.
+const MaxObjectName = 1024
 
 // MaxStored bounds the answer of GET /v1/blobs/{key}/stored: an inline
 // value of up to MaxChunk bytes, base64-encoded, and its fields.
