@@ -242,6 +242,12 @@ type Info struct {
 	Reason  string `json:"reason"`
 }
 
+// BytesTier answers POST /v1/bytes-tier/check: the bucket of the server's
+// store, probed, or "" when it has no bytes tier.
+type BytesTier struct {
+	Bucket string `json:"bucket"`
+}
+
 // LockRequest is the body of the lock endpoints. Now, when set, is the
 // instant leases are judged at; a server accepts it only when started
 // with client clocks allowed (tests).
