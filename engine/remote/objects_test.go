@@ -165,6 +165,10 @@ func TestObjectsThroughServer(t *testing.T) {
 				if err != nil || resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, value[300000:300100]) {
 					t.Fatalf("GET of a range = %d, %d bytes (%v), want 206 and its 100 bytes", resp.StatusCode, len(body), err)
 				}
+				resp, body, err = get(t, "/v1/blobs/"+key.String(), map[string]string{"Range": "bytes=0-9,700000-700009"})
+				if err != nil || resp.StatusCode != http.StatusPartialContent || !bytes.Contains(body, value[700000:700010]) {
+					t.Fatalf("GET of two ranges = %d, %d bytes (%v), want 206 with both", resp.StatusCode, len(body), err)
+				}
 			})
 
 			t.Run("remote store", func(t *testing.T) {
