@@ -26,7 +26,11 @@ import (
 // under its key by Put (docs/decisions/0011-large-blobs.md); or, on an
 // engine with a bytes tier (Streamer), as one bucket object written under
 // an upload and published the same way (docs/decisions/0027-bytes-tier.md).
+// Streamer is part of the seam, so that an engine wrapping another passes
+// the tier on by embedding it (docs/decisions/0036-objects-over-http.md).
 type Engine interface {
+	Streamer
+
 	// Put stores p.Value under p.Key unless the key is already stored (the
 	// first writer wins and a repeat is a successful no-op, never an
 	// overwrite), and pins the key for (p.Owner) until at least p.Now +

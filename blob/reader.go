@@ -31,11 +31,10 @@ type Reader struct {
 	ctx    context.Context
 	eng    Engine
 	set    ChunkSet
-	// object names the bucket object holding the value, read through
-	// streamer: one ranged read kept open for reads in order (stream, at
-	// streamAt), a ranged read of its own for each ReadAt.
+	// object names the bucket object holding the value, read through the
+	// engine's ReadValue: one ranged read kept open for reads in order
+	// (stream, at streamAt), a ranged read of its own for each ReadAt.
 	object   string
-	streamer Streamer
 	stream   io.ReadCloser
 	streamAt int64
 
@@ -63,9 +62,6 @@ var (
 
 func newReader(ctx context.Context, eng Engine, key Key, st Stored, verify bool) *Reader {
 	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks, object: st.Object}
-	if st.Object != "" {
-		r.streamer, _ = eng.(Streamer)
-	}
 	if verify && !st.Inline() {
 		r.verify, r.hash = true, sha256.New()
 	}
@@ -231,22 +227,24 @@ func (r *Reader) objectSpan(off int64) ([]byte, error) {
 
 // openObject opens a ranged read of n bytes of the object from off.
 func (r *Reader) openObject(off, n int64) (io.ReadCloser, error) {
-	if r.streamer == nil {
-		return nil, fmt.Errorf("blob read %s: the engine keeps this value in a bytes tier it cannot read", r.key)
-	}
-	rc, err := r.streamer.ReadValue(r.ctx, ReadValueParams{Key: r.key, Object: r.object, Off: off, N: n})
+	rc, err := r.eng.ReadValue(r.ctx, ReadValueParams{Key: r.key, Object: r.object, Off: off, N: n})
 	if err != nil {
 		return nil, r.objectErr(off, err)
 	}
 	return rc, nil
 }
 
-// objectErr is the error of a failed object read at off.
+// objectErr is the error of a failed object read at off. An object not
+// found while its blob still names it is missing from the bucket (removed
+// behind the store's back): the stored bytes no longer match the key.
 func (r *Reader) objectErr(off int64, err error) error {
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
 		return fmt.Errorf("blob read %s at %d: %w: object %s ends before the value's %d bytes", r.key, off, steaderr.ErrDigestMismatch, r.object, r.size)
 	case errors.Is(err, steaderr.ErrNotFound):
+		if st, gerr := r.eng.Get(r.ctx, r.key); gerr == nil && st.Object == r.object {
+			return fmt.Errorf("blob read %s at %d: %w: its object %s is missing from the bucket", r.key, off, steaderr.ErrDigestMismatch, r.object)
+		}
 		return fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
 	}
 	return fmt.Errorf("blob read %s at %d: %w", r.key, off, err)

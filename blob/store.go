@@ -258,8 +258,8 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
 	case errors.Is(err, errOverLimit):
 		rest := io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash))
-		if st, ok := s.eng.(Streamer); ok && st.Tiered() {
-			return s.putObject(ctx, st, want, children, rest, pb.hash)
+		if s.eng.Tiered() {
+			return s.putObject(ctx, want, children, rest, pb.hash)
 		}
 		return s.putChunked(ctx, want, children, rest, pb.hash)
 	case err != nil:

@@ -10,15 +10,19 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// Streamer is implemented by an engine that can keep large values as
-// objects in a bucket, its bytes tier (docs/decisions/0027-bytes-tier.md).
-// A Store over such an engine streams every value over its inline limit
-// into one object under an upload (BeginUpload), then publishes it with
-// Put naming the upload, as a chunked value is; the engine's Get then
-// answers Stored.Object.
+// Streamer is the part of an Engine that keeps large values as objects
+// in a bucket, its bytes tier (docs/decisions/0027-bytes-tier.md). A Store
+// over an engine whose Tiered answers true streams every value over its
+// inline limit into one object under an upload (WriteValue), then
+// publishes it with Put naming the upload, as a chunked value is; the
+// engine's Get then answers Stored.Object, read with ReadValue. An engine
+// without a tier answers Tiered false, refuses WriteValue and is never
+// asked to ReadValue; one whose Get can name objects it does not write
+// (the remote engine, whose server keeps the tier) answers ReadValue
+// whatever Tiered says.
 type Streamer interface {
-	// Tiered reports whether the engine has a bytes tier: false, and the
-	// Store stores chunks as without one.
+	// Tiered reports whether the engine's puts go to a bytes tier: false,
+	// and the Store stores chunks as without one.
 	Tiered() bool
 	// WriteValue records a fresh object name for the upload p.Set (before
 	// any byte is written), streams p.Value into that object, renewing the
@@ -56,14 +60,14 @@ type ReadValueParams struct {
 // tier under an upload and publishes it, pinned, once written whole and
 // hashed, as putChunked does with chunks. h has been fed every byte r
 // yields.
-func (s *Store) putObject(ctx context.Context, st Streamer, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
+func (s *Store) putObject(ctx context.Context, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
 	set, err := s.eng.BeginUpload(ctx, BeginUploadParams{Lease: s.lease, Now: s.pins.engineNow()})
 	if err != nil {
 		return Key{}, err
 	}
 	defer s.abortUpload(ctx, set, &err)
 	src := &limitedSource{r: r, max: s.maxSize}
-	size, err := st.WriteValue(ctx, WriteValueParams{Set: set, Value: src, Lease: s.lease})
+	size, err := s.eng.WriteValue(ctx, WriteValueParams{Set: set, Value: src, Lease: s.lease})
 	if src.err != nil {
 		return Key{}, src.err
 	}

@@ -60,6 +60,16 @@ type Engine interface {
 	Close() error
 }
 
+// BytesTierChecker is an Engine that may keep large values in a bucket,
+// its bytes tier (docs/decisions/0027-bytes-tier.md), or reach one through
+// a server (the remote engine), for stead doctor.
+type BytesTierChecker interface {
+	// CheckBytesTier checks that the store and its bucket belong together
+	// and probes the bucket: it writes, reads back, lists and deletes a
+	// small object. bucket names it, "" when the store has no tier.
+	CheckBytesTier(ctx context.Context) (bucket string, err error)
+}
+
 // InstanceClaimer is an Engine whose data other processes may open too
 // (PostgreSQL, SQLite), and which can therefore hold an instance id
 // exclusively: pins are owned by the id, so two open stores sharing one

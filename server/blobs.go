@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -182,12 +183,87 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		rw.size = strconv.FormatInt(rd.Size(), 10)
 	}
 	s.stream(w)
-	httprange.ServeContent(w, r, rd, func(w http.ResponseWriter) {
-		writeError(w, wire.CodeRangeNotSatisfiable, "empty suffix range")
-	})
+	if r.Method == http.MethodHead {
+		httprange.ServeContent(w, r, rd, emptySuffixRange)
+	} else {
+		s.serveValue(w, r, key, rd)
+	}
 	if rw, ok := w.(*responseWriter); ok {
 		s.metrics.blobGet(rw.n)
 	}
+}
+
+// serveValue answers a GET of key's value from rd. Its status and headers
+// wait for the first byte of the value: a value whose first read fails (an
+// object missing from the bucket) gets an error answer, not a 200 with no
+// bytes. A read failing after the answer began leaves it short, which the
+// client sees against its Content-Length, and is logged, unless the
+// client went away.
+func (s *Server) serveValue(w http.ResponseWriter, r *http.Request, key blob.Key, rd httprange.Content) {
+	held := &heldAnswer{ResponseWriter: w}
+	content := &readFailure{Content: rd}
+	httprange.ServeContent(held, r, content, emptySuffixRange)
+	switch {
+	case content.err == nil:
+	case !held.sent:
+		for _, name := range []string{"Content-Length", "Content-Range", "Content-Type", "Accept-Ranges", "ETag", "Cache-Control"} {
+			w.Header().Del(name)
+		}
+		s.fail(w, r, content.err)
+		return
+	case r.Context().Err() == nil:
+		s.log.Error("stead: blob read failed mid-answer", "key", key.String(), "err", content.err)
+	}
+	held.send()
+}
+
+// readFailure keeps the first error reading its content returned.
+type readFailure struct {
+	httprange.Content
+	err error
+}
+
+func (c *readFailure) Read(p []byte) (int, error) {
+	n, err := c.Content.Read(p)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// heldAnswer holds back an answer's status until its first byte.
+type heldAnswer struct {
+	http.ResponseWriter
+	status int
+	sent   bool
+}
+
+func (h *heldAnswer) WriteHeader(code int) {
+	if !h.sent && h.status == 0 {
+		h.status = code
+	}
+}
+
+func (h *heldAnswer) Write(p []byte) (int, error) {
+	h.send()
+	return h.ResponseWriter.Write(p)
+}
+
+// send sends the status held back, if any.
+func (h *heldAnswer) send() {
+	if !h.sent {
+		h.sent = true
+		if h.status != 0 {
+			h.ResponseWriter.WriteHeader(h.status)
+		}
+	}
+}
+
+func (h *heldAnswer) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+// emptySuffixRange answers a Range that asks for no bytes (bytes=-0).
+func emptySuffixRange(w http.ResponseWriter) {
+	writeError(w, wire.CodeRangeNotSatisfiable, "empty suffix range")
 }
 
 func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/remote/wire"
 )
 
@@ -56,4 +57,19 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.schema(w, r)
+}
+
+// checkBytesTier probes the store's bucket as stead doctor does: POST
+// /v1/bytes-tier/check, {"bucket": ""} when the store has no tier.
+func (s *Server) checkBytesTier(w http.ResponseWriter, r *http.Request) {
+	var out wire.BytesTier
+	if t, ok := s.eng.(engine.BytesTierChecker); ok {
+		bucket, err := t.CheckBytesTier(r.Context())
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		out.Bucket = bucket
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -29,6 +29,7 @@ func (s *Server) table() []route {
 		{"GET /v1/info", false, s.info},
 		{"GET /v1/schema", false, s.schema},
 		{"POST /v1/schema/migrate", false, s.migrate},
+		{"POST /v1/bytes-tier/check", false, s.checkBytesTier},
 
 		{"PUT /v1/blobs", false, s.putBlob},
 		{"POST /v1/blobs", false, s.putBlob},

@@ -64,6 +64,8 @@ func TestEveryRoute(t *testing.T) {
 		{op: "GET /v1/info", method: "GET", path: "/v1/info", header: map[string]string{"Authorization": "Bearer wrong"}, status: 401},
 		{op: "GET /v1/schema", method: "GET", path: "/v1/schema", header: auth, status: 200},
 		{op: "POST /v1/schema/migrate", method: "POST", path: "/v1/schema/migrate", header: auth, status: 200},
+		{op: "POST /v1/bytes-tier/check", method: "POST", path: "/v1/bytes-tier/check", header: auth, status: 200},
+		{op: "POST /v1/bytes-tier/check", method: "POST", path: "/v1/bytes-tier/check", status: 401},
 
 		{op: "PUT /v1/blobs", method: "PUT", path: "/v1/blobs", header: auth, body: value, status: 201},
 		{op: "PUT /v1/blobs", method: "PUT", path: "/v1/blobs", header: auth, body: value, status: 200},

@@ -225,7 +225,7 @@ func (s *Server) storedBlob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errors.New("an inline value over the wire's chunk limit"))
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks)})
+	writeJSON(w, http.StatusOK, wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks), Object: st.Object})
 }
 
 // leaseOf parses the lease query parameter, a Go duration up to

@@ -85,11 +85,7 @@ func engineValue(t *testing.T, eng blob.Engine, key blob.Key) []byte {
 		t.Fatalf("engine Get(%s): %v", key, err)
 	}
 	if st.Object != "" {
-		s, ok := eng.(blob.Streamer)
-		if !ok {
-			t.Fatalf("engine Get(%s) names object %s, but the engine is no blob.Streamer", key, st.Object)
-		}
-		rc, err := s.ReadValue(t.Context(), blob.ReadValueParams{Key: key, Object: st.Object, N: -1})
+		rc, err := eng.ReadValue(t.Context(), blob.ReadValueParams{Key: key, Object: st.Object, N: -1})
 		if err != nil {
 			t.Fatalf("engine ReadValue(%s): %v", st.Object, err)
 		}

@@ -16,11 +16,14 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// chunkCounter is a blob engine that counts chunk fetches.
+// chunkCounter is a blob engine that counts chunk fetches. It stores
+// large values in chunks even over an engine with a bytes tier.
 type chunkCounter struct {
 	blob.Engine
 	reads atomic.Int64
 }
+
+func (c *chunkCounter) Tiered() bool { return false }
 
 func (c *chunkCounter) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
 	c.reads.Add(1)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -397,4 +398,17 @@ func cmpInt(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// Tiered implements blob.Streamer: the memory engine has no bytes tier.
+func (b *blobs) Tiered() bool { return false }
+
+// WriteValue implements blob.Streamer: refused, there is no bytes tier.
+func (b *blobs) WriteValue(context.Context, blob.WriteValueParams) (int64, error) {
+	return 0, fmt.Errorf("%w: the memory engine has no bytes tier", steaderr.ErrInvalidArgument)
+}
+
+// ReadValue implements blob.Streamer: no value is an object.
+func (b *blobs) ReadValue(_ context.Context, p blob.ReadValueParams) (io.ReadCloser, error) {
+	return nil, fmt.Errorf("%w: object %s: the memory engine has no bytes tier", steaderr.ErrNotFound, p.Object)
 }

@@ -299,10 +299,7 @@ func (g *gcMech) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphan
 	return out, nil
 }
 
-var (
-	_ blob.Streamer    = (*blobs)(nil)
-	_ gc.OrphanSweeper = (*gcMech)(nil)
-)
+var _ gc.OrphanSweeper = (*gcMech)(nil)
 
 // publishObject publishes the upload's object as p.Key's value in tx (the
 // upload already ended in it), pinned, with its children's edges. It

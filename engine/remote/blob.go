@@ -86,17 +86,91 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	if err := json.NewDecoder(io.LimitReader(resp.Body, wire.MaxStored)).Decode(&st); err != nil {
 		return blob.Stored{}, fmt.Errorf("remote: blob %s: %w: %w", key, errMalformed, err)
 	}
+	inline := st.Chunks == 0 && st.Object == ""
 	switch {
 	case st.Size < 0 || st.Chunks < 0,
-		st.Chunks == 0 && int64(len(st.Value)) != st.Size,
-		st.Chunks != 0 && len(st.Value) != 0:
+		inline && int64(len(st.Value)) != st.Size,
+		!inline && len(st.Value) != 0,
+		st.Chunks != 0 && st.Object != "",
+		st.Object != "" && (st.Size == 0 || len(st.Object) > wire.MaxObjectName):
 		return blob.Stored{}, fmt.Errorf("remote: blob %s: %w: inconsistent stored form", key, errMalformed)
 	}
-	if st.Value == nil && st.Chunks == 0 {
+	if st.Value == nil && inline {
 		st.Value = []byte{}
 	}
-	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks)}, nil
+	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks), Object: st.Object}, nil
 }
+
+// Tiered implements blob.Streamer: a remote store's puts stage chunks on
+// the server, which keeps any bytes tier behind its own store.
+func (b *blobs) Tiered() bool { return false }
+
+// WriteValue implements blob.Streamer: refused, the client has no bucket.
+func (b *blobs) WriteValue(context.Context, blob.WriteValueParams) (int64, error) {
+	return 0, fmt.Errorf("%w: a remote store writes no bucket object of its own", steaderr.ErrInvalidArgument)
+}
+
+// ReadValue implements blob.Streamer: the server reads the object it
+// named in the stored form and streams its bytes as a range of GET
+// /v1/blobs/{key}. An answer that breaks off before its end is an error
+// wrapping steaderr.ErrUnavailable.
+func (b *blobs) ReadValue(ctx context.Context, p blob.ReadValueParams) (io.ReadCloser, error) {
+	if p.Off < 0 {
+		return nil, fmt.Errorf("%w: negative offset %d", steaderr.ErrInvalidArgument, p.Off)
+	}
+	spec := "bytes=" + strconv.FormatInt(p.Off, 10) + "-"
+	if p.N >= 0 {
+		if p.N == 0 {
+			return io.NopCloser(strings.NewReader("")), nil
+		}
+		spec += strconv.FormatInt(p.Off+p.N-1, 10)
+	}
+	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs/"+p.Key.String(), &request{header: http.Header{"Range": {spec}}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusPartialContent {
+		defer resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			return nil, errorOf(resp)
+		}
+		return nil, fmt.Errorf("remote: blob %s: %w: %d to a range request", p.Key, errMalformed, resp.StatusCode)
+	}
+	var first, last, size int64
+	n, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-%d/%d", &first, &last, &size)
+	want := last - first + 1
+	if err != nil || n != 3 || first != p.Off || last < first || last >= size || (p.N >= 0 && want != p.N) || (p.N < 0 && last != size-1) || resp.ContentLength != want {
+		resp.Body.Close()
+		return nil, fmt.Errorf("remote: blob %s: %w: Content-Range %q, %d bytes, to %s", p.Key, errMalformed, resp.Header.Get("Content-Range"), resp.ContentLength, spec)
+	}
+	return &rangeBody{key: p.Key, body: resp.Body, left: want}, nil
+}
+
+// rangeBody reads the bytes of a range answer, telling an answer that
+// broke off (the server's read failed mid-answer, or the connection did)
+// from the end of the range.
+type rangeBody struct {
+	key  blob.Key
+	body io.ReadCloser
+	left int64
+}
+
+func (r *rangeBody) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	n, err := r.body.Read(p[:min(int64(len(p)), r.left)])
+	r.left -= int64(n)
+	switch {
+	case r.left == 0:
+		return n, io.EOF
+	case err != nil:
+		return n, fmt.Errorf("remote: blob %s: %w: the answer broke off %d bytes before its end: %v", r.key, steaderr.ErrUnavailable, r.left, err)
+	}
+	return n, nil
+}
+
+func (r *rangeBody) Close() error { return r.body.Close() }
 
 func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
 	var up wire.Upload

@@ -3,7 +3,9 @@ package remote_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote"
 	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // hostileServer answers /v1/info and then every request with answer.
@@ -122,6 +125,62 @@ func TestListDistrustsOrder(t *testing.T) {
 			}
 			if err == nil {
 				t.Fatal("List succeeded; want a malformed-answer error")
+			}
+		})
+	}
+}
+
+// TestObjectFormsDistrusted: a stored form naming an object beside a value
+// or a chunk set, or with no size, is an error; so is a range answer that
+// is not the range asked for, or shorter than it says.
+func TestObjectFormsDistrusted(t *testing.T) {
+	t.Parallel()
+	json := func(body string) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	ranged := func(contentRange string, length int, body string) string {
+		return fmt.Sprintf("HTTP/1.1 206 Partial Content\r\nContent-Range: %s\r\nContent-Length: %d\r\n\r\n%s", contentRange, length, body)
+	}
+	key, _ := blob.ParseKey("sha256:" + strings.Repeat("ab", 32))
+	for name, tc := range map[string]struct {
+		answer string
+		read   bool // ReadValue of 5 bytes from 10, not Get
+	}{
+		"object and value":   {answer: json(`{"size":3,"value":"YWJj","object":"o/ab/cd"}`)},
+		"object and chunks":  {answer: json(`{"size":3,"chunks":7,"object":"o/ab/cd"}`)},
+		"object of no bytes": {answer: json(`{"size":0,"object":"o/ab/cd"}`)},
+		"object name huge":   {answer: json(`{"size":3,"object":"` + strings.Repeat("o", 2000) + `"}`)},
+		"200 to a range":     {answer: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", read: true},
+		"another range":      {answer: ranged("bytes 0-4/100", 5, "hello"), read: true},
+		"a longer range":     {answer: ranged("bytes 10-19/100", 10, "helloworld"), read: true},
+		"garbled range":      {answer: ranged("bytes ten/100", 5, "hello"), read: true},
+		"broken off":         {answer: ranged("bytes 10-14/100", 5, "he"), read: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e, err := remote.Open(ctx, remote.Config{URL: hostileServer(t, tc.answer)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if !tc.read {
+				if st, err := e.Blobs().Get(ctx, key); err == nil {
+					t.Fatalf("Get = %+v, want an error", st)
+				}
+				return
+			}
+			rc, err := e.Blobs().ReadValue(ctx, blob.ReadValueParams{Key: key, Object: "o/ab/cd", Off: 10, N: 5})
+			if err == nil {
+				var got []byte
+				got, err = io.ReadAll(rc)
+				rc.Close()
+				if err == nil {
+					t.Fatalf("ReadValue = %q, want an error", got)
+				}
+				if !errors.Is(err, steaderr.ErrUnavailable) {
+					t.Fatalf("reading an answer that broke off: %v, want ErrUnavailable", err)
+				}
 			}
 		})
 	}

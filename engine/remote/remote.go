@@ -180,6 +180,16 @@ func (e *Engine) SchemaVersion(ctx context.Context) (current, latest int, err er
 // Cluster reports what the server's engine said at Open.
 func (e *Engine) Cluster() (bool, string) { return e.shared, e.reason }
 
+// CheckBytesTier implements engine.BytesTierChecker: the server probes
+// its store's bucket (POST /v1/bytes-tier/check).
+func (e *Engine) CheckBytesTier(ctx context.Context) (string, error) {
+	var out wire.BytesTier
+	if _, err := e.do(ctx, http.MethodPost, "/v1/bytes-tier/check", nil, nil, &out); err != nil {
+		return "", err
+	}
+	return out.Bucket, nil
+}
+
 // Close closes the engine; the server is untouched.
 func (e *Engine) Close() error {
 	if e.closed.CompareAndSwap(false, true) && e.own {

@@ -307,10 +307,7 @@ func (g gcMech) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphans
 	return out, nil
 }
 
-var (
-	_ blob.Streamer    = (*blobs)(nil)
-	_ gc.OrphanSweeper = gcMech{}
-)
+var _ gc.OrphanSweeper = gcMech{}
 
 // CheckBytesTier checks that the store and its bucket belong together (a
 // store that recorded a tier must be opened with it, a bucket must carry

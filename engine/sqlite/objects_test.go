@@ -193,7 +193,7 @@ func TestBytesTierOrphanSweep(t *testing.T) {
 	pr, pw := io.Pipe()
 	writing := make(chan error, 1)
 	go func() {
-		_, err := e.Blobs().(blob.Streamer).WriteValue(ctx, blob.WriteValueParams{Set: set, Value: pr, Lease: time.Hour})
+		_, err := e.Blobs().WriteValue(ctx, blob.WriteValueParams{Set: set, Value: pr, Lease: time.Hour})
 		writing <- err
 	}()
 	if _, err := pw.Write([]byte("half an object")); err != nil {

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -48,6 +49,8 @@ const (
 	BlobAbortUpload Op = "blob.AbortUpload"
 	BlobReapUploads Op = "blob.ReapUploads"
 	BlobReadChunk   Op = "blob.ReadChunk"
+	BlobWriteValue  Op = "blob.WriteValue"
+	BlobReadValue   Op = "blob.ReadValue"
 
 	GCReap             Op = "gc.Reap"
 	GCDeclared         Op = "gc.Declared"
@@ -392,6 +395,23 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (in
 		return 0, nil, err
 	}
 	return b.inner.ReadChunk(ctx, set, off)
+}
+
+// Tiered implements blob.Streamer; it is never failed.
+func (b *blobs) Tiered() bool { return b.inner.Tiered() }
+
+func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64, error) {
+	if err := b.inj.Inject(BlobWriteValue); err != nil {
+		return 0, err
+	}
+	return b.inner.WriteValue(ctx, p)
+}
+
+func (b *blobs) ReadValue(ctx context.Context, p blob.ReadValueParams) (io.ReadCloser, error) {
+	if err := b.inj.Inject(BlobReadValue); err != nil {
+		return nil, err
+	}
+	return b.inner.ReadValue(ctx, p)
 }
 
 func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {

@@ -249,6 +249,12 @@ type Info struct {
 	Reason  string `json:"reason"`
 }
 
+// BytesTier answers POST /v1/bytes-tier/check: the bucket of the server's
+// store, probed, or "" when it has no bytes tier.
+type BytesTier struct {
+	Bucket string `json:"bucket"`
+}
+
 // LockRequest is the body of the lock endpoints. Now, when set, is the
 // instant leases are judged at; a server accepts it only when started
 // with client clocks allowed (tests).
@@ -402,13 +408,19 @@ type Reaped struct {
 }
 
 // Stored is a blob's stored form, the answer of GET
-// /v1/blobs/{key}/stored: its size and either its inline value or its
-// chunk set.
+// /v1/blobs/{key}/stored: its size and one of its inline value, its chunk
+// set, or the name of the bucket object the server keeps it in, whose
+// bytes are ranges of GET /v1/blobs/{key}
+// (docs/decisions/0036-objects-over-http.md).
 type Stored struct {
 	Size   int64  `json:"size"`
 	Value  []byte `json:"value,omitempty"`
 	Chunks int64  `json:"chunks,omitempty"`
+	Object string `json:"object,omitempty"`
 }
+
+// MaxObjectName bounds the object name a stored form carries.
+const MaxObjectName = 1024
 
 // MaxStored bounds the answer of GET /v1/blobs/{key}/stored: an inline
 // value of up to MaxChunk bytes, base64-encoded, and its fields.

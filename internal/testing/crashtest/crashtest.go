@@ -42,7 +42,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 			t.Fatal(err)
 		}
 		value := randomValue(5000)
-		if _, err := eng.Blobs().(blob.Streamer).WriteValue(ctx, blob.WriteValueParams{Set: set, Value: bytes.NewReader(value), Lease: time.Hour}); err != nil {
+		if _, err := eng.Blobs().WriteValue(ctx, blob.WriteValueParams{Set: set, Value: bytes.NewReader(value), Lease: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		// The process dies before it publishes; the next one reaps the

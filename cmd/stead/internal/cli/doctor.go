@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/postgres"
 )
 
@@ -83,7 +84,7 @@ func doctor(ctx context.Context, e *env, r *report) {
 	if pg, isPG := st.Engine().(*postgres.Engine); isPG {
 		doctorPostgres(ctx, e, r, pg)
 	}
-	if t, isTiered := st.Engine().(bytesTierChecker); isTiered {
+	if t, isTiered := st.Engine().(engine.BytesTierChecker); isTiered {
 		switch bucket, err := t.CheckBytesTier(ctx); {
 		case err != nil:
 			r.line(fail, "bytes tier", "%s", oneLine(err))
@@ -91,14 +92,6 @@ func doctor(ctx context.Context, e *env, r *report) {
 			r.line(ok, "bytes tier", "%s: written, read back, listed and deleted a probe object", bucket)
 		}
 	}
-}
-
-// bytesTierChecker is an engine that may keep large values in a bucket,
-// its bytes tier (docs/decisions/0027-bytes-tier.md).
-type bytesTierChecker interface {
-	// CheckBytesTier checks that the store and its bucket belong together
-	// and probes the bucket; bucket is "" when the store has no tier.
-	CheckBytesTier(ctx context.Context) (bucket string, err error)
 }
 
 func doctorPostgres(ctx context.Context, e *env, r *report, pg *postgres.Engine) {

@@ -164,7 +164,7 @@ func TestTransferProgress(t *testing.T) {
 
 // TestScrubProgress has scrub report a corrupt blob, on stdout, while its
 // bar is drawn on the same terminal: the bar is erased first, so the key
-// is a line of its own.
+// and why it is corrupt are a line of their own.
 func TestScrubProgress(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "stead.db")
@@ -193,7 +193,7 @@ func TestScrubProgress(t *testing.T) {
 	if code := runOnTerminal(t, scr, nil, scr, "--db", db, "scrub"); code != exitCorrupt {
 		t.Fatalf("scrub = %d, screen:\n%s", code, scr)
 	}
-	want := fmt.Sprintf("%s\nscrubbed 2 blobs, %d bytes: 1 corrupt\n", first, 4*blob.InlineLimit)
+	want := fmt.Sprintf("%s: blob read %[1]s: stead: digest mismatch: stored content hashes to %s\nscrubbed 2 blobs, %d bytes: 1 corrupt\n", first, blob.KeyOf(make([]byte, 2*blob.InlineLimit)), 4*blob.InlineLimit)
 	if got := scr.String(); got != want {
 		t.Errorf("last screen:\n%s\nwant:\n%s", got, want)
 	}

@@ -23,9 +23,10 @@ func scrubCommand(e *env) *cobra.Command {
 		Use:   "scrub [--from KEY]",
 		Short: "Re-hash every stored blob and list the corrupt ones",
 		Long: `Re-hashes every stored blob, in key order, streaming, and prints the key of
-each one whose content no longer matches it. Exits 5 when it found any, 1 on
-another error (saying which key to resume from), 0 when every blob is
-intact. On a terminal it shows a progress bar.`,
+each one whose content no longer matches it or whose bucket object is
+missing, and why on stderr (beside the key when stdout is a terminal).
+Exits 5 when it found any, 1 on another error (saying which key to resume
+from), 0 when every blob is intact. On a terminal it shows a progress bar.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return scrub(cmd.Context(), e, fromText)
@@ -66,10 +67,15 @@ func scrub(ctx context.Context, e *env, fromText string) error {
 		switch {
 		case errors.Is(err, stead.ErrDigestMismatch):
 			corrupt++
+			bar.clear()
+			// The key alone on stdout, for a script; why on stderr, or
+			// beside the key when a person reads stdout.
 			if e.stdoutTTY {
-				bar.clear()
+				fmt.Fprintf(e.stdout, "%s: %v\n", key, err)
+			} else {
+				fmt.Fprintln(e.stdout, key)
+				fmt.Fprintf(e.stderr, "%s: %v\n", key, err)
 			}
-			fmt.Fprintln(e.stdout, key)
 		case errors.Is(err, stead.ErrNotFound):
 			return nil // deleted since it was listed
 		case err != nil:

@@ -3,7 +3,12 @@ package cli
 import (
 	"bytes"
 	"database/sql"
+	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net/http/httptest"
+	neturl "net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +17,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/server"
 )
 
 // TestScrub stores inline and chunked values, corrupts one of each directly
@@ -86,6 +92,41 @@ func TestScrub(t *testing.T) {
 	for _, args := range [][]string{{"scrub", "--from", "sha256:nope"}, {"scrub", "extra"}} {
 		if r := runCLI(t, append([]string{"--db", url}, args...)...); r.code != 2 {
 			t.Fatalf("stead %v = exit %d, stderr %q; want 2", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestScrubMissingObject removes the bucket object of a value stored in a
+// bytes tier and checks that stead scrub reports it, directly and through
+// a server, and exits 5.
+func TestScrubMissingObject(t *testing.T) {
+	t.Parallel()
+	bucket := t.TempDir()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "stead.db") + "?bytes=" + neturl.QueryEscape("file://"+filepath.ToSlash(bucket))
+	st := openStore(t, url)
+	value := make([]byte, blob.InlineLimit+1)
+	_, _ = rand.NewChaCha8([32]byte{7}).Read(value)
+	key, err := st.Blobs.Put(t.Context(), bytes.NewReader(value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Blobs.Put(t.Context(), strings.NewReader("intact")); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := st.Engine().Blobs().Get(t.Context(), key)
+	if err != nil || stored.Object == "" {
+		t.Fatalf("the large value is stored as %+v (%v), want an object", stored, err)
+	}
+	if err := os.Remove(filepath.Join(bucket, filepath.FromSlash(stored.Object))); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	for _, db := range []string{url, srv.URL} {
+		r := runCLI(t, "--db", db, "scrub")
+		if r.code != exitCorrupt || strings.TrimSpace(r.stdout.String()) != key.String() ||
+			!strings.Contains(r.stderr.String(), "missing") || !strings.Contains(r.stderr.String(), "1 corrupt") {
+			t.Errorf("scrub --db %s of a value whose object is gone = exit %d, stdout %q, stderr %q; want exit %d listing %s as missing", db, r.code, r.stdout, r.stderr, exitCorrupt, key)
 		}
 	}
 }
