@@ -322,14 +322,22 @@ func (c *Caller) May(typ, name, action string) bool {
 type ctxKey struct{}
 
 type ctxValue struct {
+	a   *Authority
 	c   *Caller
 	err error
 }
 
-// NewContext returns ctx carrying Authenticate's answer for its request,
-// for Check and Identified to read.
-func NewContext(ctx context.Context, c *Caller, err error) context.Context {
-	return context.WithValue(ctx, ctxKey{}, ctxValue{c, err})
+// NewContext returns ctx carrying a's Authenticate answer for its
+// request, for Check, Identified and FromContext to read.
+func (a *Authority) NewContext(ctx context.Context, c *Caller, err error) context.Context {
+	return context.WithValue(ctx, ctxKey{}, ctxValue{a, c, err})
+}
+
+// AuthorityOf returns the Authority that authenticated ctx's request, nil
+// for none.
+func AuthorityOf(ctx context.Context) *Authority {
+	v, _ := ctx.Value(ctxKey{}).(ctxValue)
+	return v.a
 }
 
 // FromContext returns the caller NewContext stored, with its
@@ -370,7 +378,7 @@ func Identified(ctx context.Context) error {
 		return nil
 	case err != nil:
 		return err
-	case c.verified || c.a.Open():
+	case c.verified || AuthorityOf(ctx).Open():
 		return nil
 	}
 	return ErrUnauthenticated
@@ -379,6 +387,6 @@ func Identified(ctx context.Context) error {
 // Unrestricted reports whether the caller of ctx may do everything on
 // every repository: an Open authority, or no Authority at all.
 func Unrestricted(ctx context.Context) bool {
-	c, err, ok := FromContext(ctx)
-	return !ok || (err == nil && c.a.Open())
+	_, err, ok := FromContext(ctx)
+	return !ok || (err == nil && AuthorityOf(ctx).Open())
 }

@@ -101,7 +101,7 @@ func basic(user, pass string) string {
 // check is Check on the caller Authenticate makes of auth.
 func (f *fixture) check(auth, typ, name, action string) error {
 	c, err := f.a.Authenticate(request(auth))
-	return Check(NewContext(context.Background(), c, err), typ, name, action)
+	return Check(f.a.NewContext(context.Background(), c, err), typ, name, action)
 }
 
 // token asks the token endpoint for scopes with auth, returning the
