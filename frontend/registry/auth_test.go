@@ -126,11 +126,11 @@ func TestChallenge(t *testing.T) {
 	c := authClient(t, "mem://")
 	host := strings.TrimPrefix(c.base, "http://")
 	for path, scope := range map[string]string{
-		"GET /v2/":                              "",
-		"GET /v2/team/app/manifests/v1":         `,scope="repository:team/app:pull"`,
-		"POST /v2/team/app/blobs/uploads/":      `,scope="repository:team/app:pull,push"`,
+		"GET /v2/":                         "",
+		"GET /v2/team/app/manifests/v1":    `,scope="repository:team/app:pull"`,
+		"POST /v2/team/app/blobs/uploads/": `,scope="repository:team/app:pull,push"`,
 		"DELETE /v2/team/app/manifests/sha256:" + strings.Repeat("0", 64): `,scope="repository:team/app:delete"`,
-		"GET /v2/_catalog":                      `,scope="registry:catalog:*"`,
+		"GET /v2/_catalog": `,scope="registry:catalog:*"`,
 	} {
 		method, p, _ := strings.Cut(path, " ")
 		resp, body := c.do(method, p, nil, nil)
