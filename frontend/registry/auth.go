@@ -138,7 +138,7 @@ func (g *Registry) listCatalog(w http.ResponseWriter, r *http.Request) error {
 			break // not a registry ref; none sorts after a repository's
 		}
 		after = repoPrefix(repo) + lastRune
-		if access.Check(r.Context(), access.Repository, repo, access.Pull) != nil {
+		if !access.Listed(r.Context(), access.Repository, repo, access.Pull) {
 			continue
 		}
 		if len(repos) == n {

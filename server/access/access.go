@@ -368,6 +368,15 @@ func Check(ctx context.Context, typ, name, action string) error {
 	return ErrDenied
 }
 
+// Listed reports whether a listing (the registry's catalog) may show the
+// caller of ctx typ/name: whether the rules grant it action there, whatever
+// its token's scopes, which name the listing rather than what it lists.
+// A context without a caller is not restricted.
+func Listed(ctx context.Context, typ, name, action string) bool {
+	c, err, ok := FromContext(ctx)
+	return !ok || (err == nil && c.allowed(typ, name).has(action))
+}
+
 // Identified says whether the caller of ctx proved who it is (nil), as a
 // registry's base endpoint asks so that a client logs in there: with good
 // credentials, or on an authority that is Open.
