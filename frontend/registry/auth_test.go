@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -275,4 +276,19 @@ func TestCatalog(t *testing.T) {
 	if got := strings.Join(pages, " | "); got != "bob/x team/a-b | team/a team/a/b" {
 		t.Fatalf("bob's pages = %q", got)
 	}
+}
+
+// TestLoginLimit: an address's failed logins at the token endpoint count
+// once each: ten are answered 401, the eleventh login, right or wrong,
+// 429 TOOMANYREQUESTS.
+func TestLoginLimit(t *testing.T) {
+	t.Parallel()
+	c := authClient(t, "mem://")
+	wrong := map[string]string{"Authorization": "Basic " + "YWxpY2U6d3Jvbmc="} // alice:wrong
+	for i := range access.DefaultFailBurst {
+		resp, body := c.do("GET", "/v2/token?service=stead&scope=repository:team/app:pull", wrong, nil)
+		wantError(t, "wrong password "+strconv.Itoa(i+1), resp, body, 401, "UNAUTHORIZED")
+	}
+	resp, body := c.do("GET", "/v2/token?service=stead", basicAuth("alice"), nil)
+	wantError(t, "the right password after ten wrong", resp, body, 429, "TOOMANYREQUESTS")
 }

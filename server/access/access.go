@@ -218,8 +218,8 @@ func (c *Caller) Name() string { return c.name }
 // Authenticate reads r's credentials: none (an anonymous caller),
 // Authorization: Basic (an htpasswd user, or the user TokenIdentity with
 // the static token as password), or Authorization: Bearer (the static
-// token, or a token from ServeToken). Wrong credentials count against the
-// client's address: past its limit, every login from it is refused with
+// token, or a token from ServeToken). Wrong credentials (but a token this
+// server signed that expired) count against the client's address: past its limit, every login from it is refused with
 // ErrTooManyAttempts until the limit refills.
 func (a *Authority) Authenticate(r *http.Request) (*Caller, error) {
 	h := r.Header.Get("Authorization")
@@ -232,7 +232,9 @@ func (a *Authority) Authenticate(r *http.Request) (*Caller, error) {
 	}
 	c, err := a.credentials(h)
 	if err != nil {
-		a.limiter.failed(client, a.cfg.Now())
+		if !errors.Is(err, errStale) {
+			a.limiter.failed(client, a.cfg.Now())
+		}
 		return nil, err
 	}
 	return c, nil

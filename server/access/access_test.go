@@ -358,6 +358,15 @@ func (f *fixture) post(t *testing.T, form url.Values, want int) tokenAnswer {
 // not affected.
 func TestBruteForce(t *testing.T) {
 	f := newFixture(t)
+	// Expired tokens are no guesses: a client sending them is not locked
+	// out.
+	tok, _ := f.token(t, basic("alice", "wonder"), "repository:team/a:pull")
+	f.clk.Advance(DefaultTokenTTL + time.Second)
+	for range 5 {
+		if _, err := f.a.Authenticate(request("Bearer " + tok)); !errors.Is(err, ErrUnauthenticated) {
+			t.Fatalf("expired token: %v", err)
+		}
+	}
 	for range 3 {
 		if _, err := f.a.Authenticate(request(basic("alice", "guess"))); !errors.Is(err, ErrUnauthenticated) {
 			t.Fatal(err)

@@ -80,11 +80,19 @@ func (a *Authority) parse(s, use string) (*claims, error) {
 	_, err := jwt.ParseWithClaims(s, &cl, func(*jwt.Token) (any, error) { return a.cfg.TokenKey, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer(issuer), jwt.WithAudience(a.cfg.Service),
 		jwt.WithTimeFunc(a.cfg.Now), jwt.WithExpirationRequired(), jwt.WithIssuedAt())
-	if err != nil || cl.Use != use {
+	switch {
+	case errors.Is(err, jwt.ErrTokenInvalidClaims) && cl.Use == use:
+		return nil, errStale
+	case err != nil || cl.Use != use:
 		return nil, ErrUnauthenticated
 	}
 	return &cl, nil
 }
+
+// errStale is a token this server signed that is no longer good: expired,
+// or its identity gone. It is no guess, so it does not count as a failed
+// login: clients that send an expired token fetch a new one at the 401.
+var errStale = fmt.Errorf("%w: the token expired", ErrUnauthenticated)
 
 // verify checks a bearer token from ServeToken: its identity must still
 // exist.
@@ -95,7 +103,7 @@ func (a *Authority) verify(s string) (*Caller, error) {
 	}
 	k, ok := a.exists(cl.Subject)
 	if !ok {
-		return nil, ErrUnauthenticated
+		return nil, errStale
 	}
 	return &Caller{name: cl.Subject, kind: k, scoped: true, scopes: cl.Access, verified: true, a: a}, nil
 }
@@ -190,7 +198,13 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 	case http.MethodGet:
 		q := r.URL.Query()
 		scopes, offline = q["scope"], q.Get("offline_token") == "true"
-		c, err = a.Authenticate(r)
+		// The server in front may have authenticated r already: a failed
+		// login counts once.
+		if v, ok := r.Context().Value(ctxKey{}).(ctxValue); ok && v.a == a {
+			c, err = v.c, v.err
+		} else {
+			c, err = a.Authenticate(r)
+		}
 	case http.MethodPost:
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 		if err := r.ParseForm(); err != nil {
