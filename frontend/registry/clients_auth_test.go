@@ -116,3 +116,28 @@ func TestCraneLogin(t *testing.T) {
 		t.Fatalf("bob's catalog = %s", out)
 	}
 }
+
+// TestRegctlLogin: regctl registry login stores a user's credentials;
+// regctl lists the catalog and tags, and copies within the registry with
+// them; a pull-only user's copy is denied.
+func TestRegctlLogin(t *testing.T) {
+	t.Parallel()
+	regctl := fronttest.Tool(t, "regctl", "STEAD_REGCTL", "STEAD_REQUIRE_REGCTL")
+	skopeo := fronttest.Tool(t, "skopeo", "STEAD_SKOPEO", "STEAD_REQUIRE_SKOPEO")
+	addr := serveWithUsers(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	writeLayout(t, src, "v1", 9, 2, 50<<10)
+	run(t, dir, skopeo, "copy", "--dest-tls-verify=false", "--dest-creds", creds("alice"), "oci:"+src+":v1", "docker://"+addr+"/team/app:v1")
+	run(t, dir, regctl, "registry", "set", "--tls", "disabled", addr)
+	run(t, dir, regctl, "registry", "login", addr, "-u", "alice", "-p", authUsers["alice"])
+	run(t, dir, regctl, "image", "copy", addr+"/team/app:v1", addr+"/team/copy:v1")
+	if out := string(run(t, dir, regctl, "repo", "ls", addr)); !strings.Contains(out, "team/copy") {
+		t.Fatalf("regctl repo ls = %s", out)
+	}
+	if out := string(run(t, dir, regctl, "tag", "ls", addr+"/team/copy")); strings.TrimSpace(out) != "v1" {
+		t.Fatalf("regctl tag ls = %s", out)
+	}
+	run(t, dir, regctl, "registry", "login", addr, "-u", "bob", "-p", authUsers["bob"])
+	refused(t, dir, regctl, "denied", "image", "copy", addr+"/team/app:v1", addr+"/team/bob:v1")
+}
