@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -246,9 +247,9 @@ func (a *Authority) credentials(h string) (*Caller, error) {
 	rest = strings.TrimSpace(rest)
 	switch {
 	case strings.EqualFold(scheme, "Basic"):
-		r := http.Request{Header: http.Header{"Authorization": {"Basic " + rest}}}
-		name, pass, ok := r.BasicAuth()
-		if !ok {
+		b, err := base64.StdEncoding.DecodeString(rest)
+		name, pass, ok := strings.Cut(string(b), ":")
+		if err != nil || !ok {
 			return nil, ErrUnauthenticated
 		}
 		return a.login(name, pass)

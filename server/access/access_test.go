@@ -255,6 +255,22 @@ func TestTokenScopes(t *testing.T) {
 	if err := f.check("Bearer "+tokA, Repository, "team/b", Pull); !errors.Is(err, ErrDenied) {
 		t.Fatalf("token for team/a on team/b = %v; want ErrDenied", err)
 	}
+	// docker login's GET with offline_token=true: a refresh token too,
+	// which the OAuth2 form takes.
+	q := url.Values{"service": {"stead"}, "offline_token": {"true"}, "client_id": {"docker"}}
+	r := httptest.NewRequest("GET", "http://reg.example/v2/token?"+q.Encode(), nil)
+	r.Header.Set("Authorization", bob)
+	w := httptest.NewRecorder()
+	f.a.ServeToken(w, r, func(w http.ResponseWriter, _ *http.Request, err error) {
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+	})
+	var offline tokenAnswer
+	if err := json.Unmarshal(w.Body.Bytes(), &offline); err != nil || offline.RefreshToken == "" {
+		t.Fatalf("offline_token=true = %d %s; want a refresh token", w.Code, w.Body)
+	}
+	if a := f.post(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {offline.RefreshToken}, "scope": {"repository:team/app:push"}}, 200); a.Scope != "" {
+		t.Fatalf("refresh for push granted %q; want nothing", a.Scope)
+	}
 	// Anonymous: a token for what anonymous may pull, and nothing else.
 	anon, ans := f.token(t, "", "repository:public/x:pull,push", "repository:team/app:pull")
 	if ans.Scope != "repository:public/x:pull" {

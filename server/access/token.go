@@ -225,7 +225,7 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 			refuse(w, r, fmt.Errorf("%w: grant_type must be password or refresh_token", errBadRequest))
 			return
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, errStale) {
 			a.limiter.failed(client, a.cfg.Now())
 		}
 	default:
