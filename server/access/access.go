@@ -130,9 +130,9 @@ type Authority struct {
 	users   *userFile
 	rules   *ruleFile
 	limiter *limiter
-	// open: no identity is configured, so the default rules grant
-	// anyone everything.
-	open bool
+	// noIdentity: neither a token nor users are configured, so the
+	// default rules grant anyone everything.
+	noIdentity bool
 }
 
 // New returns an Authority for cfg, reading its files; an error names the
@@ -171,8 +171,8 @@ func New(cfg Config) (*Authority, error) {
 	if a.users, err = openUsers(cfg.Htpasswd, cfg.Logger); err != nil {
 		return nil, err
 	}
-	a.open = cfg.Token == "" && cfg.Htpasswd == ""
-	if a.rules, err = openRules(cfg.Access, a.open, cfg.Logger); err != nil {
+	a.noIdentity = cfg.Token == "" && cfg.Htpasswd == ""
+	if a.rules, err = openRules(cfg.Access, a.noIdentity, cfg.Logger); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -187,7 +187,7 @@ func (a *Authority) Reload() error {
 // Open reports whether the authority has no identity at all and no access
 // file: every request may do everything, as a server without a token
 // allowed.
-func (a *Authority) Open() bool { return a.open && a.cfg.Access == "" }
+func (a *Authority) Open() bool { return a.noIdentity && a.cfg.Access == "" }
 
 // kind is what a caller proved.
 type kind int
@@ -219,8 +219,9 @@ func (c *Caller) Name() string { return c.name }
 // Authenticate reads r's credentials: none (an anonymous caller),
 // Authorization: Basic (an htpasswd user, or the user TokenIdentity with
 // the static token as password), or Authorization: Bearer (the static
-// token, or a token from ServeToken). Wrong credentials (but a token this
-// server signed that expired) count against the client's address: past its limit, every login from it is refused with
+// token, or a token from ServeToken). Wrong credentials count against the
+// client's address (a token this server signed that is no longer good
+// does not): past its limit, every login from it is refused with
 // ErrTooManyAttempts until the limit refills.
 func (a *Authority) Authenticate(r *http.Request) (*Caller, error) {
 	h := r.Header.Get("Authorization")

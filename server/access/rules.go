@@ -64,10 +64,12 @@ func allowAll(who ...string) rule {
 	}
 }
 
-func openRules(path string, open bool, log *slog.Logger) (*ruleFile, error) {
+// openRules reads the access file at path, or makes the default rules:
+// everything to every identity, and to anyone when there is none.
+func openRules(path string, noIdentity bool, log *slog.Logger) (*ruleFile, error) {
 	if path == "" {
 		who := []string{everyone}
-		if open {
+		if noIdentity {
 			who = append(who, anonymousName)
 		}
 		f := &watched[rules]{}

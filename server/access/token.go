@@ -92,7 +92,7 @@ func (a *Authority) parse(s, use string) (*claims, error) {
 // errStale is a token this server signed that is no longer good: expired,
 // or its identity gone. It is no guess, so it does not count as a failed
 // login: clients that send an expired token fetch a new one at the 401.
-var errStale = fmt.Errorf("%w: the token expired", ErrUnauthenticated)
+var errStale = fmt.Errorf("%w: the token is no longer good", ErrUnauthenticated)
 
 // verify checks a bearer token from ServeToken: its identity must still
 // exist.
