@@ -353,6 +353,24 @@ func TestRemovedUser(t *testing.T) {
 	}
 }
 
+// TestRotatedToken: a refresh token of the static token dies when the
+// token changes, though the signing key stays.
+func TestRotatedToken(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	old, _ := New(Config{Token: "old", TokenKey: key})
+	tok, _, err := old.sign(&Caller{name: TokenIdentity, kind: tokenKind, a: old}, useRefresh, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.refresh(tok); err != nil {
+		t.Fatalf("refresh with the same token: %v", err)
+	}
+	rotated, _ := New(Config{Token: "new", TokenKey: key})
+	if _, err := rotated.refresh(tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("refresh after the token changed: %v; want ErrUnauthenticated", err)
+	}
+}
+
 func (f *fixture) post(t *testing.T, form url.Values, want int) tokenAnswer {
 	t.Helper()
 	r := httptest.NewRequest("POST", "http://reg.example/v2/token", strings.NewReader(form.Encode()))

@@ -1,7 +1,9 @@
 package access
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -49,8 +51,8 @@ type claims struct {
 	jwt.RegisteredClaims
 	Use    string  `json:"use"`
 	Access []Scope `json:"access,omitempty"`
-	// Password is the fingerprint of a refresh token's user's password
-	// hash: a new password ends it.
+	// Password is the fingerprint of a refresh token's secret (its
+	// user's password hash, or the static token): a new one ends it.
 	Password string `json:"pwd,omitempty"`
 }
 
@@ -67,8 +69,8 @@ func (a *Authority) sign(c *Caller, use string, scopes []Scope, ttl time.Duratio
 		},
 		Use: use, Access: scopes,
 	}
-	if use == useRefresh && c.kind == user {
-		cl.Password = a.users.fingerprint(c.name)
+	if use == useRefresh {
+		cl.Password = a.fingerprint(c.kind, c.name)
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, cl).SignedString(a.cfg.TokenKey)
 	return s, now, err
@@ -116,10 +118,21 @@ func (a *Authority) refresh(s string) (*Caller, error) {
 		return nil, err
 	}
 	k, ok := a.exists(cl.Subject)
-	if !ok || k == anonymous || (k == user && a.users.fingerprint(cl.Subject) != cl.Password) {
+	if !ok || k == anonymous || a.fingerprint(k, cl.Subject) != cl.Password {
 		return nil, ErrUnauthenticated
 	}
 	return &Caller{name: cl.Subject, kind: k, verified: true, a: a}, nil
+}
+
+// fingerprint names the secret an identity logs in with: a user's
+// password hash, or the static token.
+func (a *Authority) fingerprint(k kind, name string) string {
+	if k == tokenKind {
+		m := hmac.New(sha256.New, a.cfg.TokenKey)
+		m.Write(a.token[:])
+		return fmt.Sprintf("%x", m.Sum(nil)[:16])
+	}
+	return a.users.fingerprint(name)
 }
 
 // grant is the part of the requested scopes the rules give c: the same
