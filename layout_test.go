@@ -20,7 +20,7 @@ var levels = []struct {
 	level   int
 	pattern string
 }{
-	{0, "steaderr"}, {0, "internal/validate"}, {0, "internal/wake"}, {0, "internal/clock"}, {0, "internal/httprange"},
+	{0, "steaderr"}, {0, "internal/validate"}, {0, "internal/wake"}, {0, "internal/clock"}, {0, "internal/httprange"}, {0, "internal/clientaddr"},
 	{1, "blob/..."}, {1, "gc/..."}, {1, "ref/..."}, {1, "lock/..."}, {1, "record/..."},
 	{2, "engine"},
 	{3, "engine/..."},

@@ -137,7 +137,7 @@ func serveBench(st *stead.Store) (base string, stop func(), err error) {
 	}
 	reg := registry.New(st, registry.Options{})
 	srv := server.New(st, server.Options{MaxUploads: 1024, MaxUploadsPerClient: 1024, MaxConnsPerClient: 1024,
-		Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized}}})
+		Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ctx, ln) }()

@@ -6,15 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
 	"github.com/steadkit/stead/engine/remote/wire"
+	"github.com/steadkit/stead/internal/clientaddr"
 	"github.com/steadkit/stead/internal/validate"
 )
 
@@ -150,27 +149,8 @@ func (s *Server) uploadSlot(w http.ResponseWriter, r *http.Request) (release fun
 	}, true
 }
 
-// clientOf names r's client for admission (clientOfAddr).
-func clientOf(r *http.Request) string { return clientOfAddr(r.RemoteAddr) }
-
-// clientOfAddr names the client at addr (host:port) for admission: its
-// address without the port, an IPv6 address by its /64 (what one host is
-// usually given).
-func clientOfAddr(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	if ip = ip.Unmap(); ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.String()
-	}
-	return ip.String()
-}
+// clientOf names r's client for admission (clientaddr.Of).
+func clientOf(r *http.Request) string { return clientaddr.Of(r.RemoteAddr) }
 
 // drainSet tracks the uploads in progress, so shutdown can cut off the
 // stalled ones.

@@ -6,20 +6,18 @@ import (
 
 // Mount is a front end the server serves under a path prefix besides its
 // own API, such as the OCI registry at /v2/: it shares the server's
-// connection limits, metrics, upload slots and bearer token.
+// connection limits, metrics, upload slots and authority.
 type Mount struct {
 	// Prefix is the path the front end serves, ending in a slash
 	// ("/v2/"): every request under it goes to Handler.
 	Prefix  string
 	Handler http.Handler
-	// Unauthorized answers a request without the right bearer token in
-	// the front end's own error form (its challenge, its error body).
-	Unauthorized http.HandlerFunc
 }
 
 // mount wraps a front end's handler, whose answers (refusals included)
-// are its own: the bearer token, then the server's
-// body rules (MinBodyRate after BodyGrace, an upload slot for a request
+// are its own: the caller, authenticated by the server's authority and
+// carried in the request's context (access.NewContext) for the front end
+// to check, then the server's body rules (MinBodyRate after BodyGrace, an upload slot for a request
 // with a body, cut off when it stalls during shutdown). A GET or HEAD may
 // stream a large answer, so it gets no overall deadline: each write must
 // finish within RequestTimeout.
@@ -28,10 +26,8 @@ func (s *Server) mount(m Mount) http.HandlerFunc {
 		if rw, ok := w.(*responseWriter); ok {
 			rw.raw = true
 		}
-		if s.opts.Token != "" && !s.authorized(r.Header.Get("Authorization")) {
-			m.Unauthorized(w, r)
-			return
-		}
+		c, err := s.access.Authenticate(r)
+		r = r.WithContext(s.access.NewContext(r.Context(), c, err))
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			s.stream(w)
 		}

@@ -11,10 +11,12 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/server"
+	"github.com/steadkit/stead/server/access"
 )
 
-// TestMount checks that a front end is served under its prefix behind the
-// server's token, refusals answered its own way, and that the API is
+// TestMount checks that a front end is served under its prefix with the
+// caller the server's token authenticates in its context, refusals
+// answered its own way, and that the API is
 // still served beside it.
 func TestMount(t *testing.T) {
 	t.Parallel()
@@ -24,6 +26,11 @@ func TestMount(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	fe := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := access.Check(r.Context(), access.Area, "cache", access.Read); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fe"`)
+			http.Error(w, "front end says no", http.StatusUnauthorized)
+			return
+		}
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -31,11 +38,7 @@ func TestMount(t *testing.T) {
 		}
 		w.Write([]byte(r.Method + " " + r.URL.Path + " " + strconv.Itoa(len(b))))
 	})
-	refuse := func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="fe"`)
-		http.Error(w, "front end says no", http.StatusUnauthorized)
-	}
-	srv := httptest.NewServer(server.New(st, server.Options{Token: "tok", Logger: quiet, Mounts: []server.Mount{{Prefix: "/fe/", Handler: fe, Unauthorized: refuse}}}))
+	srv := httptest.NewServer(server.New(st, server.Options{Token: "tok", Logger: quiet, Mounts: []server.Mount{{Prefix: "/fe/", Handler: fe}}}))
 	t.Cleanup(srv.Close)
 	for _, tc := range []struct {
 		method, path, token, body string

@@ -7,7 +7,7 @@ import (
 // route is one registered pattern.
 type route struct {
 	pattern string
-	public  bool // no token needed
+	public  bool // no credentials needed (else auth)
 	handler http.HandlerFunc
 }
 
@@ -97,7 +97,7 @@ func (s *Server) routes() {
 	for _, r := range s.table() {
 		h := r.handler
 		if !r.public {
-			h = s.auth(h)
+			h = s.auth(r.pattern, h)
 		}
 		s.mux.Handle(r.pattern, h)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/steadkit/stead/internal/clientaddr"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -58,7 +59,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // limitListener returns ln accepting at most n connections open at once,
-// and at most perClient from one client (clientOfAddr): one more from it
+// and at most perClient from one client (clientaddr.Of): one more from it
 // is closed as soon as it is accepted.
 func limitListener(ln net.Listener, n, perClient int) net.Listener {
 	return &limited{Listener: ln, slots: make(chan struct{}, n), perClient: perClient, open: map[string]int{}, done: make(chan struct{})}
@@ -86,7 +87,7 @@ func (l *limited) Accept() (net.Conn, error) {
 			<-l.slots
 			return nil, err
 		}
-		client := clientOfAddr(c.RemoteAddr().String())
+		client := clientaddr.Of(c.RemoteAddr().String())
 		l.mu.Lock()
 		full := l.open[client] >= l.perClient
 		if !full {

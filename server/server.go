@@ -9,7 +9,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"log/slog"
 	"net/http"
 	"time"
@@ -24,12 +23,18 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/server/access"
 )
 
 // Options configures a Server. Zero values mean the defaults.
 type Options struct {
-	// Token, when set, is the bearer token every /v1 request and /metrics
-	// must carry. Defaults to none: no authentication.
+	// Access authenticates requests and says what each caller may do on
+	// /v1, /metrics and the mounted front ends. Defaults to an authority
+	// of Token alone.
+	Access *access.Authority
+	// Token, when Access is nil, is the bearer token every /v1 request
+	// and /metrics must carry, and which may do everything. Defaults to
+	// none: no authentication.
 	Token string
 	// ClientClock lets requests carry "now", the instant leases are judged
 	// at, as the engine seam allows. It exists for conformance tests: a
@@ -135,7 +140,7 @@ type Server struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	gather  prometheus.Gatherer
-	token   [sha256.Size]byte
+	access  *access.Authority
 	uploads admission
 	hashes  uploadHashes // of uploads in progress
 	// recordBytes is what the record saves in flight hold of
@@ -213,7 +218,11 @@ func New(st *stead.Store, opts Options) *Server {
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.blobEng = &putSpy{Engine: eng.Blobs(), m: s.metrics}
 	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads, Owner: st.InstanceID()})
-	s.token = sha256.Sum256([]byte(opts.Token))
+	s.access = opts.Access
+	if s.access == nil {
+		// A token and no files: nothing can fail to read.
+		s.access, _ = access.New(access.Config{Token: opts.Token, Logger: opts.Logger})
+	}
 	s.routes()
 	return s
 }

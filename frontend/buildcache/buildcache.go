@@ -30,6 +30,7 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/server/access"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -77,10 +78,29 @@ func New(st *stead.Store, opts Options) *Cache {
 	return &Cache{st: st, opts: opts, log: opts.Logger}
 }
 
-// Unauthorized answers a request without the right bearer token.
-func Unauthorized(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="stead"`)
-	http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+// authorize checks the caller the server put in r's context (package
+// access): a read needs cache read, a write cache write. It answers the
+// refusal: 401 with Bearer and Basic challenges, 403, or 429.
+func authorize(w http.ResponseWriter, r *http.Request) bool {
+	action := access.Write
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		action = access.Read
+	}
+	err := access.Check(r.Context(), access.Area, "cache", action)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, access.ErrDenied):
+		http.Error(w, "access denied: this user may not "+action+" the cache", http.StatusForbidden)
+	case errors.Is(err, access.ErrTooManyAttempts):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+	default:
+		w.Header().Add("WWW-Authenticate", `Bearer realm="stead"`)
+		w.Header().Add("WWW-Authenticate", `Basic realm="stead"`)
+		http.Error(w, "missing or wrong credentials: send Basic user:password or a bearer token", http.StatusUnauthorized)
+	}
+	return false
 }
 
 // The refs entries are kept by.
@@ -89,6 +109,9 @@ func acRef(hex string) string  { return "cache/ac/" + hex }
 
 // ServeHTTP serves a request under Prefix.
 func (c *Cache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !authorize(w, r) {
+		return
+	}
 	kind, hex, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, Prefix), "/")
 	if !ok || (kind != "cas" && kind != "ac") {
 		http.Error(w, "want "+Prefix+"cas/<sha256> or "+Prefix+"ac/<sha256>", http.StatusNotFound)

@@ -53,7 +53,7 @@ func newCache(t *testing.T, ttl time.Duration) *cacheClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: 1 << 20}), Unauthorized: buildcache.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: 1 << 20})}}})
 	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk}
 }
 

@@ -26,7 +26,7 @@ func serveCache(t *testing.T, url, token string, opts buildcache.Options) (*stea
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	addr := fronttest.Serve(t, st, server.Options{Token: token, Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, opts), Unauthorized: buildcache.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Token: token, Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, opts)}}})
 	return st, addr
 }
 

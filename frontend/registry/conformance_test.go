@@ -34,7 +34,7 @@ func serveRegistry(t *testing.T, url string, opts registry.Options, storeOpts ..
 		t.Fatal(err)
 	}
 	reg := registry.New(st, opts)
-	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
 		reg.Close()
 		st.Close()

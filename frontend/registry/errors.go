@@ -26,6 +26,7 @@ const (
 	codeNameUnknown         = "NAME_UNKNOWN"
 	codeSizeInvalid         = "SIZE_INVALID"
 	codeUnauthorized        = "UNAUTHORIZED"
+	codeDenied              = "DENIED"
 	codeUnsupported         = "UNSUPPORTED"
 	codeTooManyRequests     = "TOOMANYREQUESTS"
 	// Not the spec's: the store could not be reached (503, retry), or
@@ -52,6 +53,7 @@ var statusOf = map[string]int{
 	codeNameUnknown:         http.StatusNotFound,
 	codeSizeInvalid:         http.StatusBadRequest,
 	codeUnauthorized:        http.StatusUnauthorized,
+	codeDenied:              http.StatusForbidden,
 	codeUnsupported:         http.StatusMethodNotAllowed,
 	codeTooManyRequests:     http.StatusTooManyRequests,
 	codeUnavailable:         http.StatusServiceUnavailable,

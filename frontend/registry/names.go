@@ -75,7 +75,7 @@ func repoPrefix(repo string) string { return "oci/" + repo + "/_" }
 
 // route is a parsed /v2/ path.
 type route struct {
-	kind string // "base", "blob", "upload", "uploads", "manifest", "tags", "referrers"
+	kind string // "base", "catalog", "blob", "upload", "uploads", "manifest", "tags", "referrers"
 	name string
 	item string // digest, reference or upload id
 }
@@ -83,8 +83,11 @@ type route struct {
 // parseRoute splits a path below /v2/ into its route; ok is false for
 // none of the spec's endpoints.
 func parseRoute(p string) (route, bool) {
-	if p == "" {
+	switch p {
+	case "":
 		return route{kind: "base"}, true
+	case "_catalog":
+		return route{kind: "catalog"}, true
 	}
 	if name, ok := strings.CutSuffix(p, "/blobs/uploads/"); ok {
 		return route{kind: "uploads", name: name}, name != ""

@@ -26,7 +26,7 @@ func TestMonolithicPushReadOverV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := registry.New(st, registry.Options{MaxBlobSize: 4 << 20})
-	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
 		reg.Close()
 		st.Close()

@@ -101,33 +101,34 @@ func New(st *stead.Store, opts Options) *Registry {
 // Close aborts the uploads in progress.
 func (g *Registry) Close() { g.uploads.closeAll() }
 
-// Unauthorized answers a request without the right bearer token: 401 with
-// the challenge clients expect and the spec's error body.
-func Unauthorized(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="stead",service="stead"`)
-	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
-	writeError(w, errorf(codeUnauthorized, "authentication required: send Authorization: Bearer <token>"))
-}
-
 // ServeHTTP serves a request under Prefix.
 func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
 	p, ok := strings.CutPrefix(r.URL.Path, Prefix)
+	if ok && p == "token" {
+		g.serveToken(w, r)
+		return
+	}
 	rt, found := parseRoute(p)
 	if !ok || !found {
 		writeError(w, &regError{code: codeNameUnknown, msg: "no such endpoint", status: http.StatusNotFound})
 		return
 	}
-	if rt.kind != "base" {
+	if rt.kind != "base" && rt.kind != "catalog" {
 		if e := checkName(rt.name); e != nil {
 			writeError(w, e)
 			return
 		}
 	}
+	if !g.authorize(w, r, rt) {
+		return
+	}
 	var err error
 	switch m := r.Method; {
 	case rt.kind == "base" && (m == http.MethodGet || m == http.MethodHead):
 		err = g.base(w, r)
+	case rt.kind == "catalog" && m == http.MethodGet:
+		err = g.listCatalog(w, r)
 	case rt.kind == "blob" && (m == http.MethodGet || m == http.MethodHead):
 		err = g.getBlob(w, r, rt)
 	case rt.kind == "blob" && m == http.MethodDelete:

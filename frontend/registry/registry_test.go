@@ -39,7 +39,7 @@ func newClient(t *testing.T, token string) *client {
 		t.Fatal(err)
 	}
 	reg := registry.New(st, registry.Options{MaxBlobSize: 1 << 20})
-	addr := fronttest.Serve(t, st, server.Options{Token: token, Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Token: token, Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
 		reg.Close()
 		st.Close()

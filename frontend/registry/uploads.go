@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/server/access"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -183,13 +184,21 @@ func (g *Registry) startUpload(w http.ResponseWriter, r *http.Request, rt route)
 }
 
 // mount links the blob digest, held by repository from (by any, when from
-// is empty), into repo; mounted is false when it cannot be mounted.
+// is empty), into repo; mounted is false when it cannot be mounted. A
+// caller that may not pull from, or names none while its access is
+// restricted, is not told whether the blob is there: it pushes the blob.
 func (g *Registry) mount(r *http.Request, repo, digest, from string) (mounted bool, err error) {
 	d, e := parseDigest(digest)
 	if e != nil {
 		return false, e
 	}
+	if from == "" && !access.Unrestricted(r.Context()) {
+		return false, nil
+	}
 	if from != "" {
+		if access.Check(r.Context(), access.Repository, from, access.Pull) != nil {
+			return false, nil
+		}
 		if checkName(from) != nil {
 			return false, nil
 		}

@@ -73,6 +73,8 @@ const (
 	CodeNotFoundRoute    = "route_not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
+	CodeTooManyAttempts  = "too_many_attempts"
 	CodeInternal         = "internal"
 )
 
@@ -117,6 +119,8 @@ var codes = []code{
 	{CodeNotFoundRoute, http.StatusNotFound, nil},
 	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, nil},
 	{CodeUnauthorized, http.StatusUnauthorized, nil},
+	{CodeForbidden, http.StatusForbidden, nil},
+	{CodeTooManyAttempts, http.StatusTooManyRequests, nil},
 	{CodeInternal, http.StatusInternalServerError, nil},
 }
 

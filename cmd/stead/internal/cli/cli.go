@@ -54,6 +54,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"pins":    pinsCommand,
 	"ref":     refCommand,
 	"scrub":   scrubCommand,
+	"user":    userCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.

@@ -31,6 +31,7 @@ func serveCommand(e *env) *cobra.Command {
 		pendingTTL  time.Duration
 		cacheOn     bool
 		cacheTTL    time.Duration
+		users       accessFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -39,7 +40,9 @@ func serveCommand(e *env) *cobra.Command {
 SIGTERM; then finish the requests in flight and exit.
 
 A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
-/metrics when set, and must be set when --addr is not a loopback address.
+/metrics when set; it, or users from --htpasswd, must be set when --addr
+is not a loopback address. --access says what each may do
+(docs/guides/registry.md, "Users and access").
 
 The OCI registry (docs/guides/registry.md) is served at /v2/ unless
 --registry=false, under the same token. The build cache for Bazel and
@@ -60,13 +63,17 @@ builds are handed, which a deployment turns on knowingly.`,
 					return usageError("token file %s is empty", tokenFile)
 				}
 			}
-			if token == "" && !server.IsLoopback(addr) {
-				return usageError("--addr %s is not loopback: set --token-file or STEAD_TOKEN", addr)
+			if token == "" && users.htpasswd == "" && !server.IsLoopback(addr) {
+				return usageError("--addr %s is not loopback: set --token-file, STEAD_TOKEN or --htpasswd", addr)
 			}
 			if clientClock && !server.IsLoopback(addr) {
 				return usageError("--allow-client-clock is for tests on a loopback address")
 			}
 			ctx := cmd.Context()
+			auth, err := users.authority(ctx, token, e.log)
+			if err != nil {
+				return err
+			}
 			st, err := e.open(ctx)
 			if err != nil {
 				return err
@@ -80,14 +87,14 @@ builds are handed, which a deployment turns on knowingly.`,
 			if registryOn {
 				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
 				defer reg.Close()
-				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized})
+				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg})
 			}
 			if cacheOn {
-				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log}), Unauthorized: buildcache.Unauthorized})
+				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log})})
 			}
 			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
 			return server.New(st, server.Options{
-				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
+				Access: auth, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
 			}).Serve(ctx, ln)
 		},
@@ -95,6 +102,7 @@ builds are handed, which a deployment turns on knowingly.`,
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "127.0.0.1:7070", "listen address")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else env STEAD_TOKEN)")
+	users.register(cmd)
 	f.Int64Var(&maxBlobSize, "max-blob-size", blob.DefaultMaxSize, "largest blob an upload may carry, in bytes")
 	f.IntVar(&maxUploads, "max-uploads", 64, "uploads in progress at once; more are refused with 503")
 	f.IntVar(&perClient, "max-uploads-per-client", 0, "uploads one client address has in progress at once; more wait for its own (0: a quarter of --max-uploads)")

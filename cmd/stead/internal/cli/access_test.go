@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// TestUserAdd: user add writes a bcrypt line into the file, replacing the
+// user's own and keeping the others'.
+func TestUserAdd(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "htpasswd")
+	add := func(name, pass string) {
+		var stdout, stderr bytes.Buffer
+		if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, name}, &env{stdin: strings.NewReader(pass + "\n"), stdout: &stdout, stderr: &stderr}); code != 0 {
+			t.Fatalf("user add %s = %d %s", name, code, stderr.String())
+		}
+	}
+	add("alice", "one")
+	add("bob", "two")
+	add("alice", "three")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "bob:") || !strings.HasPrefix(lines[1], "alice:") {
+		t.Fatalf("htpasswd = %q", b)
+	}
+	if err := bcrypt.CompareHashAndPassword([]byte(strings.TrimPrefix(lines[1], "alice:")), []byte("three")); err != nil {
+		t.Fatalf("alice's hash: %v", err)
+	}
+	var stderr bytes.Buffer
+	if code := execute(context.Background(), []string{"user", "add", "token"}, &env{stdin: strings.NewReader("x\n"), stdout: io.Discard, stderr: &stderr}); code != exitUsage {
+		t.Fatalf("user add token = %d %s; want a usage error (the name is reserved)", code, stderr.String())
+	}
+}
+
+// TestServeUsers: serve with --htpasswd and --access lets a user in with
+// Basic on /v1 within its rules only, and keeps the token working.
+func TestServeUsers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file, rules := filepath.Join(dir, "htpasswd"), filepath.Join(dir, "access.yaml")
+	if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, "reader"}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: io.Discard}); code != 0 {
+		t.Fatal(code)
+	}
+	if err := os.WriteFile(rules, []byte("rules:\n  - who: [reader]\n    v1: [read]\n  - who: [token]\n    v1: [read, write]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--token-file", tokenFile, "--htpasswd", file, "--access", rules}, pw, &stderr)
+		pw.Close()
+	})
+	defer wg.Wait()
+	defer cancel()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed nothing: %v; stderr %q", err, stderr.String())
+	}
+	go io.Copy(io.Discard, pr)
+	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	for _, c := range []struct {
+		method, user, pass string
+		want               int
+	}{
+		{"GET", "reader", "pw", 200},
+		{"POST", "reader", "pw", 403},
+		{"GET", "reader", "wrong", 401},
+		{"POST", "token", "tok", 201},
+	} {
+		req, _ := http.NewRequest(c.method, base+"/v1/blobs", strings.NewReader("hi"))
+		if c.method == "GET" {
+			req, _ = http.NewRequest(c.method, base+"/v1/info", nil)
+		}
+		req.SetBasicAuth(c.user, c.pass)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s as %s:%s = %d; want %d", c.method, c.user, c.pass, resp.StatusCode, c.want)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package buildcache_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/frontend/buildcache"
+	"github.com/steadkit/stead/internal/testing/fronttest"
+	"github.com/steadkit/stead/server"
+	"github.com/steadkit/stead/server/access"
+)
+
+// serveCacheUsers serves the cache with two users: runner may read and
+// write it, reader only read; neither may use /v1.
+func serveCacheUsers(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	var lines strings.Builder
+	for _, u := range []string{"runner", "reader"} {
+		h, err := bcrypt.GenerateFromPassword([]byte(u+"-pw"), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines.WriteString(u + ":" + string(h) + "\n")
+	}
+	rules := "rules:\n  - who: [runner]\n    cache: [read, write]\n  - who: [reader]\n    cache: [read]\n"
+	for name, body := range map[string]string{"htpasswd": lines.String(), "access.yaml": rules} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := access.New(access.Config{Htpasswd: filepath.Join(dir, "htpasswd"), Access: filepath.Join(dir, "access.yaml")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := stead.Open(context.Background(), "sqlite://"+filepath.Join(dir, "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return fronttest.Serve(t, st, server.Options{Access: a, Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{})}}})
+}
+
+// TestCacheUsers: Basic credentials read and write within the rules; a
+// reader's write is 403, no or wrong credentials 401 with a Basic
+// challenge, and /v1 is closed to both.
+func TestCacheUsers(t *testing.T) {
+	t.Parallel()
+	addr := serveCacheUsers(t)
+	content := []byte("an object file")
+	for _, c := range []struct {
+		method, path, user, pass string
+		want                     int
+	}{
+		{"PUT", "/cache/cas/" + hexOf(content), "reader", "reader-pw", 403},
+		{"PUT", "/cache/cas/" + hexOf(content), "runner", "runner-pw", 200},
+		{"GET", "/cache/cas/" + hexOf(content), "reader", "reader-pw", 200},
+		{"GET", "/cache/cas/" + hexOf(content), "reader", "wrong", 401},
+		{"GET", "/cache/cas/" + hexOf(content), "", "", 401},
+		{"GET", "/v1/info", "runner", "runner-pw", 403},
+	} {
+		req, _ := http.NewRequest(c.method, "http://"+addr+c.path, strings.NewReader(string(content)))
+		if c.user != "" {
+			req.SetBasicAuth(c.user, c.pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %s as %s = %d; want %d", c.method, c.path, c.user, resp.StatusCode, c.want)
+		}
+		if c.want == 401 && !strings.Contains(strings.Join(resp.Header.Values("WWW-Authenticate"), " "), `Basic realm="stead"`) {
+			t.Errorf("%s %s: challenges %v; want Basic among them", c.method, c.path, resp.Header.Values("WWW-Authenticate"))
+		}
+	}
+}
+
+// TestCcacheUserPassword: ccache with user:password in its remote
+// storage URL writes and then hits the cache.
+func TestCcacheUserPassword(t *testing.T) {
+	t.Parallel()
+	ccache := fronttest.Tool(t, "ccache", "STEAD_CCACHE", "STEAD_REQUIRE_CCACHE")
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Fatalf("ccache needs a C compiler: %v", err)
+	}
+	addr := serveCacheUsers(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "mul.c"), []byte("int mul(int a, int b) { return a * b; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stats := func(cacheDir, out string) string {
+		t.Helper()
+		env := append(os.Environ(),
+			"CCACHE_CONFIGPATH="+filepath.Join(dir, "none.conf"),
+			"CCACHE_DIR="+filepath.Join(dir, cacheDir),
+			"CCACHE_REMOTE_STORAGE=http://runner:runner-pw@"+addr+"/cache|layout=bazel",
+			"CCACHE_NOHASHDIR=1", "CCACHE_BASEDIR="+dir)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, ccache, cc, "-c", "mul.c", "-o", out)
+		cmd.Dir, cmd.Env = dir, env
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ccache cc: %v\n%s", err, b)
+		}
+		cmd = exec.CommandContext(ctx, ccache, "--print-stats")
+		cmd.Dir, cmd.Env = dir, env
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("ccache --print-stats: %v", err)
+		}
+		return string(b)
+	}
+	if s := stats("c1", "first.o"); !strings.Contains(s, "remote_storage_miss\t1\n") || !strings.Contains(s, "remote_storage_error\t0\n") {
+		t.Fatalf("first compile:\n%s", s)
+	}
+	if s := stats("c2", "second.o"); !strings.Contains(s, "remote_storage_hit\t1\n") || !strings.Contains(s, "remote_storage_error\t0\n") {
+		t.Fatalf("second compile:\n%s", s)
+	}
+}

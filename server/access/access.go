@@ -1,0 +1,405 @@
+// Package access says who a request comes from and what it may do, for
+// the HTTP API, the OCI registry and the build cache alike
+// (docs/guides/registry.md, "Users and access"). Identities are the
+// users of an htpasswd file (bcrypt hashes only) and the server's static
+// bearer token; an access file grants them, by name or group, actions on
+// repository patterns and on the /v1, /cache and /metrics areas. A
+// request proves who it is with HTTP Basic, the static token as a bearer,
+// or a token from the registry's token endpoint (ServeToken): a JWT the
+// server signs, scoped to the repositories and actions granted when it
+// was issued, and checked again against the rules in force on every
+// request.
+package access
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/steadkit/stead/internal/clientaddr"
+)
+
+// The refusals of Check and Identified, which a front end answers in its
+// own error form.
+var (
+	// ErrUnauthenticated: the request carries no credentials and needs
+	// some, or its credentials are wrong (one message for an unknown user
+	// and a wrong password).
+	ErrUnauthenticated = errors.New("authentication required: wrong or missing credentials")
+	// ErrDenied: the caller is known, and the rules do not grant it this.
+	ErrDenied = errors.New("access denied")
+	// ErrTooManyAttempts: the client's address failed to log in too often
+	// lately; it may try again later.
+	ErrTooManyAttempts = errors.New("too many failed logins from this address: retry later")
+)
+
+// The actions rules grant. Repositories take pull, push and delete; the
+// v1 area read, write and gc; the cache area read and write; metrics
+// read.
+const (
+	Pull   = "pull"
+	Push   = "push"
+	Delete = "delete"
+	Read   = "read"
+	Write  = "write"
+	GC     = "gc"
+)
+
+// The resource types a check or a token scope names: a repository by its
+// name, an area ("v1", "cache", "metrics"), or the registry's catalog
+// (name "catalog", action "*").
+const (
+	Repository = "repository"
+	Area       = "stead"
+	Registry   = "registry"
+)
+
+// TokenIdentity is the name the static bearer token goes by in access
+// rules; an htpasswd file may not define a user of that name.
+const TokenIdentity = "token"
+
+// Defaults of Config.
+const (
+	// DefaultTokenTTL is how long a token from the token endpoint is
+	// good for.
+	DefaultTokenTTL = 5 * time.Minute
+	// DefaultRefreshTTL is how long a refresh token is good for, unless
+	// its user is removed or changes password first.
+	DefaultRefreshTTL = 30 * 24 * time.Hour
+	// DefaultService is the service tokens are issued for.
+	DefaultService = "stead"
+	// DefaultFailBurst failed logins from one address are allowed at
+	// once; then one per DefaultFailEvery.
+	DefaultFailBurst = 10
+	DefaultFailEvery = 6 * time.Second
+)
+
+// Config configures an Authority. Zero values mean the defaults.
+type Config struct {
+	// Token is the static bearer token, an identity named TokenIdentity.
+	// Defaults to none.
+	Token string
+	// Htpasswd is the path of an htpasswd file of bcrypt hashes
+	// (htpasswd -B), read again when its modification time or size
+	// changes, or on Reload. Defaults to none.
+	Htpasswd string
+	// Access is the path of the access file (docs/guides/registry.md),
+	// read again like Htpasswd. Defaults to none: every identity may do
+	// everything, and, when there is no identity at all (no Token, no
+	// Htpasswd), so may anyone.
+	Access string
+	// TokenKey signs and verifies tokens (HMAC-SHA256); at least 32
+	// bytes. Servers that share a store behind one address must share it.
+	// Defaults to a random key of this process: its tokens die with it.
+	TokenKey []byte
+	// TokenTTL is how long an issued token is good for. Defaults to
+	// DefaultTokenTTL.
+	TokenTTL time.Duration
+	// Service is the service tokens name as their audience. Defaults to
+	// DefaultService.
+	Service string
+	// PublicURL is the scheme and host clients reach the server at
+	// ("https://registry.example.com"), for the token endpoint's address
+	// in challenges. Defaults to the request's own Host, over https when
+	// the request came over TLS.
+	PublicURL string
+	// FailBurst and FailEvery bound failed logins per client address (an
+	// IPv6 one by its /64): FailBurst at once, then one per FailEvery.
+	FailBurst int
+	FailEvery time.Duration
+	// Now reads the clock tokens and the login limit go by. Defaults to
+	// time.Now.
+	Now func() time.Time
+	// Logger logs files that fail to reload. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Authority authenticates requests and applies the access rules. It is
+// safe for concurrent use.
+type Authority struct {
+	cfg     Config
+	token   [sha256.Size]byte
+	users   *userFile
+	rules   *ruleFile
+	limiter *limiter
+	// noIdentity: neither a token nor users are configured, so the
+	// default rules grant anyone everything.
+	noIdentity bool
+}
+
+// New returns an Authority for cfg, reading its files; an error names the
+// file and line at fault.
+func New(cfg Config) (*Authority, error) {
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = DefaultTokenTTL
+	}
+	if cfg.Service == "" {
+		cfg.Service = DefaultService
+	}
+	if cfg.FailBurst <= 0 {
+		cfg.FailBurst = DefaultFailBurst
+	}
+	if cfg.FailEvery <= 0 {
+		cfg.FailEvery = DefaultFailEvery
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
+	if cfg.PublicURL != "" && !strings.HasPrefix(cfg.PublicURL, "http://") && !strings.HasPrefix(cfg.PublicURL, "https://") {
+		return nil, fmt.Errorf("public URL %q: want http:// or https:// and a host", cfg.PublicURL)
+	}
+	if cfg.TokenKey == nil {
+		cfg.TokenKey = make([]byte, 32)
+		rand.Read(cfg.TokenKey)
+	} else if len(cfg.TokenKey) < 32 {
+		return nil, fmt.Errorf("token key of %d bytes: want at least 32", len(cfg.TokenKey))
+	}
+	a := &Authority{cfg: cfg, token: sha256.Sum256([]byte(cfg.Token)), limiter: newLimiter(cfg.FailBurst, cfg.FailEvery)}
+	var err error
+	if a.users, err = openUsers(cfg.Htpasswd, cfg.Logger); err != nil {
+		return nil, err
+	}
+	a.noIdentity = cfg.Token == "" && cfg.Htpasswd == ""
+	if a.rules, err = openRules(cfg.Access, a.noIdentity, cfg.Logger); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Reload reads the htpasswd and access files again, keeping what was in
+// force when one of them fails to read or parse.
+func (a *Authority) Reload() error {
+	return errors.Join(a.users.reload(), a.rules.reload())
+}
+
+// Open reports whether the authority has no identity at all and no access
+// file: every request may do everything, as a server without a token
+// allowed.
+func (a *Authority) Open() bool { return a.noIdentity && a.cfg.Access == "" }
+
+// kind is what a caller proved.
+type kind int
+
+const (
+	anonymous kind = iota // no credentials
+	tokenKind             // the static token
+	user                  // an htpasswd user
+)
+
+// Caller is who a request comes from, and the scopes its token carries.
+type Caller struct {
+	name string
+	kind kind
+	// scoped: the caller came with a token from the token endpoint,
+	// which grants no more than scopes.
+	scoped bool
+	scopes []Scope
+	// verified: the request carried credentials, and they are good (a
+	// token for no one is credentials too).
+	verified bool
+	a        *Authority
+}
+
+// Name is the caller's user name, TokenIdentity for the static token, ""
+// for none.
+func (c *Caller) Name() string { return c.name }
+
+// Authenticate reads r's credentials: none (an anonymous caller),
+// Authorization: Basic (an htpasswd user, or the user TokenIdentity with
+// the static token as password), or Authorization: Bearer (the static
+// token, or a token from ServeToken). Wrong credentials count against the
+// client's address (a token this server signed that is no longer good
+// does not): past its limit, every login from it is refused with
+// ErrTooManyAttempts until the limit refills.
+func (a *Authority) Authenticate(r *http.Request) (*Caller, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return &Caller{kind: anonymous, a: a}, nil
+	}
+	client := clientaddr.Of(r.RemoteAddr)
+	if !a.limiter.allowed(client, a.cfg.Now()) {
+		return nil, ErrTooManyAttempts
+	}
+	c, err := a.credentials(h)
+	if err != nil {
+		if !errors.Is(err, errStale) {
+			a.limiter.failed(client, a.cfg.Now())
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// credentials checks an Authorization header.
+func (a *Authority) credentials(h string) (*Caller, error) {
+	scheme, rest, _ := strings.Cut(h, " ")
+	rest = strings.TrimSpace(rest)
+	switch {
+	case strings.EqualFold(scheme, "Basic"):
+		b, err := base64.StdEncoding.DecodeString(rest)
+		name, pass, ok := strings.Cut(string(b), ":")
+		if err != nil || !ok {
+			return nil, ErrUnauthenticated
+		}
+		return a.login(name, pass)
+	case strings.EqualFold(scheme, "Bearer"):
+		if a.cfg.Token != "" && a.isToken(rest) {
+			return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, a: a}, nil
+		}
+		return a.verify(rest)
+	}
+	return nil, ErrUnauthenticated
+}
+
+// isToken compares s with the static token in a time that tells nothing
+// of either.
+func (a *Authority) isToken(s string) bool {
+	got := sha256.Sum256([]byte(s))
+	return subtle.ConstantTimeCompare(got[:], a.token[:]) == 1
+}
+
+// login checks a user name and password: an htpasswd user's, or the
+// static token's. An unknown user costs the same bcrypt comparison as a
+// known one, and is refused with the same error.
+func (a *Authority) login(name, pass string) (*Caller, error) {
+	if name == TokenIdentity && a.cfg.Token != "" {
+		if a.isToken(pass) {
+			return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, a: a}, nil
+		}
+		return nil, ErrUnauthenticated
+	}
+	if !a.users.check(name, pass) {
+		return nil, ErrUnauthenticated
+	}
+	return &Caller{name: name, kind: user, verified: true, a: a}, nil
+}
+
+// exists reports whether the identity of a token still exists: a removed
+// user's tokens stop working at once.
+func (a *Authority) exists(name string) (kind, bool) {
+	switch {
+	case name == "":
+		return anonymous, true
+	case name == TokenIdentity && a.cfg.Token != "":
+		return tokenKind, true
+	case name != TokenIdentity && a.users.has(name):
+		return user, true
+	}
+	return anonymous, false
+}
+
+// allowed is the set of actions the rules in force grant c on the
+// resource typ/name, before its token's scopes.
+func (c *Caller) allowed(typ, name string) actionSet {
+	return c.a.rules.current().allowed(c, typ, name)
+}
+
+// May reports whether c may do action on typ/name: the rules grant it
+// and, for a caller with a token, the token's scopes hold it.
+func (c *Caller) May(typ, name, action string) bool {
+	if !c.allowed(typ, name).has(action) {
+		return false
+	}
+	if !c.scoped {
+		return true
+	}
+	for _, s := range c.scopes {
+		if s.Type == typ && s.Name == name && (actionSet{}).add(s.Actions...).has(action) {
+			return true
+		}
+	}
+	return false
+}
+
+type ctxKey struct{}
+
+type ctxValue struct {
+	a   *Authority
+	c   *Caller
+	err error
+}
+
+// NewContext returns ctx carrying a's Authenticate answer for its
+// request, for Check, Identified and FromContext to read.
+func (a *Authority) NewContext(ctx context.Context, c *Caller, err error) context.Context {
+	return context.WithValue(ctx, ctxKey{}, ctxValue{a, c, err})
+}
+
+// AuthorityOf returns the Authority that authenticated ctx's request, nil
+// for none.
+func AuthorityOf(ctx context.Context) *Authority {
+	v, _ := ctx.Value(ctxKey{}).(ctxValue)
+	return v.a
+}
+
+// FromContext returns the caller NewContext stored, with its
+// authentication error; ok is false when there is none (the request
+// passed through no Authority).
+func FromContext(ctx context.Context) (c *Caller, err error, ok bool) {
+	v, ok := ctx.Value(ctxKey{}).(ctxValue)
+	return v.c, v.err, ok
+}
+
+// Check says whether the caller of ctx may do action on typ/name: nil,
+// ErrUnauthenticated (no or wrong credentials, or a token for no one),
+// ErrDenied (a known caller outside its rules or its token's scopes) or
+// ErrTooManyAttempts. A context without a caller (a front end served
+// without an Authority in front of it) is not restricted.
+func Check(ctx context.Context, typ, name, action string) error {
+	c, err, ok := FromContext(ctx)
+	switch {
+	case !ok:
+		return nil
+	case err != nil:
+		return err
+	case c.May(typ, name, action):
+		return nil
+	case c.kind == anonymous:
+		return ErrUnauthenticated
+	}
+	return ErrDenied
+}
+
+// Listed reports whether a listing (the registry's catalog) may show the
+// caller of ctx typ/name: whether the rules grant it action there, whatever
+// its token's scopes, which name the listing rather than what it lists.
+// A context without a caller is not restricted.
+func Listed(ctx context.Context, typ, name, action string) bool {
+	c, err, ok := FromContext(ctx)
+	return !ok || (err == nil && c.allowed(typ, name).has(action))
+}
+
+// Identified says whether the caller of ctx proved who it is (nil), as a
+// registry's base endpoint asks so that a client logs in there: with good
+// credentials, or on an authority that is Open.
+func Identified(ctx context.Context) error {
+	c, err, ok := FromContext(ctx)
+	switch {
+	case !ok:
+		return nil
+	case err != nil:
+		return err
+	case c.verified || AuthorityOf(ctx).Open():
+		return nil
+	}
+	return ErrUnauthenticated
+}
+
+// Unrestricted reports whether the caller of ctx may do everything on
+// every repository: an Open authority, or no Authority at all.
+func Unrestricted(ctx context.Context) bool {
+	_, err, ok := FromContext(ctx)
+	return !ok || (err == nil && AuthorityOf(ctx).Open())
+}

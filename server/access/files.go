@@ -1,0 +1,246 @@
+package access
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// watched is a file parsed into a T, parsed again when its modification
+// time or size changes (looked at on each use) or on reload. A read or
+// parse that fails keeps the T before it.
+type watched[T any] struct {
+	path  string
+	parse func([]byte) (*T, error)
+	log   *slog.Logger
+	mu    sync.Mutex // held while reading the file
+	stamp atomic.Pointer[stamp]
+	val   atomic.Pointer[T]
+}
+
+type stamp struct {
+	mod  time.Time
+	size int64
+}
+
+// watch reads path into a watched file; the first read must succeed.
+func watch[T any](path string, parse func([]byte) (*T, error), log *slog.Logger) (*watched[T], error) {
+	w := &watched[T]{path: path, parse: parse, log: log}
+	if err := w.reload(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// current returns the file's T, parsing it again first if it changed.
+func (w *watched[T]) current() *T {
+	if fi, err := os.Stat(w.path); err == nil {
+		if st := w.stamp.Load(); st == nil || !fi.ModTime().Equal(st.mod) || fi.Size() != st.size {
+			if err := w.reload(); err != nil {
+				w.log.Error("access: keeping the rules in force", "err", err)
+			}
+		}
+	}
+	return w.val.Load()
+}
+
+func (w *watched[T]) reload() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f, err := os.Open(w.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	// The stamp is taken first: a change while reading is seen next time.
+	w.stamp.Store(&stamp{fi.ModTime(), fi.Size()})
+	v, err := w.parse(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	w.val.Store(v)
+	return nil
+}
+
+// userFile is the htpasswd file, or none.
+type userFile struct {
+	file *watched[htpasswd]
+	// seen remembers passwords that matched, by an HMAC of the user,
+	// the hash and the password under a key of this process, so that a
+	// client sending Basic on every request pays for bcrypt once. A
+	// changed hash or a removed user no longer matches.
+	mu   sync.Mutex
+	seen map[[sha256.Size]byte]struct{}
+	key  []byte
+}
+
+// maxSeen bounds userFile.seen: it is emptied when full.
+const maxSeen = 4096
+
+type htpasswd struct {
+	hashes map[string][]byte
+	// dummy is compared against for an unknown user, at the highest cost
+	// of the file's own hashes, so that it takes as long as a known one.
+	dummy []byte
+}
+
+func openUsers(path string, log *slog.Logger) (*userFile, error) {
+	u := &userFile{seen: map[[sha256.Size]byte]struct{}{}, key: make([]byte, 32)}
+	rand.Read(u.key)
+	if path == "" {
+		u.file = &watched[htpasswd]{}
+		u.file.val.Store(&htpasswd{hashes: map[string][]byte{}}) // no users to tell apart
+		return u, nil
+	}
+	var err error
+	u.file, err = watch(path, parseHtpasswd, log)
+	return u, err
+}
+
+func dummyHash(cost int) []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("not a password anyone has"), cost)
+	return h
+}
+
+// parseHtpasswd reads "user:bcrypt-hash" lines; blank lines and lines
+// starting with # are skipped.
+func parseHtpasswd(b []byte) (*htpasswd, error) {
+	h := &htpasswd{hashes: map[string][]byte{}}
+	cost := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, hash, ok := strings.Cut(line, ":")
+		if err := checkUserName(name); err != nil || !ok {
+			return nil, fmt.Errorf("line %d: want user:hash with a user name (%v)", n, err)
+		}
+		c, err := bcrypt.Cost([]byte(hash))
+		if err != nil || !strings.HasPrefix(hash, "$2") {
+			return nil, fmt.Errorf("line %d: user %q: the hash is not bcrypt: create it with htpasswd -B or stead user add", n, name)
+		}
+		if _, dup := h.hashes[name]; dup {
+			return nil, fmt.Errorf("line %d: user %q is listed twice", n, name)
+		}
+		h.hashes[name] = []byte(hash)
+		cost = max(cost, c)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	h.dummy = dummyHash(cost)
+	return h, nil
+}
+
+// checkUserName refuses the names access rules give a meaning of their
+// own.
+func checkUserName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty user name")
+	case name == TokenIdentity || name == anonymousName || name == everyone || strings.HasPrefix(name, "@"):
+		return fmt.Errorf("the user name %q is reserved", name)
+	case strings.ContainsAny(name, " \t"):
+		return fmt.Errorf("user name %q has a space", name)
+	}
+	return nil
+}
+
+// check reports whether pass is name's password. An unknown user is
+// compared against the dummy hash: it takes as long, and fails.
+func (u *userFile) check(name, pass string) bool {
+	h := u.file.current()
+	hash, ok := h.hashes[name]
+	if !ok {
+		if h.dummy == nil {
+			return false
+		}
+		hash = h.dummy
+	}
+	m := hmac.New(sha256.New, u.key)
+	fmt.Fprintf(m, "%s\x00%s\x00%s", name, hash, pass)
+	var k [sha256.Size]byte
+	m.Sum(k[:0])
+	u.mu.Lock()
+	_, seen := u.seen[k]
+	u.mu.Unlock()
+	if seen && ok {
+		return true
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(pass)) != nil || !ok {
+		return false
+	}
+	u.mu.Lock()
+	if len(u.seen) >= maxSeen {
+		clear(u.seen)
+	}
+	u.seen[k] = struct{}{}
+	u.mu.Unlock()
+	return true
+}
+
+// has reports whether name is a user of the file in force.
+func (u *userFile) has(name string) bool {
+	_, ok := u.file.current().hashes[name]
+	return ok
+}
+
+// fingerprint names name's password hash, so that a refresh token dies
+// when its user's password changes; "" for no such user.
+func (u *userFile) fingerprint(name string) string {
+	hash, ok := u.file.current().hashes[name]
+	if !ok {
+		return ""
+	}
+	m := hmac.New(sha256.New, []byte("stead refresh"))
+	m.Write(hash)
+	return fmt.Sprintf("%x", m.Sum(nil)[:16])
+}
+
+func (u *userFile) reload() error {
+	if u.file.path == "" {
+		return nil
+	}
+	return u.file.reload()
+}
+
+// HashPassword returns an htpasswd line for name and password, with a
+// bcrypt hash as htpasswd -B makes it.
+func HashPassword(name, password string) (string, error) {
+	if err := checkUserName(name); err != nil {
+		return "", err
+	}
+	if strings.Contains(name, ":") {
+		return "", fmt.Errorf("user name %q has a colon", name)
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return "", err
+	}
+	return name + ":" + string(h), nil
+}
