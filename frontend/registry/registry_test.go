@@ -133,7 +133,7 @@ func TestBaseDatabaseDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := registry.New(st, registry.Options{Logger: slog.New(slog.DiscardHandler)})
-	addr := fronttest.Serve(t, st, server.Options{Logger: slog.New(slog.DiscardHandler), Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Logger: slog.New(slog.DiscardHandler), Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
 		reg.Close()
 		st.Close()
