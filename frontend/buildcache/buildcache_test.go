@@ -20,6 +20,7 @@ import (
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/testing/fronttest"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server"
 )
 
@@ -208,10 +209,9 @@ func TestActionResultNotParsed(t *testing.T) {
 	}
 }
 
-// TestActionResultPutAgain puts the same action result before and after
-// its output is stored: the second put succeeds though the stored result
-// keeps the (no) references it was first stored with.
-func TestActionResultPutAgain(t *testing.T) {
+// TestActionResultNamingMissingOutputs refuses a result naming content
+// the cache does not hold, and takes it once that content is put.
+func TestActionResultNamingMissingOutputs(t *testing.T) {
 	t.Parallel()
 	c := newCache(t, time.Hour)
 	out := []byte("late output")
@@ -219,17 +219,60 @@ func TestActionResultPutAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, action := range []string{hexOf([]byte("a1")), hexOf([]byte("a2"))} {
-		if i == 1 {
-			if status, body := c.do("PUT", "/cache/cas/"+hexOf(out), out); status != 200 {
-				t.Fatalf("PUT cas = %d %s", status, body)
-			}
-		}
-		if status, body := c.do("PUT", "/cache/ac/"+action, result); status != 200 {
-			t.Fatalf("PUT ac %d = %d %s", i, status, body)
-		}
-		if status, body := c.do("GET", "/cache/ac/"+action, nil); status != 200 || !bytes.Equal(body, result) {
-			t.Fatalf("GET ac %d = %d", i, status)
+	action := hexOf([]byte("a1"))
+	if status, body := c.do("PUT", "/cache/ac/"+action, result); status != 400 || !strings.Contains(string(body), hexOf(out)) {
+		t.Fatalf("PUT ac naming a missing output = %d %s; want 400 naming it", status, body)
+	}
+	if status, _ := c.do("GET", "/cache/ac/"+action, nil); status != 404 {
+		t.Fatalf("GET ac after a refused PUT = %d; want 404", status)
+	}
+	if status, body := c.do("PUT", "/cache/cas/"+hexOf(out), out); status != 200 {
+		t.Fatalf("PUT cas = %d %s", status, body)
+	}
+	if status, body := c.do("PUT", "/cache/ac/"+action, result); status != 200 {
+		t.Fatalf("PUT ac = %d %s", status, body)
+	}
+	if status, body := c.do("GET", "/cache/ac/"+action, nil); status != 200 || !bytes.Equal(body, result) {
+		t.Fatalf("GET ac = %d", status)
+	}
+}
+
+// TestIncompleteResultNotServed stores a result whose output is not
+// stored (as a result put without its outputs as children would be): it
+// is not served.
+func TestIncompleteResultNotServed(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, time.Hour)
+	ctx := context.Background()
+	result, err := proto.Marshal(&repb.ActionResult{StdoutDigest: &repb.Digest{Hash: hexOf([]byte("gone")), SizeBytes: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.st.Blobs.Put(ctx, bytes.NewReader(result))
+	if err != nil {
+		t.Fatal(err)
+	}
+	action := hexOf([]byte("a"))
+	if _, err := c.st.Refs.Set(ctx, "cache/ac/"+action, key, ref.SetOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := c.do("GET", "/cache/ac/"+action, nil); status != 404 {
+		t.Fatalf("GET ac naming a missing output = %d; want 404", status)
+	}
+}
+
+// TestCASServesOnlyCacheContent leaves a blob stored outside the cache
+// unserved under cas/.
+func TestCASServesOnlyCacheContent(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, time.Hour)
+	other := []byte("a registry layer, say")
+	if _, err := c.st.Blobs.Put(context.Background(), bytes.NewReader(other)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"GET", "HEAD"} {
+		if status, _ := c.do(m, "/cache/cas/"+hexOf(other), nil); status != 404 {
+			t.Fatalf("%s cas of a blob put outside the cache = %d; want 404", m, status)
 		}
 	}
 }
