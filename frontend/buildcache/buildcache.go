@@ -53,9 +53,10 @@ type Options struct {
 // Cache serves the HTTP cache protocol over one store. It is safe for
 // concurrent use.
 type Cache struct {
-	st   *stead.Store
-	opts Options
-	log  *slog.Logger
+	st      *stead.Store
+	opts    Options
+	log     *slog.Logger
+	uploads *uploads
 }
 
 // New returns a Cache over st, which stays the caller's to close.
@@ -69,8 +70,12 @@ func New(st *stead.Store, opts Options) *Cache {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Cache{st: st, opts: opts, log: opts.Logger}
+	return &Cache{st: st, opts: opts, log: opts.Logger, uploads: newUploads()}
 }
+
+// Close ends the gRPC uploads in progress (GRPC); it does not close the
+// store.
+func (c *Cache) Close() { c.uploads.closeAll() }
 
 // Unauthorized answers a request without the right bearer token.
 func Unauthorized(w http.ResponseWriter, _ *http.Request) {

@@ -38,15 +38,22 @@ func (c *clock) Add(d time.Duration) {
 }
 
 type cacheClient struct {
-	t    *testing.T
-	base string
-	st   *stead.Store
-	clk  *clock
+	t     *testing.T
+	base  string
+	st    *stead.Store
+	clk   *clock
+	cache *buildcache.Cache
 }
 
 // newCache serves a build cache with ttl over a memory store on a clock
 // of the test's.
 func newCache(t *testing.T, ttl time.Duration) *cacheClient {
+	t.Helper()
+	return newCacheSized(t, ttl, 1<<20)
+}
+
+// newCacheSized is newCache taking content up to maxBlob bytes.
+func newCacheSized(t *testing.T, ttl time.Duration, maxBlob int64) *cacheClient {
 	t.Helper()
 	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	st, err := stead.Open(context.Background(), "mem://", stead.WithClock(clk.Now), stead.WithPinTTL(time.Second), stead.WithGCGrace(time.Millisecond))
@@ -54,8 +61,10 @@ func newCache(t *testing.T, ttl time.Duration) *cacheClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: 1 << 20}), Unauthorized: buildcache.Unauthorized}}})
-	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk}
+	cache := buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: maxBlob})
+	t.Cleanup(cache.Close)
+	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: cache, Unauthorized: buildcache.Unauthorized}}})
+	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk, cache: cache}
 }
 
 func (c *cacheClient) do(method, path string, body []byte) (int, []byte) {
