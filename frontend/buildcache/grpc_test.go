@@ -473,3 +473,46 @@ func TestGetTree(t *testing.T) {
 		t.Fatalf("GetTree of an absent root = %v", err)
 	}
 }
+
+// TestManyOutputsKeptTogether stores a result naming more outputs than
+// one blob may reference: list blobs keep them, and the result keeps the
+// lists.
+func TestManyOutputsKeptTogether(t *testing.T) {
+	t.Parallel()
+	g := newGRPCCache(t)
+	res := &repb.ActionResult{}
+	var batch [][]byte
+	for i := range blob.MaxChildren + 1 {
+		b := []byte("output " + strconv.Itoa(i))
+		batch = append(batch, b)
+		res.OutputFiles = append(res.OutputFiles, &repb.OutputFile{Path: strconv.Itoa(i), Digest: digestOf(b)})
+		if len(batch) == 2000 || i == blob.MaxChildren {
+			g.upload(batch...)
+			batch = nil
+		}
+	}
+	action := digestOf([]byte("big action"))
+	for range 2 { // a second put declares the same children
+		if _, err := g.ac.UpdateActionResult(authed(), &repb.UpdateActionResultRequest{ActionDigest: action, ActionResult: res}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []*repb.OutputFile{res.OutputFiles[0], res.OutputFiles[blob.MaxChildren]} {
+		k, _ := blob.ParseKey("sha256:" + out.GetDigest().GetHash())
+		ex, err := g.st.GC.Explain(context.Background(), k)
+		if err != nil || len(ex.Parents) != 1 {
+			t.Fatalf("output %s's parents = %v, %v; want a list", out.GetPath(), ex.Parents, err)
+		}
+		list, err := g.st.GC.Explain(context.Background(), ex.Parents[0])
+		if err != nil || len(list.Parents) != 1 || list.Parents[0] != blob.KeyOf(body) {
+			t.Fatalf("list's parents = %v, %v; want the result", list.Parents, err)
+		}
+	}
+	if got, err := g.ac.GetActionResult(authed(), &repb.GetActionResultRequest{ActionDigest: action}); err != nil || len(got.GetOutputFiles()) != blob.MaxChildren+1 {
+		t.Fatalf("GetActionResult = %d outputs, %v", len(got.GetOutputFiles()), err)
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -31,6 +32,7 @@ func serveCommand(e *env) *cobra.Command {
 		pendingTTL  time.Duration
 		cacheOn     bool
 		cacheTTL    time.Duration
+		cacheGRPC   string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -82,14 +84,39 @@ builds are handed, which a deployment turns on knowingly.`,
 				defer reg.Close()
 				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized})
 			}
+			var srv *server.Server
+			startGRPC := func() {} // once srv, which checks its credentials, is set
 			if cacheOn {
-				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log}), Unauthorized: buildcache.Unauthorized})
+				cache := buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
+				defer cache.Close()
+				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: cache, Unauthorized: buildcache.Unauthorized})
+				if cacheGRPC != "" {
+					if token == "" && !server.IsLoopback(cacheGRPC) {
+						return usageError("--build-cache-grpc %s is not loopback: set --token-file or STEAD_TOKEN", cacheGRPC)
+					}
+					gln, err := net.Listen("tcp", cacheGRPC)
+					if err != nil {
+						return err
+					}
+					gs := cache.GRPC(func(h string) bool { return srv.Authorized(h) })
+					defer gln.Close()
+					defer gs.Stop()
+					context.AfterFunc(ctx, gs.GracefulStop)
+					startGRPC = func() {
+						fmt.Fprintf(e.stdout, "stead build cache on grpc://%s\n", gln.Addr())
+						go func() { _ = gs.Serve(gln) }()
+					}
+				}
+			} else if cacheGRPC != "" {
+				return usageError("--build-cache-grpc needs --build-cache")
 			}
-			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
-			return server.New(st, server.Options{
+			srv = server.New(st, server.Options{
 				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
-			}).Serve(ctx, ln)
+			})
+			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
+			startGRPC()
+			return srv.Serve(ctx, ln)
 		},
 	}
 	f := cmd.Flags()
@@ -106,6 +133,7 @@ builds are handed, which a deployment turns on knowingly.`,
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
 	f.BoolVar(&cacheOn, "build-cache", false, "serve the Bazel/ccache HTTP build cache at /cache/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
+	f.StringVar(&cacheGRPC, "build-cache-grpc", "", "also serve the build cache over the Remote Execution API's gRPC on this address (with --build-cache)")
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.
 	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
