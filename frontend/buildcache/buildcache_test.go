@@ -63,11 +63,21 @@ func newCacheSized(t *testing.T, ttl time.Duration, maxBlob int64) *cacheClient 
 	t.Cleanup(func() { st.Close() })
 	cache := buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: maxBlob})
 	t.Cleanup(cache.Close)
-	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: cache, Unauthorized: buildcache.Unauthorized}}})
+	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{
+		{Prefix: buildcache.Prefix, Handler: cache, Unauthorized: buildcache.Unauthorized},
+		{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo(), Unauthorized: buildcache.Unauthorized},
+		{Prefix: buildcache.NxPrefix, Handler: cache.Nx(), Unauthorized: buildcache.Unauthorized},
+	}})
 	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk, cache: cache}
 }
 
 func (c *cacheClient) do(method, path string, body []byte) (int, []byte) {
+	c.t.Helper()
+	status, _, b := c.doHeaders(method, path, body, nil)
+	return status, b
+}
+
+func (c *cacheClient) doHeaders(method, path string, body []byte, headers map[string]string) (int, http.Header, []byte) {
 	c.t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -78,13 +88,16 @@ func (c *cacheClient) do(method, path string, body []byte) (int, []byte) {
 		c.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer tok")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 // sweep runs a few sweeps a second apart. A cache whose every entry

@@ -45,7 +45,9 @@ A bearer token (env STEAD_TOKEN, or --token-file) is required on /v1 and
 
 The OCI registry (docs/guides/registry.md) is served at /v2/ unless
 --registry=false, under the same token. The build cache for Bazel and
-ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache:
+ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache,
+with Turborepo's at /v8/, Nx's at /nx/ and, with --build-cache-grpc, the
+Remote Execution API's over gRPC:
 its action results are mutable, so whoever holds the token can change what
 builds are handed, which a deployment turns on knowingly.`,
 		Args: cobra.NoArgs,
@@ -89,7 +91,10 @@ builds are handed, which a deployment turns on knowingly.`,
 			if cacheOn {
 				cache := buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
 				defer cache.Close()
-				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: cache, Unauthorized: buildcache.Unauthorized})
+				mounts = append(mounts,
+					server.Mount{Prefix: buildcache.Prefix, Handler: cache, Unauthorized: buildcache.Unauthorized},
+					server.Mount{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo(), Unauthorized: buildcache.Unauthorized},
+					server.Mount{Prefix: buildcache.NxPrefix, Handler: cache.Nx(), Unauthorized: buildcache.Unauthorized})
 				if cacheGRPC != "" {
 					if token == "" && !server.IsLoopback(cacheGRPC) {
 						return usageError("--build-cache-grpc %s is not loopback: set --token-file or STEAD_TOKEN", cacheGRPC)
@@ -131,7 +136,7 @@ builds are handed, which a deployment turns on knowingly.`,
 	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
 	f.BoolVar(&registryOn, "registry", true, "serve the OCI registry at /v2/")
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
-	f.BoolVar(&cacheOn, "build-cache", false, "serve the Bazel/ccache HTTP build cache at /cache/")
+	f.BoolVar(&cacheOn, "build-cache", false, "serve the build cache: Bazel/ccache at /cache/, Turborepo at /v8/, Nx at /nx/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
 	f.StringVar(&cacheGRPC, "build-cache-grpc", "", "also serve the build cache over the Remote Execution API's gRPC on this address (with --build-cache)")
 	// Tests only: lets requests carry the instant leases are judged at,
