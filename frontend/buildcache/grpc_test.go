@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/frontend/buildcache"
+	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
 // grpcCache is a build cache served over HTTP and gRPC at once.
@@ -514,5 +517,62 @@ func TestManyOutputsKeptTogether(t *testing.T) {
 	}
 	if got, err := g.ac.GetActionResult(authed(), &repb.GetActionResultRequest{ActionDigest: action}); err != nil || len(got.GetOutputFiles()) != blob.MaxChildren+1 {
 		t.Fatalf("GetActionResult = %d outputs, %v", len(got.GetOutputFiles()), err)
+	}
+}
+
+// TestGRPCOnSQL runs a build's round trip over gRPC against SQLite and
+// PostgreSQL: blobs in by batch and by ByteStream, a result, then all of
+// them read back.
+func TestGRPCOnSQL(t *testing.T) {
+	t.Parallel()
+	for _, e := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "s.db") }},
+		{"postgres", func(t *testing.T) string { return pgtest.New(t).StoreURL() }},
+	} {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			st, _ := serveCache(t, e.url(t), "", buildcache.Options{})
+			cache := buildcache.New(st, buildcache.Options{})
+			t.Cleanup(cache.Close)
+			ln := bufconn.Listen(1 << 20)
+			gs := cache.GRPC(nil)
+			go func() { _ = gs.Serve(ln) }()
+			t.Cleanup(gs.Stop)
+			conn, err := grpc.NewClient("passthrough:///bufnet",
+				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
+				grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			g := &grpcCache{cacheClient: &cacheClient{t: t, st: st}, conn: conn, cas: repb.NewContentAddressableStorageClient(conn), ac: repb.NewActionCacheClient(conn), bs: bytestream.NewByteStreamClient(conn)}
+			small := []byte("stdout of the action")
+			large := bytes.Repeat([]byte("large output "), 200_000) // chunked in the store
+			g.upload(small)
+			w, err := g.bs.Write(authed())
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := "uploads/1/blobs/" + hexOf(large) + "/" + strconv.Itoa(len(large))
+			if resp, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: large[:1<<20]}, &bytestream.WriteRequest{WriteOffset: 1 << 20, Data: large[1<<20:], FinishWrite: true}); err != nil || resp.GetCommittedSize() != int64(len(large)) {
+				t.Fatalf("Write = %v, %v", resp, err)
+			}
+			res := &repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "big", Digest: digestOf(large)}}, StdoutDigest: digestOf(small)}
+			action := digestOf([]byte("sql action"))
+			if _, err := g.ac.UpdateActionResult(authed(), &repb.UpdateActionResultRequest{ActionDigest: action, ActionResult: res}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := g.ac.GetActionResult(authed(), &repb.GetActionResultRequest{ActionDigest: action})
+			if err != nil || !proto.Equal(got, res) {
+				t.Fatalf("GetActionResult = %v, %v", got, err)
+			}
+			data, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: "blobs/" + hexOf(large) + "/" + strconv.Itoa(len(large)), ReadOffset: 7})
+			if err != nil || !bytes.Equal(data, large[7:]) {
+				t.Fatalf("Read = %d bytes, %v", len(data), err)
+			}
+		})
 	}
 }
