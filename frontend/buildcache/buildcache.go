@@ -1,16 +1,23 @@
-// Package buildcache serves a stead store as a build cache over the HTTP
-// protocol of Bazel's --remote_cache, which ccache's HTTP remote storage
-// also speaks (layout=bazel), as a thin adapter over *stead.Store:
+// Package buildcache serves a stead store as a build cache, as a thin
+// adapter over *stead.Store: over the HTTP protocol of Bazel's
+// --remote_cache, which ccache's HTTP remote storage also speaks
+// (layout=bazel),
 //
 //	GET/HEAD/PUT <prefix>cas/<sha256 hex>   content, verified against its digest
 //	GET/HEAD/PUT <prefix>ac/<sha256 hex>    action results, mutable
 //
+// over the Remote Execution API v2's gRPC cache services on the same
+// entries (Cache.GRPC), and over Turborepo's and Nx's HTTP caches, whose
+// keys are the clients' own (Cache.Turbo, Cache.Nx).
+//
 // Every entry is a ref with an expiry that a read renews (ref.GetTouch),
 // so an entry in use stays and a cache nobody reads shrinks by itself
-// once the refs lapse and garbage collection takes what they kept. An
-// action result that parses as a remote-execution ActionResult is stored
-// with blob references to its outputs, which then live as long as it
-// does (docs/guides/build-cache.md).
+// once the refs lapse and garbage collection takes what they kept. Only
+// content with a live entry is served. An action result that parses as
+// a remote-execution ActionResult must name only cache content, is
+// stored with blob references to all of it, which then live as long as
+// it does, and is served only while all of it is stored
+// (docs/guides/build-cache.md).
 package buildcache
 
 import (
