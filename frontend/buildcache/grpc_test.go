@@ -576,3 +576,37 @@ func TestGRPCOnSQL(t *testing.T) {
 		})
 	}
 }
+
+// TestByteStreamReadCancelled cancels a Read after its first answer; the
+// cache serves the next read whole.
+func TestByteStreamReadCancelled(t *testing.T) {
+	t.Parallel()
+	g := newGRPCCache(t)
+	data := bytes.Repeat([]byte("z"), 3<<20)
+	w, err := g.bs.Write(authed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := hexOf(data) + "/" + strconv.Itoa(len(data))
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: "uploads/c/blobs/" + name, Data: data, FinishWrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(authed())
+	rd, err := g.bs.Read(ctx, &bytestream.ReadRequest{ResourceName: "blobs/" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rd.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for err == nil {
+		_, err = rd.Recv()
+	}
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("a cancelled Read ended with %v", err)
+	}
+	if got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: "blobs/" + name}); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Read after a cancelled one = %d bytes, %v", len(got), err)
+	}
+}
