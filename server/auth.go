@@ -26,6 +26,20 @@ func need(pattern string) (area, action string) {
 	return "v1", access.Write
 }
 
+// check authenticates r's caller and says whether it may do action on
+// area: nil, or access.ErrUnauthenticated (an anonymous caller refused),
+// access.ErrDenied or access.ErrTooManyAttempts.
+func (s *Server) check(r *http.Request, area, action string) (*access.Caller, error) {
+	c, err := s.access.Authenticate(r)
+	if err == nil && !c.May(access.Area, area, action) {
+		err = access.ErrDenied
+		if c.Name() == "" {
+			err = access.ErrUnauthenticated
+		}
+	}
+	return c, err
+}
+
 // auth wraps a route's handler with the check of its caller (need).
 func (s *Server) auth(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	if s.access.Open() {
@@ -33,13 +47,7 @@ func (s *Server) auth(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	}
 	area, action := need(pattern)
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, err := s.access.Authenticate(r)
-		if err == nil && !c.May(access.Area, area, action) {
-			err = access.ErrDenied
-			if c.Name() == "" {
-				err = access.ErrUnauthenticated
-			}
-		}
+		c, err := s.check(r, area, action)
 		switch {
 		case err == nil:
 			h(w, r)

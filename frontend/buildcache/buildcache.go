@@ -1,20 +1,26 @@
-// Package buildcache serves a stead store as a build cache over the HTTP
-// protocol of Bazel's --remote_cache, which ccache's HTTP remote storage
-// also speaks (layout=bazel), as a thin adapter over *stead.Store:
+// Package buildcache serves a stead store as a build cache, as a thin
+// adapter over *stead.Store: over the HTTP protocol of Bazel's
+// --remote_cache, which ccache's HTTP remote storage also speaks
+// (layout=bazel),
 //
 //	GET/HEAD/PUT <prefix>cas/<sha256 hex>   content, verified against its digest
 //	GET/HEAD/PUT <prefix>ac/<sha256 hex>    action results, mutable
 //
+// over the Remote Execution API v2's gRPC cache services on the same
+// entries (Cache.GRPC), and over Turborepo's and Nx's HTTP caches, whose
+// keys are the clients' own (Cache.Turbo, Cache.Nx).
+//
 // Every entry is a ref with an expiry that a read renews (ref.GetTouch),
 // so an entry in use stays and a cache nobody reads shrinks by itself
-// once the refs lapse and garbage collection takes what they kept. An
-// action result that parses as a remote-execution ActionResult is stored
-// with blob references to its outputs, which then live as long as it
-// does (docs/guides/build-cache.md).
+// once the refs lapse and garbage collection takes what they kept. Only
+// content with a live entry is served. An action result that parses as
+// a remote-execution ActionResult must name only cache content, is
+// stored with blob references to all of it, which then live as long as
+// it does, and is served only while all of it is stored
+// (docs/guides/build-cache.md).
 package buildcache
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -24,12 +30,8 @@ import (
 	"strings"
 	"time"
 
-	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
-	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server/access"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -59,9 +61,10 @@ type Options struct {
 // Cache serves the HTTP cache protocol over one store. It is safe for
 // concurrent use.
 type Cache struct {
-	st   *stead.Store
-	opts Options
-	log  *slog.Logger
+	st      *stead.Store
+	opts    Options
+	log     *slog.Logger
+	uploads *uploads
 }
 
 // New returns a Cache over st, which stays the caller's to close.
@@ -75,7 +78,7 @@ func New(st *stead.Store, opts Options) *Cache {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Cache{st: st, opts: opts, log: opts.Logger}
+	return &Cache{st: st, opts: opts, log: opts.Logger, uploads: newUploads()}
 }
 
 // authorize checks the caller the server put in r's context (package
@@ -103,9 +106,9 @@ func authorize(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// The refs entries are kept by.
-func casRef(hex string) string { return "cache/cas/" + hex }
-func acRef(hex string) string  { return "cache/ac/" + hex }
+// Close ends the gRPC uploads in progress (GRPC); it does not close the
+// store.
+func (c *Cache) Close() { c.uploads.closeAll() }
 
 // ServeHTTP serves a request under Prefix.
 func (c *Cache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -146,11 +149,14 @@ func (c *Cache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cache) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var incomplete *IncompleteError
 	switch {
 	case errors.Is(err, steaderr.ErrNotFound):
 		http.Error(w, "not in the cache", http.StatusNotFound)
 	case errors.Is(err, steaderr.ErrDigestMismatch):
 		http.Error(w, "content does not hash to its digest", http.StatusBadRequest)
+	case errors.As(err, &incomplete), errors.Is(err, steaderr.ErrInvalidArgument):
+		http.Error(w, err.Error(), http.StatusBadRequest)
 	case errors.Is(err, steaderr.ErrTooLarge):
 		http.Error(w, "entry too large", http.StatusRequestEntityTooLarge)
 	case errors.Is(err, steaderr.ErrUnavailable), errors.Is(err, steaderr.ErrClosed):
@@ -163,22 +169,13 @@ func (c *Cache) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// getCAS serves stored content by digest, and renews its entry. Content
-// an action result keeps is served too, though its own entry lapsed.
+// getCAS serves cache content by digest, and renews its entry.
 func (c *Cache) getCAS(w http.ResponseWriter, r *http.Request, key blob.Key) error {
-	rd, err := c.st.Blobs.Get(r.Context(), key)
+	rd, err := c.openContent(r.Context(), key)
 	if err != nil {
 		return err
 	}
 	defer rd.Close()
-	if _, err := c.st.Refs.GetTouch(r.Context(), casRef(strings.TrimPrefix(key.String(), "sha256:")), c.opts.TTL); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
-		return err
-	}
-	serve(w, r, rd)
-	return nil
-}
-
-func serve(w http.ResponseWriter, r *http.Request, rd *blob.Reader) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.FormatInt(rd.Size(), 10))
@@ -186,6 +183,7 @@ func serve(w http.ResponseWriter, r *http.Request, rd *blob.Reader) {
 	if r.Method != http.MethodHead {
 		_, _ = io.Copy(w, rd)
 	}
+	return nil
 }
 
 // putCAS stores the body under its digest, refusing a body that does not
@@ -194,35 +192,33 @@ func (c *Cache) putCAS(w http.ResponseWriter, r *http.Request, key blob.Key) err
 	if r.ContentLength > c.opts.MaxBlobSize {
 		return fmt.Errorf("%w: %d bytes", steaderr.ErrTooLarge, r.ContentLength)
 	}
-	if err := c.st.Blobs.PutExpect(r.Context(), key, r.Body); err != nil {
-		return err
-	}
-	if _, err := c.st.Refs.Set(r.Context(), casRef(strings.TrimPrefix(key.String(), "sha256:")), key, ref.SetOptions{TTL: c.opts.TTL}); err != nil {
+	if err := c.putContent(r.Context(), key, r.Body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
 }
 
-// getAC serves an action result and renews its entry.
+// getAC serves an action result and renews its entry: one that parses as
+// an ActionResult only while every output it names is stored.
 func (c *Cache) getAC(w http.ResponseWriter, r *http.Request, hex string) error {
-	rf, err := c.st.Refs.GetTouch(r.Context(), acRef(hex), c.opts.TTL)
+	body, _, err := c.getResult(r.Context(), hex)
 	if err != nil {
 		return err
 	}
-	rd, err := c.st.Blobs.Get(r.Context(), rf.Key)
-	if err != nil {
-		return err
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
 	}
-	defer rd.Close()
-	serve(w, r, rd)
 	return nil
 }
 
 // putAC stores an action result under its action's digest, replacing any
-// before it. A result that parses as an ActionResult is stored with blob
-// references to the outputs it names that are stored, so they are kept
-// while it is.
+// before it. A result that parses as an ActionResult must name only
+// cache content, and is stored with it as its children.
 func (c *Cache) putAC(w http.ResponseWriter, r *http.Request, hex string) error {
 	if r.ContentLength > MaxActionResult {
 		return fmt.Errorf("%w: %d bytes", steaderr.ErrTooLarge, r.ContentLength)
@@ -234,61 +230,9 @@ func (c *Cache) putAC(w http.ResponseWriter, r *http.Request, hex string) error 
 	if len(body) > MaxActionResult {
 		return fmt.Errorf("%w: over %d bytes", steaderr.ErrTooLarge, MaxActionResult)
 	}
-	children, err := c.outputs(r, body)
-	if err != nil {
-		return err
-	}
-	key, err := c.st.Blobs.PutWith(r.Context(), bytes.NewReader(body), blob.PutOptions{Children: children})
-	if errors.Is(err, steaderr.ErrNotFound) || errors.Is(err, steaderr.ErrChildrenFixed) {
-		// An output was collected between the check and the put, or the
-		// same result is stored already with the outputs that were
-		// stored then (a blob's children are fixed by the put that
-		// stores it): keep it as it is; other outputs keep their own
-		// entries.
-		key, err = c.st.Blobs.Put(r.Context(), bytes.NewReader(body))
-	}
-	if err != nil {
-		return err
-	}
-	if _, err := c.st.Refs.Set(r.Context(), acRef(hex), key, ref.SetOptions{TTL: c.opts.TTL}); err != nil {
+	if err := c.putResult(r.Context(), hex, body, parseResult(body)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
-}
-
-// outputs returns the stored content an action result names (its output
-// files, output directory trees, stdout and stderr), or none when body is
-// not an ActionResult (ccache's entries are not).
-func (c *Cache) outputs(r *http.Request, body []byte) ([]blob.Key, error) {
-	var res repb.ActionResult
-	if len(body) == 0 || proto.Unmarshal(body, &res) != nil {
-		return nil, nil
-	}
-	var digests []*repb.Digest
-	for _, f := range res.GetOutputFiles() {
-		digests = append(digests, f.GetDigest())
-	}
-	for _, d := range res.GetOutputDirectories() {
-		digests = append(digests, d.GetTreeDigest())
-	}
-	digests = append(digests, res.GetStdoutDigest(), res.GetStderrDigest())
-	var keys []blob.Key
-	for _, d := range digests {
-		if len(keys) == blob.MaxChildren {
-			break
-		}
-		k, err := blob.ParseKey("sha256:" + d.GetHash())
-		if err != nil {
-			continue // absent, or not SHA-256: not ours
-		}
-		stored, err := c.st.Blobs.Has(r.Context(), k)
-		if err != nil {
-			return nil, err
-		}
-		if stored {
-			keys = append(keys, k)
-		}
-	}
-	return keys, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/testing/fronttest"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server"
 )
 
@@ -37,15 +38,22 @@ func (c *clock) Add(d time.Duration) {
 }
 
 type cacheClient struct {
-	t    *testing.T
-	base string
-	st   *stead.Store
-	clk  *clock
+	t     *testing.T
+	base  string
+	st    *stead.Store
+	clk   *clock
+	cache *buildcache.Cache
 }
 
 // newCache serves a build cache with ttl over a memory store on a clock
 // of the test's.
 func newCache(t *testing.T, ttl time.Duration) *cacheClient {
+	t.Helper()
+	return newCacheSized(t, ttl, 1<<20)
+}
+
+// newCacheSized is newCache taking content up to maxBlob bytes.
+func newCacheSized(t *testing.T, ttl time.Duration, maxBlob int64) *cacheClient {
 	t.Helper()
 	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	st, err := stead.Open(context.Background(), "mem://", stead.WithClock(clk.Now), stead.WithPinTTL(time.Second), stead.WithGCGrace(time.Millisecond))
@@ -53,11 +61,23 @@ func newCache(t *testing.T, ttl time.Duration) *cacheClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: 1 << 20})}}})
-	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk}
+	cache := buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: maxBlob})
+	t.Cleanup(cache.Close)
+	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{
+		{Prefix: buildcache.Prefix, Handler: cache},
+		{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
+		{Prefix: buildcache.NxPrefix, Handler: cache.Nx()},
+	}})
+	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk, cache: cache}
 }
 
 func (c *cacheClient) do(method, path string, body []byte) (int, []byte) {
+	c.t.Helper()
+	status, _, b := c.doHeaders(method, path, body, nil)
+	return status, b
+}
+
+func (c *cacheClient) doHeaders(method, path string, body []byte, headers map[string]string) (int, http.Header, []byte) {
 	c.t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -68,13 +88,16 @@ func (c *cacheClient) do(method, path string, body []byte) (int, []byte) {
 		c.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer tok")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 // sweep runs a few sweeps a second apart. A cache whose every entry
@@ -208,10 +231,9 @@ func TestActionResultNotParsed(t *testing.T) {
 	}
 }
 
-// TestActionResultPutAgain puts the same action result before and after
-// its output is stored: the second put succeeds though the stored result
-// keeps the (no) references it was first stored with.
-func TestActionResultPutAgain(t *testing.T) {
+// TestActionResultNamingMissingOutputs refuses a result naming content
+// the cache does not hold, and takes it once that content is put.
+func TestActionResultNamingMissingOutputs(t *testing.T) {
 	t.Parallel()
 	c := newCache(t, time.Hour)
 	out := []byte("late output")
@@ -219,17 +241,60 @@ func TestActionResultPutAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, action := range []string{hexOf([]byte("a1")), hexOf([]byte("a2"))} {
-		if i == 1 {
-			if status, body := c.do("PUT", "/cache/cas/"+hexOf(out), out); status != 200 {
-				t.Fatalf("PUT cas = %d %s", status, body)
-			}
-		}
-		if status, body := c.do("PUT", "/cache/ac/"+action, result); status != 200 {
-			t.Fatalf("PUT ac %d = %d %s", i, status, body)
-		}
-		if status, body := c.do("GET", "/cache/ac/"+action, nil); status != 200 || !bytes.Equal(body, result) {
-			t.Fatalf("GET ac %d = %d", i, status)
+	action := hexOf([]byte("a1"))
+	if status, body := c.do("PUT", "/cache/ac/"+action, result); status != 400 || !strings.Contains(string(body), hexOf(out)) {
+		t.Fatalf("PUT ac naming a missing output = %d %s; want 400 naming it", status, body)
+	}
+	if status, _ := c.do("GET", "/cache/ac/"+action, nil); status != 404 {
+		t.Fatalf("GET ac after a refused PUT = %d; want 404", status)
+	}
+	if status, body := c.do("PUT", "/cache/cas/"+hexOf(out), out); status != 200 {
+		t.Fatalf("PUT cas = %d %s", status, body)
+	}
+	if status, body := c.do("PUT", "/cache/ac/"+action, result); status != 200 {
+		t.Fatalf("PUT ac = %d %s", status, body)
+	}
+	if status, body := c.do("GET", "/cache/ac/"+action, nil); status != 200 || !bytes.Equal(body, result) {
+		t.Fatalf("GET ac = %d", status)
+	}
+}
+
+// TestIncompleteResultNotServed stores a result whose output is not
+// stored (as a result put without its outputs as children would be): it
+// is not served.
+func TestIncompleteResultNotServed(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, time.Hour)
+	ctx := context.Background()
+	result, err := proto.Marshal(&repb.ActionResult{StdoutDigest: &repb.Digest{Hash: hexOf([]byte("gone")), SizeBytes: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.st.Blobs.Put(ctx, bytes.NewReader(result))
+	if err != nil {
+		t.Fatal(err)
+	}
+	action := hexOf([]byte("a"))
+	if _, err := c.st.Refs.Set(ctx, "cache/ac/"+action, key, ref.SetOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := c.do("GET", "/cache/ac/"+action, nil); status != 404 {
+		t.Fatalf("GET ac naming a missing output = %d; want 404", status)
+	}
+}
+
+// TestCASServesOnlyCacheContent leaves a blob stored outside the cache
+// unserved under cas/.
+func TestCASServesOnlyCacheContent(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, time.Hour)
+	other := []byte("a registry layer, say")
+	if _, err := c.st.Blobs.Put(context.Background(), bytes.NewReader(other)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"GET", "HEAD"} {
+		if status, _ := c.do(m, "/cache/cas/"+hexOf(other), nil); status != 404 {
+			t.Fatalf("%s cas of a blob put outside the cache = %d; want 404", m, status)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -32,6 +33,7 @@ func serveCommand(e *env) *cobra.Command {
 		cacheOn     bool
 		cacheTTL    time.Duration
 		users       accessFlags
+		cacheGRPC   string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -46,7 +48,9 @@ is not a loopback address. --access says what each may do
 
 The OCI registry (docs/guides/registry.md) is served at /v2/ unless
 --registry=false, under the same token. The build cache for Bazel and
-ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache:
+ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache,
+with Turborepo's at /v8/, Nx's at /nx/ and, with --build-cache-grpc, the
+Remote Execution API's over gRPC:
 its action results are mutable, so whoever holds the token can change what
 builds are handed, which a deployment turns on knowingly.`,
 		Args: cobra.NoArgs,
@@ -89,14 +93,42 @@ builds are handed, which a deployment turns on knowingly.`,
 				defer reg.Close()
 				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg})
 			}
+			var srv *server.Server
+			startGRPC := func() {} // once srv, which checks its credentials, is set
 			if cacheOn {
-				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log})})
+				cache := buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
+				defer cache.Close()
+				mounts = append(mounts,
+					server.Mount{Prefix: buildcache.Prefix, Handler: cache},
+					server.Mount{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
+					server.Mount{Prefix: buildcache.NxPrefix, Handler: cache.Nx()})
+				if cacheGRPC != "" {
+					if auth.Open() && !server.IsLoopback(cacheGRPC) {
+						return usageError("--build-cache-grpc %s is not loopback: set --token-file, STEAD_TOKEN or --htpasswd", cacheGRPC)
+					}
+					gln, err := net.Listen("tcp", cacheGRPC)
+					if err != nil {
+						return err
+					}
+					gs := cache.GRPC(func(header, addr, action string) error { return srv.Authorized(header, addr, "cache", action) })
+					defer gln.Close()
+					defer gs.Stop()
+					context.AfterFunc(ctx, gs.GracefulStop)
+					startGRPC = func() {
+						fmt.Fprintf(e.stdout, "stead build cache on grpc://%s\n", gln.Addr())
+						go func() { _ = gs.Serve(gln) }()
+					}
+				}
+			} else if cacheGRPC != "" {
+				return usageError("--build-cache-grpc needs --build-cache")
 			}
-			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
-			return server.New(st, server.Options{
+			srv = server.New(st, server.Options{
 				Access: auth, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
-			}).Serve(ctx, ln)
+			})
+			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
+			startGRPC()
+			return srv.Serve(ctx, ln)
 		},
 	}
 	f := cmd.Flags()
@@ -112,8 +144,9 @@ builds are handed, which a deployment turns on knowingly.`,
 	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
 	f.BoolVar(&registryOn, "registry", true, "serve the OCI registry at /v2/")
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
-	f.BoolVar(&cacheOn, "build-cache", false, "serve the Bazel/ccache HTTP build cache at /cache/")
+	f.BoolVar(&cacheOn, "build-cache", false, "serve the build cache: Bazel/ccache at /cache/, Turborepo at /v8/, Nx at /nx/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
+	f.StringVar(&cacheGRPC, "build-cache-grpc", "", "also serve the build cache over the Remote Execution API's gRPC on this address (with --build-cache)")
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.
 	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
