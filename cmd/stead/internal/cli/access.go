@@ -34,20 +34,21 @@ func (f *accessFlags) register(cmd *cobra.Command) {
 }
 
 // authority builds the server's access.Authority, and reloads its files
-// on SIGHUP until ctx ends.
-func (f *accessFlags) authority(ctx context.Context, token string, log *slog.Logger) (*access.Authority, error) {
+// on SIGHUP until ctx ends or stop is called.
+func (f *accessFlags) authority(ctx context.Context, token string, log *slog.Logger) (a *access.Authority, stop func(), err error) {
 	cfg := access.Config{Token: token, Htpasswd: f.htpasswd, Access: f.access, PublicURL: f.publicURL, Logger: log}
 	if f.tokenKey != "" {
 		b, err := os.ReadFile(f.tokenKey)
 		if err != nil {
-			return nil, usageError("token key: %v", err)
+			return nil, nil, usageError("token key: %v", err)
 		}
 		cfg.TokenKey = []byte(strings.TrimSpace(string(b)))
 	}
-	a, err := access.New(cfg)
+	a, err = access.New(cfg)
 	if err != nil {
-		return nil, usageError("%v", err)
+		return nil, nil, usageError("%v", err)
 	}
+	ctx, stop = context.WithCancel(ctx)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -65,7 +66,7 @@ func (f *accessFlags) authority(ctx context.Context, token string, log *slog.Log
 			}
 		}
 	}()
-	return a, nil
+	return a, stop, nil
 }
 
 func userCommand(e *env) *cobra.Command {

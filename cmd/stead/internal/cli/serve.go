@@ -74,10 +74,11 @@ builds are handed, which a deployment turns on knowingly.`,
 				return usageError("--allow-client-clock is for tests on a loopback address")
 			}
 			ctx := cmd.Context()
-			auth, err := users.authority(ctx, token, e.log)
+			auth, stopReload, err := users.authority(ctx, token, e.log)
 			if err != nil {
 				return err
 			}
+			defer stopReload()
 			st, err := e.open(ctx)
 			if err != nil {
 				return err
