@@ -53,6 +53,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"pins":    pinsCommand,
 	"ref":     refCommand,
 	"scrub":   scrubCommand,
+	"version": versionCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.
@@ -145,6 +146,8 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 			return &exitError{code: exitUsage}
 		},
 	}
+	root.Version = buildVersion()
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
