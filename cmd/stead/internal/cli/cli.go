@@ -150,7 +150,6 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 	root.SetVersionTemplate("{{.Version}}")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
-	root.CompletionOptions.DisableDefaultCmd = true
 	// Defaults from the environment are applied after parsing, so that
 	// help never prints a secret.
 	root.PersistentFlags().StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
