@@ -43,12 +43,12 @@ once if the lock is held.`,
 			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
 				return usageError("want NAME -- CMD [ARG...] (see stead lock --help)")
 			}
-			return lockRun(cmd.Context(), e, args[0], owner, ttl, try, args[1:])
+			return lockRun(cmd.Context(), e, args[0], ownerOf(cmd, owner), ttl, try, args[1:])
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&ttl, "ttl", 30*time.Second, "lease length; the lock is lost if not renewed within it")
-	f.StringVar(&owner, "owner", defaultOwner(), "the owner recorded with the grant")
+	f.StringVar(&owner, "owner", "", "the owner recorded with the grant (default HOST:PID, this process)")
 	f.BoolVar(&try, "try", false, "do not wait: exit 75 if the lock is held")
 	return cmd
 }
@@ -74,6 +74,15 @@ func lockRun(ctx context.Context, e *env, name, owner string, ttl time.Duration,
 		return err
 	}
 	return runHeld(ctx, e, held, argv)
+}
+
+// ownerOf returns the --owner flag's value, or, when it was not given,
+// defaultOwner: help shows the rule, never this process's own pid.
+func ownerOf(cmd *cobra.Command, owner string) string {
+	if cmd.Flags().Changed("owner") {
+		return owner
+	}
+	return defaultOwner()
 }
 
 // defaultOwner names this process: host:pid.

@@ -92,7 +92,7 @@ func recordsCommand(e *env) *cobra.Command {
 				return usageError("--group is required")
 			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
-				rec, err := st.Records.Claim(cmd.Context(), group, args[0], owner, ttl)
+				rec, err := st.Records.Claim(cmd.Context(), group, args[0], ownerOf(cmd, owner), ttl)
 				if err != nil {
 					return err
 				}
@@ -105,7 +105,7 @@ func recordsCommand(e *env) *cobra.Command {
 		},
 	}
 	claim.Flags().StringVar(&group, "group", "", "the record's group")
-	claim.Flags().StringVar(&owner, "owner", defaultOwner(), "the lease's owner")
+	claim.Flags().StringVar(&owner, "owner", "", "the lease's owner (default HOST:PID, this process)")
 	claim.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "the lease's length")
 	claim.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	cmd.AddCommand(ls, show, claim)
