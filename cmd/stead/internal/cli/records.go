@@ -133,11 +133,17 @@ func printRecord(w io.Writer, r record.Record) {
 	tw.Flush()
 }
 
+// leaseText says who holds l and until when, or since when it has lapsed
+// (at the real clock, as the store judges it without a clock of its own).
 func leaseText(l record.Lease) string {
 	if l.Owner == "" {
 		return "-"
 	}
-	return fmt.Sprintf("%s until %s", l.Owner, l.Expiry.UTC().Format(time.RFC3339))
+	state := "until"
+	if !l.Expiry.After(time.Now()) {
+		state = "lapsed"
+	}
+	return fmt.Sprintf("%s %s %s", l.Owner, state, l.Expiry.UTC().Format(time.RFC3339))
 }
 
 func orDash(s string) string {
