@@ -3,9 +3,12 @@
 // arguments and output streams passed in, so it is tested in process.
 //
 // Exit codes: 0 success; 1 failure; 2 usage; 3 not found (a blob, a record
-// or a group: get, stat, rm, records show, records ls); 4 doctor found
-// warnings but no failure; 5 scrub found corrupt blobs; 75 stead lock --try
-// found the lock held; 76 stead lock lost the lock.
+// or a group: get, stat, rm, records show, records ls, gc explain); 4
+// doctor found warnings but no failure; 5 scrub found corrupt blobs; 75
+// stead lock --try found the lock held; 76 stead lock lost the lock; 126
+// and 127 stead lock could not run its command (not executable, not
+// found); 128+N a command that failed once signal N cut it off (130 for
+// SIGINT).
 package cli
 
 import (
@@ -18,6 +21,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -89,8 +93,31 @@ func usageError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
+// Signalled is the cause to cancel Run's context with when signal sig
+// arrives: a command it cuts off exits 128+N, as a shell reports it.
+func Signalled(sig os.Signal) error { return &signalled{sig} }
+
+type signalled struct{ sig os.Signal }
+
+func (s *signalled) Error() string { return "interrupted by " + s.sig.String() }
+
+// signalExit returns the exit code for a command cut off by the signal
+// ctx was cancelled with, if any.
+func signalExit(ctx context.Context) (int, bool) {
+	var s *signalled
+	if !errors.As(context.Cause(ctx), &s) {
+		return 0, false
+	}
+	n, ok := s.sig.(syscall.Signal)
+	if !ok {
+		return 0, false
+	}
+	return 128 + int(n), true
+}
+
 // Run runs the stead command line args and returns the exit code. Progress
-// is drawn on stderr when it is a terminal.
+// is drawn on stderr when it is a terminal. Cancel ctx with Signalled when
+// a signal ends the program.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return execute(ctx, args, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, tty: terminal(stderr), stdoutTTY: terminal(stdout) != nil})
 }
@@ -117,6 +144,9 @@ func execute(ctx context.Context, args []string, e *env) int {
 		return exit.code
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, oneLine(err))
+	if code, ok := signalExit(ctx); ok {
+		return code
+	}
 	switch {
 	case errors.Is(err, errUsage):
 		return exitUsage
