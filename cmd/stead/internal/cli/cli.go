@@ -198,9 +198,20 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 	return root
 }
 
-// oneLine returns err's text on one line.
+// oneLine returns err's text on one line, each of its lines once: a
+// driver that tried twice (pgx, with and without TLS) may say the same
+// thing twice.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")), " ")
+	var words []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimPrefix(err.Error(), errUsage.Error()+": "), "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if line != "" && !seen[line] {
+			seen[line] = true
+			words = append(words, line)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // setup applies the environment's defaults and the log level.
