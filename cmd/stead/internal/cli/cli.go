@@ -249,8 +249,15 @@ func envOr(name, def string) string {
 	return def
 }
 
+// open opens the store, migrating a database's schema first; a stead
+// server's is left to the server, which migrates at its start (stead
+// migrate alone asks it to).
 func (e *env) open(ctx context.Context, opts ...stead.Option) (*stead.Store, error) {
-	st, err := stead.Open(ctx, e.db, append([]stead.Option{stead.WithLogger(e.log)}, opts...)...)
+	base := []stead.Option{stead.WithLogger(e.log)}
+	if strings.HasPrefix(e.db, "http://") || strings.HasPrefix(e.db, "https://") {
+		base = append(base, stead.WithoutMigrate())
+	}
+	st, err := stead.Open(ctx, e.db, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", redacted(e.db), err)
 	}
