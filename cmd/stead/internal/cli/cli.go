@@ -168,6 +168,11 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Lookup("config") != nil {
+				if err := applySettings(cmd, os.Getenv); err != nil {
+					return err
+				}
+			}
 			return e.setup()
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {

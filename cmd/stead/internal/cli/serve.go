@@ -45,7 +45,12 @@ The OCI registry (docs/guides/registry.md) is served at /v2/ unless
 --registry=false, under the same token. The build cache for Bazel and
 ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache:
 its action results are mutable, so whoever holds the token can change what
-builds are handed, which a deployment turns on knowingly.`,
+builds are handed, which a deployment turns on knowingly.
+
+Every flag, --db and --log-level included, may instead come from the
+environment, as STEAD_ and its name in capitals with underscores
+(STEAD_MAX_CONNS), or from the YAML file --config names (max-conns: 512);
+a flag overrides the environment, which overrides the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Both sources are trimmed alike: a token is never whitespace.
@@ -93,6 +98,7 @@ builds are handed, which a deployment turns on knowingly.`,
 		},
 	}
 	f := cmd.Flags()
+	f.String("config", "", "YAML file of settings: flag names to values (see docs/guides/operations.md); flags and STEAD_* variables override it")
 	f.StringVar(&addr, "addr", "127.0.0.1:7070", "listen address")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else env STEAD_TOKEN)")
 	f.Int64Var(&maxBlobSize, "max-blob-size", blob.DefaultMaxSize, "largest blob an upload may carry, in bytes")
