@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"path"
 	"strings"
@@ -39,6 +40,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		s.metrics.inFlight.Dec()
 		s.metrics.observe(pattern, rw.status, time.Since(start))
+		if s.opts.AccessLog != nil {
+			s.logAccess(r, pattern, rw, time.Since(start))
+		}
 	}()
 	if p := r.URL.EscapedPath(); p != cleanPath(p) {
 		// net/http would redirect to the clean path with an HTML body.
@@ -46,6 +50,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(rw, r)
+}
+
+// logAccess writes r's line to the access log.
+func (s *Server) logAccess(r *http.Request, route string, rw *responseWriter, took time.Duration) {
+	identity := "-"
+	if s.opts.Token != "" && s.authorized(r.Header.Get("Authorization")) {
+		identity = "token"
+	}
+	s.opts.AccessLog.LogAttrs(r.Context(), slog.LevelInfo, "access",
+		slog.String("method", r.Method), slog.String("route", route), slog.Int("status", rw.status),
+		slog.Int64("bytes", rw.n), slog.Duration("duration", took),
+		slog.String("client", clientOf(r)), slog.String("identity", identity))
 }
 
 // cleanPath is p without dot segments or doubled slashes, keeping a
@@ -159,7 +175,8 @@ func (w *responseWriter) WriteHeader(status int) {
 		h.Del("X-Content-Type-Options")
 		h.Del("Content-Length")
 		w.ResponseWriter.WriteHeader(status)
-		w.ResponseWriter.Write(b)
+		n, _ := w.ResponseWriter.Write(b)
+		w.n += int64(n)
 		w.swallow = true
 		return
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -31,6 +32,7 @@ func serveCommand(e *env) *cobra.Command {
 		pendingTTL  time.Duration
 		cacheOn     bool
 		cacheTTL    time.Duration
+		accessLog   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -90,11 +92,15 @@ a flag overrides the environment, which overrides the file.`,
 			if cacheOn {
 				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log}), Unauthorized: buildcache.Unauthorized})
 			}
-			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
-			return server.New(st, server.Options{
+			opts := server.Options{
 				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
-			}).Serve(ctx, ln)
+			}
+			if accessLog {
+				opts.AccessLog = slog.New(slog.NewTextHandler(e.stdout, nil))
+			}
+			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
+			return server.New(st, opts).Serve(ctx, ln)
 		},
 	}
 	f := cmd.Flags()
@@ -112,6 +118,7 @@ a flag overrides the environment, which overrides the file.`,
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
 	f.BoolVar(&cacheOn, "build-cache", false, "serve the Bazel/ccache HTTP build cache at /cache/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
+	f.BoolVar(&accessLog, "access-log", false, "write a line per request to stdout: method, route, status, bytes, duration, client, identity")
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.
 	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
