@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -33,6 +34,8 @@ func serveCommand(e *env) *cobra.Command {
 		cacheOn     bool
 		cacheTTL    time.Duration
 		accessLog   bool
+		tlsCert     string
+		tlsKey      string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -73,6 +76,9 @@ a flag overrides the environment, which overrides the file.`,
 			if clientClock && !server.IsLoopback(addr) {
 				return usageError("--allow-client-clock is for tests on a loopback address")
 			}
+			if (tlsCert == "") != (tlsKey == "") {
+				return usageError("--tls-cert and --tls-key go together")
+			}
 			ctx := cmd.Context()
 			st, err := e.open(ctx)
 			if err != nil {
@@ -99,7 +105,16 @@ a flag overrides the environment, which overrides the file.`,
 			if accessLog {
 				opts.AccessLog = slog.New(slog.NewTextHandler(e.stdout, nil))
 			}
-			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
+			scheme := "http"
+			if tlsCert != "" {
+				cfg, err := server.CertFiles(tlsCert, tlsKey, e.log)
+				if err != nil {
+					ln.Close()
+					return err
+				}
+				ln, scheme = tls.NewListener(ln, cfg), "https"
+			}
+			fmt.Fprintf(e.stdout, "stead serving %s on %s://%s\n", redacted(e.db), scheme, ln.Addr())
 			return server.New(st, opts).Serve(ctx, ln)
 		},
 	}
@@ -118,6 +133,8 @@ a flag overrides the environment, which overrides the file.`,
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
 	f.BoolVar(&cacheOn, "build-cache", false, "serve the Bazel/ccache HTTP build cache at /cache/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
+	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain), read again when it changes; with --tls-key")
+	f.StringVar(&tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	f.BoolVar(&accessLog, "access-log", false, "write a line per request to stdout: method, route, status, bytes, duration, client, identity")
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.

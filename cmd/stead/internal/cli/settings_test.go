@@ -147,3 +147,13 @@ func TestConfigRefused(t *testing.T) {
 		t.Errorf("stead serve --config of a missing file = exit %d, stderr %q; want exit 2 naming it", code, stderr)
 	}
 }
+
+func TestServeTLSFlagsTogether(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--tls-cert", "cert.pem"}, {"--tls-key", "key.pem"}} {
+		code, stdout, stderr := runIn(t.Context(), append([]string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, args...)...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "--tls-cert and --tls-key go together") {
+			t.Errorf("stead serve %s = exit %d, stdout %q, stderr %q; want exit 2", args, code, stdout, stderr)
+		}
+	}
+}
