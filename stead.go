@@ -219,7 +219,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	}
 	eng, err := openEngine(ctx, url, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("stead: open: %w", err)
+		return nil, fmt.Errorf("open: %w", err)
 	}
 	st, err := newStore(ctx, eng, cfg)
 	if err != nil {
@@ -313,22 +313,22 @@ func newConfig(opts []Option) (config, error) {
 	if cfg.instanceID == "" {
 		cfg.instanceID = randomID()
 	} else if err := validate.Name("instance id", cfg.instanceID); err != nil {
-		return config{}, fmt.Errorf("stead: %w", err)
+		return config{}, err
 	}
 	if cfg.blobs.PinTTL != 0 && cfg.blobs.PinTTL < time.Millisecond {
-		return config{}, fmt.Errorf("stead: %w: pin TTL %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.blobs.PinTTL)
+		return config{}, fmt.Errorf("%w: pin TTL %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.blobs.PinTTL)
 	}
 	if cfg.gcInterval < 0 || (cfg.gcInterval > 0 && cfg.gcInterval < time.Millisecond) {
-		return config{}, fmt.Errorf("stead: %w: GC interval %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.gcInterval)
+		return config{}, fmt.Errorf("%w: GC interval %v, want at least 1ms", steaderr.ErrInvalidArgument, cfg.gcInterval)
 	}
 	if err := gc.CheckGrace(cfg.gc.Grace); err != nil {
-		return config{}, fmt.Errorf("stead: %w", err)
+		return config{}, err
 	}
 	if cfg.blobs.MaxSize < 0 {
-		return config{}, fmt.Errorf("stead: %w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
+		return config{}, fmt.Errorf("%w: max blob size %d", steaderr.ErrInvalidArgument, cfg.blobs.MaxSize)
 	}
 	if cfg.blobs.UploadLease < 0 {
-		return config{}, fmt.Errorf("stead: %w: upload lease %v", steaderr.ErrInvalidArgument, cfg.blobs.UploadLease)
+		return config{}, fmt.Errorf("%w: upload lease %v", steaderr.ErrInvalidArgument, cfg.blobs.UploadLease)
 	}
 	return cfg, nil
 }
@@ -336,14 +336,14 @@ func newConfig(opts []Option) (config, error) {
 func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error) {
 	if cfg.migrate {
 		if err := eng.Migrate(ctx); err != nil {
-			return nil, fmt.Errorf("stead: migrate: %w", err)
+			return nil, fmt.Errorf("migrate: %w", err)
 		}
 	} else if err := checkSchema(ctx, eng); err != nil {
 		return nil, err
 	}
 	if claimer, ok := eng.(engine.InstanceClaimer); ok && cfg.claimID {
 		if err := claimer.ClaimInstance(ctx, cfg.instanceID, claimNotifier(cfg.logger, cfg.instanceID)); err != nil {
-			return nil, fmt.Errorf("stead: %w", err)
+			return nil, err
 		}
 	}
 	cfg.blobs.Owner, cfg.blobs.Now = cfg.instanceID, cfg.now
@@ -414,10 +414,10 @@ func claimNotifier(log *slog.Logger, id string) func(error) {
 func checkSchema(ctx context.Context, eng engine.Engine) error {
 	current, latest, err := eng.SchemaVersion(ctx)
 	if err != nil {
-		return fmt.Errorf("stead: schema version: %w", err)
+		return fmt.Errorf("schema version: %w", err)
 	}
 	if current > latest {
-		return fmt.Errorf("stead: %w: database is at version %d, this binary knows up to %d: upgrade stead", steaderr.ErrSchema, current, latest)
+		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d: upgrade stead", steaderr.ErrSchema, current, latest)
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ func (s *Server) auth(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	area, action := need(pattern)
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.check(r, area, action)
+		noteCaller(w, c)
 		switch {
 		case err == nil:
 			h(w, r)

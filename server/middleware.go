@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"path"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/engine/remote/wire"
+	"github.com/steadkit/stead/server/access"
 )
 
 // ServeHTTP serves one request: routing, deadlines, metrics, and JSON for
@@ -39,6 +41,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		s.metrics.inFlight.Dec()
 		s.metrics.observe(pattern, rw.status, time.Since(start))
+		if s.opts.AccessLog != nil {
+			s.logAccess(r, pattern, rw, time.Since(start))
+		}
 	}()
 	if p := r.URL.EscapedPath(); p != cleanPath(p) {
 		// net/http would redirect to the clean path with an HTML body.
@@ -46,6 +51,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(rw, r)
+}
+
+// noteCaller records c's name on w for the access log.
+func noteCaller(w http.ResponseWriter, c *access.Caller) {
+	if rw, ok := w.(*responseWriter); ok && c != nil {
+		rw.identity = c.Name()
+	}
+}
+
+// logAccess writes r's line to the access log.
+func (s *Server) logAccess(r *http.Request, route string, rw *responseWriter, took time.Duration) {
+	identity := rw.identity
+	if identity == "" {
+		identity = "-"
+	}
+	s.opts.AccessLog.LogAttrs(r.Context(), slog.LevelInfo, "access",
+		slog.String("method", r.Method), slog.String("route", route), slog.Int("status", rw.status),
+		slog.Int64("bytes", rw.n), slog.Duration("duration", took),
+		slog.String("client", clientOf(r)), slog.String("identity", identity))
 }
 
 // cleanPath is p without dot segments or doubled slashes, keeping a
@@ -78,6 +102,9 @@ type responseWriter struct {
 	// raw leaves a front end's answers as it writes them (Mount): no
 	// plain-text error is turned into the API's JSON.
 	raw bool
+	// identity is who the request authenticated as, for the access log
+	// ("" when it did not, or sent no credentials).
+	identity string
 	// body is the request body, when it has one: an error answer before
 	// its end gives the rest refusalRead to arrive, so that a refusal is
 	// not held up by a body that stalls.
@@ -159,7 +186,8 @@ func (w *responseWriter) WriteHeader(status int) {
 		h.Del("X-Content-Type-Options")
 		h.Del("Content-Length")
 		w.ResponseWriter.WriteHeader(status)
-		w.ResponseWriter.Write(b)
+		n, _ := w.ResponseWriter.Write(b)
+		w.n += int64(n)
 		w.swallow = true
 		return
 	}

@@ -27,6 +27,7 @@ func (s *Server) mount(m Mount) http.HandlerFunc {
 			rw.raw = true
 		}
 		c, err := s.access.Authenticate(r)
+		noteCaller(w, c)
 		r = r.WithContext(s.access.NewContext(r.Context(), c, err))
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			s.stream(w)

@@ -96,6 +96,11 @@ type Options struct {
 	// Logger logs internal errors (with their database detail, which
 	// responses never carry). Defaults to slog.Default().
 	Logger *slog.Logger
+	// AccessLog, when set, gets one line ("access") per request: its
+	// method, route pattern ("unmatched" for none), status, bytes
+	// answered, duration, client address and identity ("token" when it
+	// carried the server's token, "-" otherwise). Defaults to none.
+	AccessLog *slog.Logger
 }
 
 // Limits not worth a knob.

@@ -304,8 +304,9 @@ func errorOf(resp *http.Response) error {
 	var body wire.Error
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(b, &body) != nil || body.Code == "" {
+		// A HEAD answer has no body: its code header names the error.
 		body.Code = resp.Header.Get(wire.CodeHeader)
-		body.Error = http.StatusText(resp.StatusCode)
+		body.Error = ""
 	}
 	return wire.Err(resp.StatusCode, body)
 }

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 )
 
 // The names a rule's who list gives a meaning of their own, besides user

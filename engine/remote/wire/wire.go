@@ -188,11 +188,33 @@ type serverError struct {
 	sentinel error
 }
 
+// Error is the server's message from the stead error it names on: the
+// words before are the context the server's own layers added (`record
+// load "x"`), which the client's layers add again.
 func (e *serverError) Error() string {
-	if strings.Contains(e.msg, e.sentinel.Error()) {
-		return "server: " + e.msg
+	msg := e.msg
+	if i := firstSentinel(msg); i > 0 {
+		msg = msg[i:]
 	}
-	return "server: " + e.msg + ": " + e.sentinel.Error()
+	switch {
+	case msg == "":
+		return "server: " + e.sentinel.Error()
+	case strings.Contains(msg, e.sentinel.Error()):
+		return "server: " + msg
+	}
+	return "server: " + msg + ": " + e.sentinel.Error()
+}
+
+// firstSentinel returns where the text of the first stead error msg names
+// begins, or -1.
+func firstSentinel(msg string) int {
+	first := -1
+	for _, c := range codes[:sentinelRows] {
+		if i := strings.Index(msg, c.err.Error()); i >= 0 && (first < 0 || i < first) {
+			first = i
+		}
+	}
+	return first
 }
 
 func (e *serverError) Unwrap() error { return e.sentinel }
@@ -204,8 +226,14 @@ type StatusError struct {
 	Message string
 }
 
+// Error names the status, the code and the server's message, or, when it
+// sent none, the status's text.
 func (e *StatusError) Error() string {
-	return fmt.Sprintf("server: %d %s: %s", e.Status, e.Code, e.Message)
+	msg := e.Message
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	return fmt.Sprintf("server: %d %s: %s", e.Status, e.Code, msg)
 }
 
 // Duration is a time.Duration written as Go writes one: "30s", "1.5ms".

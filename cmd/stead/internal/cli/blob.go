@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -278,13 +279,27 @@ func rmCommand(e *env) *cobra.Command {
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				for _, key := range keys {
 					if err := st.Blobs.Delete(cmd.Context(), key); err != nil {
-						return err
+						return whyProtected(cmd.Context(), st, key, err)
 					}
 				}
 				return nil
 			})
 		},
 	}
+}
+
+// whyProtected adds to a refused delete of key what protects it, as gc
+// explain says it; err is returned as is when it is no such refusal or
+// the explanation names nothing.
+func whyProtected(ctx context.Context, st *stead.Store, key blob.Key, err error) error {
+	if !errors.Is(err, stead.ErrProtected) {
+		return err
+	}
+	x, xerr := st.GC.Explain(ctx, key)
+	if why, ok := strings.CutPrefix(x.Verdict(), "kept: "); xerr == nil && ok {
+		return fmt.Errorf("%w: %s", err, why)
+	}
+	return err
 }
 
 func writeJSON(e *env, v any) error {

@@ -3,9 +3,12 @@
 // arguments and output streams passed in, so it is tested in process.
 //
 // Exit codes: 0 success; 1 failure; 2 usage; 3 not found (a blob, a record
-// or a group: get, stat, rm, records show, records ls); 4 doctor found
-// warnings but no failure; 5 scrub found corrupt blobs; 75 stead lock --try
-// found the lock held; 76 stead lock lost the lock.
+// or a group: get, stat, rm, records show, records ls, gc explain); 4
+// doctor found warnings but no failure; 5 scrub found corrupt blobs; 75
+// stead lock --try found the lock held; 76 stead lock lost the lock; 126
+// and 127 stead lock could not run its command (not executable, not
+// found); 128+N a command that failed once signal N cut it off (130 for
+// SIGINT).
 package cli
 
 import (
@@ -19,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -55,6 +59,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"ref":     refCommand,
 	"scrub":   scrubCommand,
 	"user":    userCommand,
+	"version": versionCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.
@@ -90,8 +95,31 @@ func usageError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
+// Signalled is the cause to cancel Run's context with when signal sig
+// arrives: a command it cuts off exits 128+N, as a shell reports it.
+func Signalled(sig os.Signal) error { return &signalled{sig} }
+
+type signalled struct{ sig os.Signal }
+
+func (s *signalled) Error() string { return "interrupted by " + s.sig.String() }
+
+// signalExit returns the exit code for a command cut off by the signal
+// ctx was cancelled with, if any.
+func signalExit(ctx context.Context) (int, bool) {
+	var s *signalled
+	if !errors.As(context.Cause(ctx), &s) {
+		return 0, false
+	}
+	n, ok := s.sig.(syscall.Signal)
+	if !ok {
+		return 0, false
+	}
+	return 128 + int(n), true
+}
+
 // Run runs the stead command line args and returns the exit code. Progress
-// is drawn on stderr when it is a terminal.
+// is drawn on stderr when it is a terminal. Cancel ctx with Signalled when
+// a signal ends the program.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return execute(ctx, args, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, tty: terminal(stderr), stdoutTTY: terminal(stdout) != nil})
 }
@@ -118,6 +146,9 @@ func execute(ctx context.Context, args []string, e *env) int {
 		return exit.code
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, oneLine(err))
+	if code, ok := signalExit(ctx); ok {
+		return code
+	}
 	switch {
 	case errors.Is(err, errUsage):
 		return exitUsage
@@ -139,6 +170,11 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Lookup("config") != nil {
+				if err := applySettings(cmd, os.Getenv); err != nil {
+					return err
+				}
+			}
 			return e.setup()
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -147,9 +183,10 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 			return &exitError{code: exitUsage}
 		},
 	}
+	root.Version = buildVersion()
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
-	root.CompletionOptions.DisableDefaultCmd = true
 	// Defaults from the environment are applied after parsing, so that
 	// help never prints a secret.
 	root.PersistentFlags().StringVar(&e.db, "db", "", "store URL (env STEAD_DB; default "+stead.DefaultURL+")")
@@ -168,9 +205,20 @@ default, a file), PostgreSQL, memory, or a stead server (http://).`,
 	return root
 }
 
-// oneLine returns err's text on one line.
+// oneLine returns err's text on one line, each of its lines once: a
+// driver that tried twice (pgx, with and without TLS) may say the same
+// thing twice.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")), " ")
+	var words []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimPrefix(err.Error(), errUsage.Error()+": "), "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if line != "" && !seen[line] {
+			seen[line] = true
+			words = append(words, line)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // setup applies the environment's defaults and the log level.
@@ -211,6 +259,9 @@ func envOr(name, def string) string {
 	return def
 }
 
+// open opens the store, migrating a database's schema first; a stead
+// server's is left to the server, which migrates at its start (stead
+// migrate alone asks it to).
 func (e *env) open(ctx context.Context, opts ...stead.Option) (*stead.Store, error) {
 	if e.db == stead.DefaultURL {
 		// The default store's directory is the one SQLite directory the
@@ -219,7 +270,11 @@ func (e *env) open(ctx context.Context, opts ...stead.Option) (*stead.Store, err
 			return nil, fmt.Errorf("the default store's directory: %w", err)
 		}
 	}
-	st, err := stead.Open(ctx, e.db, append([]stead.Option{stead.WithLogger(e.log)}, opts...)...)
+	base := []stead.Option{stead.WithLogger(e.log)}
+	if strings.HasPrefix(e.db, "http://") || strings.HasPrefix(e.db, "https://") {
+		base = append(base, stead.WithoutMigrate())
+	}
+	st, err := stead.Open(ctx, e.db, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", redacted(e.db), err)
 	}

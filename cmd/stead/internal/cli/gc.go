@@ -51,7 +51,7 @@ blob is garbage once its pin lapses: gc refuses to delete there unless given
 	cmd.Flags().DurationVar(&grace, "grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "explain KEY",
-		Short: "Say why a blob is kept or not: its pins, refs, parents, sources and window deadline",
+		Short: "Say why a blob is kept or not: its pins, refs, parents, sources and window deadline (exit 3: not stored)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := parseKey(args[0])
@@ -180,7 +180,13 @@ func gcExplain(ctx context.Context, e *env, st *stead.Store, key blob.Key) error
 		fmt.Fprintf(w, "window\tdeletable from %s\n", x.VisibleAfter.UTC().Format(time.RFC3339Nano))
 	}
 	fmt.Fprintf(w, "verdict\t%s\n", x.Verdict())
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if !x.Stored {
+		return fmt.Errorf("blob %s: %w", key, stead.ErrNotFound)
+	}
+	return nil
 }
 
 // pinsCommand lists pins and the delete window.

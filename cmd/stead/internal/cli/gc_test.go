@@ -56,7 +56,7 @@ func TestGC(t *testing.T) {
 		t.Fatalf("gc = %d, %q; want the blob deleted", code, out)
 	}
 	code, out, _ = run(t, ctx, "--db", db, "gc", "explain", key.String())
-	if code != 0 || !strings.Contains(out, "not stored") {
+	if code != exitNotFound || !strings.Contains(out, "not stored") {
 		t.Fatalf("gc explain after deletion = %d, %q", code, out)
 	}
 	for _, bad := range [][]string{{"gc", "explain"}, {"gc", "explain", "sha256:nope"}, {"gc", "extra"}, {"pins", "extra"}} {
@@ -114,7 +114,7 @@ func TestGCRemote(t *testing.T) {
 		t.Fatalf("after gc over http: Has = %v, %v", has, err)
 	}
 	code, out, _ = run(t, ctx, "--db", srv.URL, "gc", "explain", key.String())
-	if code != 0 || !strings.Contains(out, "not stored") {
+	if code != exitNotFound || !strings.Contains(out, "not stored") {
 		t.Fatalf("gc explain after deletion = %d, %q", code, out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,6 +23,10 @@ const (
 	// exitLost: the lock was lost before it was released; the command, if
 	// still running, was killed.
 	exitLost = 76
+	// exitCannotRun and exitCannotFind: the command could not be started,
+	// as a shell reports it.
+	exitCannotRun  = 126
+	exitCannotFind = 127
 )
 
 func lockCommand(e *env) *cobra.Command {
@@ -34,21 +39,21 @@ func lockCommand(e *env) *cobra.Command {
 		Use:   "lock [--ttl 30s] [--owner OWNER] [--try] NAME -- CMD [ARG...]",
 		Short: "Run a command while holding a named lock",
 		Long: `Runs CMD while holding the lock NAME, renewed every third of the TTL, and
-exits with CMD's status (128+N if signal N ended it). CMD runs in a process
-group of its own: if the lock is lost, the whole group is killed and stead
-lock exits 76; an interrupt of stead lock is passed on to the group as
-SIGTERM. Without --try it waits for the lock; with --try it exits 75 at
-once if the lock is held.`,
+exits with CMD's status (128+N if signal N ended it; 127 if CMD is not
+found, 126 if it cannot be run). CMD runs in a process group of its own: if
+the lock is lost, the whole group is killed and stead lock exits 76; an
+interrupt of stead lock is passed on to the group as SIGTERM. Without --try
+it waits for the lock; with --try it exits 75 at once if the lock is held.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
 				return usageError("want NAME -- CMD [ARG...] (see stead lock --help)")
 			}
-			return lockRun(cmd.Context(), e, args[0], owner, ttl, try, args[1:])
+			return lockRun(cmd.Context(), e, args[0], ownerOf(cmd, owner), ttl, try, args[1:])
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&ttl, "ttl", 30*time.Second, "lease length; the lock is lost if not renewed within it")
-	f.StringVar(&owner, "owner", defaultOwner(), "the owner recorded with the grant")
+	f.StringVar(&owner, "owner", "", "the owner recorded with the grant (default HOST:PID, this process)")
 	f.BoolVar(&try, "try", false, "do not wait: exit 75 if the lock is held")
 	return cmd
 }
@@ -76,6 +81,15 @@ func lockRun(ctx context.Context, e *env, name, owner string, ttl time.Duration,
 	return runHeld(ctx, e, held, argv)
 }
 
+// ownerOf returns the --owner flag's value, or, when it was not given,
+// defaultOwner: help shows the rule, never this process's own pid.
+func ownerOf(cmd *cobra.Command, owner string) string {
+	if cmd.Flags().Changed("owner") {
+		return owner
+	}
+	return defaultOwner()
+}
+
 // defaultOwner names this process: host:pid.
 func defaultOwner() string {
 	host, err := os.Hostname()
@@ -85,6 +99,15 @@ func defaultOwner() string {
 	return host + ":" + strconv.Itoa(os.Getpid())
 }
 
+// startFailure is a shell's exit code for a command it could not start:
+// 127 not found, 126 found but not executable.
+func startFailure(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitCannotFind
+	}
+	return exitCannotRun
+}
+
 // runHeld runs argv while held is held, then releases it.
 func runHeld(ctx context.Context, e *env, held *lock.Held, argv []string) error {
 	release := func() error { return held.Release(context.WithoutCancel(ctx)) }
@@ -92,7 +115,7 @@ func runHeld(ctx context.Context, e *env, held *lock.Held, argv []string) error 
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	ownProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
-		return errors.Join(err, release())
+		return &exitError{startFailure(err), errors.Join(err, release())}
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

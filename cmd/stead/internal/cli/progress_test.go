@@ -225,7 +225,7 @@ func TestPutProgressOnError(t *testing.T) {
 	if code := runOnTerminal(t, scr, strings.NewReader("value"), &bytes.Buffer{}, "--db", "nope://", "put", "-"); code != 1 {
 		t.Fatalf("put to nope:// = %d, screen:\n%s", code, scr)
 	}
-	want := "stead put: nope://: stead: open: stead: invalid argument: unknown URL scheme \"nope\": want mem://, sqlite://, postgres:// or http(s)://\n"
+	want := "stead put: nope://: open: stead: invalid argument: unknown URL scheme \"nope\": want mem://, sqlite://, postgres:// or http(s)://\n"
 	if got := scr.String(); got != want {
 		t.Errorf("last screen:\n%s\nwant:\n%s", got, want)
 	}

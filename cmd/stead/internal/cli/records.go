@@ -92,7 +92,7 @@ func recordsCommand(e *env) *cobra.Command {
 				return usageError("--group is required")
 			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
-				rec, err := st.Records.Claim(cmd.Context(), group, args[0], owner, ttl)
+				rec, err := st.Records.Claim(cmd.Context(), group, args[0], ownerOf(cmd, owner), ttl)
 				if err != nil {
 					return err
 				}
@@ -105,7 +105,7 @@ func recordsCommand(e *env) *cobra.Command {
 		},
 	}
 	claim.Flags().StringVar(&group, "group", "", "the record's group")
-	claim.Flags().StringVar(&owner, "owner", defaultOwner(), "the lease's owner")
+	claim.Flags().StringVar(&owner, "owner", "", "the lease's owner (default HOST:PID, this process)")
 	claim.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "the lease's length")
 	claim.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	cmd.AddCommand(ls, show, claim)
@@ -133,11 +133,17 @@ func printRecord(w io.Writer, r record.Record) {
 	tw.Flush()
 }
 
+// leaseText says who holds l and until when, or since when it has lapsed
+// (at the real clock, as the store judges it without a clock of its own).
 func leaseText(l record.Lease) string {
 	if l.Owner == "" {
 		return "-"
 	}
-	return fmt.Sprintf("%s until %s", l.Owner, l.Expiry.UTC().Format(time.RFC3339))
+	state := "until"
+	if !l.Expiry.After(time.Now()) {
+		state = "lapsed"
+	}
+	return fmt.Sprintf("%s %s %s", l.Owner, state, l.Expiry.UTC().Format(time.RFC3339))
 }
 
 func orDash(s string) string {

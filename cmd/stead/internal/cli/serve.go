@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -34,6 +36,9 @@ func serveCommand(e *env) *cobra.Command {
 		cacheTTL    time.Duration
 		users       accessFlags
 		cacheGRPC   string
+		accessLog   bool
+		tlsCert     string
+		tlsKey      string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -52,7 +57,12 @@ ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache,
 with Turborepo's at /v8/, Nx's at /nx/ and, with --build-cache-grpc, the
 Remote Execution API's over gRPC:
 its action results are mutable, so whoever holds the token can change what
-builds are handed, which a deployment turns on knowingly.`,
+builds are handed, which a deployment turns on knowingly.
+
+Every flag, --db and --log-level included, may instead come from the
+environment, as STEAD_ and its name in capitals with underscores
+(STEAD_MAX_CONNS), or from the YAML file --config names (max-conns: 512);
+a flag overrides the environment, which overrides the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Both sources are trimmed alike: a token is never whitespace.
@@ -72,6 +82,9 @@ builds are handed, which a deployment turns on knowingly.`,
 			}
 			if clientClock && !server.IsLoopback(addr) {
 				return usageError("--allow-client-clock is for tests on a loopback address")
+			}
+			if (tlsCert == "") != (tlsKey == "") {
+				return usageError("--tls-cert and --tls-key go together")
 			}
 			ctx := cmd.Context()
 			auth, stopReload, err := users.authority(ctx, token, e.log)
@@ -123,16 +136,30 @@ builds are handed, which a deployment turns on knowingly.`,
 			} else if cacheGRPC != "" {
 				return usageError("--build-cache-grpc needs --build-cache")
 			}
-			srv = server.New(st, server.Options{
+			opts := server.Options{
 				Access: auth, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
-			})
-			fmt.Fprintf(e.stdout, "stead serving %s on http://%s\n", redacted(e.db), ln.Addr())
+			}
+			if accessLog {
+				opts.AccessLog = slog.New(slog.NewTextHandler(e.stdout, nil))
+			}
+			scheme := "http"
+			if tlsCert != "" {
+				cfg, err := server.CertFiles(tlsCert, tlsKey, e.log)
+				if err != nil {
+					ln.Close()
+					return err
+				}
+				ln, scheme = tls.NewListener(ln, cfg), "https"
+			}
+			srv = server.New(st, opts)
+			fmt.Fprintf(e.stdout, "stead serving %s on %s://%s\n", redacted(e.db), scheme, ln.Addr())
 			startGRPC()
 			return srv.Serve(ctx, ln)
 		},
 	}
 	f := cmd.Flags()
+	f.String("config", "", "YAML file of settings: flag names to values (see docs/guides/operations.md); flags and STEAD_* variables override it")
 	f.StringVar(&addr, "addr", "127.0.0.1:7070", "listen address")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else env STEAD_TOKEN)")
 	users.register(cmd)
@@ -148,6 +175,9 @@ builds are handed, which a deployment turns on knowingly.`,
 	f.BoolVar(&cacheOn, "build-cache", false, "serve the build cache: Bazel/ccache at /cache/, Turborepo at /v8/, Nx at /nx/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
 	f.StringVar(&cacheGRPC, "build-cache-grpc", "", "also serve the build cache over the Remote Execution API's gRPC on this address (with --build-cache)")
+	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain), read again when it changes; with --tls-key")
+	f.StringVar(&tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
+	f.BoolVar(&accessLog, "access-log", false, "write a line per request to stdout: method, route, status, bytes, duration, client, identity")
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.
 	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
