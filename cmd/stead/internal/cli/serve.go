@@ -31,6 +31,7 @@ func serveCommand(e *env) *cobra.Command {
 		pendingTTL  time.Duration
 		cacheOn     bool
 		cacheTTL    time.Duration
+		collect     serveGC
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -45,7 +46,11 @@ The OCI registry (docs/guides/registry.md) is served at /v2/ unless
 --registry=false, under the same token. The build cache for Bazel and
 ccache (docs/guides/build-cache.md) is served at /cache/ with --build-cache:
 its action results are mutable, so whoever holds the token can change what
-builds are handed, which a deployment turns on knowingly.`,
+builds are handed, which a deployment turns on knowingly.
+
+A server with the registry or the build cache sweeps the store every
+--gc-interval (default 1h; 0 turns it off), under the store's sweep lease so
+a fleet sweeps one server at a time; see docs/guides/operations.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Both sources are trimmed alike: a token is never whitespace.
@@ -66,8 +71,12 @@ builds are handed, which a deployment turns on knowingly.`,
 			if clientClock && !server.IsLoopback(addr) {
 				return usageError("--allow-client-clock is for tests on a loopback address")
 			}
+			gcInterval, err := collect.every(cmd, registryOn || cacheOn)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			st, err := e.open(ctx)
+			st, err := e.open(ctx, collect.storeOptions()...)
 			if err != nil {
 				return err
 			}
@@ -89,6 +98,7 @@ builds are handed, which a deployment turns on knowingly.`,
 			return server.New(st, server.Options{
 				Token: token, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
+				GCInterval: gcInterval,
 			}).Serve(ctx, ln)
 		},
 	}
@@ -106,6 +116,7 @@ builds are handed, which a deployment turns on knowingly.`,
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
 	f.BoolVar(&cacheOn, "build-cache", false, "serve the Bazel/ccache HTTP build cache at /cache/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
+	collect.flags(cmd)
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.
 	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
