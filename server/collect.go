@@ -27,8 +27,18 @@ func (s *Server) collect(ctx context.Context, ticks <-chan time.Time) {
 	}
 }
 
-// sweepNow runs one background sweep, then logs and counts it.
+// sweepNow runs the mounts' collections and one background sweep, then
+// logs and counts it.
 func (s *Server) sweepNow(ctx context.Context) {
+	for _, m := range s.opts.Mounts {
+		if m.Collect == nil {
+			continue
+		}
+		if err := m.Collect(ctx); err != nil && ctx.Err() == nil {
+			s.gcMetrics.collectErrors.Inc()
+			s.log.Error("gc: collection of "+m.Prefix+" failed", "err", err)
+		}
+	}
 	rep, err := s.gc.Sweep(ctx, gc.SweepOptions{})
 	if ctx.Err() != nil {
 		return // shutting down: the sweep was cut short

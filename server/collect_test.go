@@ -3,7 +3,9 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +66,17 @@ func TestBackgroundSweeps(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	var logs bytes.Buffer
 	reg := prometheus.NewRegistry()
-	srv := server.New(st, server.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg, Gatherer: reg})
+	// A front end's collection runs before each sweep; a failed one is
+	// logged and counted, and the sweep runs anyway.
+	var collections int
+	front := server.Mount{Prefix: "/front/", Handler: http.NotFoundHandler(), Unauthorized: http.NotFound, Collect: func(context.Context) error {
+		collections++
+		if collections == 1 {
+			return errors.New("front end failed")
+		}
+		return nil
+	}}
+	srv := server.New(st, server.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg, Gatherer: reg, Mounts: []server.Mount{front}})
 	// sweep runs the loop for one tick: the loop ends once ticks closes,
 	// which it reads after the tick's sweep ended.
 	sweep := func() {
@@ -83,6 +95,9 @@ func TestBackgroundSweeps(t *testing.T) {
 	sweep()
 	if got := gathered(t, reg, "stead_gc_sweeps_total", "no_liveness"); got != 1 {
 		t.Fatalf("a sweep of a store declaring no liveness counted %v no_liveness", got)
+	}
+	if got := gathered(t, reg, "stead_gc_collect_errors_total", ""); collections != 1 || got != 1 {
+		t.Fatalf("after a failed collection: %d collections, stead_gc_collect_errors_total = %v; want 1, 1", collections, got)
 	}
 	kept, err := st.Blobs.Put(ctx, strings.NewReader("kept"))
 	if err != nil {
@@ -142,7 +157,10 @@ func TestBackgroundSweeps(t *testing.T) {
 	if ok, err := st.Blobs.Has(ctx, kept); err != nil || !ok {
 		t.Errorf("the kept blob is gone (%v, %v)", ok, err)
 	}
-	if !strings.Contains(logs.String(), "gc: swept") || !strings.Contains(logs.String(), "deleted=1") {
+	if collections != 5 {
+		t.Errorf("%d collections for 5 sweeps", collections)
+	}
+	if !strings.Contains(logs.String(), "front end failed") || !strings.Contains(logs.String(), "gc: swept") || !strings.Contains(logs.String(), "deleted=1") {
 		t.Errorf("the sweeps were not logged:\n%s", logs.String())
 	}
 }

@@ -24,6 +24,8 @@ type gcMetrics struct {
 	orphans     prometheus.Counter
 	duration    prometheus.Histogram
 	lastSuccess prometheus.Gauge
+	// collectErrors counts the front ends' collections that failed.
+	collectErrors prometheus.Counter
 }
 
 func newGCMetrics(reg prometheus.Registerer) *gcMetrics {
@@ -50,8 +52,11 @@ func newGCMetrics(reg prometheus.Registerer) *gcMetrics {
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stead_gc_last_success_timestamp_seconds", Help: "When this server's last sweep that ran (done) ended, in Unix seconds; 0 before the first.",
 		}),
+		collectErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stead_gc_collect_errors_total", Help: "Front ends' own collections (the registry's policies) that failed before a background sweep.",
+		}),
 	}
-	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed, m.staged, m.orphans, m.duration, m.lastSuccess)
+	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed, m.staged, m.orphans, m.duration, m.lastSuccess, m.collectErrors)
 	return m
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 )
 
@@ -15,6 +16,11 @@ type Mount struct {
 	// Unauthorized answers a request without the right bearer token in
 	// the front end's own error form (its challenge, its error body).
 	Unauthorized http.HandlerFunc
+	// Collect, if set, runs the front end's own collection (the
+	// registry's policies) before each of the server's background sweeps
+	// (Options.GCInterval), so what it releases goes at the sweeps that
+	// follow. Its error is logged and counted; the sweep runs anyway.
+	Collect func(ctx context.Context) error
 }
 
 // mount wraps a front end's handler, whose answers (refusals included)

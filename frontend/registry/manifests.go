@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	distspec "github.com/opencontainers/distribution-spec/specs-go/v1"
 	"github.com/opencontainers/go-digest"
@@ -58,6 +60,9 @@ type manifestDoc struct {
 type link struct {
 	Descriptor ocispec.Descriptor `json:"d"`
 	Trimmed    bool               `json:"trimmed,omitempty"`
+	// Pushed is when the manifest was pushed (zero for a link written
+	// before push times were kept).
+	Pushed time.Time `json:"pushed,omitzero"`
 }
 
 func (l link) encode() []byte {
@@ -282,7 +287,7 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 		return err
 	}
 	desc := ocispec.Descriptor{MediaType: mt, Size: int64(len(body)), ArtifactType: doc.artifactType(), Annotations: doc.Annotations}
-	ann := link{Descriptor: desc}.encode()
+	ann := link{Descriptor: desc, Pushed: g.opts.Now().UTC()}.encode()
 	// The put's pin keeps the manifest until the first ref names it.
 	if _, err := g.st.Refs.Set(ctx, manifestRef(rt.name, key), key, ref.SetOptions{Annotation: ann}); err != nil {
 		return err
@@ -301,6 +306,13 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 			return err
 		}
 		h.Set("OCI-Subject", subject.String())
+	}
+	// The manifest keeps its blobs now: their pending keeps go, so they
+	// go with the manifest rather than a PendingTTL later.
+	for _, k := range children {
+		if err := g.st.Refs.Delete(ctx, pendingRef(rt.name, k), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+			return err
+		}
 	}
 	created(w, "/v2/"+rt.name+"/manifests/"+key.String(), key)
 	return nil
@@ -349,9 +361,18 @@ func (g *Registry) deleteManifest(w http.ResponseWriter, r *http.Request, rt rou
 	if !ok {
 		return errorf(codeManifestUnknown, "manifest %s is not in repository %s", d, rt.name)
 	}
-	// Its tags and referrer entry go first: a failure leaves the manifest
-	// linked, and the delete can be retried.
-	for t, err := range g.st.Refs.All(ctx, tagPrefix(rt.name)) {
+	if err := g.removeManifest(ctx, rt.name, rf.Key); err != nil {
+		return err
+	}
+	accepted(w)
+	return nil
+}
+
+// removeManifest unlinks the manifest d from repo: its tags and its place
+// among its subject's referrers first, so a failure leaves it linked and
+// the removal can be retried, then its link.
+func (g *Registry) removeManifest(ctx context.Context, repo string, d blob.Key) error {
+	for t, err := range g.st.Refs.All(ctx, tagPrefix(repo)) {
 		if err != nil {
 			return err
 		}
@@ -361,23 +382,22 @@ func (g *Registry) deleteManifest(w http.ResponseWriter, r *http.Request, rt rou
 			}
 		}
 	}
-	if subject, ok, err := g.subjectOf(r, rf.Key); err != nil {
+	if subject, ok, err := g.subjectOf(ctx, d); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
 	} else if ok {
-		if err := g.st.Refs.Delete(ctx, referrerRef(rt.name, subject, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+		if err := g.st.Refs.Delete(ctx, referrerRef(repo, subject, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 			return err
 		}
 	}
-	if err := g.st.Refs.Delete(ctx, manifestRef(rt.name, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+	if err := g.st.Refs.Delete(ctx, manifestRef(repo, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
 	}
-	accepted(w)
 	return nil
 }
 
 // subjectOf reads the subject of the stored manifest k.
-func (g *Registry) subjectOf(r *http.Request, k blob.Key) (blob.Key, bool, error) {
-	doc, err := g.readDoc(r, k)
+func (g *Registry) subjectOf(ctx context.Context, k blob.Key) (blob.Key, bool, error) {
+	doc, err := g.readDoc(ctx, k)
 	if err != nil || doc.Subject == nil {
 		return blob.Key{}, false, err
 	}
@@ -385,9 +405,9 @@ func (g *Registry) subjectOf(r *http.Request, k blob.Key) (blob.Key, bool, error
 	return s, e == nil, nil
 }
 
-func (g *Registry) readDoc(r *http.Request, k blob.Key) (manifestDoc, error) {
+func (g *Registry) readDoc(ctx context.Context, k blob.Key) (manifestDoc, error) {
 	var doc manifestDoc
-	rd, err := g.st.Blobs.Get(r.Context(), k)
+	rd, err := g.st.Blobs.Get(ctx, k)
 	if err != nil {
 		return doc, err
 	}
@@ -492,7 +512,7 @@ func (g *Registry) listReferrers(w http.ResponseWriter, r *http.Request, rt rout
 			continue
 		}
 		if l.Trimmed {
-			doc, err := g.readDoc(r, rf.Key)
+			doc, err := g.readDoc(r.Context(), rf.Key)
 			if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 				return err
 			}

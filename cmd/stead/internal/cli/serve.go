@@ -87,9 +87,11 @@ a fleet sweeps one server at a time; see docs/guides/operations.md.`,
 			}
 			var mounts []server.Mount
 			if registryOn {
-				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
+				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log,
+					DeleteUntaggedAfter: collect.untaggedAfter})
 				defer reg.Close()
-				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized})
+				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized,
+					Collect: registryCollect(reg)})
 			}
 			if cacheOn {
 				mounts = append(mounts, server.Mount{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log}), Unauthorized: buildcache.Unauthorized})

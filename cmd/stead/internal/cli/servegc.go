@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/gc"
 )
 
@@ -16,14 +18,16 @@ const defaultGCInterval = time.Hour
 // serveGC is the collection a server runs on its own: its flags and the
 // options they give.
 type serveGC struct {
-	interval time.Duration
-	grace    time.Duration
+	interval      time.Duration
+	grace         time.Duration
+	untaggedAfter time.Duration
 }
 
 func (g *serveGC) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.DurationVar(&g.interval, "gc-interval", defaultGCInterval, "how often the server sweeps (under the fleet's sweep lease); default on only with --registry or --build-cache; 0: never")
 	f.DurationVar(&g.grace, "gc-grace", gc.DefaultGrace, "how long a newly unreferenced blob waits before a later sweep may delete it")
+	f.DurationVar(&g.untaggedAfter, "registry-delete-untagged-after", 0, "delete, on the GC interval, a manifest pushed this long ago that no tag (nor a kept index or subject) keeps; 0: never")
 }
 
 // storeOptions are the options of the store the server opens.
@@ -35,8 +39,19 @@ func (g *serveGC) every(cmd *cobra.Command, frontEnds bool) (time.Duration, erro
 	if g.interval < 0 {
 		return 0, usageError("--gc-interval %v is negative (0 turns the sweeps off)", g.interval)
 	}
+	if g.untaggedAfter < 0 {
+		return 0, usageError("--registry-delete-untagged-after %v is negative (0 keeps untagged manifests)", g.untaggedAfter)
+	}
 	if !frontEnds && !cmd.Flags().Changed("gc-interval") {
 		return 0, nil
 	}
 	return g.interval, nil
+}
+
+// registryCollect is the registry's collection, run before each sweep.
+func registryCollect(reg *registry.Registry) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := reg.Collect(ctx)
+		return err
+	}
 }
