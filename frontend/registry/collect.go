@@ -3,51 +3,83 @@ package registry
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/steaderr"
 )
 
-// Collected is what one Collect did.
+// CollectOptions are the options of one Collect.
+type CollectOptions struct {
+	// DryRun deletes nothing: Collected lists what would go.
+	DryRun bool
+}
+
+// Collected is what one Collect deleted (in a dry run: would delete).
 type Collected struct {
-	// Manifests counts the untagged manifests deleted.
-	Manifests int
+	Deleted []Deletion
+}
+
+// Deletion is a tag or an untagged manifest Collect deleted.
+type Deletion struct {
+	Repository string
+	// Tag is the tag deleted; "" for an untagged manifest.
+	Tag    string
+	Digest string
+	Pushed time.Time
+	// Reason says which rule let it go.
+	Reason string
 }
 
 // manifestInfo is what Collect reads of one linked manifest.
 type manifestInfo struct {
 	link     link
-	tagged   bool
+	tags     int
 	subjects []blob.Key // from its referrer entries
 }
 
-// Collect applies the registry's collection policy (Options), each
-// deletion logged: with DeleteUntaggedAfter, a manifest pushed longer ago
-// than it is deleted (as DELETE by digest would) when no tag names it, no
-// kept index lists it, and it refers to no kept subject. What it alone
-// kept then goes at the following sweeps. It reads the registry's refs a
-// page at a time and holds one entry per manifest; an index's children
-// are read from the index. With no policy it does nothing.
-func (g *Registry) Collect(ctx context.Context) (Collected, error) {
+// tagInfo is what Collect reads of one tag.
+type tagInfo struct {
+	name    string
+	key     blob.Key
+	version int64
+	pushed  time.Time
+}
+
+// Collect applies the registry's policies (Options.Retention and
+// DeleteUntaggedAfter), each deletion logged: first the tags a rule does
+// not keep, then the untagged manifests pushed longer ago than the
+// repository's untagged period, deleted as DELETE by digest would, unless
+// a kept index lists one or it refers to a kept subject. What they alone
+// kept goes at the following sweeps. It reads the registry's refs once, a
+// page at a time, holding one entry per manifest and tag; an index's
+// children are read from the index.
+func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected, error) {
 	var done Collected
-	if g.opts.DeleteUntaggedAfter <= 0 {
+	if g.opts.Retention == nil && g.opts.DeleteUntaggedAfter <= 0 {
 		return done, nil
 	}
-	cutoff := g.opts.Now().Add(-g.opts.DeleteUntaggedAfter)
-	repos := map[string]map[blob.Key]*manifestInfo{}
-	info := func(repo string, k blob.Key) *manifestInfo {
-		ms := repos[repo]
-		if ms == nil {
-			ms = map[blob.Key]*manifestInfo{}
-			repos[repo] = ms
+	now := g.opts.Now()
+	type repoInfo struct {
+		manifests map[blob.Key]*manifestInfo
+		tags      []tagInfo
+	}
+	repos := map[string]*repoInfo{}
+	info := func(repo string, k blob.Key) (*repoInfo, *manifestInfo) {
+		ri := repos[repo]
+		if ri == nil {
+			ri = &repoInfo{manifests: map[blob.Key]*manifestInfo{}}
+			repos[repo] = ri
 		}
-		m := ms[k]
+		m := ri.manifests[k]
 		if m == nil {
 			m = &manifestInfo{}
-			ms[k] = m
+			ri.manifests[k] = m
 		}
-		return m
+		return ri, m
 	}
 	for rf, err := range g.st.Refs.All(ctx, "oci/") {
 		if err != nil {
@@ -59,34 +91,93 @@ func (g *Registry) Collect(ctx context.Context) (Collected, error) {
 		}
 		switch kind {
 		case "manifests":
-			info(repo, rf.Key).link = decodeLink(rf)
+			_, m := info(repo, rf.Key)
+			m.link = decodeLink(rf)
 		case "tags":
-			info(repo, rf.Key).tagged = true
+			ri, m := info(repo, rf.Key)
+			m.tags++
+			ri.tags = append(ri.tags, tagInfo{name: item, key: rf.Key, version: rf.Version, pushed: decodeLink(rf).Pushed})
 		case "referrers":
 			subject, _, _ := strings.Cut(item, "/")
 			if s, e := parseDigest(subject); e == nil {
-				m := info(repo, rf.Key)
+				_, m := info(repo, rf.Key)
 				m.subjects = append(m.subjects, s)
 			}
 		}
 	}
-	for repo, ms := range repos {
-		kept, err := g.keptManifests(ctx, ms)
+	record := func(d Deletion) {
+		done.Deleted = append(done.Deleted, d)
+		msg := "registry: deleted"
+		if opts.DryRun {
+			msg = "registry: would delete (dry run)"
+		}
+		g.log.Info(msg, "repository", d.Repository, "tag", d.Tag, "digest", d.Digest, "pushed", d.Pushed, "reason", d.Reason)
+	}
+	for _, repo := range slices.Sorted(maps.Keys(repos)) {
+		ri := repos[repo]
+		rule := g.opts.Retention.rule(repo)
+		if rule.prunesTags() {
+			for _, t := range pruned(rule, ri.tags, now) {
+				if !opts.DryRun {
+					err := g.st.Refs.Delete(ctx, tagRef(repo, t.name), t.version)
+					if errors.Is(err, steaderr.ErrNotFound) || errors.Is(err, steaderr.ErrConflict) {
+						continue // deleted or moved meanwhile
+					}
+					if err != nil {
+						return done, err
+					}
+				}
+				ri.manifests[t.key].tags--
+				record(Deletion{Repository: repo, Tag: t.name, Digest: t.key.String(), Pushed: t.pushed, Reason: "no retention rule keeps the tag"})
+			}
+		}
+		after := g.opts.DeleteUntaggedAfter
+		if rule != nil && rule.DeleteUntaggedAfter > 0 {
+			after = rule.DeleteUntaggedAfter
+		}
+		if after <= 0 {
+			continue
+		}
+		kept, err := g.keptManifests(ctx, ri.manifests)
 		if err != nil {
 			return done, err
 		}
-		for k, m := range ms {
-			if kept[k] || m.link.Pushed.IsZero() || m.link.Pushed.After(cutoff) {
+		for _, k := range slices.SortedFunc(maps.Keys(ri.manifests), blob.Key.Compare) {
+			m := ri.manifests[k]
+			if kept[k] || m.link.Pushed.IsZero() || m.link.Pushed.After(now.Add(-after)) {
 				continue
 			}
-			if err := g.removeManifest(ctx, repo, k); err != nil {
-				return done, err
+			if !opts.DryRun {
+				if err := g.removeManifest(ctx, repo, k); err != nil {
+					return done, err
+				}
 			}
-			done.Manifests++
-			g.log.Info("registry: deleted an untagged manifest", "repository", repo, "digest", k.String(), "pushed", m.link.Pushed)
+			record(Deletion{Repository: repo, Digest: k.String(), Pushed: m.link.Pushed, Reason: "untagged for longer than " + after.String()})
 		}
 	}
 	return done, nil
+}
+
+// pruned returns the tags rule does not keep: those matching neither its
+// KeepTags nor its ImmutableTags, outside the KeepMostRecent last pushed,
+// pushed before now - KeepPushedWithin. A tag without a push time (set
+// before they were recorded) is kept.
+func pruned(rule *RetentionRule, tags []tagInfo, now time.Time) []tagInfo {
+	byPush := slices.Clone(tags)
+	slices.SortStableFunc(byPush, func(a, b tagInfo) int { return b.pushed.Compare(a.pushed) })
+	var out []tagInfo
+	for i, t := range byPush {
+		switch {
+		case t.pushed.IsZero(),
+			matchAny(rule.KeepTags, t.name),
+			matchAny(rule.ImmutableTags, t.name),
+			i < rule.KeepMostRecent,
+			rule.KeepPushedWithin > 0 && t.pushed.After(now.Add(-rule.KeepPushedWithin)):
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // keptManifests returns the manifests of one repository that a tag keeps:
@@ -102,7 +193,7 @@ func (g *Registry) keptManifests(ctx context.Context, ms map[blob.Key]*manifestI
 		}
 	}
 	for k, m := range ms {
-		if m.tagged {
+		if m.tags > 0 {
 			keep(k)
 		}
 	}

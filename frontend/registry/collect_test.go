@@ -125,11 +125,11 @@ func TestDeletedImagesGo(t *testing.T) {
 	}
 
 	clk.Advance(30 * time.Minute)
-	if got, err := reg.Collect(ctx); err != nil || got.Manifests != 0 {
+	if got, err := reg.Collect(ctx, registry.CollectOptions{}); err != nil || len(got.Deleted) != 0 {
 		t.Fatalf("Collect within the hour = %+v, %v; want nothing deleted", got, err)
 	}
 	clk.Advance(time.Hour)
-	if got, err := reg.Collect(ctx); err != nil || got.Manifests != 3 {
+	if got, err := reg.Collect(ctx, registry.CollectOptions{}); err != nil || len(got.Deleted) != 3 {
 		t.Fatalf("Collect past the hour = %+v, %v; want 3 manifests deleted", got, err)
 	}
 	for range 6 { // staging passes begin once a grace; each level of references takes one

@@ -28,6 +28,7 @@ const (
 	codeUnauthorized        = "UNAUTHORIZED"
 	codeUnsupported         = "UNSUPPORTED"
 	codeTooManyRequests     = "TOOMANYREQUESTS"
+	codeDenied              = "DENIED"
 	// Not the spec's: the store could not be reached (503, retry), or
 	// failed in a way the client cannot act on (500).
 	codeUnavailable = "UNAVAILABLE"
@@ -51,6 +52,7 @@ var statusOf = map[string]int{
 	codeUnauthorized:        http.StatusUnauthorized,
 	codeUnsupported:         http.StatusMethodNotAllowed,
 	codeTooManyRequests:     http.StatusTooManyRequests,
+	codeDenied:              http.StatusForbidden,
 	codeUnavailable:         http.StatusServiceUnavailable,
 	codeUnknown:             http.StatusInternalServerError,
 	codeRangeInvalid:        http.StatusRequestedRangeNotSatisfiable,

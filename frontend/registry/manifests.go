@@ -276,6 +276,13 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 	if doc.Subject != nil {
 		subject, _ = parseDigest(string(doc.Subject.Digest))
 	}
+	for _, tag := range tags {
+		if g.opts.Retention.immutable(rt.name, tag) {
+			if err := g.sameTag(ctx, rt.name, tag, key); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+				return err
+			}
+		}
+	}
 	if _, err := g.st.Blobs.PutWith(ctx, bytes.NewReader(body), blob.PutOptions{Expect: key, Children: children}); err != nil {
 		switch {
 		case errors.Is(err, steaderr.ErrNotFound):
@@ -294,7 +301,16 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 	}
 	h := w.Header()
 	for _, tag := range tags {
-		if _, err := g.st.Refs.Set(ctx, tagRef(rt.name, tag), key, ref.SetOptions{Annotation: ann}); err != nil {
+		if g.opts.Retention.immutable(rt.name, tag) {
+			// Create-only: a tag set meanwhile is judged as one found.
+			_, err := g.st.Refs.Set(ctx, tagRef(rt.name, tag), key, ref.SetOptions{Annotation: ann, IfAbsent: true})
+			if errors.Is(err, steaderr.ErrConflict) {
+				err = g.sameTag(ctx, rt.name, tag, key)
+			}
+			if err != nil {
+				return err
+			}
+		} else if _, err := g.st.Refs.Set(ctx, tagRef(rt.name, tag), key, ref.SetOptions{Annotation: ann}); err != nil {
 			return err
 		}
 		if !want.IsZero() {
@@ -340,6 +356,9 @@ func (g *Registry) holds(r *http.Request, repo string, d blob.Key, manifest bool
 func (g *Registry) deleteManifest(w http.ResponseWriter, r *http.Request, rt route) error {
 	ctx := r.Context()
 	if tagRE.MatchString(rt.item) {
+		if g.opts.Retention.immutable(rt.name, rt.item) {
+			return errorf(codeDenied, "tag %s of repository %s is immutable", rt.item, rt.name)
+		}
 		err := g.st.Refs.Delete(ctx, tagRef(rt.name, rt.item), 0)
 		if errors.Is(err, steaderr.ErrNotFound) {
 			return errorf(codeManifestUnknown, "tag %s is not in repository %s", rt.item, rt.name)
@@ -372,6 +391,16 @@ func (g *Registry) deleteManifest(w http.ResponseWriter, r *http.Request, rt rou
 // among its subject's referrers first, so a failure leaves it linked and
 // the removal can be retried, then its link.
 func (g *Registry) removeManifest(ctx context.Context, repo string, d blob.Key) error {
+	if g.opts.Retention.rule(repo) != nil {
+		for t, err := range g.st.Refs.All(ctx, tagPrefix(repo)) {
+			if err != nil {
+				return err
+			}
+			if tag := strings.TrimPrefix(t.Name, tagPrefix(repo)); t.Key == d && g.opts.Retention.immutable(repo, tag) {
+				return errorf(codeDenied, "manifest %s is tagged %s, an immutable tag of repository %s", d, tag, repo)
+			}
+		}
+	}
 	for t, err := range g.st.Refs.All(ctx, tagPrefix(repo)) {
 		if err != nil {
 			return err
@@ -391,6 +420,19 @@ func (g *Registry) removeManifest(ctx context.Context, repo string, d blob.Key) 
 	}
 	if err := g.st.Refs.Delete(ctx, manifestRef(repo, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
+	}
+	return nil
+}
+
+// sameTag checks that the immutable tag of repo names key: ErrNotFound
+// when there is no such tag, DENIED when it names another manifest.
+func (g *Registry) sameTag(ctx context.Context, repo, tag string, key blob.Key) error {
+	rf, err := g.st.Refs.Get(ctx, tagRef(repo, tag))
+	if err != nil {
+		return err
+	}
+	if rf.Key != key {
+		return errorf(codeDenied, "tag %s of repository %s is immutable: it names %s", tag, repo, rf.Key)
 	}
 	return nil
 }

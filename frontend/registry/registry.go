@@ -64,6 +64,9 @@ type Options struct {
 	// needs (no kept index lists it, it refers to no kept subject).
 	// Defaults to 0: an untagged manifest stays until deleted by digest.
 	DeleteUntaggedAfter time.Duration
+	// Retention is the retention policy Collect applies and pushes obey
+	// (immutable tags). Defaults to nil: none.
+	Retention *Retention
 	// Now is the clock of push times and of Collect. Defaults to
 	// time.Now.
 	Now func() time.Time

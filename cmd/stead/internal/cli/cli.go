@@ -38,21 +38,22 @@ const (
 // commands makes the top-level commands, one file per group; add a
 // command by adding its constructor here.
 var commands = map[string]func(e *env) *cobra.Command{
-	"serve":   serveCommand,
-	"migrate": migrateCommand,
-	"doctor":  doctorCommand,
-	"put":     putCommand,
-	"get":     getCommand,
-	"stat":    statCommand,
-	"ls":      lsCommand,
-	"rm":      rmCommand,
-	"lock":    lockCommand,
-	"records": recordsCommand,
-	"bench":   benchCommand,
-	"gc":      gcCommand,
-	"pins":    pinsCommand,
-	"ref":     refCommand,
-	"scrub":   scrubCommand,
+	"serve":     serveCommand,
+	"migrate":   migrateCommand,
+	"doctor":    doctorCommand,
+	"put":       putCommand,
+	"get":       getCommand,
+	"stat":      statCommand,
+	"ls":        lsCommand,
+	"rm":        rmCommand,
+	"lock":      lockCommand,
+	"records":   recordsCommand,
+	"bench":     benchCommand,
+	"gc":        gcCommand,
+	"pins":      pinsCommand,
+	"ref":       refCommand,
+	"scrub":     scrubCommand,
+	"retention": retentionCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.

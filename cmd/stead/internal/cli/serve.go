@@ -75,6 +75,10 @@ a fleet sweeps one server at a time; see docs/guides/operations.md.`,
 			if err != nil {
 				return err
 			}
+			retention, err := collect.policy()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			st, err := e.open(ctx, collect.storeOptions()...)
 			if err != nil {
@@ -88,7 +92,7 @@ a fleet sweeps one server at a time; see docs/guides/operations.md.`,
 			var mounts []server.Mount
 			if registryOn {
 				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log,
-					DeleteUntaggedAfter: collect.untaggedAfter})
+					DeleteUntaggedAfter: collect.untaggedAfter, Retention: retention})
 				defer reg.Close()
 				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg, Unauthorized: registry.Unauthorized,
 					Collect: registryCollect(reg)})

@@ -4,12 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/frontend/registry"
 )
 
 // TestServeSweeps: a server with the registry sweeps on its interval, and
@@ -58,5 +66,65 @@ func TestServeSweeps(t *testing.T) {
 	}
 	if code != 0 {
 		t.Fatalf("serve exited %d: %s", code, stderr.String())
+	}
+}
+
+// TestRetentionCommand: stead retention --dry-run lists the tags a policy
+// would delete and deletes nothing; without it they go. A bad policy is a
+// usage error.
+func TestRetentionCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := "sqlite://" + filepath.Join(dir, "s.db")
+	st, err := stead.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(st, registry.Options{})
+	srv := httptest.NewServer(reg)
+	put := func(method, path, ct string, body []byte) {
+		req, _ := http.NewRequest(method, srv.URL+path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 201 {
+			t.Fatalf("%s %s: %v %v", method, path, resp, err)
+		}
+		resp.Body.Close()
+	}
+	cfg := []byte("{}")
+	d := blob.KeyOf(cfg).String()
+	put("POST", "/v2/app/blobs/uploads/?digest="+d, "application/octet-stream", cfg)
+	for i, tag := range []string{"old", "new"} {
+		man := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":2},"layers":[],"annotations":{"n":"%d"}}`, d, i)
+		put("PUT", "/v2/app/manifests/"+tag, "application/vnd.oci.image.manifest.v1+json", []byte(man))
+	}
+	srv.Close()
+	reg.Close()
+	st.Close()
+
+	policy := filepath.Join(dir, "retention.yaml")
+	if err := os.WriteFile(policy, []byte("rules:\n  - repositories: [app]\n    keep_most_recent: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := run(t, context.Background(), "--db", db, "retention", "--dry-run", policy)
+	if code != 0 || !strings.Contains(stdout, "old") || strings.Contains(stdout, "new") {
+		t.Fatalf("retention --dry-run = %d %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = run(t, context.Background(), "--db", db, "ref", "ls", "oci/app/_tags/")
+	if code != 0 || !strings.Contains(stdout, "_tags/old") {
+		t.Fatalf("a dry run deleted a tag: %q", stdout)
+	}
+	if code, stdout, stderr = run(t, context.Background(), "--db", db, "retention", policy); code != 0 || !strings.Contains(stdout, "old") {
+		t.Fatalf("retention = %d %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = run(t, context.Background(), "--db", db, "ref", "ls", "oci/app/_tags/")
+	if code != 0 || strings.Contains(stdout, "_tags/old") || !strings.Contains(stdout, "_tags/new") {
+		t.Fatalf("tags after retention: %q", stdout)
+	}
+	if err := os.WriteFile(policy, []byte("rules:\n  - repositories: [app]\n    keep_most_recnt: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run(t, context.Background(), "--db", db, "retention", policy); code != 2 || !strings.Contains(stderr, "keep_most_recnt") {
+		t.Fatalf("a bad policy = %d %q", code, stderr)
 	}
 }
