@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server"
@@ -162,5 +164,39 @@ func TestBackgroundSweeps(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "front end failed") || !strings.Contains(logs.String(), "gc: swept") || !strings.Contains(logs.String(), "deleted=1") {
 		t.Errorf("the sweeps were not logged:\n%s", logs.String())
+	}
+}
+
+// TestUsage: GET /v1/usage counts the distinct blobs a prefix's refs name
+// once, and what naming them more than once saved; another prefix's refs
+// are not counted. The answers are checked against docs/openapi.yaml.
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	st, srv, _ := gcServer(t, "mem://")
+	ctx := context.Background()
+	put := func(s string) blob.Key {
+		k, err := st.Blobs.Put(ctx, strings.NewReader(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	layer, config, other := put("a layer of twenty b."), put("cfg"), put("elsewhere")
+	for name, k := range map[string]blob.Key{"oci/app/_blobs/l": layer, "oci/app/_tags/v1": layer, "oci/app/_tags/v2": config, "oci/apps/_tags/x": other} {
+		if _, err := st.Refs.Set(ctx, name, k, ref.SetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := do(t, "GET", srv.URL+"/v1/usage?prefix=oci/app/_", "", nil)
+	var u wire.Usage
+	if err := json.Unmarshal([]byte(a.body), &u); a.status != 200 || err != nil {
+		t.Fatalf("GET /v1/usage: %d %s", a.status, a.body)
+	}
+	want := wire.Usage{Prefix: "oci/app/_", Refs: 3, Blobs: 2, Bytes: 23, ReferencedBytes: 43, DedupSavedBytes: 20}
+	if u != want {
+		t.Fatalf("usage = %+v, want %+v", u, want)
+	}
+	if a := do(t, "GET", srv.URL+"/v1/usage?prefix=nothing/", "", nil); a.status != 200 || !strings.Contains(a.body, `"refs":0`) {
+		t.Fatalf("usage of an empty prefix: %d %s", a.status, a.body)
 	}
 }

@@ -129,6 +129,7 @@ const (
 
 // Server serves one store over HTTP. Its zero value is not usable: call New.
 type Server struct {
+	st      *stead.Store
 	eng     engine.Engine
 	blobs   *blob.Store
 	blobEng blob.Engine // under blobs, for stores on a client's clock
@@ -200,6 +201,7 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	eng := st.Engine()
 	s := &Server{
+		st:          st,
 		eng:         eng,
 		opts:        opts,
 		log:         opts.Logger,

@@ -54,6 +54,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"ref":       refCommand,
 	"scrub":     scrubCommand,
 	"retention": retentionCommand,
+	"usage":     usageCommand,
 }
 
 // env is what every command gets: the store URL and the output streams.

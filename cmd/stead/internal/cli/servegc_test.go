@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -126,5 +127,27 @@ func TestRetentionCommand(t *testing.T) {
 	}
 	if code, _, stderr := run(t, context.Background(), "--db", db, "retention", policy); code != 2 || !strings.Contains(stderr, "keep_most_recnt") {
 		t.Fatalf("a bad policy = %d %q", code, stderr)
+	}
+}
+
+// TestUsageCommand: stead usage counts the prefix's distinct blobs once.
+func TestUsageCommand(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	for _, args := range [][]string{
+		{"put", "--ref", "app/a", "-"}, {"put", "--ref", "app/b", "-"}, {"put", "--ref", "other/c", "-"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := execute(context.Background(), append([]string{"--db", db}, args...), &env{stdin: strings.NewReader("same bytes"), stdout: &stdout, stderr: &stderr}); code != 0 {
+			t.Fatalf("stead %v = %d %s", args, code, stderr.String())
+		}
+	}
+	code, stdout, stderr := run(t, context.Background(), "--db", db, "usage", "--json", "app/")
+	var u stead.Usage
+	if err := json.Unmarshal([]byte(stdout), &u); code != 0 || err != nil {
+		t.Fatalf("usage = %d %q %q", code, stdout, stderr)
+	}
+	if want := (stead.Usage{Prefix: "app/", Refs: 2, Blobs: 1, Bytes: 10, ReferencedBytes: 20, DedupSavedBytes: 10}); u != want {
+		t.Fatalf("usage = %+v, want %+v", u, want)
 	}
 }
