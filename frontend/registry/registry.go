@@ -61,7 +61,8 @@ type Options struct {
 	MaxBlobSize int64
 	// DeleteUntaggedAfter, when positive, lets Collect delete a manifest
 	// pushed longer ago than this that no tag names and nothing kept
-	// needs (no kept index lists it, it refers to no kept subject).
+	// needs (no kept index lists it, it refers to no kept subject), in
+	// each repository whose Retention rule sets no period of its own.
 	// Defaults to 0: an untagged manifest stays until deleted by digest.
 	DeleteUntaggedAfter time.Duration
 	// Retention is the retention policy Collect applies and pushes obey
