@@ -34,7 +34,8 @@ func (s *syncBuffer) String() string {
 }
 
 // TestAccessLog: with an access log, each request is one line naming its
-// method, route, status, bytes answered, duration and identity.
+// method, route, status, bytes answered, duration and identity (the
+// caller the route authenticated, "-" when none did).
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	var buf syncBuffer
@@ -56,7 +57,7 @@ func TestAccessLog(t *testing.T) {
 		{"GET", "/v1/blobs/sha256:" + strings.Repeat("0", 64), "secret", "", "GET /v1/blobs/{key}", 404, "token"},
 		{"GET", "/v1/info", "wrong", "", "GET /v1/info", 401, "-"},
 		{"GET", "/healthz", "", "", "GET /healthz", 200, "-"},
-		{"GET", "/nowhere", "secret", "", "unmatched", 404, "token"},
+		{"GET", "/nowhere", "secret", "", "unmatched", 404, "-"}, // no route, so no one authenticated
 	}
 	sizes := make([]int, len(calls))
 	for i, c := range calls {

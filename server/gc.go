@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -13,26 +14,49 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// gcMetrics count the sweeps run through the API.
+// gcMetrics count the sweeps the server runs: through the API and on
+// its interval (Options.GCInterval).
 type gcMetrics struct {
-	sweeps     *prometheus.CounterVec
-	deletions  prometheus.Counter
-	bytesFreed prometheus.Counter
+	sweeps      *prometheus.CounterVec
+	deletions   prometheus.Counter
+	bytesFreed  prometheus.Counter
+	staged      prometheus.Counter
+	orphans     prometheus.Counter
+	duration    prometheus.Histogram
+	lastSuccess prometheus.Gauge
+	// collectErrors counts the front ends' collections that failed.
+	collectErrors prometheus.Counter
 }
 
 func newGCMetrics(reg prometheus.Registerer) *gcMetrics {
 	m := &gcMetrics{
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stead_gc_sweeps_total", Help: "Garbage-collection sweeps run through the API, by result: done, dry_run, busy (another sweep held the lease) or error.",
+			Name: "stead_gc_sweeps_total", Help: "Garbage-collection sweeps this server ran (through the API or on its interval), by result: done, dry_run, busy (another sweep held the lease), no_liveness (the store declares none, so nothing was deleted) or error.",
 		}, []string{"result"}),
 		deletions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stead_gc_deletions_total", Help: "Blobs deleted by sweeps run through the API.",
+			Name: "stead_gc_deletions_total", Help: "Blobs deleted by this server's sweeps and the arbitrations run through the API.",
 		}),
 		bytesFreed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stead_gc_bytes_freed_total", Help: "Bytes of blobs deleted by sweeps run through the API.",
+			Name: "stead_gc_bytes_freed_total", Help: "Bytes of blobs deleted by this server's sweeps and the arbitrations run through the API.",
+		}),
+		staged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stead_gc_staged_total", Help: "Blobs this server's sweeps found unreferenced and staged for deletion after a grace.",
+		}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stead_gc_orphans_deleted_total", Help: "Bytes-tier objects no blob names that this server's sweeps deleted.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stead_gc_sweep_duration_seconds", Help: "Time this server's sweeps that ran (done) took.",
+			Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600},
+		}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stead_gc_last_success_timestamp_seconds", Help: "When this server's last sweep that ran (done) ended, in Unix seconds; 0 before the first.",
+		}),
+		collectErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stead_gc_collect_errors_total", Help: "Front ends' own collections (the registry's policies) that failed before a background sweep.",
 		}),
 	}
-	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed)
+	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed, m.staged, m.orphans, m.duration, m.lastSuccess, m.collectErrors)
 	return m
 }
 
@@ -46,8 +70,11 @@ func (m *gcMetrics) verdicts(vs []blob.Verdict) {
 	}
 }
 
-func (m *gcMetrics) sweep(rep gc.Report, err error) {
+// sweep counts a sweep that ended at end.
+func (m *gcMetrics) sweep(rep gc.Report, err error, end time.Time) {
 	switch {
+	case errors.Is(err, gc.ErrNoLiveness):
+		m.sweeps.WithLabelValues("no_liveness").Inc()
 	case err != nil:
 		m.sweeps.WithLabelValues("error").Inc()
 	case rep.Aborted != "":
@@ -58,6 +85,10 @@ func (m *gcMetrics) sweep(rep gc.Report, err error) {
 		m.sweeps.WithLabelValues("done").Inc()
 		m.deletions.Add(float64(rep.Deleted))
 		m.bytesFreed.Add(float64(rep.BytesFreed))
+		m.staged.Add(float64(rep.Staged))
+		m.orphans.Add(float64(rep.Orphans))
+		m.duration.Observe(rep.Duration.Seconds())
+		m.lastSuccess.Set(float64(end.UnixNano()) / 1e9)
 	}
 }
 
@@ -75,7 +106,7 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 	// A sweep takes as long as the window is deep: its answer may wait.
 	s.wait(w, maxSweep)
 	rep, err := s.gc.Sweep(r.Context(), gc.SweepOptions{DryRun: req.DryRun, AllUnreferenced: req.AllUnreferenced})
-	s.gcMetrics.sweep(rep, err)
+	s.gcMetrics.sweep(rep, err, time.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return

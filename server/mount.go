@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 )
 
@@ -12,6 +13,11 @@ type Mount struct {
 	// ("/v2/"): every request under it goes to Handler.
 	Prefix  string
 	Handler http.Handler
+	// Collect, if set, runs the front end's own collection (the
+	// registry's policies) before each of the server's background sweeps
+	// (Options.GCInterval), so what it releases goes at the sweeps that
+	// follow. Its error is logged and counted; the sweep runs anyway.
+	Collect func(ctx context.Context) error
 }
 
 // mount wraps a front end's handler, whose answers (refusals included)

@@ -40,6 +40,7 @@ func (s *Server) table() []route {
 		{"POST /v1/blobs/delete", false, s.deleteBlobs},
 
 		{"GET /v1/refs", false, s.listRefs},
+		{"GET /v1/usage", false, s.usage},
 		{"GET /v1/refs/{name...}", false, s.getRef},
 		{"PUT /v1/refs/{name...}", false, s.setRef},
 		{"PATCH /v1/refs/{name...}", false, s.touchRef},

@@ -113,6 +113,9 @@ func TestEveryRoute(t *testing.T) {
 		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app%2Flatest", header: auth, body: `{"ttl":"-1h"}`, status: 400},
 		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?prefix=app/&limit=10", header: auth, status: 200},
 		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?limit=0", header: auth, status: 400},
+		{op: "GET /v1/usage", method: "GET", path: "/v1/usage?prefix=app/", header: auth, status: 200},
+		{op: "GET /v1/usage", method: "GET", path: "/v1/usage?prefix=a%00", header: auth, status: 400},
+		{op: "GET /v1/usage", method: "GET", path: "/v1/usage", status: 401},
 		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app%2Flatest", header: auth, status: 204},
 		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app%2Flatest", header: auth, status: 404},
 

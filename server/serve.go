@@ -41,6 +41,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv.RegisterOnShutdown(s.startDrain)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(limitListener(ln, s.opts.MaxConns, s.opts.MaxConnsPerClient)) }()
+	if s.opts.GCInterval > 0 {
+		t := time.NewTicker(s.opts.GCInterval)
+		defer t.Stop()
+		sweeping, stopSweeps := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); s.collect(sweeping, t.C) }()
+		defer func() { stopSweeps(); <-done }()
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -90,6 +90,12 @@ type Options struct {
 	// runtime and process collectors.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// GCInterval, when positive, is how often Serve sweeps the store in
+	// the background (gc.Collector.Sweep under the store's sweep lease, so
+	// servers of one database sweep one at a time), logging each sweep
+	// and counting it in the stead_gc_* metrics. Defaults to 0: sweeps run
+	// only when asked (POST /v1/gc/sweep, stead gc).
+	GCInterval time.Duration
 	// Mounts are front ends served beside the API, each under its
 	// prefix (Mount). Defaults to none.
 	Mounts []Mount
@@ -133,6 +139,7 @@ const (
 
 // Server serves one store over HTTP. Its zero value is not usable: call New.
 type Server struct {
+	st      *stead.Store
 	eng     engine.Engine
 	blobs   *blob.Store
 	blobEng blob.Engine // under blobs, for stores on a client's clock
@@ -204,6 +211,7 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	eng := st.Engine()
 	s := &Server{
+		st:          st,
 		eng:         eng,
 		opts:        opts,
 		log:         opts.Logger,

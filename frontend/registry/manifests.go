@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	distspec "github.com/opencontainers/distribution-spec/specs-go/v1"
 	"github.com/opencontainers/go-digest"
@@ -58,6 +60,9 @@ type manifestDoc struct {
 type link struct {
 	Descriptor ocispec.Descriptor `json:"d"`
 	Trimmed    bool               `json:"trimmed,omitempty"`
+	// Pushed is when the manifest was pushed (zero for a link written
+	// before push times were kept).
+	Pushed time.Time `json:"pushed,omitzero"`
 }
 
 func (l link) encode() []byte {
@@ -274,6 +279,13 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 	if doc.Subject != nil {
 		subject, _ = parseDigest(string(doc.Subject.Digest))
 	}
+	for _, tag := range tags {
+		if g.opts.Retention.immutable(rt.name, tag) {
+			if err := g.sameTag(ctx, rt.name, tag, key); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+				return err
+			}
+		}
+	}
 	if _, err := g.st.Blobs.PutWith(ctx, bytes.NewReader(body), blob.PutOptions{Expect: key, Children: children}); err != nil {
 		switch {
 		case errors.Is(err, steaderr.ErrNotFound):
@@ -285,14 +297,23 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 		return err
 	}
 	desc := ocispec.Descriptor{MediaType: mt, Size: int64(len(body)), ArtifactType: doc.artifactType(), Annotations: doc.Annotations}
-	ann := link{Descriptor: desc}.encode()
+	ann := link{Descriptor: desc, Pushed: g.opts.Now().UTC()}.encode()
 	// The put's pin keeps the manifest until the first ref names it.
 	if _, err := g.st.Refs.Set(ctx, manifestRef(rt.name, key), key, ref.SetOptions{Annotation: ann}); err != nil {
 		return err
 	}
 	h := w.Header()
 	for _, tag := range tags {
-		if _, err := g.st.Refs.Set(ctx, tagRef(rt.name, tag), key, ref.SetOptions{Annotation: ann}); err != nil {
+		if g.opts.Retention.immutable(rt.name, tag) {
+			// Create-only: a tag set meanwhile is judged as one found.
+			_, err := g.st.Refs.Set(ctx, tagRef(rt.name, tag), key, ref.SetOptions{Annotation: ann, IfAbsent: true})
+			if errors.Is(err, steaderr.ErrConflict) {
+				err = g.sameTag(ctx, rt.name, tag, key)
+			}
+			if err != nil {
+				return err
+			}
+		} else if _, err := g.st.Refs.Set(ctx, tagRef(rt.name, tag), key, ref.SetOptions{Annotation: ann}); err != nil {
 			return err
 		}
 		if !want.IsZero() {
@@ -304,6 +325,13 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 			return err
 		}
 		h.Set("OCI-Subject", subject.String())
+	}
+	// The manifest keeps its blobs now: their pending keeps go, so they
+	// go with the manifest rather than a PendingTTL later.
+	for _, k := range children {
+		if err := g.st.Refs.Delete(ctx, pendingRef(rt.name, k), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+			return err
+		}
 	}
 	created(w, "/v2/"+rt.name+"/manifests/"+key.String(), key)
 	return nil
@@ -336,6 +364,9 @@ func (g *Registry) holds(r *http.Request, repo string, d blob.Key, manifest bool
 func (g *Registry) deleteManifest(w http.ResponseWriter, r *http.Request, rt route) error {
 	ctx := r.Context()
 	if tagRE.MatchString(rt.item) {
+		if g.opts.Retention.immutable(rt.name, rt.item) {
+			return errorf(codeDenied, "tag %s of repository %s is immutable", rt.item, rt.name)
+		}
 		err := g.st.Refs.Delete(ctx, tagRef(rt.name, rt.item), 0)
 		if errors.Is(err, steaderr.ErrNotFound) {
 			return errorf(codeManifestUnknown, "tag %s is not in repository %s", rt.item, rt.name)
@@ -357,9 +388,28 @@ func (g *Registry) deleteManifest(w http.ResponseWriter, r *http.Request, rt rou
 	if !ok {
 		return errorf(codeManifestUnknown, "manifest %s is not in repository %s", d, rt.name)
 	}
-	// Its tags and referrer entry go first: a failure leaves the manifest
-	// linked, and the delete can be retried.
-	for t, err := range g.st.Refs.All(ctx, tagPrefix(rt.name)) {
+	if err := g.removeManifest(ctx, rt.name, rf.Key); err != nil {
+		return err
+	}
+	accepted(w)
+	return nil
+}
+
+// removeManifest unlinks the manifest d from repo: its tags and its place
+// among its subject's referrers first, so a failure leaves it linked and
+// the removal can be retried, then its link.
+func (g *Registry) removeManifest(ctx context.Context, repo string, d blob.Key) error {
+	if g.opts.Retention.rule(repo) != nil {
+		for t, err := range g.st.Refs.All(ctx, tagPrefix(repo)) {
+			if err != nil {
+				return err
+			}
+			if tag := strings.TrimPrefix(t.Name, tagPrefix(repo)); t.Key == d && g.opts.Retention.immutable(repo, tag) {
+				return errorf(codeDenied, "manifest %s is tagged %s, an immutable tag of repository %s", d, tag, repo)
+			}
+		}
+	}
+	for t, err := range g.st.Refs.All(ctx, tagPrefix(repo)) {
 		if err != nil {
 			return err
 		}
@@ -369,23 +419,35 @@ func (g *Registry) deleteManifest(w http.ResponseWriter, r *http.Request, rt rou
 			}
 		}
 	}
-	if subject, ok, err := g.subjectOf(r, rf.Key); err != nil {
+	if subject, ok, err := g.subjectOf(ctx, d); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
 	} else if ok {
-		if err := g.st.Refs.Delete(ctx, referrerRef(rt.name, subject, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+		if err := g.st.Refs.Delete(ctx, referrerRef(repo, subject, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 			return err
 		}
 	}
-	if err := g.st.Refs.Delete(ctx, manifestRef(rt.name, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+	if err := g.st.Refs.Delete(ctx, manifestRef(repo, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
 	}
-	accepted(w)
+	return nil
+}
+
+// sameTag checks that the immutable tag of repo names key: ErrNotFound
+// when there is no such tag, DENIED when it names another manifest.
+func (g *Registry) sameTag(ctx context.Context, repo, tag string, key blob.Key) error {
+	rf, err := g.st.Refs.Get(ctx, tagRef(repo, tag))
+	if err != nil {
+		return err
+	}
+	if rf.Key != key {
+		return errorf(codeDenied, "tag %s of repository %s is immutable: it names %s", tag, repo, rf.Key)
+	}
 	return nil
 }
 
 // subjectOf reads the subject of the stored manifest k.
-func (g *Registry) subjectOf(r *http.Request, k blob.Key) (blob.Key, bool, error) {
-	doc, err := g.readDoc(r, k)
+func (g *Registry) subjectOf(ctx context.Context, k blob.Key) (blob.Key, bool, error) {
+	doc, err := g.readDoc(ctx, k)
 	if err != nil || doc.Subject == nil {
 		return blob.Key{}, false, err
 	}
@@ -393,9 +455,9 @@ func (g *Registry) subjectOf(r *http.Request, k blob.Key) (blob.Key, bool, error
 	return s, e == nil, nil
 }
 
-func (g *Registry) readDoc(r *http.Request, k blob.Key) (manifestDoc, error) {
+func (g *Registry) readDoc(ctx context.Context, k blob.Key) (manifestDoc, error) {
 	var doc manifestDoc
-	rd, err := g.st.Blobs.Get(r.Context(), k)
+	rd, err := g.st.Blobs.Get(ctx, k)
 	if err != nil {
 		return doc, err
 	}
@@ -500,7 +562,7 @@ func (g *Registry) listReferrers(w http.ResponseWriter, r *http.Request, rt rout
 			continue
 		}
 		if l.Trimmed {
-			doc, err := g.readDoc(r, rf.Key)
+			doc, err := g.readDoc(r.Context(), rf.Key)
 			if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 				return err
 			}

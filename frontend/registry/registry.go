@@ -59,6 +59,18 @@ type Options struct {
 	// MaxBlobSize is the largest blob a push may carry. Defaults to
 	// blob.DefaultMaxSize.
 	MaxBlobSize int64
+	// DeleteUntaggedAfter, when positive, lets Collect delete a manifest
+	// pushed longer ago than this that no tag names and nothing kept
+	// needs (no kept index lists it, it refers to no kept subject), in
+	// each repository whose Retention rule sets no period of its own.
+	// Defaults to 0: an untagged manifest stays until deleted by digest.
+	DeleteUntaggedAfter time.Duration
+	// Retention is the retention policy Collect applies and pushes obey
+	// (immutable tags). Defaults to nil: none.
+	Retention *Retention
+	// Now is the clock of push times and of Collect. Defaults to
+	// time.Now.
+	Now func() time.Time
 	// Logger logs internal errors. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -92,6 +104,9 @@ func New(st *stead.Store, opts Options) *Registry {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	g := &Registry{st: st, blobEng: st.Engine().Blobs(), opts: opts, log: opts.Logger}
 	g.uploads = newUploadTable(g)

@@ -39,6 +39,7 @@ func serveCommand(e *env) *cobra.Command {
 		accessLog   bool
 		tlsCert     string
 		tlsKey      string
+		collect     serveGC
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -58,6 +59,10 @@ with Turborepo's at /v8/, Nx's at /nx/ and, with --build-cache-grpc, the
 Remote Execution API's over gRPC:
 its action results are mutable, so whoever holds the token can change what
 builds are handed, which a deployment turns on knowingly.
+
+A server with the registry or the build cache sweeps the store every
+--gc-interval (default 1h; 0 turns it off), under the store's sweep lease so
+a fleet sweeps one server at a time; see docs/guides/operations.md.
 
 Every flag, --db and --log-level included, may instead come from the
 environment, as STEAD_ and its name in capitals with underscores
@@ -83,6 +88,14 @@ a flag overrides the environment, which overrides the file.`,
 			if clientClock && !server.IsLoopback(addr) {
 				return usageError("--allow-client-clock is for tests on a loopback address")
 			}
+			gcInterval, err := collect.every(cmd, registryOn || cacheOn)
+			if err != nil {
+				return err
+			}
+			retention, err := collect.policy()
+			if err != nil {
+				return err
+			}
 			if (tlsCert == "") != (tlsKey == "") {
 				return usageError("--tls-cert and --tls-key go together")
 			}
@@ -92,7 +105,7 @@ a flag overrides the environment, which overrides the file.`,
 				return err
 			}
 			defer stopReload()
-			st, err := e.open(ctx)
+			st, err := e.open(ctx, collect.storeOptions()...)
 			if err != nil {
 				return err
 			}
@@ -103,9 +116,11 @@ a flag overrides the environment, which overrides the file.`,
 			}
 			var mounts []server.Mount
 			if registryOn {
-				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
+				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log,
+					DeleteUntaggedAfter: collect.untaggedAfter, Retention: retention})
 				defer reg.Close()
-				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg})
+				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg,
+					Collect: registryCollect(reg)})
 			}
 			var srv *server.Server
 			startGRPC := func() {} // once srv, which checks its credentials, is set
@@ -139,6 +154,7 @@ a flag overrides the environment, which overrides the file.`,
 			opts := server.Options{
 				Access: auth, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
 				BodyGrace: bodyGrace, MinBodyRate: minBodyRate, ClientClock: clientClock, Mounts: mounts,
+				GCInterval: gcInterval,
 			}
 			if accessLog {
 				opts.AccessLog = slog.New(slog.NewTextHandler(e.stdout, nil))
@@ -178,6 +194,7 @@ a flag overrides the environment, which overrides the file.`,
 	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain), read again when it changes; with --tls-key")
 	f.StringVar(&tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	f.BoolVar(&accessLog, "access-log", false, "write a line per request to stdout: method, route, status, bytes, duration, client, identity")
+	collect.flags(cmd)
 	// Tests only: lets requests carry the instant leases are judged at,
 	// which lets any client take any lease.
 	f.BoolVar(&clientClock, "allow-client-clock", false, "accept client clocks (conformance tests only)")
