@@ -284,6 +284,7 @@ type exchange struct {
 	r               *http.Request // the request as sent, its body unread
 	reqBody         []byte
 	reqWhole        bool // reqBody is the whole body the server read
+	binary          bool // the operation's request body is binary, unchecked
 	status          int
 	header          http.Header
 	body            []byte
@@ -302,6 +303,9 @@ func (d *Doc) check(r *http.Request, req *recordedBody, rec *recorder) error {
 	x.reqBody, x.reqWhole = req.buf.Bytes(), req.ended && !req.over
 	req.mu.Unlock()
 	x.excludeRespBody = bodyOver || r.Method == http.MethodHead || isBinaryContent(x.header.Get("Content-Type"))
+	if route, _, err := d.router.FindRoute(escaped(r)); err == nil {
+		x.binary = isBinary(route.Operation)
+	}
 	var errs []error
 	if err := d.checkKin(x); err != nil {
 		errs = append(errs, fmt.Errorf("kin-openapi: %w", err))
@@ -333,16 +337,23 @@ func unrouted(x exchange, why error) error {
 	return nil
 }
 
+// escaped returns a copy of r whose path is its escaped form, for
+// kin-openapi's router: the server routes on the escaped path, as the
+// document's names are percent-encoded path segments ("job%2Fone" is one
+// lock name).
+func escaped(r *http.Request) *http.Request {
+	c := r.Clone(context.Background())
+	c.URL = new(url.URL)
+	*c.URL = *r.URL
+	c.URL.Path, c.URL.RawPath = r.URL.EscapedPath(), ""
+	return c
+}
+
 // checkKin checks x with kin-openapi, and what neither validator checks
 // (headers the document does not list, a body where it has none).
 func (d *Doc) checkKin(x exchange) error {
-	r := x.r.Clone(context.Background())
+	r := escaped(x.r)
 	status, header, body := x.status, x.header, x.body
-	// The server routes on the escaped path, as the document's names are
-	// percent-encoded path segments ("job%2Fone" is one lock name).
-	r.URL = new(url.URL)
-	*r.URL = *x.r.URL
-	r.URL.Path, r.URL.RawPath = x.r.URL.EscapedPath(), ""
 	route, params, err := d.router.FindRoute(r)
 	if err != nil {
 		return unrouted(x, err)
@@ -411,14 +422,17 @@ func (d *Doc) checkKin(x exchange) error {
 // checkLib checks x with libopenapi-validator.
 func (d *Doc) checkLib(x exchange) error {
 	r := x.r.Clone(context.Background())
-	r.Body = io.NopCloser(bytes.NewReader(x.reqBody))
+	whole := x.reqWhole && !x.binary
+	r.Body = http.NoBody
+	if whole {
+		r.Body = io.NopCloser(bytes.NewReader(x.reqBody))
+	}
 	switch ct := r.Header.Get("Content-Type"); {
-	case len(x.reqBody) == 0:
-	case !strings.HasPrefix(ct, "application/json") && json.Valid(x.reqBody):
+	case whole && len(x.reqBody) > 0 && !strings.HasPrefix(ct, "application/json") && json.Valid(x.reqBody):
 		// As for kin-openapi: the server reads a JSON body whatever its
 		// media type.
 		r.Header.Set("Content-Type", "application/json")
-	case ct == "":
+	case ct == "" && (r.Method == http.MethodPut || r.Method == http.MethodPost || r.Method == http.MethodPatch):
 		// What a recipient may take a body without one for (RFC 9110
 		// 8.3), which the document's */* matches.
 		r.Header.Set("Content-Type", "application/octet-stream")
@@ -438,9 +452,9 @@ func (d *Doc) checkLib(x exchange) error {
 		case e.ValidationType == helpers.PathValidation && e.ValidationSubType != helpers.ParameterValidationPath,
 			e.ValidationSubType == helpers.ValidationMissingOperation:
 			return unrouted(x, joinLib([]*liberrors.ValidationError{e}))
-		case e.ValidationType == helpers.RequestBodyValidation && !x.reqWhole:
-			// Only part of the body was read, as kin-openapi's check
-			// excludes it.
+		case e.ValidationType == helpers.RequestBodyValidation && !whole:
+			// A binary body, or only part of one read: as kin-openapi's
+			// check, this one excludes it.
 		default:
 			refused = append(refused, e)
 		}
