@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead/internal/testing/apicheck"
-
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/server"
@@ -37,7 +35,9 @@ func TestLargeBlobStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet})))
+	// Not wrapped in the API check: its copies of the bodies would be
+	// counted as the server's heap. Other tests check these routes.
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
 	t.Cleanup(srv.Close)
 
 	content := func() io.Reader { return io.LimitReader(rand.NewChaCha8([32]byte{1}), size) }

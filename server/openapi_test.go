@@ -2,11 +2,14 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/internal/testing/apicheck"
 	"github.com/steadkit/stead/server"
 )
@@ -17,6 +20,28 @@ import (
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	t.Parallel()
 	documented := apicheck.Load(t).Operations()
+	// The literal-slash forms of a ref's name are the one route
+	// /v1/refs/{name...}, up to the documented depth.
+	literal := regexp.MustCompile(`^(\w+) /v1/refs((?:/\{s\d\})+)/\{name\}$`)
+	depths := map[string]int{}
+	for i, d := range documented {
+		if m := literal.FindStringSubmatch(d); m != nil {
+			n := strings.Count(m[2], "/")
+			if want := fmt.Sprintf("/{s%d}", n); !strings.HasSuffix(m[2], want) || strings.Count(m[2], "{s") != n {
+				t.Errorf("docs/openapi.yaml: %q: want prefix segments s1 to s%d in order", d, n)
+			}
+			depths[m[1]]++
+			documented[i] = m[1] + " /v1/refs/{name}"
+		}
+	}
+	for m, n := range depths {
+		if n != wire.RefDepth-1 {
+			t.Errorf("docs/openapi.yaml documents %s on %d literal-slash ref paths, want %d", m, n, wire.RefDepth-1)
+		}
+	}
+	if len(depths) != 4 {
+		t.Errorf("literal-slash ref paths document methods %v, want GET, PUT, PATCH and DELETE", depths)
+	}
 	st, err := stead.Open(context.Background(), "mem://")
 	if err != nil {
 		t.Fatal(err)

@@ -2,16 +2,20 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/internal/testing/apicheck"
 	"github.com/steadkit/stead/server"
 )
@@ -48,14 +52,7 @@ func TestEveryRoute(t *testing.T) {
 		mustJSON(t, a.body, &l)
 		lease = l.ID
 	}
-	cases := []struct {
-		op           string // the documented operation
-		method, path string
-		header       map[string]string
-		body         string
-		status       int
-		before       func(t *testing.T)
-	}{
+	cases := []routeCase{
 		{op: "GET /healthz", method: "GET", path: "/healthz", status: 200},
 		{op: "GET /readyz", method: "GET", path: "/readyz", status: 200},
 		{op: "GET /metrics", method: "GET", path: "/metrics", header: auth, status: 200},
@@ -100,24 +97,24 @@ func TestEveryRoute(t *testing.T) {
 		{op: "POST /v1/blobs/delete", method: "POST", path: "/v1/blobs/delete", header: auth, body: `{"keys":["` + absent + `"]}`, status: 200},
 		{op: "POST /v1/blobs/delete", method: "POST", path: "/v1/blobs/delete", header: auth, body: `{"keys":["sha256:bad"]}`, status: 400},
 
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Flatest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Flatest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `"}`, status: 412},
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Flatest", header: map[string]string{"Authorization": "Bearer tok", "If-Match": `"1"`}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Fother", header: auth, body: `{"key":"` + absent + `"}`, status: 404},
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Fzero", header: auth, body: `{"key":"` + key + `","ttl":"0s"}`, status: 400},
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2Fzero", header: auth, body: `{"key":"` + key + `","ttl":"-1s"}`, status: 400},
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app%2F%FF", header: auth, body: `{"key":"` + key + `"}`, status: 400},
-		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app%2Flatest?touch=2h", header: auth, status: 200},
-		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app%2Fabsent", header: auth, status: 404},
-		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app%2Flatest", header: auth, body: `{"ttl":"3h"}`, status: 200},
-		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app%2Flatest", header: auth, body: `{"ttl":"-1h"}`, status: 400},
-		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?prefix=app/&limit=10", header: auth, status: 200},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `"}`, status: 412},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-Match": `"1"`}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-other", header: auth, body: `{"key":"` + absent + `"}`, status: 404},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-zero", header: auth, body: `{"key":"` + key + `","ttl":"0s"}`, status: 400},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-zero", header: auth, body: `{"key":"` + key + `","ttl":"-1s"}`, status: 400},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-%FF", header: auth, body: `{"key":"` + key + `"}`, status: 400},
+		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app-latest?touch=2h", header: auth, status: 200},
+		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app-absent", header: auth, status: 404},
+		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-latest", header: auth, body: `{"ttl":"3h"}`, status: 200},
+		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-latest", header: auth, body: `{"ttl":"-1h"}`, status: 400},
+		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?prefix=app-&limit=10", header: auth, status: 200},
 		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?limit=0", header: auth, status: 400},
-		{op: "GET /v1/usage", method: "GET", path: "/v1/usage?prefix=app/", header: auth, status: 200},
+		{op: "GET /v1/usage", method: "GET", path: "/v1/usage?prefix=app-", header: auth, status: 200},
 		{op: "GET /v1/usage", method: "GET", path: "/v1/usage?prefix=a%00", header: auth, status: 400},
 		{op: "GET /v1/usage", method: "GET", path: "/v1/usage", status: 401},
-		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app%2Flatest", header: auth, status: 204},
-		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app%2Flatest", header: auth, status: 404},
+		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app-latest", header: auth, status: 204},
+		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app-latest", header: auth, status: 404},
 
 		{op: "POST /v1/gc/sweep", method: "POST", path: "/v1/gc/sweep", header: auth, body: `{"dry_run":true}`, status: 200},
 		{op: "POST /v1/gc/sweep", method: "POST", path: "/v1/gc/sweep", header: auth, body: `{"dry_run":1}`, status: 400},
@@ -199,6 +196,22 @@ func TestEveryRoute(t *testing.T) {
 		{op: "", method: "GET", path: "/v1/nosuchroute", header: auth, status: 404},
 		{op: "", method: "PATCH", path: "/v1/records/r", header: auth, status: 405},
 	}
+	// A ref's name with literal slashes, at every documented depth.
+	for n := 2; n <= wire.RefDepth; n++ {
+		op := "/v1/refs"
+		for i := 1; i < n; i++ {
+			op += fmt.Sprintf("/{s%d}", i)
+		}
+		op += "/{name}"
+		path := "/v1/refs/" + strings.Repeat("deep/", n-1) + "x"
+		cases = append(cases, []routeCase{
+			{op: "PUT " + op, method: "PUT", path: path, header: auth, body: `{"key":"` + key + `"}`, status: 200},
+			{op: "GET " + op, method: "GET", path: path, header: auth, status: 200},
+			{op: "PATCH " + op, method: "PATCH", path: path, header: auth, body: `{"ttl":"1h"}`, status: 200},
+			{op: "DELETE " + op, method: "DELETE", path: path, header: auth, status: 204},
+			{op: "GET " + op, method: "GET", path: path, header: auth, status: 404},
+		}...)
+	}
 	covered := map[string]bool{}
 	for _, c := range cases {
 		if c.before != nil {
@@ -216,6 +229,16 @@ func TestEveryRoute(t *testing.T) {
 			t.Errorf("no case for %s", op)
 		}
 	}
+}
+
+// routeCase is one request of TestEveryRoute and the status it must get.
+type routeCase struct {
+	op           string // the documented operation
+	method, path string
+	header       map[string]string
+	body         string
+	status       int
+	before       func(t *testing.T)
 }
 
 // TestCheckerCatches: apicheck fails an answer the document does not
@@ -286,4 +309,81 @@ func (c *catcher) text() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return strings.Join(c.errs, "\n")
+}
+
+// TestEveryRouteRefuses sends every operation of docs/openapi.yaml the
+// requests a client gets wrong, and the requests a store cannot serve,
+// through apicheck, which fails the test on any answered status the
+// document does not declare: without the token, with a bad path
+// parameter, query and body, to a server whose store is closed, and to
+// one whose engine fails every call.
+func TestEveryRouteRefuses(t *testing.T) {
+	t.Parallel()
+	doc := apicheck.Load(t)
+	// serve serves a store whose engine calls, once broken is set, fail
+	// with an error no sentinel names (an internal error).
+	var broken atomic.Bool
+	serve := func(t *testing.T, closed, breaks bool) string {
+		inner, err := stead.Open(context.Background(), "mem://")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { inner.Close() })
+		eng := faultengine.New(inner.Engine(), faultengine.Func(func(faultengine.Op) error {
+			if breaks && broken.Load() {
+				return errors.New("the engine broke")
+			}
+			return nil
+		}))
+		st, err := stead.New(context.Background(), eng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		if closed {
+			st.Close()
+		}
+		srv := httptest.NewServer(doc.Wrap(t, server.New(st, server.Options{Token: "tok", Logger: quiet})))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	live, closed, failing := serve(t, false, false), serve(t, true, false), serve(t, false, true)
+	broken.Store(true)
+	auth := map[string]string{"Authorization": "Bearer tok"}
+	absent := blob.KeyOf([]byte("never stored")).String()
+	// Each path parameter's value in a well-formed request, and in one
+	// the server must refuse.
+	good := map[string]string{"key": absent, "chunks": "1", "off": "0"}
+	bad := map[string]string{"key": "sha256:bad", "chunks": "x", "off": "x", "name": "%FF", "owner": "%FF", "id": "%FF", "group": "%FF"}
+	fill := func(path string, values map[string]string) string {
+		segs := strings.Split(path, "/")
+		for i, s := range segs {
+			if p, ok := strings.CutPrefix(s, "{"); ok {
+				p = strings.TrimSuffix(p, "}")
+				v, ok := values[p]
+				if !ok {
+					v = p
+				}
+				segs[i] = v
+			}
+		}
+		return strings.Join(segs, "/")
+	}
+	const badQuery = "?limit=x&timeout=x&lease=x&touch=x&ttl=x&owner=&after=%FF"
+	for _, op := range doc.Operations() {
+		method, path, _ := strings.Cut(op, " ")
+		public := path == "/healthz" || path == "/readyz"
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			if a := do(t, method, live+fill(path, good), "{}", nil); !public && a.status != http.StatusUnauthorized {
+				t.Errorf("without the token: %d %s, want 401", a.status, a.body)
+			}
+			do(t, method, live+fill(path, good)+badQuery, "{", auth)
+			if fill(path, bad) != fill(path, good) {
+				do(t, method, live+fill(path, bad), "{}", auth)
+			}
+			do(t, method, closed+fill(path, good), "{}", auth)
+			do(t, method, failing+fill(path, good), "{}", auth)
+		})
+	}
 }

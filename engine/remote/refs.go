@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,9 +19,24 @@ type refs struct{ e *Engine }
 // Refs returns the engine's ref mechanics.
 func (e *Engine) Refs() ref.Engine { return refs{e} }
 
-// refPath is the path of a ref: its name escaped whole, slashes too, so
-// that it is one path segment, as docs/openapi.yaml names it.
-func refPath(name string) string { return "/v1/refs/" + escape(name) }
+// refPath is the path of a ref, as docs/openapi.yaml lists it: its
+// name's segments escaped one by one and joined by literal slashes, the
+// segments past wire.RefDepth in the last, their slashes escaped. A name
+// with an empty, "." or ".." segment, which the server refuses, is
+// escaped whole, so that no router reads it as a path step.
+func refPath(name string) string {
+	segs := strings.Split(name, "/")
+	if slices.ContainsFunc(segs, func(s string) bool { return s == "" || s == "." || s == ".." }) {
+		return "/v1/refs/" + escape(name)
+	}
+	if len(segs) > wire.RefDepth {
+		segs = append(segs[:wire.RefDepth-1], strings.Join(segs[wire.RefDepth-1:], "/"))
+	}
+	for i, s := range segs {
+		segs[i] = escape(s)
+	}
+	return "/v1/refs/" + strings.Join(segs, "/")
+}
 
 func readRef(w wire.Ref) (ref.Ref, error) {
 	k, err := blob.ParseKey(w.Key)

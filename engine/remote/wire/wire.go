@@ -26,6 +26,11 @@ type Error struct {
 // MaxListLimit bounds one page of a list answer.
 const MaxListLimit = 10000
 
+// RefDepth is the most segments of a ref's name docs/openapi.yaml lists
+// with literal slashes (/v1/refs/{s1}/.../{name}); past it a name's
+// slashes are sent as %2F. The server reads either at any depth.
+const RefDepth = 8
+
 // CodeHeader carries an error answer's code as a header too, so that the
 // answer to HEAD, which has no body, says what went wrong.
 const CodeHeader = "Stead-Error-Code"

@@ -1,15 +1,19 @@
 // Package apicheck holds the HTTP API to its document: it wraps a handler
 // so that every request a test sends and every answer the server makes is
-// checked against docs/openapi.yaml with kin-openapi's validator. An
-// answer fails when its status, a header of the API's own, its media type
-// or its body is not in the document, or when the server accepted (2xx) a
-// request the document refuses. Object schemas are read strictly: a
-// member the document does not list is a mismatch. For tests only.
+// checked against docs/openapi.yaml by two validators, kin-openapi's and
+// libopenapi-validator, each on its own: a mismatch either finds fails
+// the test. An answer fails when its status, a header of the API's own,
+// its media type or its body is not in the document, or when the server
+// accepted (2xx) a request the document refuses. Object schemas are read
+// strictly: a member the document does not list is a mismatch. For tests
+// only.
 package apicheck
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,12 +29,19 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi-validator/config"
+	liberrors "github.com/pb33f/libopenapi-validator/errors"
+	"github.com/pb33f/libopenapi-validator/helpers"
+	"go.yaml.in/yaml/v4"
 )
 
-// Doc is the API document, loaded and validated.
+// Doc is the API document, loaded and validated by both validators.
 type Doc struct {
 	doc    *openapi3.T
 	router routers.Router
+	lib    validator.Validator
 }
 
 var (
@@ -61,62 +72,95 @@ func load(path string) (*Doc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b, err = strict(b); err != nil {
+		return nil, err
+	}
 	l := openapi3.NewLoader()
 	doc, err := l.LoadFromData(b)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kin-openapi: %w", err)
 	}
 	if err := doc.Validate(l.Context); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kin-openapi: %w", err)
 	}
-	strict(doc)
 	// The routes match any host: tests serve on random ports.
 	doc.Servers = nil
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kin-openapi: %w", err)
 	}
-	return &Doc{doc: doc, router: router}, nil
+	lib, err := loadLib(b)
+	if err != nil {
+		return nil, fmt.Errorf("libopenapi-validator: %w", err)
+	}
+	return &Doc{doc: doc, router: router, lib: lib}, nil
 }
 
-// strict makes every object schema with properties refuse members it
-// does not list, unless it says otherwise.
-func strict(doc *openapi3.T) {
-	seen := map[*openapi3.Schema]bool{}
-	var walk func(*openapi3.SchemaRef)
-	walk = func(ref *openapi3.SchemaRef) {
-		if ref == nil || ref.Value == nil || seen[ref.Value] {
+// loadLib loads the document into libopenapi-validator, which matches
+// routes on the path alone (any host), and checks the document.
+func loadLib(b []byte) (validator.Validator, error) {
+	d, err := libopenapi.NewDocument(b)
+	if err != nil {
+		return nil, err
+	}
+	// The bearer token is the server's to check, as for kin-openapi.
+	v, errs := validator.NewValidator(d, config.WithoutSecurityValidation())
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		return nil, joinLib(verrs)
+	}
+	return v, nil
+}
+
+// strict returns the document with every object schema that lists
+// properties refusing members it does not list, unless it says otherwise:
+// the suite holds the server to answering only what the document lists,
+// a rule of the tests rather than of the document, whose answers may gain
+// members. Both validators read the one result.
+func strict(b []byte) ([]byte, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, err
+	}
+	seen := map[*yaml.Node]bool{}
+	var walk func(*yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n == nil || seen[n] {
 			return
 		}
-		s := ref.Value
-		seen[s] = true
-		if len(s.Properties) > 0 && s.AdditionalProperties.Has == nil && s.AdditionalProperties.Schema == nil {
-			s.AdditionalProperties = openapi3.AdditionalProperties{Has: openapi3.Ptr(false)}
+		seen[n] = true
+		if n.Kind == yaml.AliasNode {
+			walk(n.Alias)
+			return
 		}
-		for _, p := range s.Properties {
-			walk(p)
+		for _, c := range n.Content {
+			walk(c)
 		}
-		walk(s.Items)
-	}
-	for _, ref := range doc.Components.Schemas {
-		walk(ref)
-	}
-	for _, item := range doc.Paths.Map() {
-		for _, op := range item.Operations() {
-			if op.RequestBody != nil && op.RequestBody.Value != nil {
-				for _, mt := range op.RequestBody.Value.Content {
-					walk(mt.Schema)
-				}
-			}
-			for _, r := range op.Responses.Map() {
-				if r.Value != nil {
-					for _, mt := range r.Value.Content {
-						walk(mt.Schema)
-					}
-				}
-			}
+		if n.Kind == yaml.MappingNode && schemaWithProperties(n) {
+			n.Content = append(n.Content,
+				&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "additionalProperties"},
+				&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false"})
 		}
 	}
+	walk(&root)
+	return yaml.Marshal(&root)
+}
+
+// schemaWithProperties reports whether mapping n is an object schema
+// listing properties and saying nothing of others.
+func schemaWithProperties(n *yaml.Node) bool {
+	props := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch n.Content[i].Value {
+		case "properties":
+			props = n.Content[i+1].Kind == yaml.MappingNode && len(n.Content[i+1].Content) > 0
+		case "additionalProperties":
+			return false
+		}
+	}
+	return props
 }
 
 // Operations returns every operation the document describes, "METHOD
@@ -235,30 +279,85 @@ var commonHeaders = map[string]bool{
 	"Keep-Alive": true, "Content-Encoding": true,
 }
 
+// exchange is one request and its answer, as the check sees them.
+type exchange struct {
+	r               *http.Request // the request as sent, its body unread
+	reqBody         []byte
+	reqWhole        bool // reqBody is the whole body the server read
+	binary          bool // the operation's request body is binary, unchecked
+	status          int
+	header          http.Header
+	body            []byte
+	excludeRespBody bool // the answer's body is not checked: too long, a HEAD's, or binary
+}
+
 func (d *Doc) check(r *http.Request, req *recordedBody, rec *recorder) error {
 	rec.mu.Lock()
-	status, header, body, bodyOver := rec.code, rec.header, rec.body.Bytes(), rec.over
+	x := exchange{r: r, status: rec.code, header: rec.header, body: rec.body.Bytes()}
+	bodyOver := rec.over
 	rec.mu.Unlock()
-	if status == 0 {
-		status, header = http.StatusOK, http.Header{}
-	}
-	// The server routes on the escaped path, as the document's names are
-	// percent-encoded path segments ("job%2Fone" is one lock name).
-	routed := *r
-	routed.URL = new(url.URL)
-	*routed.URL = *r.URL
-	routed.URL.Path, routed.URL.RawPath = r.URL.EscapedPath(), ""
-	route, params, err := d.router.FindRoute(&routed)
-	if err != nil {
-		// No operation: the answer must say so.
-		if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
-			return fmt.Errorf("no operation in the document (%v), yet not answered 404 or 405", err)
-		}
-		return nil
+	if x.status == 0 {
+		x.status, x.header = http.StatusOK, http.Header{}
 	}
 	req.mu.Lock()
-	reqBody, reqWhole := req.buf.Bytes(), req.ended && !req.over
+	x.reqBody, x.reqWhole = req.buf.Bytes(), req.ended && !req.over
 	req.mu.Unlock()
+	x.excludeRespBody = bodyOver || r.Method == http.MethodHead || isBinaryContent(x.header.Get("Content-Type"))
+	if route, _, err := d.router.FindRoute(escaped(r)); err == nil {
+		x.binary = isBinary(route.Operation)
+	}
+	var errs []error
+	if err := d.checkKin(x); err != nil {
+		errs = append(errs, fmt.Errorf("kin-openapi: %w", err))
+	}
+	if err := d.checkLib(x); err != nil {
+		errs = append(errs, fmt.Errorf("libopenapi-validator: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// unrouted checks the answer to a request no operation of the document
+// matches: 404 route_not_found, or 405 method_not_allowed naming the
+// methods served (Allow), as the document's description says.
+func unrouted(x exchange, why error) error {
+	code := map[int]string{http.StatusNotFound: "route_not_found", http.StatusMethodNotAllowed: "method_not_allowed"}[x.status]
+	if code == "" {
+		return fmt.Errorf("no operation in the document (%v), yet not answered 404 or 405", why)
+	}
+	var e struct{ Error, Code string }
+	switch {
+	case x.header.Get("Stead-Error-Code") != code:
+		return fmt.Errorf("no operation, answered %d with Stead-Error-Code %q, want %q", x.status, x.header.Get("Stead-Error-Code"), code)
+	case x.status == http.StatusMethodNotAllowed && x.header.Get("Allow") == "":
+		return fmt.Errorf("no operation, answered 405 without Allow")
+	case x.r.Method == http.MethodHead:
+	case json.Unmarshal(x.body, &e) != nil || e.Code != code || e.Error == "":
+		return fmt.Errorf("no operation, answered %d with body %q, want a JSON error of code %s", x.status, truncate(x.body), code)
+	}
+	return nil
+}
+
+// escaped returns a copy of r whose path is its escaped form, for
+// kin-openapi's router: the server routes on the escaped path, as the
+// document's names are percent-encoded path segments ("job%2Fone" is one
+// lock name).
+func escaped(r *http.Request) *http.Request {
+	c := r.Clone(context.Background())
+	c.URL = new(url.URL)
+	*c.URL = *r.URL
+	c.URL.Path, c.URL.RawPath = r.URL.EscapedPath(), ""
+	return c
+}
+
+// checkKin checks x with kin-openapi, and what neither validator checks
+// (headers the document does not list, a body where it has none).
+func (d *Doc) checkKin(x exchange) error {
+	r := escaped(x.r)
+	status, header, body := x.status, x.header, x.body
+	route, params, err := d.router.FindRoute(r)
+	if err != nil {
+		return unrouted(x, err)
+	}
 	binary := isBinary(route.Operation)
 	if !binary && route.Operation.RequestBody != nil && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		// The server reads a JSON body whatever its media type (curl -d
@@ -269,12 +368,12 @@ func (d *Doc) check(r *http.Request, req *recordedBody, rec *recorder) error {
 		Request: r, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{
 			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
-			ExcludeRequestBody: binary || !reqWhole,
+			ExcludeRequestBody: binary || !x.reqWhole,
 			MultiError:         true,
 		},
 	}
-	if !binary && reqWhole {
-		r.Body = io.NopCloser(bytes.NewReader(reqBody))
+	if !binary && x.reqWhole {
+		r.Body = io.NopCloser(bytes.NewReader(x.reqBody))
 	} else {
 		r.Body = http.NoBody
 	}
@@ -307,7 +406,7 @@ func (d *Doc) check(r *http.Request, req *recordedBody, rec *recorder) error {
 		Body:                   io.NopCloser(bytes.NewReader(body)),
 		Options: &openapi3filter.Options{
 			IncludeResponseStatus: true,
-			ExcludeResponseBody:   bodyOver || r.Method == http.MethodHead || isBinaryContent(header.Get("Content-Type")),
+			ExcludeResponseBody:   x.excludeRespBody,
 			MultiError:            true,
 		},
 	}
@@ -318,6 +417,81 @@ func (d *Doc) check(r *http.Request, req *recordedBody, rec *recorder) error {
 		return fmt.Errorf("media type %q is not documented for status %d", ct, status)
 	}
 	return nil
+}
+
+// checkLib checks x with libopenapi-validator.
+func (d *Doc) checkLib(x exchange) error {
+	r := x.r.Clone(context.Background())
+	whole := x.reqWhole && !x.binary
+	r.Body = http.NoBody
+	if whole {
+		r.Body = io.NopCloser(bytes.NewReader(x.reqBody))
+	}
+	switch ct := r.Header.Get("Content-Type"); {
+	case whole && len(x.reqBody) > 0 && !strings.HasPrefix(ct, "application/json") && json.Valid(x.reqBody):
+		// As for kin-openapi: the server reads a JSON body whatever its
+		// media type.
+		r.Header.Set("Content-Type", "application/json")
+	case ct == "" && (r.Method == http.MethodPut || r.Method == http.MethodPost || r.Method == http.MethodPatch):
+		// What a recipient may take a body without one for (RFC 9110
+		// 8.3), which the document's */* matches.
+		r.Header.Set("Content-Type", "application/octet-stream")
+	}
+	_, reqErrs := d.lib.ValidateHttpRequestSync(r)
+	var refused []*liberrors.ValidationError
+	for _, e := range reqErrs {
+		switch {
+		case e.ValidationSubType == helpers.ValidationAmbiguousPath:
+			// A path that a reading of its escapes routes elsewhere
+			// (a ref name "a%2F%2Fb") names no one operation: only a
+			// refusal may answer it.
+			if x.status < 400 || x.status >= 500 {
+				return fmt.Errorf("answered %d to a path the document routes two ways: %v", x.status, joinLib([]*liberrors.ValidationError{e}))
+			}
+			return nil
+		case e.ValidationType == helpers.PathValidation && e.ValidationSubType != helpers.ParameterValidationPath,
+			e.ValidationSubType == helpers.ValidationMissingOperation:
+			return unrouted(x, joinLib([]*liberrors.ValidationError{e}))
+		case e.ValidationType == helpers.RequestBodyValidation && !whole:
+			// A binary body, or only part of one read: as kin-openapi's
+			// check, this one excludes it.
+		default:
+			refused = append(refused, e)
+		}
+	}
+	if len(refused) > 0 && x.status < 400 {
+		return fmt.Errorf("the server accepted a request the document refuses: %v", joinLib(refused))
+	}
+	resp := &http.Response{StatusCode: x.status, Header: x.header, Body: io.NopCloser(bytes.NewReader(x.body)), Request: r}
+	_, respErrs := d.lib.ValidateHttpResponse(r, resp)
+	var mismatch []*liberrors.ValidationError
+	for _, e := range respErrs {
+		if x.excludeRespBody && e.ValidationType == helpers.ResponseBodyValidation && e.ValidationSubType != helpers.ResponseBodyResponseCode {
+			continue
+		}
+		mismatch = append(mismatch, e)
+	}
+	if len(mismatch) > 0 {
+		return fmt.Errorf("%v (body %q)", joinLib(mismatch), truncate(x.body))
+	}
+	return nil
+}
+
+// joinLib is libopenapi-validator's errors as one, each with its reason
+// and the schema's own words.
+func joinLib(errs []*liberrors.ValidationError) error {
+	var out []error
+	for _, e := range errs {
+		text := e.Message
+		if e.Reason != "" {
+			text += ": " + e.Reason
+		}
+		for _, s := range e.SchemaValidationErrors {
+			text += fmt.Sprintf("; %s: %s", s.FieldPath, s.Reason)
+		}
+		out = append(out, errors.New(text))
+	}
+	return errors.Join(out...)
 }
 
 // isBinary reports whether op's request body is binary (an upload),
