@@ -1,4 +1,4 @@
-package main_test
+package main
 
 import (
 	"bufio"
@@ -115,12 +115,16 @@ func jsonArgs(t *testing.T, in instruction) []string {
 }
 
 // TestDockerfile checks what can be checked of the image without docker:
-// its build stage compiles the command the suite built its binary with,
+// its build stage compiles the stead command (this test runs that build),
 // statically, and the final stage, from distroless or scratch, runs that
 // binary with the image's CMD, which this test runs: stead version, then
 // stead serve with the image's config file until SIGTERM.
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
+	binary, err := buildAsImage(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	stages, err := readDockerfile()
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +252,8 @@ func TestInterruptedExits130(t *testing.T) {
 	if _, ok, err := st.Locks.TryLock(context.Background(), "job", "holder", time.Hour); !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
-	cmd := exec.Command(binary, "--db", db, "lock", "job", "--", "true")
+	cmd := exec.Command(os.Args[0], "--db", db, "lock", "job", "--", "true")
+	cmd.Env = append(os.Environ(), asStead+"=1")
 	stderr := &testkit.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -305,7 +310,7 @@ func TestServiceUnit(t *testing.T) {
 	}
 	if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
 		unit := filepath.Join(t.TempDir(), "stead.service")
-		if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(text), "/usr/local/bin/stead", binary)), 0o644); err != nil {
+		if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(text), "/usr/local/bin/stead", os.Args[0])), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(analyze, "verify", unit).CombinedOutput()
@@ -323,7 +328,8 @@ func TestServiceUnit(t *testing.T) {
 			args[i] = filepath.Join(root, "deploy", "stead.yaml")
 		}
 	}
-	check := exec.Command(binary, append(args, "--help")...)
+	check := exec.Command(os.Args[0], append(args, "--help")...)
+	check.Env = append(os.Environ(), asStead+"=1")
 	if out, err := check.CombinedOutput(); err != nil {
 		t.Errorf("stead %s --help: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -1,4 +1,4 @@
-package main_test
+package main
 
 import (
 	"bufio"
@@ -28,22 +28,16 @@ import (
 	"github.com/steadkit/stead/internal/testing/pgtest"
 )
 
-// binary is the stead command built for these tests.
-var binary string
+// asStead, set in a process's environment, makes the test binary run as
+// the stead command (main) instead of running tests: startServe
+// re-executes the binary so, and no test builds one.
+const asStead = "STEAD_E2E_AS_STEAD"
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "stead-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	if os.Getenv(asStead) != "" {
+		main()
+		return
 	}
-	// Built as the image builds it (deploy/Dockerfile), so that the
-	// suite runs the binary the image ships.
-	if binary, err = buildAsImage(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
 	pgtest.Main(m)
 }
 
@@ -59,8 +53,8 @@ type process struct {
 func startServe(t *testing.T, db, token string, flags ...string) *process {
 	t.Helper()
 	args := append([]string{"--db", db, "--log-level", "error", "serve", "--addr", "127.0.0.1:0"}, flags...)
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "STEAD_TOKEN="+token)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asStead+"=1", "STEAD_TOKEN="+token)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -255,13 +249,15 @@ func TestServeProcess(t *testing.T) {
 	}
 }
 
-// TestConformanceProcess runs the engine suite against a real stead serve
-// process over the default engine, SQLite: it proves the binary's wiring.
-// engine/remote runs the same suite over HTTP against a server over each
-// engine, in process.
+// TestConformanceProcess runs the engine suite's Blob, Upload and
+// Lifecycle areas against a real stead serve process over the default
+// engine, SQLite: it proves the binary's wiring (flags, token, routes,
+// shutdown). engine/remote runs every area over HTTP against a server in
+// process.
 func TestConformanceProcess(t *testing.T) {
 	t.Parallel()
 	enginetest.Run(t, enginetest.Harness{
+		Areas:           []string{"Blob", "Lifecycle", "Upload"},
 		CancelMayCommit: true,
 		ChunkSize:       processChunk,
 		NoFuncSources:   "a Go-function source cannot cross HTTP, and a server over SQLite takes no SQL sources",

@@ -125,6 +125,14 @@ func Run(t *testing.T, h Harness) {
 	runTests(t, h, run)
 }
 
+// TierAreas are the areas a bytes tier changes, for an engine's run with
+// one: those that store values over the inline limit (in the chunked
+// runs, over a few bytes), so that they read, list, delete and collect
+// objects, and Lifecycle, which migrates (the tier's marker) and closes
+// (its bucket). The other areas' values are inline: GC's few bytes are
+// collected as objects in GCChunked.
+var TierAreas = []string{"Blob", "BlobChunked", "GCChunked", "Lifecycle", "Upload"}
+
 // areas are the suite's parts, one file each.
 var areas = []suiteTest{
 	{"Blob", testBlob},

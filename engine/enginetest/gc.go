@@ -12,6 +12,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -410,23 +411,42 @@ func gcSharedRow(t *testing.T, h Harness) {
 	wantErr(t, g2.Release(t.Context()), steaderr.ErrInvalidArgument, "second Release")
 }
 
+// gcGuard checks that a Pin guard renews its pin and that one whose pin
+// is removed under it is lost. The store's pins are on the bundle's clock:
+// the guard renews every TTL/3 in real time, but its deadlines are the
+// clock's, which moves only when the test moves it.
 func gcGuard(t *testing.T, h Harness) {
-	// Real time: a guard renews every TTL/3.
-	const ttl = 900 * time.Millisecond
+	const ttl = holdTTL
 	b := setupGC(t, h)
-	s := blob.NewStore(b.blobs, blob.Options{PinTTL: ttl})
+	s := blob.NewStore(b.blobs, blob.Options{PinTTL: ttl, Now: b.clock.Now})
 	key := mustPut(t, s, testValue("guard", 10))
 	guard, err := s.Pin(t.Context(), key)
 	if err != nil {
 		t.Fatalf("Pin: %v", err)
 	}
-	time.Sleep(2 * ttl)
+	pins := func() []gc.PinInfo {
+		t.Helper()
+		x, err := b.eng.GC().Explain(t.Context(), gc.ExplainParams{Key: key, Now: b.clock.Now()})
+		if err != nil {
+			t.Fatalf("Explain: %v", err)
+		}
+		return x.Pins
+	}
+	// Two TTLs pass, a third at a time: the guard renews each time.
+	for range 6 {
+		b.clock.Advance(ttl / 3)
+		want := b.clock.Now().Add(ttl)
+		testkit.Until(t, "the guard to renew its pin", func() bool {
+			p := pins()
+			return len(p) == 1 && p[0].Expiry.Equal(want)
+		})
+	}
 	select {
 	case <-guard.Lost():
 		t.Fatal("a renewing guard was lost")
 	default:
 	}
-	err = engineDelete(t.Context(), b.blobs, key, time.Time{})
+	err = engineDelete(t.Context(), b.blobs, key, b.clock.Now())
 	wantErr(t, err, steaderr.ErrProtected, "Delete while a guard renews")
 	if err := guard.Release(t.Context()); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -436,16 +456,16 @@ func gcGuard(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("Pin: %v", err)
 	}
-	x, err := b.eng.GC().Explain(t.Context(), gc.ExplainParams{Key: key, Now: time.Time{}})
-	if err != nil || len(x.Pins) != 1 {
-		t.Fatalf("Explain = %+v, %v; want one pin", x, err)
+	p := pins()
+	if len(p) != 1 {
+		t.Fatalf("Explain pins = %+v; want one pin", p)
 	}
-	if err := b.blobs.Unpin(t.Context(), blob.UnpinParams{Key: key, Owner: x.Pins[0].Owner}); err != nil {
+	if err := b.blobs.Unpin(t.Context(), blob.UnpinParams{Key: key, Owner: p[0].Owner}); err != nil {
 		t.Fatalf("Unpin: %v", err)
 	}
 	select {
 	case <-g2.Lost():
-	case <-time.After(10 * ttl):
+	case <-time.After(testkit.Timeout):
 		t.Fatal("a guard whose pin was removed was not lost")
 	}
 	wantErr(t, g2.Release(t.Context()), steaderr.ErrLost, "Release of a lost guard")

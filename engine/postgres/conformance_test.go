@@ -24,32 +24,41 @@ func direct(_ testing.TB, db *pgtest.DB) *pgtest.DB { return db }
 // none is required).
 func viaPgBouncer(t testing.TB, db *pgtest.DB) *pgtest.DB { return db.ViaPgBouncerIfAny(t) }
 
-// TestConformance runs the suite in pgx's default (prepared statement
-// cache) mode; in the PgBouncer-safe exec mode through a real PgBouncer in
-// transaction pooling mode (directly where PgBouncer is not installed);
-// with the bytes tier on a file:// bucket; and as a least-privilege role
-// that owns its schema and nothing else.
+// TestConformance runs the whole suite in pgx's default (prepared
+// statement cache) mode, and the areas each variation changes
+// (docs/design.md, "Where each promise is tested"): in the PgBouncer-safe
+// exec mode through a real PgBouncer in transaction pooling mode
+// (directly where PgBouncer is not installed); with the bytes tier on a
+// file:// bucket; and as a least-privilege role that owns its schema and
+// nothing else.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name   string
 		params string
 		via    func(testing.TB, *pgtest.DB) *pgtest.DB
+		areas  []string
 	}{
-		{"cached", "", direct},
-		{"pgbouncer", "&pgbouncer=true", viaPgBouncer},
+		{"cached", "", direct, nil},
+		// Every statement, in exec mode and pooled by transaction, and the
+		// mechanisms without session state (the sweep's lease row,
+		// instance rows, the LISTEN connection). BlobChunked repeats
+		// Blob's statements with smaller chunks, Metamorphic in a random
+		// order.
+		{"pgbouncer", "&pgbouncer=true", viaPgBouncer, []string{"Blob", "GC", "GCChunked", "Lifecycle", "Lock", "Overlap", "Record", "Ref", "Upload"}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			nsDB := pgtest.NewDatabase(t)
-			enginetest.Run(t, harness(nsDB, mode.params, mode.via))
+			h := harness(nsDB, mode.params, mode.via)
+			h.Areas = mode.areas
+			enginetest.Run(t, h)
 		})
 	}
 	t.Run("bytes", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
-			// The tier changes how values are stored, read and collected.
-			Areas: []string{"Blob", "BlobChunked", "GC", "GCChunked", "Faults", "Upload"},
+			Areas: enginetest.TierAreas,
 			New: func(t *testing.T) engine.Engine {
 				return open(t, pgtest.Stead(t, false), "&bytes="+url.QueryEscape("file://"+filepath.ToSlash(t.TempDir())))
 			},
@@ -59,6 +68,10 @@ func TestConformance(t *testing.T) {
 	t.Run("owner", func(t *testing.T) {
 		t.Parallel()
 		enginetest.Run(t, enginetest.Harness{
+			// What reaches past the schema's own tables: migrations,
+			// advisory locks and the sweep's session settings, liveness
+			// source tables, LISTEN and NOTIFY.
+			Areas:    []string{"GC", "Lifecycle", "Lock", "Record"},
 			New:      func(t *testing.T) engine.Engine { return open(t, pgtest.Stead(t, true), "") },
 			RefTable: refTable,
 		})

@@ -18,12 +18,13 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceBytesTier runs the suite with the bytes tier on a
-// file:// bucket: every value over the inline limit (in the chunked runs,
-// over a few bytes) is an object.
+// TestConformanceBytesTier runs the tier's areas of the suite with the
+// bytes tier on a file:// bucket: every value over the inline limit (in
+// the chunked runs, over a few bytes) is an object.
 func TestConformanceBytesTier(t *testing.T) {
 	t.Parallel()
 	enginetest.Run(t, enginetest.Harness{
+		Areas: enginetest.TierAreas,
 		New: func(t *testing.T) engine.Engine {
 			e := openConfig(t, sqlite.Config{Path: tempPath(t), Bytes: "file://" + filepath.ToSlash(t.TempDir())})
 			mustMigrate(t, e)

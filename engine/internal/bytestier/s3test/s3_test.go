@@ -62,10 +62,13 @@ func (s *server) bucketURL(t *testing.T) string {
 	return "s3://" + name + "?" + q.Encode()
 }
 
+// TestConformanceS3 runs the tier's areas of the suite over SQLite with
+// the bytes tier on S3.
 func TestConformanceS3(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
 	enginetest.Run(t, enginetest.Harness{
+		Areas: enginetest.TierAreas,
 		New: func(t *testing.T) engine.Engine {
 			e, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "s.db"), Bytes: s.bucketURL(t)})
 			if err != nil {
