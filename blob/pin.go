@@ -129,7 +129,7 @@ func (t *pinTable) forget(key Key, h *held) {
 // on key has more than half its TTL left: then the live pin keeps the blob
 // stored and nothing is written; a read confirms it (and answers for a
 // closed engine), and a blob found absent is put after all.
-func (t *pinTable) put(ctx context.Context, eng Engine, p PutParams) error {
+func (t *pinTable) put(ctx context.Context, eng Backend, p PutParams) error {
 	key := p.Key
 	h, sent, err := t.begin(ctx, key)
 	if err != nil {
@@ -166,7 +166,7 @@ func (t *pinTable) put(ctx context.Context, eng Engine, p PutParams) error {
 // reference the key as if it were protected.
 type Pin struct {
 	t    *pinTable
-	eng  Engine
+	eng  Backend
 	key  Key
 	lost chan struct{}
 	stop chan struct{}

@@ -29,7 +29,7 @@ type Reader struct {
 	// inline is the whole value when it is stored inline.
 	inline []byte
 	ctx    context.Context
-	eng    Engine
+	eng    Backend
 	set    ChunkSet
 	// object names the bucket object holding the value, read through the
 	// engine's ReadValue: one ranged read kept open for reads in order
@@ -60,7 +60,7 @@ var (
 	_ io.WriterTo       = (*Reader)(nil)
 )
 
-func newReader(ctx context.Context, eng Engine, key Key, st Stored, verify bool) *Reader {
+func newReader(ctx context.Context, eng Backend, key Key, st Stored, verify bool) *Reader {
 	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks, object: st.Object}
 	if verify && !st.Inline() {
 		r.verify, r.hash = true, sha256.New()

@@ -1,5 +1,5 @@
 // Package blob holds the portable blob layer: content-addressed keys,
-// validation, hashing and size policy over an Engine's mechanics.
+// validation, hashing and size policy over an Backend's mechanics.
 package blob
 
 import (
@@ -86,7 +86,7 @@ const DefaultPinTTL = 60 * time.Second
 // Store is the blob capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng       Engine
+	eng       Backend
 	maxSize   int64
 	verify    bool
 	pageSize  int
@@ -98,7 +98,7 @@ type Store struct {
 
 // NewStore returns a Store over eng. A non-positive option means its
 // default; a PinTTL is rounded down to whole microseconds.
-func NewStore(eng Engine, opts Options) *Store {
+func NewStore(eng Backend, opts Options) *Store {
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
 	}

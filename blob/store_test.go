@@ -103,7 +103,7 @@ func TestCloseEndsGuards(t *testing.T) {
 // untouchedEngine is a blob engine whose chunk reads and puts fail the
 // test: what it is given must be refused before the engine is called.
 type untouchedEngine struct {
-	blob.Engine
+	blob.Backend
 	t *testing.T
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// Streamer is the part of an Engine that keeps large values as objects
+// Streamer is the part of an Backend that keeps large values as objects
 // in a bucket, its bytes tier (docs/decisions/0027-bytes-tier.md). A Store
 // over an engine whose Tiered answers true streams every value over its
 // inline limit into one object under an upload (WriteValue), then

@@ -3,13 +3,14 @@
 // that uses them; Engine composes them with the parts every engine shares:
 // migrations, the cluster declaration and Close.
 //
-// Eleven types are named Engine:
+// A type named Engine is a whole engine; what an engine does for one
+// capability is that capability's Backend:
 //
 //   - engine.Engine: one storage engine, all capabilities;
-//   - blob.Engine, lock.Engine, record.Engine, ref.Engine, gc.Engine: what
-//     an engine does for one capability, declared by the portable package
-//     (blob, lock, record, ref, gc) whose Store or Collector calls it after
-//     validating every argument;
+//   - blob.Backend, lock.Backend, record.Backend, ref.Backend, gc.Backend:
+//     what an engine does for one capability, declared by the portable
+//     package (blob, lock, record, ref, gc) whose Store or Collector calls
+//     it after validating every argument;
 //   - memory.Engine, sqlite.Engine, postgres.Engine, remote.Engine: the
 //     implementations, in engine/memory, engine/sqlite, engine/postgres and
 //     engine/remote (HTTP to stead serve);
@@ -33,17 +34,17 @@ import (
 // Engine is one storage engine.
 type Engine interface {
 	// Blobs returns the engine's blob mechanics.
-	Blobs() blob.Engine
+	Blobs() blob.Backend
 	// GC returns the engine's garbage-collection mechanics, or nil for an
 	// engine whose data is collected elsewhere; the store's GC then
 	// reports errors.ErrUnsupported.
-	GC() gc.Engine
+	GC() gc.Backend
 	// Locks returns the engine's named-lock mechanics.
-	Locks() lock.Engine
+	Locks() lock.Backend
 	// Refs returns the engine's ref mechanics.
-	Refs() ref.Engine
+	Refs() ref.Backend
 	// Records returns the engine's record mechanics.
-	Records() record.Engine
+	Records() record.Backend
 	// Migrate brings the schema to the newest version this binary knows. It
 	// is a no-op when the schema is current, safe to run concurrently from
 	// many processes, and fails with an error wrapping steaderr.ErrSchema

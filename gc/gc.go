@@ -75,12 +75,12 @@ type Options struct {
 	ReapUploads func(ctx context.Context) (int, error)
 }
 
-// Collector runs garbage-collection sweeps over an Engine. It is safe for
+// Collector runs garbage-collection sweeps over an Backend. It is safe for
 // concurrent use; concurrent sweeps of one database take turns through the
-// sweep lease. Over a nil Engine (a store whose data is collected
+// sweep lease. Over a nil Backend (a store whose data is collected
 // elsewhere) every method fails with errors.ErrUnsupported.
 type Collector struct {
-	eng  Engine
+	eng  Backend
 	opts Options
 }
 
@@ -91,18 +91,18 @@ var ErrSourceMissing = errors.New("gc: liveness source not registered in this pr
 
 // ErrNoLiveness is wrapped by the error of a sweep refused because the
 // store never declared liveness at all (no ref, no blob reference, no
-// source, ever: Engine.Declared), so every blob in it is garbage once its
+// source, ever: Backend.Declared), so every blob in it is garbage once its
 // pin lapses. It wraps steaderr.ErrProtected.
 var ErrNoLiveness = fmt.Errorf("%w: the store never declared liveness", steaderr.ErrProtected)
 
-// errNoGC is what a Collector over a nil Engine answers.
+// errNoGC is what a Collector over a nil Backend answers.
 var errNoGC = fmt.Errorf("gc: %w: this store's engine is collected elsewhere", errors.ErrUnsupported)
 
 // New returns a Collector over eng (nil: see Collector). Non-positive
 // Grace, Batch, StageRange or StagePerSweep mean their defaults; a Grace
 // over MaxGrace, a Batch over blob.MaxDeleteBatch or a StageRange over
 // MaxStageRange is cut to it.
-func New(eng Engine, opts Options) *Collector {
+func New(eng Backend, opts Options) *Collector {
 	if eng == nil {
 		eng = unsupported{}
 	}
@@ -290,10 +290,10 @@ func (h *heldLease) keep(ctx context.Context) error {
 	return nil
 }
 
-// CheckKeys checks keys as the Engine seam expects them: none zero, sorted
+// CheckKeys checks keys as the Backend seam expects them: none zero, sorted
 // in strictly ascending order (so distinct), at most blob.MaxDeleteBatch.
 // Errors wrap ErrInvalidKey or ErrInvalidArgument. Adapters that hand a
-// client's keys to an Engine (the HTTP server) call it.
+// client's keys to an Backend (the HTTP server) call it.
 func CheckKeys(keys []blob.Key) error {
 	if len(keys) > blob.MaxDeleteBatch {
 		return fmt.Errorf("%w: %d keys, at most %d at a time", steaderr.ErrInvalidArgument, len(keys), blob.MaxDeleteBatch)
@@ -309,7 +309,7 @@ func CheckKeys(keys []blob.Key) error {
 	return nil
 }
 
-// CheckStage checks a Stage as the Engine seam may take it from a caller
+// CheckStage checks a Stage as the Backend seam may take it from a caller
 // that is not a Collector's own sweep (the HTTP server hands it a
 // client's): a sweep lease held, since only a sweeper stages; keys as
 // CheckKeys; and a deadline, unless zero (now), from now to now +
@@ -666,7 +666,7 @@ func (c *Collector) Window(ctx context.Context, yield func(Candidate) bool) erro
 	return nil
 }
 
-// unsupported is the Engine of a Collector over nil.
+// unsupported is the Backend of a Collector over nil.
 type unsupported struct{}
 
 func (unsupported) Reap(context.Context, NowParams) (Reaped, error) { return Reaped{}, errNoGC }

@@ -1,5 +1,5 @@
 // Package lock holds the portable named-lock layer: TTL leases with fencing
-// tokens over an Engine's mechanics, validation, and the waiting and
+// tokens over an Backend's mechanics, validation, and the waiting and
 // renewal policy of Lock and Hold.
 //
 // Names and owners are 1 to 255 bytes of valid UTF-8 holding no control
@@ -48,12 +48,12 @@ type Options struct {
 // Store is the lock capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng Engine
+	eng Backend
 	now func() time.Time
 }
 
 // NewStore returns a Store over eng.
-func NewStore(eng Engine, opts Options) *Store {
+func NewStore(eng Backend, opts Options) *Store {
 	return &Store{eng: eng, now: opts.Now}
 }
 
@@ -128,7 +128,7 @@ func check(ctx context.Context, name, owner string, ttl time.Duration) (time.Dur
 // CheckAcquire checks the arguments of an acquire or a renewal as every
 // Store call does, and returns ttl truncated to whole microseconds: name
 // and owner as in CheckRelease, ttl at least 1µs once truncated (an error
-// wrapping steaderr.ErrInvalidArgument). Adapters that call an Engine
+// wrapping steaderr.ErrInvalidArgument). Adapters that call an Backend
 // directly (the HTTP server) use it so they refuse what a Store refuses.
 func CheckAcquire(name, owner string, ttl time.Duration) (time.Duration, error) {
 	if err := CheckRelease(name, owner); err != nil {

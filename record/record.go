@@ -1,7 +1,7 @@
 // Package record holds lease-fenced, versioned records: checkpoints of
 // units of work (workflow instances, jobs) that one owner at a time holds
 // under a lease and that another node recovers after a crash. It defines
-// the value types, the mechanics an engine provides (Engine) and the
+// the value types, the mechanics an engine provides (Backend) and the
 // portable Store, which validates input and holds the policy.
 //
 // Two fences keep a lapsed owner (a "zombie") from overwriting the new one:

@@ -37,14 +37,14 @@ type Options struct {
 // under it, and it lapses after its ttl, when the record is claimable
 // again.
 type Store struct {
-	eng        Engine
+	eng        Backend
 	clock      func() time.Time
 	maxPayload int
 }
 
 // NewStore returns a Store over eng. A non-positive MaxPayload means the
 // default.
-func NewStore(eng Engine, opts Options) *Store {
+func NewStore(eng Backend, opts Options) *Store {
 	if opts.MaxPayload <= 0 {
 		opts.MaxPayload = DefaultMaxPayload
 	}

@@ -25,12 +25,12 @@ type Options struct {
 // Store is the ref capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng Engine
+	eng Backend
 	now func() time.Time
 }
 
 // NewStore returns a Store over eng.
-func NewStore(eng Engine, opts Options) *Store { return &Store{eng: eng, now: opts.Now} }
+func NewStore(eng Backend, opts Options) *Store { return &Store{eng: eng, now: opts.Now} }
 
 // SetOptions are the options of Set.
 type SetOptions struct {

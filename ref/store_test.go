@@ -12,10 +12,10 @@ import (
 // left, renewing it the way a lazy engine does; the store must leave the
 // decision to it.
 type touchEngine struct {
-	ref.Engine // only Touch is called
-	now        time.Time
-	left       time.Duration
-	calls      []ref.TouchParams
+	ref.Backend // only Touch is called
+	now         time.Time
+	left        time.Duration
+	calls       []ref.TouchParams
 }
 
 func (e *touchEngine) Touch(_ context.Context, p ref.TouchParams) (ref.Ref, error) {

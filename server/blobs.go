@@ -122,7 +122,7 @@ func parseContentDigest(header string) (blob.Key, error) {
 // putSpy tells a put whether its key was already stored, for the 200/201
 // distinction and the dedup metric.
 type putSpy struct {
-	blob.Engine
+	blob.Backend
 	m *metrics
 }
 
@@ -131,12 +131,12 @@ type putResultKey struct{}
 type putResult struct{ written, existed bool }
 
 func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
-	_, err := p.Engine.Stat(ctx, pp.Key)
+	_, err := p.Backend.Stat(ctx, pp.Key)
 	existed := err == nil
 	if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
 	}
-	if err := p.Engine.Put(ctx, pp); err != nil {
+	if err := p.Backend.Put(ctx, pp); err != nil {
 		return err
 	}
 	if res, ok := ctx.Value(putResultKey{}).(*putResult); ok {

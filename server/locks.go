@@ -82,7 +82,7 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 	if err == nil && !res.Granted && req.Wait > 0 {
 		s.wait(w, time.Duration(req.Wait))
 		ctx, cancel := s.waitContext(r, time.Duration(req.Wait))
-		spy := &grantSpy{Engine: s.eng.Locks()}
+		spy := &grantSpy{Backend: s.eng.Locks()}
 		lk, werr := lock.NewStore(spy, lock.Options{}).Lock(ctx, name, req.Owner, ttl)
 		waitOver := ctx.Err() != nil && r.Context().Err() == nil
 		cancel()
@@ -113,16 +113,16 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 	s.deliverGrant(w, r, g)
 }
 
-// grantSpy is a lock.Engine that remembers whether the last grant its
+// grantSpy is a lock.Backend that remembers whether the last grant its
 // Acquire returned was new: what a Store's Lock, which returns only the
 // grant, leaves out. Lock calls Acquire from one goroutine.
 type grantSpy struct {
-	lock.Engine
+	lock.Backend
 	new bool
 }
 
 func (g *grantSpy) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
-	res, err := g.Engine.Acquire(ctx, p)
+	res, err := g.Backend.Acquire(ctx, p)
 	if err == nil && res.Granted {
 		g.new = res.New
 	}

@@ -30,7 +30,7 @@ func TestLockGrantToClientGone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
+			eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Backend: mem.Engine().Locks(), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1)}}
 			st, err := stead.New(t.Context(), eng)
 			if err != nil {
 				t.Fatal(err)
@@ -101,7 +101,7 @@ func TestLockGrantBehindMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(), refused: make(chan struct{}, 1)}}
+	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Backend: mem.Engine().Locks(), refused: make(chan struct{}, 1)}}
 	st, err := stead.New(t.Context(), eng)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestLockGrantBehindMiddleware(t *testing.T) {
 // waiting attempts, with waitOnly) until the request's context ends,
 // signalling it on granted: the grant happened just as the client left.
 type gatedLocks struct {
-	lock.Engine
+	lock.Backend
 	gate             chan struct{}
 	granted, refused chan struct{}
 	waitOnly         bool
@@ -158,12 +158,12 @@ type gatedLocks struct {
 
 func (l *gatedLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
 	if p.Owner != "bob" {
-		return l.Engine.Acquire(ctx, p)
+		return l.Backend.Acquire(ctx, p)
 	}
 	if p.Wait && l.gate != nil {
 		<-l.gate
 	}
-	res, err := l.Engine.Acquire(context.WithoutCancel(ctx), p)
+	res, err := l.Backend.Acquire(context.WithoutCancel(ctx), p)
 	switch {
 	case err == nil && res.Granted && l.granted != nil && (p.Wait || !l.waitOnly):
 		l.granted <- struct{}{}
@@ -182,7 +182,7 @@ type gatedEngine struct {
 	locks *gatedLocks
 }
 
-func (e *gatedEngine) Locks() lock.Engine { return e.locks }
+func (e *gatedEngine) Locks() lock.Backend { return e.locks }
 
 // TestLockWaitGrantAlreadyHeld: a waiting request whose wait ends with a
 // grant its owner already held (another of its requests made it) and
@@ -193,7 +193,7 @@ func TestLockWaitGrantAlreadyHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Engine: mem.Engine().Locks(),
+	eng := &gatedEngine{Engine: mem.Engine(), locks: &gatedLocks{Backend: mem.Engine().Locks(),
 		gate: make(chan struct{}), granted: make(chan struct{}, 1), refused: make(chan struct{}, 1), waitOnly: true}}
 	st, err := stead.New(t.Context(), eng)
 	if err != nil {

@@ -142,7 +142,7 @@ type Server struct {
 	st      *stead.Store
 	eng     engine.Engine
 	blobs   *blob.Store
-	blobEng blob.Engine // under blobs, for stores on a client's clock
+	blobEng blob.Backend // under blobs, for stores on a client's clock
 	records *record.Store
 	refs    *ref.Store
 	gc      *gc.Collector
@@ -229,7 +229,7 @@ func New(st *stead.Store, opts Options) *Server {
 		registerPool(opts.Registerer, pool)
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
-	s.blobEng = &putSpy{Engine: eng.Blobs(), m: s.metrics}
+	s.blobEng = &putSpy{Backend: eng.Blobs(), m: s.metrics}
 	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads, Owner: st.InstanceID()})
 	s.access = opts.Access
 	if s.access == nil {

@@ -78,7 +78,7 @@ func blobRoundTrip(t *testing.T, h Harness) {
 
 // engineValue reads key's whole value through the engine seam: inline, or
 // chunk by chunk.
-func engineValue(t *testing.T, eng blob.Engine, key blob.Key) []byte {
+func engineValue(t *testing.T, eng blob.Backend, key blob.Key) []byte {
 	t.Helper()
 	st, err := eng.Get(t.Context(), key)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // chunkCounter is a blob engine that counts chunk fetches. It stores
 // large values in chunks even over an engine with a bytes tier.
 type chunkCounter struct {
-	blob.Engine
+	blob.Backend
 	reads atomic.Int64
 }
 
@@ -27,7 +27,7 @@ func (c *chunkCounter) Tiered() bool { return false }
 
 func (c *chunkCounter) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
 	c.reads.Add(1)
-	return c.Engine.ReadChunk(ctx, set, off)
+	return c.Backend.ReadChunk(ctx, set, off)
 }
 
 // chunkedStore returns a store over a fresh engine whose values over 16
@@ -36,7 +36,7 @@ func (c *chunkCounter) ReadChunk(ctx context.Context, set blob.ChunkSet, off int
 func chunkedStore(t *testing.T, h Harness, chunk int, opts blob.Options) (*bundle, *blob.Store, *chunkCounter) {
 	t.Helper()
 	b := setup(t, h)
-	counter := &chunkCounter{Engine: b.blobs}
+	counter := &chunkCounter{Backend: b.blobs}
 	opts.InlineLimit, opts.ChunkSize, opts.Now = tinyInline, chunk, b.clock.Now
 	return b, blob.NewStore(counter, opts), counter
 }
@@ -330,7 +330,7 @@ func uploadEndRace(t *testing.T, h Harness) {
 
 // stageChunks begins an upload and writes value to it in chunks of chunk
 // bytes, returning its chunk set.
-func stageChunks(t *testing.T, eng blob.Engine, value []byte, chunk int) blob.ChunkSet {
+func stageChunks(t *testing.T, eng blob.Backend, value []byte, chunk int) blob.ChunkSet {
 	t.Helper()
 	set, err := eng.BeginUpload(t.Context(), blob.BeginUploadParams{Lease: time.Minute})
 	if err != nil {
@@ -370,7 +370,7 @@ func uploadPublishedSet(t *testing.T, h Harness) {
 
 // wantChunk checks that ReadChunk(set, off) answers the chunk of value
 // starting at start, chunk bytes long (shorter at the value's end).
-func wantChunk(t *testing.T, eng blob.Engine, set blob.ChunkSet, off int64, value []byte, start int64, chunk int) {
+func wantChunk(t *testing.T, eng blob.Backend, set blob.ChunkSet, off int64, value []byte, start int64, chunk int) {
 	t.Helper()
 	got, data, err := eng.ReadChunk(t.Context(), set, off)
 	end := min(start+int64(chunk), int64(len(value)))
@@ -617,13 +617,13 @@ func uploadReap(t *testing.T, h Harness) {
 
 // swapEngine runs swap once, after the first ReadChunk returns.
 type swapEngine struct {
-	blob.Engine
+	blob.Backend
 	once sync.Once
 	swap func()
 }
 
 func (s *swapEngine) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
-	start, data, err := s.Engine.ReadChunk(ctx, set, off)
+	start, data, err := s.Backend.ReadChunk(ctx, set, off)
 	s.once.Do(s.swap)
 	return start, data, err
 }
@@ -639,7 +639,7 @@ func uploadPublishSwap(t *testing.T, h Harness) {
 	evil := testValue("the evil value", 1000)
 	key := blob.KeyOf(good)
 	set := stageChunks(t, eng, good, 1000)
-	swap := &swapEngine{Engine: eng, swap: func() {
+	swap := &swapEngine{Backend: eng, swap: func() {
 		if err := eng.AbortUpload(ctx, set); err != nil {
 			t.Errorf("AbortUpload: %v", err)
 		}

@@ -170,7 +170,7 @@ func runTests(t *testing.T, h Harness, tests []suiteTest) {
 // portable stores over it (locks on the engine's clock).
 type bundle struct {
 	eng   engine.Engine
-	blobs blob.Engine
+	blobs blob.Backend
 	store *blob.Store
 	locks *lock.Store
 	// refs is the ref store, on the blob store's clock.
@@ -354,7 +354,7 @@ func wantErr(t *testing.T, err, target error, what string) {
 
 // engineDelete deletes key through eng's Delete, as blob.Store.Delete
 // does: nil once deleted, else the verdict's error or the call's.
-func engineDelete(ctx context.Context, eng blob.Engine, key blob.Key, now time.Time) error {
+func engineDelete(ctx context.Context, eng blob.Backend, key blob.Key, now time.Time) error {
 	vs, err := eng.Delete(ctx, blob.DeleteParams{Keys: []blob.Key{key}, Now: now})
 	if err != nil {
 		return err

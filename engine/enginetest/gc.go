@@ -19,7 +19,7 @@ import (
 
 // testGC covers garbage collection: the window, pins, arbitration with
 // pins and liveness sources, the sweep lease and whole sweeps, through
-// the gc.Engine and blob.Engine seams and the portable stores.
+// the gc.Backend and blob.Backend seams and the portable stores.
 func testGC(t *testing.T, h Harness) {
 	runTests(t, h, []suiteTest{
 		{"StageIdempotent", gcStageIdempotent},
@@ -87,7 +87,7 @@ func (b *gcBundle) sweep(t *testing.T) gc.Report {
 	return rep
 }
 
-func window(t *testing.T, g gc.Engine) map[blob.Key]time.Time {
+func window(t *testing.T, g gc.Backend) map[blob.Key]time.Time {
 	t.Helper()
 	out := map[blob.Key]time.Time{}
 	if err := g.Window(t.Context(), func(c gc.Candidate) bool { out[c.Key] = c.VisibleAfter; return true }); err != nil {
@@ -98,7 +98,7 @@ func window(t *testing.T, g gc.Engine) map[blob.Key]time.Time {
 
 // sweepLease takes g's sweep lease for the mechanics a test drives itself,
 // released when the test ends: an engine may refuse them without it.
-func sweepLease(t *testing.T, g gc.Engine) gc.Lease {
+func sweepLease(t *testing.T, g gc.Backend) gc.Lease {
 	t.Helper()
 	lease, ok, err := g.AcquireSweep(t.Context(), "enginetest mechanics")
 	if err != nil || !ok {
@@ -110,7 +110,7 @@ func sweepLease(t *testing.T, g gc.Engine) gc.Lease {
 
 // stage stages keys at the seam, visible after at, under a sweep lease of
 // its own, released before it returns.
-func stage(t *testing.T, g gc.Engine, at time.Time, keys ...blob.Key) {
+func stage(t *testing.T, g gc.Backend, at time.Time, keys ...blob.Key) {
 	t.Helper()
 	lease, ok, err := g.AcquireSweep(t.Context(), "enginetest stage")
 	if err != nil || !ok {
@@ -122,7 +122,7 @@ func stage(t *testing.T, g gc.Engine, at time.Time, keys ...blob.Key) {
 	}
 }
 
-func take(t *testing.T, g gc.Engine, lease gc.Lease, now time.Time) []blob.Key {
+func take(t *testing.T, g gc.Backend, lease gc.Lease, now time.Time) []blob.Key {
 	t.Helper()
 	keys, err := g.Take(t.Context(), gc.TakeParams{Now: now, Limit: 1000, Lease: lease})
 	if err != nil {
@@ -343,18 +343,18 @@ func gcPinAbsent(t *testing.T, h Harness) {
 
 // countingBlobs counts the puts that reach the engine.
 type countingBlobs struct {
-	blob.Engine
+	blob.Backend
 	puts atomic.Int64
 }
 
 func (c *countingBlobs) Put(ctx context.Context, p blob.PutParams) error {
 	c.puts.Add(1)
-	return c.Engine.Put(ctx, p)
+	return c.Backend.Put(ctx, p)
 }
 
 func gcHotKeySkip(t *testing.T, h Harness) {
 	b := setupGC(t, h)
-	spy := &countingBlobs{Engine: b.blobs}
+	spy := &countingBlobs{Backend: b.blobs}
 	s := blob.NewStore(spy, blob.Options{Now: b.clock.Now, PinTTL: time.Minute})
 	value := testValue("hot", 10)
 	for range 5 {

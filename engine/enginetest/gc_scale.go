@@ -112,13 +112,13 @@ func gcArbitrateBatch(t *testing.T, h Harness) {
 
 // spyDeletes counts the Delete calls that reach the engine and their keys.
 type spyDeletes struct {
-	blob.Engine
+	blob.Backend
 	calls []int
 }
 
 func (s *spyDeletes) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
 	s.calls = append(s.calls, len(p.Keys))
-	return s.Engine.Delete(ctx, p)
+	return s.Backend.Delete(ctx, p)
 }
 
 func gcDeleteMany(t *testing.T, h Harness) {
@@ -159,7 +159,7 @@ func gcDeleteMany(t *testing.T, h Harness) {
 	}
 
 	// More keys than a batch: one engine call, one transaction, per batch.
-	spy := &spyDeletes{Engine: b.blobs}
+	spy := &spyDeletes{Backend: b.blobs}
 	s := blob.NewStore(spy, blob.Options{Now: b.clock.Now})
 	many := make([]blob.Key, 1001)
 	for i := range many {
@@ -320,8 +320,8 @@ func gcTakeOverdueFirst(t *testing.T, h Harness) {
 	}
 }
 
-// failArbitrate is a gc.Engine whose arbitrations fail.
-type failArbitrate struct{ gc.Engine }
+// failArbitrate is a gc.Backend whose arbitrations fail.
+type failArbitrate struct{ gc.Backend }
 
 var errArbitrate = errors.New("enginetest: arbitration failed on purpose")
 

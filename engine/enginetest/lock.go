@@ -64,21 +64,21 @@ const (
 // microsecond, as the lock and blob seams require of Now.
 var wholeMicroStart = time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)
 
-// spyLocks wraps a lock.Engine, counting acquire attempts and running
+// spyLocks wraps a lock.Backend, counting acquire attempts and running
 // afterRenew (if set before use) after each successful renewal.
 type spyLocks struct {
-	lock.Engine
+	lock.Backend
 	acquires   atomic.Int64
 	afterRenew func()
 }
 
 func (s *spyLocks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
 	s.acquires.Add(1)
-	return s.Engine.Acquire(ctx, p)
+	return s.Backend.Acquire(ctx, p)
 }
 
 func (s *spyLocks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool, error) {
-	expiry, ok, err := s.Engine.Renew(ctx, p)
+	expiry, ok, err := s.Backend.Renew(ctx, p)
 	if ok && s.afterRenew != nil {
 		s.afterRenew()
 	}
@@ -100,7 +100,7 @@ func setupLocks(t *testing.T, h Harness) *lockBundle {
 }
 
 func lockBundleOf(eng engine.Engine) *lockBundle {
-	b := &lockBundle{eng: eng, spy: &spyLocks{Engine: eng.Locks()}, clock: clock.NewFake(wholeMicroStart)}
+	b := &lockBundle{eng: eng, spy: &spyLocks{Backend: eng.Locks()}, clock: clock.NewFake(wholeMicroStart)}
 	b.store = lock.NewStore(b.spy, lock.Options{Now: b.clock.Now})
 	return b
 }
@@ -423,7 +423,7 @@ func lockClosed(t *testing.T, h Harness) {
 // ErrClosed at once rather than at the expiry.
 func lockCloseWakesWaiters(t *testing.T, h Harness) {
 	eng := newEngine(t, h)
-	spy := &spyLocks{Engine: eng.Locks()}
+	spy := &spyLocks{Backend: eng.Locks()}
 	s := lock.NewStore(spy, lock.Options{})
 	if _, ok, err := s.TryLock(t.Context(), "job", "alice", time.Hour); !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)

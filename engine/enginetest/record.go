@@ -58,7 +58,7 @@ func testRecord(t *testing.T, h Harness) {
 // seam and a store over it on a test clock.
 type recBundle struct {
 	eng   engine.Engine
-	recs  record.Engine
+	recs  record.Backend
 	store *record.Store
 	clock *clock.Fake
 }
@@ -934,12 +934,12 @@ func recordDatabaseClock(t *testing.T, h Harness) {
 
 // probeSignal wraps a record engine to tell when a Probe has returned.
 type probeSignal struct {
-	record.Engine
+	record.Backend
 	probed chan struct{}
 }
 
 func (p probeSignal) Probe(ctx context.Context, params record.ProbeParams) (record.Probe, error) {
-	r, err := p.Engine.Probe(ctx, params)
+	r, err := p.Backend.Probe(ctx, params)
 	select {
 	case p.probed <- struct{}{}:
 	default:
@@ -954,7 +954,7 @@ func recordWait(t *testing.T, h Harness) {
 	b := recSetup(t, h)
 	g := b.group(t, "g")
 	ctx := t.Context()
-	sig := probeSignal{Engine: b.recs, probed: make(chan struct{}, 1)}
+	sig := probeSignal{Backend: b.recs, probed: make(chan struct{}, 1)}
 	waiter := record.NewStore(sig, record.Options{Now: b.clock.Now})
 	// wait starts a waiter and returns once it has probed once.
 	wait := func(ctx context.Context) <-chan error {

@@ -44,7 +44,7 @@ func recordMetamorphic(t *testing.T, h Harness) {
 // recTarget is one side of the comparison.
 type recTarget struct {
 	store *record.Store
-	eng   record.Engine
+	eng   record.Backend
 }
 
 // recOp is one random operation: apply runs it on a target.

@@ -46,7 +46,7 @@ type blobs struct {
 	// sources are the Go-function liveness sources.
 	sources gc.FuncSources
 	// declared is set once a ref, an edge or a source declared liveness
-	// (gc.Engine.Declared), and stays set.
+	// (gc.Backend.Declared), and stays set.
 	declared atomic.Bool
 	// lease is the sweep lease.
 	lease gc.ProcessLease

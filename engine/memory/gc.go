@@ -12,10 +12,10 @@ import (
 	"github.com/steadkit/stead/internal/clock"
 )
 
-// gcMech is the engine's gc.Engine, over the blobs' state and mutex.
+// gcMech is the engine's gc.Backend, over the blobs' state and mutex.
 type gcMech struct{ b *blobs }
 
-var _ gc.Engine = gcMech{}
+var _ gc.Backend = gcMech{}
 
 // arbitrate decides keys in one critical section, so no put or pin
 // interleaves: pins first, then every source, then the deletes.

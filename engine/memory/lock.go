@@ -102,4 +102,4 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 	return ch, true, stop, nil
 }
 
-var _ lock.Engine = (*locks)(nil)
+var _ lock.Backend = (*locks)(nil)

@@ -32,14 +32,14 @@ func (r *memRef) ref(name string) ref.Ref {
 	return ref.Ref{Name: name, Key: r.key, Version: r.version, Annotation: bytes.Clone(r.annotation), Expiry: r.expiry, Weak: r.weak}
 }
 
-// refMech is the engine's ref.Engine, over the blobs' state and mutex: a
+// refMech is the engine's ref.Backend, over the blobs' state and mutex: a
 // ref is set under the same lock an arbitration takes.
 type refMech struct{ b *blobs }
 
-var _ ref.Engine = refMech{}
+var _ ref.Backend = refMech{}
 
 // Refs implements engine.Engine.
-func (e *Engine) Refs() ref.Engine { return refMech{&e.blobs} }
+func (e *Engine) Refs() ref.Backend { return refMech{&e.blobs} }
 
 // liveRef returns the live ref name at now, or nil. Called with mu held.
 func (b *blobs) liveRef(name string, now time.Time) *memRef {

@@ -105,7 +105,7 @@ func TestChunkRaces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	engs := []blob.Engine{open(t, db, "&pool_max_conns=1").Blobs(), open(t, db, "").Blobs()}
+	engs := []blob.Backend{open(t, db, "&pool_max_conns=1").Blobs(), open(t, db, "").Blobs()}
 	opts := blob.Options{InlineLimit: 16, ChunkSize: 64}
 	stores := []*blob.Store{blob.NewStore(engs[0], opts), blob.NewStore(engs[1], opts)}
 	var wg sync.WaitGroup

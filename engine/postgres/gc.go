@@ -231,7 +231,7 @@ func (g *gcMech) close() {
 	}
 }
 
-// Delete implements blob.Engine: an arbitration that waits for the rows.
+// Delete implements blob.Backend: an arbitration that waits for the rows.
 func (b *blobs) Delete(ctx context.Context, p blob.DeleteParams) ([]blob.Verdict, error) {
 	return b.e.gc.arbitrate(ctx, p.Keys, p.Now, nil, false, false)
 }
@@ -491,7 +491,7 @@ func (g *gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
 	return r, nil
 }
 
-// Declared implements gc.Engine.
+// Declared implements gc.Backend.
 func (g *gcMech) Declared(ctx context.Context) (bool, error) {
 	if err := g.e.check(ctx); err != nil {
 		return false, err

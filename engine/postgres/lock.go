@@ -66,7 +66,7 @@ WHERE name = @name AND owner = @owner AND token = @token
 RETURNING CASE WHEN wanted_until > now() THEN pg_notify(@channel, name) END`)
 )
 
-// locks is the engine's lock.Engine. Each call is one statement, one round
+// locks is the engine's lock.Backend. Each call is one statement, one round
 // trip. Times come from the database (now()) unless the caller passes Now.
 type locks struct {
 	e *Engine
@@ -141,4 +141,4 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 	return l.e.listen.watch(l.channel, name)
 }
 
-var _ lock.Engine = (*locks)(nil)
+var _ lock.Backend = (*locks)(nil)

@@ -24,14 +24,14 @@ const longTTL = time.Hour
 
 func lockStore(e *postgres.Engine) *lock.Store { return lock.NewStore(e.Locks(), lock.Options{}) }
 
-// refusals wraps a lock.Engine, counting refused attempts of waiters.
+// refusals wraps a lock.Backend, counting refused attempts of waiters.
 type refusals struct {
-	lock.Engine
+	lock.Backend
 	n atomic.Int64
 }
 
 func (r *refusals) Acquire(ctx context.Context, p lock.AcquireParams) (lock.AcquireResult, error) {
-	res, err := r.Engine.Acquire(ctx, p)
+	res, err := r.Backend.Acquire(ctx, p)
 	if err == nil && !res.Granted && p.Wait {
 		r.n.Add(1)
 	}
@@ -74,7 +74,7 @@ func listenerPID(t *testing.T, db *pgtest.DB, e *postgres.Engine, except int32) 
 // before the lease ends.
 func waiter(t *testing.T, e *postgres.Engine, name, owner string) <-chan *lock.Lock {
 	t.Helper()
-	spy := &refusals{Engine: e.Locks()}
+	spy := &refusals{Backend: e.Locks()}
 	ctx, cancel := context.WithTimeout(t.Context(), testkit.Timeout)
 	done := make(chan *lock.Lock, 1)
 	go func() {

@@ -396,16 +396,16 @@ func (e *Engine) PoolStats() engine.PoolStats {
 func (e *Engine) Schema() string { return e.schema }
 
 // Blobs implements engine.Engine.
-func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+func (e *Engine) Blobs() blob.Backend { return &e.blobs }
 
 // GC implements engine.Engine.
-func (e *Engine) GC() gc.Engine { return &e.gc }
+func (e *Engine) GC() gc.Backend { return &e.gc }
 
 // Locks implements engine.Engine.
-func (e *Engine) Locks() lock.Engine { return &e.locks }
+func (e *Engine) Locks() lock.Backend { return &e.locks }
 
 // Records implements engine.Engine.
-func (e *Engine) Records() record.Engine { return &e.records }
+func (e *Engine) Records() record.Backend { return &e.records }
 
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return true, "shared PostgreSQL; CAS + lease fencing" }

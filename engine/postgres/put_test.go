@@ -22,7 +22,7 @@ import (
 func TestOverlappingPuts(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	engines := []blob.Engine{open(t, db, "&pool_max_conns=4").Blobs(), open(t, db, "&pool_max_conns=4").Blobs()}
+	engines := []blob.Backend{open(t, db, "&pool_max_conns=4").Blobs(), open(t, db, "&pool_max_conns=4").Blobs()}
 	// Each round has its own small key set, new to the store, so that
 	// batches meet each other's uncommitted inserts.
 	const nkeys, workers, rounds = 8, 32, 60

@@ -19,7 +19,7 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// records is the engine's record.Engine. Every operation is one statement
+// records is the engine's record.Backend. Every operation is one statement
 // (but a save into a tenant not yet cached, which resolves the tenant in
 // its transaction, and a checkpoint that sqlRecordUpdateUnclaimable did
 // not write): a write is conditional (a compare-and-swap), and when it

@@ -119,7 +119,7 @@ func (r *refs) init(e *Engine) {
 }
 
 // Refs implements engine.Engine.
-func (e *Engine) Refs() ref.Engine { return &e.refs }
+func (e *Engine) Refs() ref.Backend { return &e.refs }
 
 // refRow scans a ref's columns.
 type refRow struct {

@@ -19,7 +19,7 @@ import (
 type gcEngine struct{ e *Engine }
 
 // GC returns the engine's garbage-collection mechanics.
-func (e *Engine) GC() gc.Engine { return &e.gc }
+func (e *Engine) GC() gc.Backend { return &e.gc }
 
 func (g *gcEngine) step(ctx context.Context, path string, in wire.GCStep, out any) error {
 	_, err := g.e.do(ctx, http.MethodPost, path, nil, in, out)

@@ -17,7 +17,7 @@ import (
 type refs struct{ e *Engine }
 
 // Refs returns the engine's ref mechanics.
-func (e *Engine) Refs() ref.Engine { return refs{e} }
+func (e *Engine) Refs() ref.Backend { return refs{e} }
 
 // refPath is the path of a ref, as docs/openapi.yaml lists it: its
 // name's segments escaped one by one and joined by literal slashes, the

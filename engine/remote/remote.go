@@ -155,13 +155,13 @@ func loopback(host string) bool {
 }
 
 // Blobs returns the engine's blob mechanics.
-func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+func (e *Engine) Blobs() blob.Backend { return &e.blobs }
 
 // Locks returns the engine's lock mechanics.
-func (e *Engine) Locks() lock.Engine { return &e.locks }
+func (e *Engine) Locks() lock.Backend { return &e.locks }
 
 // Records returns the engine's record mechanics.
-func (e *Engine) Records() record.Engine { return &e.records }
+func (e *Engine) Records() record.Backend { return &e.records }
 
 // Migrate asks the server to migrate its database.
 func (e *Engine) Migrate(ctx context.Context) error {

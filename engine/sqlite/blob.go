@@ -15,7 +15,7 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// blobs is the engine's blob.Engine. Writes go through the single writer
+// blobs is the engine's blob.Backend. Writes go through the single writer
 // connection (puts through a group committer, which batches concurrent ones),
 // reads through the reader pool; each read is one statement. On a database
 // never migrated, writes fail with steaderr.ErrSchema (interpretError) and

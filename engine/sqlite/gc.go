@@ -71,10 +71,10 @@ RETURNING key`
 	sqlFuncSourceMarks  = `SELECT name FROM gc_func_sources ORDER BY name`
 )
 
-// gcMech is the engine's gc.Engine.
+// gcMech is the engine's gc.Backend.
 type gcMech struct{ b *blobs }
 
-var _ gc.Engine = gcMech{}
+var _ gc.Backend = gcMech{}
 
 // keyArray is keys as the JSON array the statements read with json_each.
 func keyArray(keys []blob.Key) string {

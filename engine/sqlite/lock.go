@@ -10,7 +10,7 @@ import (
 	"github.com/steadkit/stead/lock"
 )
 
-// locks is the engine's lock.Engine. Every grant, renewal and release is
+// locks is the engine's lock.Backend. Every grant, renewal and release is
 // one autocommit statement on the writer connection; times are Unix
 // microseconds on the system clock unless the caller passes Now. Other
 // processes' releases cannot be seen, so WatchReleases leaves waiters to
@@ -117,4 +117,4 @@ func (l *locks) WatchReleases(ctx context.Context, _ string) (<-chan struct{}, b
 	return nil, false, func() {}, l.e.check(ctx)
 }
 
-var _ lock.Engine = (*locks)(nil)
+var _ lock.Backend = (*locks)(nil)

@@ -17,7 +17,7 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// records is the engine's record.Engine. Each write is one conditional
+// records is the engine's record.Backend. Each write is one conditional
 // statement on the writer, in a write transaction: concurrent saves share
 // one (group commit), and claims roll back unless read back whole. When a
 // write matches no row, the stored record is read back to say why

@@ -36,10 +36,10 @@ ORDER BY name LIMIT @lim`
 
 type refMech struct{ e *Engine }
 
-var _ ref.Engine = refMech{}
+var _ ref.Backend = refMech{}
 
 // Refs implements engine.Engine.
-func (e *Engine) Refs() ref.Engine { return refMech{e} }
+func (e *Engine) Refs() ref.Backend { return refMech{e} }
 
 // scanRef reads one ref's columns.
 func scanRef(scan func(...any) error) (ref.Ref, error) {

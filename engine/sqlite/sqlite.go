@@ -138,16 +138,16 @@ func dsn(path string, q url.Values) string {
 }
 
 // Blobs implements engine.Engine.
-func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+func (e *Engine) Blobs() blob.Backend { return &e.blobs }
 
 // GC implements engine.Engine.
-func (e *Engine) GC() gc.Engine { return gcMech{&e.blobs} }
+func (e *Engine) GC() gc.Backend { return gcMech{&e.blobs} }
 
 // Locks implements engine.Engine.
-func (e *Engine) Locks() lock.Engine { return &e.locks }
+func (e *Engine) Locks() lock.Backend { return &e.locks }
 
 // Records implements engine.Engine.
-func (e *Engine) Records() record.Engine { return &e.records }
+func (e *Engine) Records() record.Backend { return &e.records }
 
 // Cluster implements engine.Engine.
 func (e *Engine) Cluster() (bool, string) { return false, "single-node file" }

@@ -81,7 +81,7 @@ type Options struct {
 // server that began it.
 type Registry struct {
 	st      *stead.Store
-	blobEng blob.Engine
+	blobEng blob.Backend
 	opts    Options
 	log     *slog.Logger
 	uploads *uploadTable

@@ -1,4 +1,4 @@
-// Package check holds the rules of record.Engine's conditional writes, for
+// Package check holds the rules of record.Backend's conditional writes, for
 // engine authors, outside this module too
 // (docs/decisions/0024-engine-api-for-third-parties.md): an engine decides
 // a write with them, or explains with them why a conditional statement

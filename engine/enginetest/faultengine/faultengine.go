@@ -232,22 +232,22 @@ func New(inner engine.Engine, inj Injector) *Engine {
 }
 
 // Blobs implements engine.Engine.
-func (e *Engine) Blobs() blob.Engine { return &e.blobs }
+func (e *Engine) Blobs() blob.Backend { return &e.blobs }
 
 // Locks implements engine.Engine.
-func (e *Engine) Locks() lock.Engine { return &e.locks }
+func (e *Engine) Locks() lock.Backend { return &e.locks }
 
 // Records implements engine.Engine.
-func (e *Engine) Records() record.Engine { return &e.records }
+func (e *Engine) Records() record.Backend { return &e.records }
 
 // GC implements engine.Engine.
-func (e *Engine) GC() gc.Engine { return &e.gc }
+func (e *Engine) GC() gc.Backend { return &e.gc }
 
 // Refs implements engine.Engine.
-func (e *Engine) Refs() ref.Engine { return &e.refs }
+func (e *Engine) Refs() ref.Backend { return &e.refs }
 
 type refs struct {
-	inner ref.Engine
+	inner ref.Backend
 	inj   Injector
 }
 
@@ -309,7 +309,7 @@ func (e *Engine) Cluster() (bool, string) { return e.inner.Cluster() }
 func (e *Engine) Close() error { return e.inner.Close() }
 
 type blobs struct {
-	inner blob.Engine
+	inner blob.Backend
 	inj   Injector
 }
 
@@ -422,7 +422,7 @@ func (b *blobs) Unpin(ctx context.Context, p blob.UnpinParams) error {
 }
 
 type gcEngine struct {
-	inner gc.Engine
+	inner gc.Backend
 	inj   Injector
 }
 
@@ -525,7 +525,7 @@ func (g *gcEngine) Window(ctx context.Context, yield func(gc.Candidate) bool) er
 }
 
 type locks struct {
-	inner lock.Engine
+	inner lock.Backend
 	inj   Injector
 }
 
@@ -558,7 +558,7 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 }
 
 type records struct {
-	inner record.Engine
+	inner record.Backend
 	inj   Injector
 }
 
@@ -632,7 +632,7 @@ func (r *records) Probe(ctx context.Context, p record.ProbeParams) (record.Probe
 	return r.inner.Probe(ctx, p)
 }
 
-// SaveAll implements record.Engine: an injected fault fails every record
+// SaveAll implements record.Backend: an injected fault fails every record
 // of the batch, as a failed group commit does.
 func (r *records) SaveAll(ctx context.Context, p record.SaveAllParams) []record.SaveResult {
 	if err := r.inj.Inject(RecordSaveAll); err != nil {

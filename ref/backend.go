@@ -7,7 +7,7 @@ import (
 	"github.com/steadkit/stead/blob"
 )
 
-// Engine is what a storage engine does for refs: mechanics only. The
+// Backend is what a storage engine does for refs: mechanics only. The
 // portable Store validates every argument before calling it: names are
 // valid (CheckName), keys are not zero, annotations are at most
 // MaxAnnotation bytes, TTLs are positive whole microseconds, and Now, when
@@ -25,7 +25,7 @@ import (
 // fails with an error wrapping steaderr.ErrNotFound. So every ref names a
 // stored blob. Touch takes that lock too, so a renewal never extends a ref
 // whose key an arbitration has just judged unprotected.
-type Engine interface {
+type Backend interface {
 	// Set points p.Name at p.Key (weak when p.Weak), with p.Annotation
 	// and, when p.TTL > 0, an expiry of p.Now + p.TTL (else none), and
 	// returns the ref as stored with a new version, larger than any
@@ -68,7 +68,7 @@ const (
 	IfVersion
 )
 
-// SetParams are the arguments of Engine.Set.
+// SetParams are the arguments of Backend.Set.
 type SetParams struct {
 	Name       string
 	Key        blob.Key
@@ -80,13 +80,13 @@ type SetParams struct {
 	Now        time.Time
 }
 
-// GetParams are the arguments of Engine.Get.
+// GetParams are the arguments of Backend.Get.
 type GetParams struct {
 	Name string
 	Now  time.Time
 }
 
-// TouchParams are the arguments of Engine.Touch.
+// TouchParams are the arguments of Backend.Touch.
 type TouchParams struct {
 	Name string
 	TTL  time.Duration
@@ -94,14 +94,14 @@ type TouchParams struct {
 	Lazy bool
 }
 
-// DeleteParams are the arguments of Engine.Delete.
+// DeleteParams are the arguments of Backend.Delete.
 type DeleteParams struct {
 	Name    string
 	Version int64
 	Now     time.Time
 }
 
-// ListParams are the arguments of Engine.List.
+// ListParams are the arguments of Backend.List.
 type ListParams struct {
 	Prefix, After string
 	Limit         int

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Engine is what a storage engine does for records: mechanics only; the
+// Backend is what a storage engine does for records: mechanics only; the
 // rules of its conditional writes are in package record/check. The
 // portable Store validates every argument before calling it, so an engine
 // may trust its inputs: names are valid, times are in UTC and whole
@@ -18,7 +18,7 @@ import (
 // changes nothing. Now in a params struct is the instant leases are judged
 // at and writes are stamped with; the zero time means the engine's clock
 // (the database's on a shared database, time.Now otherwise).
-type Engine interface {
+type Backend interface {
 	// RegisterGroup creates group; registering an existing group is a
 	// successful no-op.
 	RegisterGroup(ctx context.Context, group string) error
@@ -93,7 +93,7 @@ type Engine interface {
 	// Otherwise (an engine that cannot see every commit, or one not
 	// listening yet) the Store polls, and the channel, possibly nil, only
 	// hurries it. stop ends the watch and is never nil. It has the shape
-	// of lock.Engine's WatchReleases.
+	// of lock.Backend's WatchReleases.
 	WatchClaimable(ctx context.Context, group string) (wake <-chan struct{}, live bool, stop func(), err error)
 }
 
@@ -152,7 +152,7 @@ type ProbeParams struct {
 	Now   time.Time
 }
 
-// Probe is what Engine.Probe found.
+// Probe is what Backend.Probe found.
 type Probe struct {
 	// Claimable: the group has a claimable record.
 	Claimable bool

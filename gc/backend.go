@@ -1,6 +1,6 @@
 // Package gc is stead's online, fleet-safe garbage collection of blobs:
 // the policy of a sweep (what to reap, stage, take and arbitrate, and in
-// which order) over an Engine's mechanics. The contract an application
+// which order) over an Backend's mechanics. The contract an application
 // keeps — pin, reference, release — is in docs/guides/gc.md.
 package gc
 
@@ -18,7 +18,7 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// Engine is what a storage engine does for garbage collection: mechanics
+// Backend is what a storage engine does for garbage collection: mechanics
 // only. The portable Collector validates every argument before calling it.
 // Every method returns steaderr.ErrClosed once the engine is closed. Times
 // are whole microseconds; a zero Now means the engine's clock (the
@@ -30,7 +30,7 @@ import (
 // (the remote engine's server does), refuses one whose lease is gone (an
 // error wrapping steaderr.ErrLost) where the lease lives in a database
 // session or row, and Arbitrate shares the lease's fate atomically.
-type Engine interface {
+type Backend interface {
 	// Reap deletes the pins and refs expired at p.Now (expiry <= now) in
 	// statements of bounded size, and reports how many; with p.DryRun it
 	// deletes nothing and reports how many it would.
@@ -122,7 +122,7 @@ type Reaped struct {
 	Pins, Refs int64
 }
 
-// NowParams are the arguments of Engine.Reap.
+// NowParams are the arguments of Backend.Reap.
 type NowParams struct {
 	Now    time.Time
 	DryRun bool
@@ -130,7 +130,7 @@ type NowParams struct {
 	Lease Lease
 }
 
-// StageParams are the arguments of Engine.Stage.
+// StageParams are the arguments of Backend.Stage.
 type StageParams struct {
 	Keys []blob.Key
 	// VisibleAfter is when the candidates become deletable; zero: now, on
@@ -151,7 +151,7 @@ type Pass struct {
 	Started time.Time
 }
 
-// StageRangeParams are the arguments of Engine.StageRange.
+// StageRangeParams are the arguments of Backend.StageRange.
 type StageRangeParams struct {
 	After  blob.Key
 	Limit  int
@@ -172,7 +172,7 @@ type StagedRange struct {
 	Last blob.Key
 }
 
-// TakeParams are the arguments of Engine.Take.
+// TakeParams are the arguments of Backend.Take.
 type TakeParams struct {
 	Now    time.Time
 	Limit  int
@@ -181,7 +181,7 @@ type TakeParams struct {
 	Lease Lease
 }
 
-// ArbitrateParams are the arguments of Engine.Arbitrate.
+// ArbitrateParams are the arguments of Backend.Arbitrate.
 type ArbitrateParams struct {
 	Keys   []blob.Key
 	Now    time.Time
@@ -193,12 +193,12 @@ type ArbitrateParams struct {
 	Lease Lease
 }
 
-// PinsParams are the arguments of Engine.Pins.
+// PinsParams are the arguments of Backend.Pins.
 type PinsParams struct {
 	Now time.Time
 }
 
-// ExplainParams are the arguments of Engine.Explain.
+// ExplainParams are the arguments of Backend.Explain.
 type ExplainParams struct {
 	Key blob.Key
 	Now time.Time

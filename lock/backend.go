@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Engine is what a storage engine does for named locks: mechanics only.
+// Backend is what a storage engine does for named locks: mechanics only.
 // The portable Store validates every argument before calling it: names and
 // owners follow the name rules, TTLs are positive whole microseconds, and
 // Now, when set, is a whole microsecond. Every method returns
@@ -17,7 +17,7 @@ import (
 // expiry; every new grant takes the next value, so tokens are strictly
 // increasing per name in grant order, and never repeat once a grant has
 // returned.
-type Engine interface {
+type Backend interface {
 	// Acquire grants p.Name to p.Owner when it is free at p.Now, with the
 	// name's next token and expiry p.Now + p.TTL. When p.Owner already holds
 	// the live grant, that grant is returned unchanged (same token, same
@@ -44,7 +44,7 @@ type Engine interface {
 	WatchReleases(ctx context.Context, name string) (released <-chan struct{}, live bool, stop func(), err error)
 }
 
-// AcquireParams are the arguments of Engine.Acquire.
+// AcquireParams are the arguments of Backend.Acquire.
 type AcquireParams struct {
 	Name  string
 	Owner string
@@ -60,7 +60,7 @@ type AcquireParams struct {
 	Wait bool
 }
 
-// AcquireResult is the outcome of Engine.Acquire.
+// AcquireResult is the outcome of Backend.Acquire.
 type AcquireResult struct {
 	// Granted reports whether p.Owner holds the lock.
 	Granted bool
@@ -77,7 +77,7 @@ type AcquireResult struct {
 	Now time.Time
 }
 
-// RenewParams are the arguments of Engine.Renew.
+// RenewParams are the arguments of Backend.Renew.
 type RenewParams struct {
 	Name  string
 	Owner string
@@ -87,7 +87,7 @@ type RenewParams struct {
 	Now time.Time
 }
 
-// ReleaseParams are the arguments of Engine.Release.
+// ReleaseParams are the arguments of Backend.Release.
 type ReleaseParams struct {
 	Name  string
 	Owner string

@@ -9,7 +9,7 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// Engine is what a storage engine does for blobs: mechanics only. The
+// Backend is what a storage engine does for blobs: mechanics only. The
 // portable Store validates every argument, hashes values and enforces size
 // limits before calling it, so an engine may trust its inputs: keys are
 // valid, owners are valid names, TTLs are positive whole microseconds and
@@ -28,7 +28,7 @@ import (
 // an upload and published the same way (docs/decisions/0027-bytes-tier.md).
 // Streamer is part of the seam, so that an engine wrapping another passes
 // the tier on by embedding it (docs/decisions/0036-objects-over-http.md).
-type Engine interface {
+type Backend interface {
 	Streamer
 
 	// Put stores p.Value under p.Key unless the key is already stored (the
@@ -148,7 +148,7 @@ type Stored struct {
 // Inline reports whether the value is stored whole in st.Value.
 func (st Stored) Inline() bool { return st.Chunks == 0 && st.Object == "" }
 
-// PutParams are the arguments of Engine.Put.
+// PutParams are the arguments of Backend.Put.
 type PutParams struct {
 	Key   Key
 	Value []byte
@@ -168,7 +168,7 @@ type PutParams struct {
 	Now time.Time
 }
 
-// PinParams are the arguments of Engine.Pin and Engine.RenewPin.
+// PinParams are the arguments of Backend.Pin and Backend.RenewPin.
 type PinParams struct {
 	Key   Key
 	Owner string
@@ -178,13 +178,13 @@ type PinParams struct {
 	Now time.Time
 }
 
-// UnpinParams are the arguments of Engine.Unpin.
+// UnpinParams are the arguments of Backend.Unpin.
 type UnpinParams struct {
 	Key   Key
 	Owner string
 }
 
-// BeginUploadParams are the arguments of Engine.BeginUpload.
+// BeginUploadParams are the arguments of Backend.BeginUpload.
 type BeginUploadParams struct {
 	// Lease is how long the upload lasts without a chunk write, at least
 	// a microsecond.
@@ -193,7 +193,7 @@ type BeginUploadParams struct {
 	Now time.Time
 }
 
-// WriteChunkParams are the arguments of Engine.WriteChunk.
+// WriteChunkParams are the arguments of Backend.WriteChunk.
 type WriteChunkParams struct {
 	Set  ChunkSet
 	Off  int64
@@ -206,13 +206,13 @@ type WriteChunkParams struct {
 	Now time.Time
 }
 
-// ReapUploadsParams are the arguments of Engine.ReapUploads.
+// ReapUploadsParams are the arguments of Backend.ReapUploads.
 type ReapUploadsParams struct {
 	// Now is the instant leases are judged at; zero: the engine's clock.
 	Now time.Time
 }
 
-// DeleteParams are the arguments of Engine.Delete.
+// DeleteParams are the arguments of Backend.Delete.
 type DeleteParams struct {
 	Keys []Key
 	// Now is the instant pins are judged at; zero: the engine's clock.
@@ -232,7 +232,7 @@ func ChildrenFixedError(key string, extra []string) error {
 // MaxChildren bounds the blobs one put may declare it references.
 const MaxChildren = 10000
 
-// MaxDeleteBatch bounds the keys of one Engine.Delete and of one
+// MaxDeleteBatch bounds the keys of one Backend.Delete and of one
 // garbage-collection arbitration: the keys of one transaction.
 const MaxDeleteBatch = 10000
 
