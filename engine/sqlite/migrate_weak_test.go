@@ -41,6 +41,8 @@ func TestMigrateRegistryLinksWeak(t *testing.T) {
 		{"oci/team/app/_tags/v1", layer},
 		{"mine/_blobs/" + layer.String(), empty},
 		{"oci/team/app/_blobs/not-a-digest", empty},
+		{"OCI/team/app/_blobs/" + layer.String(), empty}, // names are case-sensitive: not a link
+		{"Oci/team/app/_blobs/" + gone.String(), empty},
 	}
 	for i, r := range refs {
 		if _, err := db.Exec(`INSERT INTO refs (name, key, version) VALUES (?, ?, ?)`, r.name, r.key.String(), i+1); err != nil {
@@ -59,6 +61,8 @@ func TestMigrateRegistryLinksWeak(t *testing.T) {
 		{Name: "oci/team/app/_tags/v1", Key: layer, Version: 3},
 		{Name: "mine/_blobs/" + layer.String(), Key: empty, Version: 4},
 		{Name: "oci/team/app/_blobs/not-a-digest", Key: empty, Version: 5},
+		{Name: "OCI/team/app/_blobs/" + layer.String(), Key: empty, Version: 6},
+		{Name: "Oci/team/app/_blobs/" + gone.String(), Key: empty, Version: 7},
 	} {
 		got, err := s.Get(t.Context(), want.Name)
 		if err != nil || got.Key != want.Key || got.Version != want.Version || got.Weak != want.Weak {
