@@ -72,7 +72,8 @@ type Content interface {
 // and HEAD alike: 200, 206 with the ranges asked, 304, 412, 416), with
 // its Range header judged by Check first. An unsatisfiable one gets
 // Content-Range "bytes */size" and unsatisfiable, which writes the 416
-// answer in the caller's error form. Content is immutable: no
+// answer in the caller's error form; a Range of an empty value is
+// answered 200 with the value. Content is immutable: no
 // Last-Modified.
 func ServeContent(w http.ResponseWriter, r *http.Request, content Content, unsatisfiable func(w http.ResponseWriter)) {
 	verdict, ranges := Check(r.Header.Get("Range"))
@@ -81,7 +82,9 @@ func ServeContent(w http.ResponseWriter, r *http.Request, content Content, unsat
 		w.Header().Set("Content-Range", "bytes */"+strconv.FormatInt(content.Size(), 10))
 		unsatisfiable(w)
 		return
-	case verdict == Ignored:
+	case verdict == Ignored, content.Size() == 0:
+		// An empty value has no range to send (RFC 9110 14.1.2): the
+		// whole of it, nothing, is the answer.
 		r.Header.Del("Range")
 	case r.Header.Get("Range") != "":
 		r.Header.Set("Range", ranges)

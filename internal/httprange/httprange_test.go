@@ -62,3 +62,19 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyContentRange: an empty value has no range to send (RFC 9110
+// 14.1.2): a Range of it is answered 200 with the (empty) value, never a
+// 206 with Content-Range "bytes 0--1/0".
+func TestEmptyContentRange(t *testing.T) {
+	t.Parallel()
+	for _, rng := range []string{"bytes=-5", "bytes=0-", "bytes=0-0", "bytes=-1,0-"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Range", rng)
+		w := httptest.NewRecorder()
+		httprange.ServeContent(w, r, httprange.NewSizeOnly(0), func(w http.ResponseWriter) { w.WriteHeader(http.StatusRequestedRangeNotSatisfiable) })
+		if w.Code != http.StatusOK || w.Header().Get("Content-Range") != "" {
+			t.Errorf("Range %s of an empty value = %d, Content-Range %q; want 200 and none", rng, w.Code, w.Header().Get("Content-Range"))
+		}
+	}
+}
