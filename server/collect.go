@@ -46,7 +46,7 @@ func (s *Server) sweepNow(ctx context.Context) {
 	s.gcMetrics.sweep(rep, err, time.Now())
 	switch {
 	case errors.Is(err, gc.ErrNoLiveness):
-		s.log.Info("gc: sweep deleted nothing: the store declares no liveness yet (no ref, blob reference or source)")
+		s.log.Info("gc: sweep deleted nothing: the store never declared liveness (never a ref, a blob reference or a source)")
 	case err != nil:
 		s.log.Error("gc: sweep failed", "err", err)
 	case rep.Aborted != "":
