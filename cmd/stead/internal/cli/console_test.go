@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/frontend/registry"
+	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/server"
+)
+
+// consoleFixture is a stead server with a registry whose retention keeps
+// only "v*" tags of team/app, and an image pushed: team/app:v1 and
+// team/app:scratch, one manifest of a config and a layer.
+type consoleFixture struct {
+	base                    string
+	st                      *stead.Store
+	manifest, layer, config string
+}
+
+const consoleToken = "console-secret"
+
+func newConsoleFixture(t *testing.T, token string) *consoleFixture {
+	t.Helper()
+	st := openStore(t, storeURL(t))
+	ret, err := registry.ParseRetention([]byte("rules:\n  - repositories: [team/app]\n    keep_tags: [\"v*\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(st, registry.Options{Retention: ret, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(reg.Close)
+	h := server.New(st, server.Options{Token: token, Logger: slog.New(slog.DiscardHandler),
+		Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Collect: registryCollect(reg), Preview: registryPreview(reg)}}})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	f := &consoleFixture{base: srv.URL, st: st}
+	push := func(method, path, ct string, body []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, bytes.NewReader(body))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("%s %s = %d %s", method, path, resp.StatusCode, b)
+		}
+	}
+	digest := func(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
+	cfg, layer := []byte(`{"architecture":"amd64","os":"linux"}`), []byte("a layer's bytes, pretend gzip")
+	f.config, f.layer = digest(cfg), digest(layer)
+	push("POST", "/v2/team/app/blobs/uploads/?digest="+f.config, "", cfg)
+	push("POST", "/v2/team/app/blobs/uploads/?digest="+f.layer, "", layer)
+	const mt = "application/vnd.oci.image.manifest.v1+json"
+	man := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":%q,"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":%d}]}`,
+		mt, f.config, len(cfg), f.layer, len(layer)))
+	f.manifest = digest(man)
+	push("PUT", "/v2/team/app/manifests/v1", mt, man)
+	push("PUT", "/v2/team/app/manifests/scratch", mt, man)
+	return f
+}
+
+// get fetches a console page with the fixture's token when auth is set.
+func (f *consoleFixture) get(t *testing.T, path string, auth bool) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", f.base+path, nil)
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+consoleToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestConsolePages: each page of the console shows what the store holds
+// (the repository pushed, its tags and manifest with sizes, a layer's
+// explain graph naming the manifest that keeps it, the retention dry run
+// listing the tag no rule keeps); hostile input is escaped or refused
+// with a 400 page; a server that refuses anonymous callers asks for a
+// login and shows nothing without one.
+func TestConsolePages(t *testing.T) {
+	t.Parallel()
+	f := newConsoleFixture(t, consoleToken)
+	if _, err := f.st.Refs.Set(t.Context(), "hostile/<script>alert(1)</script>", parseKeyT(t, f.layer), ref.SetOptions{Weak: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path   string
+		status int
+		want   []string
+	}{
+		{"/ui/", 200, []string{`href="/ui/repository?name=team%2fapp"`, ">team/app<"}},
+		{"/ui/repository?name=team/app", 200, []string{">v1<", ">scratch<", f.manifest, "Last push"}},
+		{"/ui/keys/" + f.layer, 200, []string{`href="/ui/keys/` + f.manifest + `"`, "parent blob", "oci/team/app/_blobs/" + f.layer, "<svg"}},
+		{"/ui/keys/" + f.manifest, 200, []string{"oci/team/app/_tags/v1", "keeps it"}},
+		{"/ui/refs?prefix=oci/team/app/_tags/", 200, []string{"oci/team/app/_tags/scratch", "oci/team/app/_tags/v1"}},
+		{"/ui/retention", 200, []string{">scratch<", "no retention rule keeps the tag"}},
+		{"/ui/gc", 200, []string{"No sweep since this server started"}},
+		{"/ui/refs?prefix=hostile/", 200, []string{"hostile/&lt;script&gt;alert(1)&lt;/script&gt;"}},
+		{"/ui/keys/sha256:nothex", 400, []string{"400"}},
+		{"/ui/keys/%3Cscript%3E", 400, []string{"&lt;script&gt;"}},
+		{"/ui/repository?name=", 400, []string{"not a repository name"}},
+		{"/ui/repository?name=%3Cscript%3E/_x", 400, []string{"not a repository name"}},
+		{"/ui/refs?prefix=" + strings.Repeat("a", 5000), 400, []string{"prefix too long"}},
+		{"/ui/nowhere", 404, []string{"no such page"}},
+		{"/ui/static/console.css", 200, []string{".node.key rect"}},
+	} {
+		status, hdr, body := f.get(t, c.path, true)
+		if status != c.status {
+			t.Errorf("GET %.80s = %d, want %d: %.300s", c.path, status, c.status, body)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %.80s lacks %q: %.2000s", c.path, w, body)
+			}
+		}
+		if strings.Contains(body, "<script>") {
+			t.Errorf("GET %.80s has a raw <script>", c.path)
+		}
+		if !strings.HasSuffix(c.path, ".css") && !strings.Contains(hdr.Get("Content-Security-Policy"), "script-src 'none'") {
+			t.Errorf("GET %.80s: Content-Security-Policy %q", c.path, hdr.Get("Content-Security-Policy"))
+		}
+	}
+	for _, p := range []string{"/ui/", "/ui/keys/" + f.layer, "/ui/retention", "/ui/static/console.css"} {
+		status, hdr, body := f.get(t, p, false)
+		if status != 401 || !strings.Contains(hdr.Get("WWW-Authenticate"), "Basic") || strings.Contains(body, "team/app") {
+			t.Errorf("GET %s without credentials = %d %q, want 401 asking for Basic and nothing shown", p, status, hdr.Get("WWW-Authenticate"))
+		}
+	}
+	// A sweep shows in the chart.
+	req, _ := http.NewRequest("POST", f.base+"/v1/gc/sweep", nil)
+	req.Header.Set("Authorization", "Bearer "+consoleToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("sweep: %v %v", resp, err)
+	}
+	if status, _, body := f.get(t, "/ui/gc", true); status != 200 || !strings.Contains(body, `id="chart-freed"`) || !strings.Contains(body, ">done<") {
+		t.Errorf("GET /ui/gc after a sweep = %d %.1000s", status, body)
+	}
+}
