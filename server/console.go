@@ -349,12 +349,14 @@ type graphNode struct {
 
 type uiKeyPage struct {
 	Title, Key, Verdict string
-	Stored, Staged      bool
-	Size                int64
-	VisibleAfter, Now   time.Time
-	Nodes               []graphNode
-	Width, Height       int
-	KeyX, KeyY          int
+	// State is the verdict's first clause ("kept", "collectable"…).
+	State             string
+	Stored, Staged    bool
+	Size              int64
+	VisibleAfter, Now time.Time
+	Nodes             []graphNode
+	Width, Height     int
+	KeyX, KeyY        int
 }
 
 // uiKey draws a key's explain graph: the key in the middle, what keeps
@@ -380,6 +382,7 @@ func explainGraph(x gc.Explanation) uiKeyPage {
 	const rowH, boxW, keyW, gap = 34, 300, 260, 60
 	p := uiKeyPage{Title: "Key " + x.Key.String()[:19] + "…", Key: x.Key.String(), Verdict: x.Verdict(), Stored: x.Stored, Staged: x.Staged,
 		Size: x.Size, VisibleAfter: x.VisibleAfter, Now: x.Now}
+	p.State, _, _ = strings.Cut(p.Verdict, ":")
 	var left, right []graphNode
 	for i, pin := range x.Pins {
 		if i == consoleGraphEdges {
@@ -421,7 +424,10 @@ func explainGraph(x gc.Explanation) uiKeyPage {
 		right = append(right, graphNode{Kind: "parent", Label: parent.String()[:23] + "…", Detail: "parent blob, references it", Href: "/ui/keys/" + parent.String()})
 	}
 	rows := max(len(left), len(right), 1)
-	p.Height = rows*rowH + 2*rowH + 40
+	p.Height = rows*rowH + 20
+	if x.Staged {
+		p.Height += 2 * rowH
+	}
 	p.Width = 2*boxW + keyW + 4*gap
 	p.KeyX, p.KeyY = boxW+2*gap, (rows*rowH)/2
 	place := func(nodes []graphNode, x0, lineX, tx int) {

@@ -92,6 +92,21 @@ func (f *consoleFixture) get(t *testing.T, path string, auth bool) (int, http.He
 	return resp.StatusCode, resp.Header, string(b)
 }
 
+// sweep runs one sweep through the API.
+func (f *consoleFixture) sweep(t *testing.T) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", f.base+"/v1/gc/sweep", nil)
+	req.Header.Set("Authorization", "Bearer "+consoleToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("sweep = %d", resp.StatusCode)
+	}
+}
+
 // TestConsolePages: each page of the console shows what the store holds
 // (the repository pushed, its tags and manifest with sizes, a layer's
 // explain graph naming the manifest that keeps it, the retention dry run
@@ -149,11 +164,7 @@ func TestConsolePages(t *testing.T) {
 		}
 	}
 	// A sweep shows in the chart.
-	req, _ := http.NewRequest("POST", f.base+"/v1/gc/sweep", nil)
-	req.Header.Set("Authorization", "Bearer "+consoleToken)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("sweep: %v %v", resp, err)
-	}
+	f.sweep(t)
 	if status, _, body := f.get(t, "/ui/gc", true); status != 200 || !strings.Contains(body, `id="chart-freed"`) || !strings.Contains(body, ">done<") {
 		t.Errorf("GET /ui/gc after a sweep = %d %.1000s", status, body)
 	}
