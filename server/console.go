@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
@@ -211,26 +212,30 @@ type uiHome struct {
 func (s *Server) uiHome(w http.ResponseWriter, r *http.Request) {
 	page := uiHome{Title: "Repositories", Sweeps: len(s.sweeps.list())}
 	after := r.URL.Query().Get("after")
+	if !goodCursor(after) {
+		s.uiError(w, http.StatusBadRequest, "not a page cursor")
+		return
+	}
+	start := "oci/"
+	if after != "" {
+		start = "oci/" + after + "/`" // past every "oci/<after>/_…"
+	}
 	for range consolePage {
-		start := "oci/"
-		if after != "" {
-			start = "oci/" + after + "/`" // past every "oci/<after>/_…"
-		}
 		refs, err := s.refs.List(r.Context(), "oci/", start, 1)
 		if err != nil {
 			s.uiFail(w, r, err)
 			return
 		}
 		if len(refs) == 0 {
-			after = ""
 			break
 		}
 		repo, _, ok := strings.Cut(strings.TrimPrefix(refs[0].Name, "oci/"), "/_")
 		if !ok {
-			break
+			start = refs[0].Name // a ref no repository's: skip it
+			continue
 		}
 		page.Repositories = append(page.Repositories, uiRepo{Name: repo})
-		after = repo
+		after, start = repo, "oci/"+repo+"/`"
 	}
 	if len(page.Repositories) == consolePage {
 		page.Next = after
@@ -281,12 +286,16 @@ func (s *Server) listUI(ctx context.Context, prefix, after string, sizes bool) (
 	return out, next, nil
 }
 
+// goodCursor reports whether s may be a page's prefix or cursor: valid
+// UTF-8, no longer than a ref name.
+func goodCursor(s string) bool { return len(s) <= ref.MaxNameLen && utf8.ValidString(s) }
+
 // uiRefs lists the refs under a prefix, consolePage at a time.
 func (s *Server) uiRefs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
-	if len(prefix) > ref.MaxNameLen {
-		s.uiError(w, http.StatusBadRequest, "prefix too long")
+	if !goodCursor(prefix) || !goodCursor(q.Get("after")) {
+		s.uiError(w, http.StatusBadRequest, "prefix too long or not UTF-8")
 		return
 	}
 	refs, next, err := s.listUI(r.Context(), prefix, q.Get("after"), true)
@@ -309,6 +318,10 @@ type uiRepoPage struct {
 func (s *Server) uiRepository(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	name := q.Get("name")
+	if !goodCursor(q.Get("tags_after")) || !goodCursor(q.Get("manifests_after")) {
+		s.uiError(w, http.StatusBadRequest, "not a page cursor")
+		return
+	}
 	if name == "" || len(name) > 255 || strings.Contains(name, "/_") || ref.CheckName("oci/"+name+"/_tags") != nil {
 		s.uiError(w, http.StatusBadRequest, "not a repository name")
 		return

@@ -137,6 +137,10 @@ func TestConsolePages(t *testing.T) {
 		{"/ui/repository?name=", 400, []string{"not a repository name"}},
 		{"/ui/repository?name=%3Cscript%3E/_x", 400, []string{"not a repository name"}},
 		{"/ui/refs?prefix=" + strings.Repeat("a", 5000), 400, []string{"prefix too long"}},
+		{"/ui/refs?prefix=%ff", 400, []string{"not UTF-8"}},
+		{"/ui/?after=%ff", 400, []string{"not a page cursor"}},
+		{"/ui/repository?name=team/app&tags_after=%ff", 400, []string{"not a page cursor"}},
+		{"/ui/?after=zzz", 200, []string{"No repository yet"}},
 		{"/ui/nowhere", 404, []string{"no such page"}},
 		{"/ui/static/console.css", 200, []string{".node.key rect"}},
 	} {
@@ -156,6 +160,19 @@ func TestConsolePages(t *testing.T) {
 		if !strings.HasSuffix(c.path, ".css") && !strings.Contains(hdr.Get("Content-Security-Policy"), "script-src 'none'") {
 			t.Errorf("GET %.80s: Content-Security-Policy %q", c.path, hdr.Get("Content-Security-Policy"))
 		}
+	}
+	// A page holds 100 refs and links to the next.
+	for i := range 101 {
+		if _, err := f.st.Refs.Set(t.Context(), fmt.Sprintf("many/%03d", i), parseKeyT(t, f.layer), ref.SetOptions{Weak: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, body := f.get(t, "/ui/refs?prefix=many/", true); !strings.Contains(body, "many/099") || strings.Contains(body, "many/100") ||
+		!strings.Contains(body, `after=many%2f099`) {
+		t.Errorf("first page of 101 refs: %.3000s", body)
+	}
+	if _, _, body := f.get(t, "/ui/refs?prefix=many/&after=many/099", true); !strings.Contains(body, "many/100") || strings.Contains(body, "many/099") || strings.Contains(body, "Next page") {
+		t.Errorf("second page of 101 refs: %.3000s", body)
 	}
 	for _, p := range []string{"/ui/", "/ui/keys/" + f.layer, "/ui/retention", "/ui/static/console.css"} {
 		status, hdr, body := f.get(t, p, false)
