@@ -87,7 +87,7 @@ var consoleTemplates = func() map[string]*template.Template {
 			}
 			return t.UTC().Format(time.RFC3339)
 		},
-		"query": func(s string) string { return template.URLQueryEscaper(s) },
+		"int64": func(n int) int64 { return int64(n) },
 	}
 	out := map[string]*template.Template{}
 	pages, _ := fs.Glob(consoleFiles, "console/*.html")
@@ -124,6 +124,7 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /ui/keys/{key}", s.consoleAuth(s.uiKey))
 	mux.Handle("GET /ui/gc", s.consoleAuth(s.uiGC))
 	mux.Handle("GET /ui/retention", s.consoleAuth(s.uiRetention))
+	mux.Handle("GET /ui/records", s.consoleAuth(s.uiRecords))
 	mux.Handle("GET /ui/", s.consoleAuth(func(w http.ResponseWriter, r *http.Request) {
 		s.uiError(w, http.StatusNotFound, "no such page")
 	}))
@@ -530,4 +531,54 @@ func (s *Server) uiRetention(w http.ResponseWriter, r *http.Request) {
 		p.Deletions = p.Deletions[:consolePage]
 	}
 	s.render(w, http.StatusOK, "retention", p)
+}
+
+type uiRecord struct {
+	ID, Tenant, Status, Owner string
+	Expired                   bool
+	Expiry, UpdatedAt         time.Time
+	Size                      int
+}
+
+type uiRecordsPage struct {
+	Title, Group      string
+	Asked, Exists     bool
+	Records           []uiRecord
+	Claimable, Lapsed int
+	Full              bool
+}
+
+// uiRecords lists a group's claimable records, the first consolePage in
+// id order, telling those never leased (or released) from those whose
+// lease expired.
+func (s *Server) uiRecords(w http.ResponseWriter, r *http.Request) {
+	group := r.URL.Query().Get("group")
+	p := uiRecordsPage{Title: "Records", Group: group, Asked: group != ""}
+	if p.Asked {
+		ok, err := s.records.GroupExists(r.Context(), group)
+		if err != nil {
+			s.uiFail(w, r, err)
+			return
+		}
+		p.Exists = ok
+	}
+	if p.Exists {
+		recs, err := s.records.ListClaimable(r.Context(), group, time.Time{}, consolePage)
+		if err != nil {
+			s.uiFail(w, r, err)
+			return
+		}
+		p.Full = len(recs) == consolePage
+		for _, rec := range recs {
+			u := uiRecord{ID: rec.ID, Tenant: rec.Tenant, Status: string(rec.Status), Owner: rec.Lease.Owner,
+				Expired: rec.Lease.Owner != "", Expiry: rec.Lease.Expiry, UpdatedAt: rec.UpdatedAt, Size: len(rec.Payload)}
+			if u.Expired {
+				p.Lapsed++
+			} else {
+				p.Claimable++
+			}
+			p.Records = append(p.Records, u)
+		}
+	}
+	s.render(w, http.StatusOK, "records", p)
 }

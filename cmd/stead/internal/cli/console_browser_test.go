@@ -14,13 +14,14 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/steadkit/stead/internal/testing/fronttest"
+	"github.com/steadkit/stead/record"
 )
 
 // TestConsoleBrowser drives the console in Debian's Chromium (one start
 // for every subtest): each page loads without a console error or a
 // failed request, shows the repository just pushed, a layer's explain
 // graph names the manifest that keeps it, and the retention dry run lists
-// the tag no rule keeps. With STEAD_CONSOLE_SCREENSHOTS=DIR it writes
+// the tag no rule keeps, the records page a group's claimable record. With STEAD_CONSOLE_SCREENSHOTS=DIR it writes
 // the main pages' screenshots there (docs/images/console-*.png).
 func TestConsoleBrowser(t *testing.T) {
 	chromium := fronttest.Tool(t, "chromium", "STEAD_CHROMIUM", "STEAD_REQUIRE_CHROMIUM")
@@ -73,6 +74,12 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("set the login header: %v", err)
 	}
 	f.sweep(t) // so the collection chart has a bar
+	if err := f.st.Records.RegisterGroup(t.Context(), "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Records.Save(t.Context(), record.Record{ID: "job-1", Group: "workers", Status: record.Active, Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
 	shots := os.Getenv("STEAD_CONSOLE_SCREENSHOTS")
 	for _, c := range []struct {
 		name, path, sel string
@@ -83,6 +90,7 @@ func TestConsoleBrowser(t *testing.T) {
 		{"explain", "/ui/keys/" + f.layer, "#graph", []string{f.manifest[:23], "parent blob", "oci/team/app/_blobs/"}},
 		{"retention", "/ui/retention", "#deletions", []string{"scratch", "no retention rule keeps the tag"}},
 		{"gc", "/ui/gc", "main", []string{"Collection"}},
+		{"records", "/ui/records?group=workers", "#records", []string{"job-1", "1 claimable"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mu.Lock()

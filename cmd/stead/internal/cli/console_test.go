@@ -11,9 +11,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/registry"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server"
 )
@@ -160,6 +162,29 @@ func TestConsolePages(t *testing.T) {
 		if !strings.HasSuffix(c.path, ".css") && !strings.Contains(hdr.Get("Content-Security-Policy"), "script-src 'none'") {
 			t.Errorf("GET %.80s: Content-Security-Policy %q", c.path, hdr.Get("Content-Security-Policy"))
 		}
+	}
+	// Records: the claimable one listed, the leased one not.
+	ctx := t.Context()
+	if err := f.st.Records.RegisterGroup(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"job-free", "job-held"} {
+		if _, err := f.st.Records.Save(ctx, record.Record{ID: id, Group: "workers", Status: record.Active, Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.st.Records.Claim(ctx, "workers", "job-held", "worker-1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := f.get(t, "/ui/records?group=workers", true); status != 200 || !strings.Contains(body, "job-free") || strings.Contains(body, "job-held") ||
+		!strings.Contains(body, "1 claimable") {
+		t.Errorf("GET /ui/records?group=workers = %d %.2000s", status, body)
+	}
+	if status, _, body := f.get(t, "/ui/records?group=nobody", true); status != 200 || !strings.Contains(body, "No group nobody") {
+		t.Errorf("records of an unknown group = %d %.1000s", status, body)
+	}
+	if status, _, body := f.get(t, "/ui/records?group=%3Cscript%3E", true); (status != 200 && status != 400) || strings.Contains(body, "<script>") {
+		t.Errorf("records of a hostile group = %d %.1000s", status, body)
 	}
 	// A page holds 100 refs and links to the next.
 	for i := range 101 {
