@@ -83,6 +83,8 @@ type Store struct {
 
 	eng        engine.Engine
 	instanceID string
+	// pulls remembers the pull times this process recorded (NotePull).
+	pulls pullMemo
 	// stopGC ends the background sweeps (WithGC) and waits for them; nil
 	// without them.
 	stopGC func()

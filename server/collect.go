@@ -43,7 +43,7 @@ func (s *Server) sweepNow(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // shutting down: the sweep was cut short
 	}
-	s.gcMetrics.sweep(rep, err, time.Now())
+	s.noteSweep(rep, err, time.Now())
 	switch {
 	case errors.Is(err, gc.ErrNoLiveness):
 		s.log.Info("gc: sweep deleted nothing: the store never declared liveness (never a ref, a blob reference or a source)")

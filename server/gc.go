@@ -92,6 +92,22 @@ func (m *gcMetrics) sweep(rep gc.Report, err error, end time.Time) {
 	}
 }
 
+// noteSweep counts a sweep that ended at end and keeps it for the
+// console's chart.
+func (s *Server) noteSweep(rep gc.Report, err error, end time.Time) {
+	s.gcMetrics.sweep(rep, err, end)
+	result := "done"
+	switch {
+	case err != nil:
+		result = "error"
+	case rep.Aborted != "":
+		result = "busy"
+	case rep.DryRun:
+		result = "dry run"
+	}
+	s.sweeps.add(sweepPoint{End: end, Result: result, Deleted: rep.Deleted, BytesFreed: rep.BytesFreed, Staged: rep.Staged, Duration: rep.Duration})
+}
+
 // sweep runs one garbage-collection sweep of the server's store: POST
 // /v1/gc/sweep, 200 with the report. Another sweep holding the lease is
 // an answer (aborted: SweeperBusy), not an error.
@@ -106,7 +122,7 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 	// A sweep takes as long as the window is deep: its answer may wait.
 	s.wait(w, maxSweep)
 	rep, err := s.gc.Sweep(r.Context(), gc.SweepOptions{DryRun: req.DryRun, AllUnreferenced: req.AllUnreferenced})
-	s.gcMetrics.sweep(rep, err, time.Now())
+	s.noteSweep(rep, err, time.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -18,6 +18,9 @@ type Mount struct {
 	// (Options.GCInterval), so what it releases goes at the sweeps that
 	// follow. Its error is logged and counted; the sweep runs anyway.
 	Collect func(ctx context.Context) error
+	// Preview, if set, lists what Collect would delete now (a dry run),
+	// for the console's retention page.
+	Preview func(ctx context.Context) ([]Preview, error)
 }
 
 // mount wraps a front end's handler, whose answers (refusals included)

@@ -105,4 +105,5 @@ func (s *Server) routes() {
 	for _, m := range s.opts.Mounts {
 		s.mux.Handle(m.Prefix, s.mount(m))
 	}
+	s.consoleRoutes(s.mux)
 }

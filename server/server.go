@@ -164,6 +164,8 @@ type Server struct {
 	stop     context.CancelFunc
 
 	gcMetrics *gcMetrics
+	// sweeps are the recent sweeps, for the console's chart.
+	sweeps sweepHistory
 }
 
 // New returns a Server for st. st stays the caller's to close.

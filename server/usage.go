@@ -15,5 +15,5 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.Usage{Prefix: u.Prefix, Refs: u.Refs, Blobs: u.Blobs, Bytes: u.Bytes,
-		ReferencedBytes: u.ReferencedBytes, DedupSavedBytes: u.DedupSavedBytes, Truncated: u.Truncated})
+		ReferencedBytes: u.ReferencedBytes, DedupSavedBytes: u.DedupSavedBytes, Truncated: u.Truncated, LastPush: u.LastPush, LastPull: u.LastPull})
 }

@@ -180,6 +180,10 @@ func (g *Registry) getManifest(w http.ResponseWriter, r *http.Request, rt route)
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
 		_, _ = io.Copy(w, rd)
+		// A pull, for usage's last pull: a write per half resolution.
+		if err := g.st.NotePull(r.Context(), repoPrefix(rt.name), rf.Key, g.opts.Now()); err != nil && r.Context().Err() == nil {
+			g.log.Warn("registry: noting a pull failed", "repository", rt.name, "err", err)
+		}
 	}
 	return nil
 }
@@ -332,6 +336,9 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 		if err := g.st.Refs.Delete(ctx, pendingRef(rt.name, k), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 			return err
 		}
+	}
+	if err := g.st.NotePush(ctx, repoPrefix(rt.name), key, g.opts.Now()); err != nil {
+		return err
 	}
 	created(w, "/v2/"+rt.name+"/manifests/"+key.String(), key)
 	return nil

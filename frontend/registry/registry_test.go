@@ -431,6 +431,11 @@ func TestManifestRoundTrip(t *testing.T) {
 			t.Fatalf("get %s = %d %q %v", ref, resp.StatusCode, body, resp.Header)
 		}
 	}
+	// The put and the GETs are noted for usage's last push and pull.
+	u, err := c.st.Usage(t.Context(), "oci/r/_")
+	if err != nil || u.LastPush.IsZero() || u.LastPull.Before(u.LastPush) || u.Refs == 0 {
+		t.Fatalf("usage after a push and pulls = %+v, %v; want a last push and a last pull after it", u, err)
+	}
 	resp, _ = c.do("DELETE", "/v2/r/manifests/"+digestOf([]byte(man)), nil, nil)
 	if resp.StatusCode != 202 {
 		t.Fatalf("delete = %d", resp.StatusCode)

@@ -120,7 +120,7 @@ a flag overrides the environment, which overrides the file.`,
 					DeleteUntaggedAfter: collect.untaggedAfter, Retention: retention})
 				defer reg.Close()
 				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg,
-					Collect: registryCollect(reg)})
+					Collect: registryCollect(reg), Preview: registryPreview(reg)})
 			}
 			var srv *server.Server
 			startGRPC := func() {} // once srv, which checks its credentials, is set

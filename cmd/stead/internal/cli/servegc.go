@@ -12,6 +12,7 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/server"
 )
 
 // defaultGCInterval is how often a server with a registry or a build cache
@@ -120,5 +121,21 @@ func registryCollect(reg *registry.Registry) func(context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := reg.Collect(ctx, registry.CollectOptions{})
 		return err
+	}
+}
+
+// registryPreview is the registry's dry run, for the console's
+// retention page.
+func registryPreview(reg *registry.Registry) func(context.Context) ([]server.Preview, error) {
+	return func(ctx context.Context) ([]server.Preview, error) {
+		done, err := reg.Collect(ctx, registry.CollectOptions{DryRun: true})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]server.Preview, 0, len(done.Deleted))
+		for _, d := range done.Deleted {
+			out = append(out, server.Preview{Repository: d.Repository, Tag: d.Tag, Digest: d.Digest, Reason: d.Reason, Pushed: d.Pushed})
+		}
+		return out, nil
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,8 @@ func usageCommand(e *env) *cobra.Command {
 repository (oci/team/app/_), a cache namespace (cache/), any ref prefix.
 Content several refs name counts once; "referenced" counts it once per ref,
 and the difference is what deduplication saved. It reads the refs a page
-at a time and looks each distinct blob up once, at most 100000 refs.`,
+at a time and looks each distinct blob up once, at most 100000 refs. The
+last push and pull are a registry repository's (a pull to half an hour).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
@@ -38,6 +40,14 @@ at a time and looks each distinct blob up once, at most 100000 refs.`,
 				fmt.Fprintf(w, "bytes\t%d\n", u.Bytes)
 				fmt.Fprintf(w, "referenced\t%d bytes\n", u.ReferencedBytes)
 				fmt.Fprintf(w, "dedup saved\t%d bytes\n", u.DedupSavedBytes)
+				for _, t := range []struct {
+					name string
+					at   time.Time
+				}{{"last push", u.LastPush}, {"last pull", u.LastPull}} {
+					if !t.at.IsZero() {
+						fmt.Fprintf(w, "%s\t%s\n", t.name, t.at.Format(time.RFC3339))
+					}
+				}
 				if u.Truncated {
 					fmt.Fprintf(w, "truncated\tthe first %d refs only\n", stead.MaxUsageRefs)
 				}

@@ -1,0 +1,584 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/server/access"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// The console (docs/guides/operations.md): server-rendered pages under
+// /ui/, behind the same login as /v1 (a read of v1), each page bounded.
+
+//go:embed console
+var consoleFiles embed.FS
+
+// consolePrefix is where the console is served.
+const consolePrefix = "/ui/"
+
+// Bounds of the console's pages.
+const (
+	// consolePage is the refs or tags one page lists.
+	consolePage = 100
+	// consoleGraphEdges bounds the nodes of each kind an explain graph
+	// draws; the rest are counted.
+	consoleGraphEdges = 24
+	// sweepRing is how many recent sweeps the console's chart shows.
+	sweepRing = 60
+)
+
+// Preview is a deletion a front end's policies would make now, as its
+// dry run lists it (the registry's retention).
+type Preview struct {
+	Repository, Tag, Digest, Reason string
+	Pushed                          time.Time
+}
+
+// sweepPoint is one sweep the chart shows.
+type sweepPoint struct {
+	End                         time.Time
+	Result                      string
+	Deleted, BytesFreed, Staged int64
+	Duration                    time.Duration
+}
+
+// sweepHistory is a bounded ring of the server's recent sweeps.
+type sweepHistory struct {
+	mu     sync.Mutex
+	points []sweepPoint // oldest first, at most sweepRing
+}
+
+func (h *sweepHistory) add(p sweepPoint) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.points) == sweepRing {
+		h.points = append(h.points[:0], h.points[1:]...)
+	}
+	h.points = append(h.points, p)
+}
+
+func (h *sweepHistory) list() []sweepPoint {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]sweepPoint(nil), h.points...)
+}
+
+var consoleTemplates = func() map[string]*template.Template {
+	funcs := template.FuncMap{
+		"bytes": humanBytes,
+		"time": func(t time.Time) string {
+			if t.IsZero() {
+				return "—"
+			}
+			return t.UTC().Format(time.RFC3339)
+		},
+		"int64": func(n int) int64 { return int64(n) },
+	}
+	out := map[string]*template.Template{}
+	pages, _ := fs.Glob(consoleFiles, "console/*.html")
+	for _, p := range pages {
+		if p == "console/layout.html" {
+			continue
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(p, "console/"), ".html")
+		out[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(consoleFiles, "console/layout.html", p))
+	}
+	return out
+}()
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// consoleRoutes registers the console's pages on mux.
+func (s *Server) consoleRoutes(mux *http.ServeMux) {
+	static, _ := fs.Sub(consoleFiles, "console/static")
+	mux.Handle("GET /ui/static/", s.consoleAuth(http.StripPrefix("/ui/static/", http.FileServerFS(static)).ServeHTTP))
+	mux.Handle("GET /ui/{$}", s.consoleAuth(s.uiHome))
+	mux.Handle("GET /ui/refs", s.consoleAuth(s.uiRefs))
+	mux.Handle("GET /ui/repository", s.consoleAuth(s.uiRepository))
+	mux.Handle("GET /ui/keys/{key}", s.consoleAuth(s.uiKey))
+	mux.Handle("GET /ui/gc", s.consoleAuth(s.uiGC))
+	mux.Handle("GET /ui/retention", s.consoleAuth(s.uiRetention))
+	mux.Handle("GET /ui/records", s.consoleAuth(s.uiRecords))
+	mux.Handle("GET /ui/", s.consoleAuth(func(w http.ResponseWriter, r *http.Request) {
+		s.uiError(w, http.StatusNotFound, "no such page")
+	}))
+}
+
+// consoleAuth checks the console's caller as /v1's GETs are checked; an
+// anonymous caller is asked for Basic credentials, which browsers prompt
+// for.
+func (s *Server) consoleAuth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Frame-Options", "DENY")
+		if !s.access.Open() {
+			c, err := s.check(r, "v1", access.Read)
+			noteCaller(w, c)
+			switch {
+			case errors.Is(err, access.ErrTooManyAttempts):
+				w.Header().Set("Retry-After", retryAfter)
+				s.uiError(w, http.StatusTooManyRequests, "too many failed logins: wait a moment")
+				return
+			case errors.Is(err, access.ErrDenied):
+				s.uiError(w, http.StatusForbidden, "access denied: "+c.Name()+" may not read v1")
+				return
+			case err != nil:
+				w.Header().Set("WWW-Authenticate", `Basic realm="stead console"`)
+				s.uiError(w, http.StatusUnauthorized, "log in with a user and password of this server")
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+// render writes page with data, or a 500 page.
+func (s *Server) render(w http.ResponseWriter, status int, page string, data any) {
+	var buf bytes.Buffer
+	if err := consoleTemplates[page].Execute(&buf, data); err != nil {
+		s.log.Error("console: rendering "+page, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type uiErrorPage struct {
+	Title, Message string
+	Status         int
+}
+
+func (s *Server) uiError(w http.ResponseWriter, status int, msg string) {
+	s.render(w, status, "error", uiErrorPage{Title: http.StatusText(status), Message: msg, Status: status})
+}
+
+// uiFail answers err as a page: bad input 400, absent 404, else 500
+// with the detail only in the log.
+func (s *Server) uiFail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, steaderr.ErrInvalidKey), errors.Is(err, steaderr.ErrInvalidName), errors.Is(err, steaderr.ErrInvalidArgument):
+		s.uiError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, steaderr.ErrNotFound):
+		s.uiError(w, http.StatusNotFound, err.Error())
+	default:
+		if r.Context().Err() == nil {
+			s.log.Error("console: "+r.URL.Path, "err", err)
+		}
+		s.uiError(w, http.StatusInternalServerError, "internal error (logged)")
+	}
+}
+
+type uiRepo struct {
+	Name string
+}
+
+type uiHome struct {
+	Title        string
+	Repositories []uiRepo
+	Next         string
+	Sweeps       int
+}
+
+// uiHome lists the registry's repositories a page of refs at a time:
+// each page reads at most consolePage refs past the last repository shown.
+func (s *Server) uiHome(w http.ResponseWriter, r *http.Request) {
+	page := uiHome{Title: "Repositories", Sweeps: len(s.sweeps.list())}
+	after := r.URL.Query().Get("after")
+	if !goodCursor(after) {
+		s.uiError(w, http.StatusBadRequest, "not a page cursor")
+		return
+	}
+	start := "oci/"
+	if after != "" {
+		start = "oci/" + after + "/`" // past every "oci/<after>/_…"
+	}
+	for range consolePage {
+		refs, err := s.refs.List(r.Context(), "oci/", start, 1)
+		if err != nil {
+			s.uiFail(w, r, err)
+			return
+		}
+		if len(refs) == 0 {
+			break
+		}
+		repo, _, ok := strings.Cut(strings.TrimPrefix(refs[0].Name, "oci/"), "/_")
+		if !ok {
+			start = refs[0].Name // a ref no repository's: skip it
+			continue
+		}
+		page.Repositories = append(page.Repositories, uiRepo{Name: repo})
+		after, start = repo, "oci/"+repo+"/`"
+	}
+	if len(page.Repositories) == consolePage {
+		page.Next = after
+	}
+	s.render(w, http.StatusOK, "home", page)
+}
+
+type uiRef struct {
+	Name, Key string
+	Weak      bool
+	Expiry    time.Time
+	Size      int64
+}
+
+type uiRefsPage struct {
+	Title, Prefix, Next string
+	Refs                []uiRef
+	Usage               *uiUsage
+}
+
+type uiUsage struct {
+	Refs, Blobs, Bytes, DedupSavedBytes int64
+	Truncated                           bool
+	LastPush, LastPull                  time.Time
+}
+
+// listUI reads one page of refs under prefix after after.
+func (s *Server) listUI(ctx context.Context, prefix, after string, sizes bool) ([]uiRef, string, error) {
+	refs, err := s.refs.List(ctx, prefix, after, consolePage+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(refs) > consolePage {
+		refs = refs[:consolePage]
+		next = refs[consolePage-1].Name
+	}
+	out := make([]uiRef, 0, len(refs))
+	for _, rf := range refs {
+		u := uiRef{Name: rf.Name, Key: rf.Key.String(), Weak: rf.Weak, Expiry: rf.Expiry, Size: -1}
+		if sizes {
+			if info, err := s.blobs.Stat(ctx, rf.Key); err == nil {
+				u.Size = info.Size
+			}
+		}
+		out = append(out, u)
+	}
+	return out, next, nil
+}
+
+// goodCursor reports whether s may be a page's prefix or cursor: valid
+// UTF-8, no longer than a ref name.
+func goodCursor(s string) bool { return len(s) <= ref.MaxNameLen && utf8.ValidString(s) }
+
+// uiRefs lists the refs under a prefix, consolePage at a time.
+func (s *Server) uiRefs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
+	if !goodCursor(prefix) || !goodCursor(q.Get("after")) {
+		s.uiError(w, http.StatusBadRequest, "prefix too long or not UTF-8")
+		return
+	}
+	refs, next, err := s.listUI(r.Context(), prefix, q.Get("after"), true)
+	if err != nil {
+		s.uiFail(w, r, err)
+		return
+	}
+	s.render(w, http.StatusOK, "refs", uiRefsPage{Title: "Refs", Prefix: prefix, Next: next, Refs: refs})
+}
+
+type uiRepoPage struct {
+	Title, Name      string
+	Tags, Manifests  []uiRef
+	NextTag, NextMan string
+	Usage            uiUsage
+}
+
+// uiRepository shows a repository: its usage, a page of tags and one of
+// manifests, with sizes.
+func (s *Server) uiRepository(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	name := q.Get("name")
+	if !goodCursor(q.Get("tags_after")) || !goodCursor(q.Get("manifests_after")) {
+		s.uiError(w, http.StatusBadRequest, "not a page cursor")
+		return
+	}
+	if name == "" || len(name) > 255 || strings.Contains(name, "/_") || ref.CheckName("oci/"+name+"/_tags") != nil {
+		s.uiError(w, http.StatusBadRequest, "not a repository name")
+		return
+	}
+	base := "oci/" + name + "/_"
+	tags, nextTag, err := s.listUI(r.Context(), base+"tags/", q.Get("tags_after"), true)
+	if err != nil {
+		s.uiFail(w, r, err)
+		return
+	}
+	mans, nextMan, err := s.listUI(r.Context(), base+"manifests/", q.Get("manifests_after"), true)
+	if err != nil {
+		s.uiFail(w, r, err)
+		return
+	}
+	for i := range tags {
+		tags[i].Name = strings.TrimPrefix(tags[i].Name, base+"tags/")
+	}
+	u, err := s.st.Usage(r.Context(), base)
+	if err != nil {
+		s.uiFail(w, r, err)
+		return
+	}
+	s.render(w, http.StatusOK, "repository", uiRepoPage{Title: name, Name: name, Tags: tags, Manifests: mans, NextTag: nextTag, NextMan: nextMan,
+		Usage: uiUsage{Refs: u.Refs, Blobs: u.Blobs, Bytes: u.Bytes, DedupSavedBytes: u.DedupSavedBytes, Truncated: u.Truncated, LastPush: u.LastPush, LastPull: u.LastPull}})
+}
+
+// graphNode is one box of an explain graph.
+type graphNode struct {
+	X, Y, W      int
+	Kind         string // key, pin, ref, parent, source, window, more
+	Label        string
+	Detail       string
+	Href         string
+	LineX, LineY int // where its edge leaves the node
+	TX, TY       int // and meets the key
+}
+
+type uiKeyPage struct {
+	Title, Key, Verdict string
+	// State is the verdict's first clause ("kept", "collectable"…).
+	State             string
+	Stored, Staged    bool
+	Size              int64
+	VisibleAfter, Now time.Time
+	Nodes             []graphNode
+	Width, Height     int
+	KeyX, KeyY        int
+}
+
+// uiKey draws a key's explain graph: the key in the middle, what keeps
+// it around it (pins, refs, parents — each parent a link to its own
+// page), the sources referencing it and its window deadline.
+func (s *Server) uiKey(w http.ResponseWriter, r *http.Request) {
+	key, err := blob.ParseKey(r.PathValue("key"))
+	if err != nil {
+		s.uiFail(w, r, err)
+		return
+	}
+	x, err := s.gc.Explain(r.Context(), key)
+	if err != nil {
+		s.uiFail(w, r, err)
+		return
+	}
+	s.render(w, http.StatusOK, "key", explainGraph(x))
+}
+
+// explainGraph lays x out in columns: pins and sources left, the key in
+// the middle, refs and parents right, the window deadline below.
+func explainGraph(x gc.Explanation) uiKeyPage {
+	const rowH, boxW, keyW, gap = 34, 300, 260, 60
+	p := uiKeyPage{Title: "Key " + x.Key.String()[:19] + "…", Key: x.Key.String(), Verdict: x.Verdict(), Stored: x.Stored, Staged: x.Staged,
+		Size: x.Size, VisibleAfter: x.VisibleAfter, Now: x.Now}
+	p.State, _, _ = strings.Cut(p.Verdict, ":")
+	var left, right []graphNode
+	for i, pin := range x.Pins {
+		if i == consoleGraphEdges {
+			left = append(left, graphNode{Kind: "more", Label: fmt.Sprintf("and %d more pins", len(x.Pins)-i)})
+			break
+		}
+		state := "expired"
+		if pin.Expiry.After(x.Now) {
+			state = "live until " + pin.Expiry.UTC().Format(time.RFC3339)
+		}
+		left = append(left, graphNode{Kind: "pin", Label: "pin " + pin.Owner, Detail: state})
+	}
+	for i, src := range x.Sources {
+		if i == consoleGraphEdges {
+			left = append(left, graphNode{Kind: "more", Label: fmt.Sprintf("and %d more sources", len(x.Sources)-i)})
+			break
+		}
+		left = append(left, graphNode{Kind: "source", Label: "source " + src, Detail: "references it"})
+	}
+	for i, rf := range x.Refs {
+		if i == consoleGraphEdges {
+			right = append(right, graphNode{Kind: "more", Label: fmt.Sprintf("and %d more refs", len(x.Refs)-i)})
+			break
+		}
+		detail := "keeps it"
+		switch {
+		case !rf.Live(x.Now):
+			detail = "expired"
+		case rf.Weak:
+			detail = "weak: names it, keeps nothing"
+		}
+		right = append(right, graphNode{Kind: "ref", Label: rf.Name, Detail: detail, Href: "/ui/refs?prefix=" + template.URLQueryEscaper(rf.Name)})
+	}
+	for i, parent := range x.Parents {
+		if i == consoleGraphEdges {
+			right = append(right, graphNode{Kind: "more", Label: fmt.Sprintf("and %d more parents", len(x.Parents)-i)})
+			break
+		}
+		right = append(right, graphNode{Kind: "parent", Label: parent.String()[:23] + "…", Detail: "parent blob, references it", Href: "/ui/keys/" + parent.String()})
+	}
+	rows := max(len(left), len(right), 1)
+	p.Height = rows*rowH + 20
+	if x.Staged {
+		p.Height += 2 * rowH
+	}
+	p.Width = 2*boxW + keyW + 4*gap
+	p.KeyX, p.KeyY = boxW+2*gap, (rows*rowH)/2
+	place := func(nodes []graphNode, x0, lineX, tx int) {
+		off := (rows - len(nodes)) * rowH / 2
+		for i := range nodes {
+			n := &nodes[i]
+			n.X, n.Y, n.W = x0, off+i*rowH+10, boxW
+			n.LineX, n.LineY, n.TX, n.TY = lineX, n.Y+14, tx, p.KeyY
+			p.Nodes = append(p.Nodes, *n)
+		}
+	}
+	place(left, gap/2, gap/2+boxW, p.KeyX)
+	place(right, p.KeyX+keyW+gap+gap/2, p.KeyX+keyW+gap+gap/2, p.KeyX+keyW)
+	if x.Staged {
+		p.Nodes = append(p.Nodes, graphNode{Kind: "window", X: p.KeyX - 20, Y: rows*rowH + 30, W: keyW + 40,
+			Label: "window deadline", Detail: x.VisibleAfter.UTC().Format(time.RFC3339), LineX: p.KeyX + keyW/2, LineY: rows*rowH + 30, TX: p.KeyX + keyW/2, TY: p.KeyY + 22})
+	}
+	return p
+}
+
+type uiBar struct {
+	X, Y, W, H int
+	Title      string
+}
+
+type uiGCPage struct {
+	Title                   string
+	Sweeps                  []sweepPoint
+	Freed, Deleted, Pending []uiBar
+	Width, Height           int
+	MaxFreed                int64
+	MaxDeleted, MaxPending  int64
+}
+
+// uiGC charts the server's recent sweeps (a ring of the last sweepRing):
+// bytes freed, deletions and the blobs staged (garbage pending) per sweep.
+func (s *Server) uiGC(w http.ResponseWriter, r *http.Request) {
+	pts := s.sweeps.list()
+	p := uiGCPage{Title: "Collection", Sweeps: pts, Width: 720, Height: 120}
+	for _, pt := range pts {
+		p.MaxFreed, p.MaxDeleted, p.MaxPending = max(p.MaxFreed, pt.BytesFreed), max(p.MaxDeleted, pt.Deleted), max(p.MaxPending, pt.Staged)
+	}
+	bars := func(val func(sweepPoint) int64, top int64) []uiBar {
+		var out []uiBar
+		bw := p.Width / sweepRing
+		for i, pt := range pts {
+			h := 0
+			if top > 0 {
+				h = int(math.Round(float64(val(pt)) / float64(top) * float64(p.Height-10)))
+			}
+			out = append(out, uiBar{X: i * bw, Y: p.Height - h, W: bw - 2, H: h,
+				Title: fmt.Sprintf("%s: %d", pt.End.UTC().Format(time.RFC3339), val(pt))})
+		}
+		return out
+	}
+	p.Freed = bars(func(pt sweepPoint) int64 { return pt.BytesFreed }, p.MaxFreed)
+	p.Deleted = bars(func(pt sweepPoint) int64 { return pt.Deleted }, p.MaxDeleted)
+	p.Pending = bars(func(pt sweepPoint) int64 { return pt.Staged }, p.MaxPending)
+	s.render(w, http.StatusOK, "gc", p)
+}
+
+type uiRetentionPage struct {
+	Title     string
+	Policies  bool
+	Deletions []Preview
+	More      int
+}
+
+// uiRetention lists what the front ends' policies would delete now (a
+// dry run), the first consolePage shown.
+func (s *Server) uiRetention(w http.ResponseWriter, r *http.Request) {
+	p := uiRetentionPage{Title: "Retention dry run"}
+	for _, m := range s.opts.Mounts {
+		if m.Preview == nil {
+			continue
+		}
+		p.Policies = true
+		ds, err := m.Preview(r.Context())
+		if err != nil {
+			s.uiFail(w, r, err)
+			return
+		}
+		p.Deletions = append(p.Deletions, ds...)
+	}
+	if len(p.Deletions) > consolePage {
+		p.More = len(p.Deletions) - consolePage
+		p.Deletions = p.Deletions[:consolePage]
+	}
+	s.render(w, http.StatusOK, "retention", p)
+}
+
+type uiRecord struct {
+	ID, Tenant, Status, Owner string
+	Expired                   bool
+	Expiry, UpdatedAt         time.Time
+	Size                      int
+}
+
+type uiRecordsPage struct {
+	Title, Group      string
+	Asked, Exists     bool
+	Records           []uiRecord
+	Claimable, Lapsed int
+	Full              bool
+}
+
+// uiRecords lists a group's claimable records, the first consolePage in
+// id order, telling those never leased (or released) from those whose
+// lease expired.
+func (s *Server) uiRecords(w http.ResponseWriter, r *http.Request) {
+	group := r.URL.Query().Get("group")
+	p := uiRecordsPage{Title: "Records", Group: group, Asked: group != ""}
+	if p.Asked {
+		ok, err := s.records.GroupExists(r.Context(), group)
+		if err != nil {
+			s.uiFail(w, r, err)
+			return
+		}
+		p.Exists = ok
+	}
+	if p.Exists {
+		recs, err := s.records.ListClaimable(r.Context(), group, time.Time{}, consolePage)
+		if err != nil {
+			s.uiFail(w, r, err)
+			return
+		}
+		p.Full = len(recs) == consolePage
+		for _, rec := range recs {
+			u := uiRecord{ID: rec.ID, Tenant: rec.Tenant, Status: string(rec.Status), Owner: rec.Lease.Owner,
+				Expired: rec.Lease.Owner != "", Expiry: rec.Lease.Expiry, UpdatedAt: rec.UpdatedAt, Size: len(rec.Payload)}
+			if u.Expired {
+				p.Lapsed++
+			} else {
+				p.Claimable++
+			}
+			p.Records = append(p.Records, u)
+		}
+	}
+	s.render(w, http.StatusOK, "records", p)
+}
