@@ -72,7 +72,10 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// sqlPutEdges is sqlPut for a batch in which some puts declare
 	// children (@parents, @children: the edges). First every stored row of
 	// the batch, parents and children alike (@lock), is locked in one pass
-	// in key order, so batches never lock them in opposite orders. A parent
+	// in key order, FOR KEY SHARE: writers share that lock, so parents
+	// naming one child (images sharing a base layer) do not queue on its
+	// row, while arbitration's FOR UPDATE conflicts with it and waits, or
+	// is waited for (docs/decisions/0046-shared-child-locks.md). A parent
 	// is refused when one of its children is not stored (missing) or when
 	// it is stored without one of them (fixed: a blob's children are those
 	// it was stored with). A parent another writer stored after this
@@ -84,7 +87,7 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// (parent, child, edgeMissing or edgeFixed) and raced (parent, '',
 	// edgeRaced) rows are answered.
 	sqlPutEdges = declare("sqlPutEdges", `WITH l AS (
-	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR NO KEY UPDATE
+	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR KEY SHARE
 ), e AS (
 	SELECT p, c FROM unnest(@parents::text[], @children::text[]) AS u(p, c)
 ), missing AS (
@@ -122,10 +125,11 @@ SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UN
 	sqlStat     = declare("sqlStat", `SELECT size FROM {schema}.blobs WHERE key = $1`)
 	sqlListPage = declare("sqlListPage", `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`)
 
-	// sqlPin locks the blob row as a put does, then pins it in pins; 0
-	// rows: the blob is absent.
+	// sqlPin locks the blob row FOR KEY SHARE (pins of one key by several
+	// owners do not queue on it; an arbitration's FOR UPDATE waits), then
+	// pins it in pins; 0 rows: the blob is absent.
 	sqlPin = declare("sqlPin", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = $1 FOR NO KEY UPDATE
+	SELECT key FROM {schema}.blobs WHERE key = $1 FOR KEY SHARE
 ), p AS (
 	INSERT INTO {schema}.pins AS p (key, owner, expiry)
 	SELECT key, $2, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond' FROM b
