@@ -29,14 +29,14 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "how long each steady scenario runs per round")
 	drainCap = flag.Duration("draincap", 2*time.Minute, "the longest a drain scenario may take to empty its queue")
 	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep, gc-sweep-sqlite, refs-pg, children-pg, oci-sqlite, oci-pg, oci-large-sqlite, oci-large-pg, large-tier); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, large-tier, sizes-pg, gc-sweep, gc-sweep-sqlite, oci-*)")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep, gc-sweep-sqlite, refs-pg, children-pg, oci-sqlite, oci-pg, oci-large-sqlite, oci-large-pg, large-tier, oci-dist, oci-dist-large, oci-dist-gc); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, large-tier, sizes-pg, gc-sweep, gc-sweep-sqlite, oci-*)")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
 // onDemand are the groups that run only when named in -only: they measure
 // design choices or take long.
-var onDemand = []string{"inline-pg", "chunkstore-pg", "large-pg", "large-sqlite", "sizes-pg", "gc-sweep", "gc-sweep-sqlite", "oci-sqlite", "oci-pg", "oci-large-sqlite", "oci-large-pg", "large-tier"}
+var onDemand = []string{"inline-pg", "chunkstore-pg", "large-pg", "large-sqlite", "sizes-pg", "gc-sweep", "gc-sweep-sqlite", "oci-sqlite", "oci-pg", "oci-large-sqlite", "oci-large-pg", "large-tier", "oci-dist", "oci-dist-large", "oci-dist-gc"}
 
 // scenario is one measured workload.
 type scenario struct {
@@ -104,6 +104,7 @@ func main() {
 	}
 	results := map[string]*result{}
 	var order []string
+	var loads []groupLoad
 	for _, group := range groupsOf(scs) {
 		for _, n := range ns {
 			for _, sc := range group {
@@ -111,6 +112,8 @@ func main() {
 				results[id] = &result{sc: sc, callers: n}
 				order = append(order, id)
 			}
+			gl := groupLoad{group: group[0].group, callers: n, before: loadavg()}
+			fmt.Fprintf(os.Stderr, "%s/%d: loadavg %.2f before\n", gl.group, n, gl.before)
 			if err := runGroup(ctx, group, n, func(sc scenario, round int, ops float64) {
 				id := fmt.Sprintf("%s/%s/%d", sc.group, sc.name, n)
 				results[id].opsPerS = append(results[id].opsPerS, ops)
@@ -118,6 +121,9 @@ func main() {
 			}); err != nil {
 				fatalf("%s at %d callers: %v", group[0].group, n, err)
 			}
+			gl.after = loadavg()
+			fmt.Fprintf(os.Stderr, "%s/%d: loadavg %.2f after\n", gl.group, n, gl.after)
+			loads = append(loads, gl)
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -143,8 +149,10 @@ func main() {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t\n", r.sc.group, r.sc.name, r.callers, med, vs, ratio, paired)
 	}
 	w.Flush()
+	printLoads(loads)
 	printRSS()
 	printTierRows()
+	printGCResults()
 }
 
 // groupsOf splits scenarios into their groups, in order.
@@ -272,6 +280,52 @@ func checkpoint(ctx context.Context) error {
 	return err
 }
 
+// roughLoad is the 1-minute load average above which a group's figures are
+// marked rough: the machine has 2 cores, and a higher load means other work
+// shared them (docs/BENCHMARKS.md records only figures that are not rough).
+const roughLoad = 2.0
+
+// groupLoad is the machine's load around one group at one caller count.
+type groupLoad struct {
+	group         string
+	callers       int
+	before, after float64 // 1-minute load average, -1 when unreadable
+}
+
+// loadavg returns the 1-minute load average from /proc/loadavg, or -1 where
+// there is none (not Linux).
+func loadavg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	var one float64
+	if _, err := fmt.Sscan(string(b), &one); err != nil {
+		return -1
+	}
+	return one
+}
+
+// printLoads prints each group's load average before and after it, and
+// marks it "rough" when either exceeds roughLoad ("unknown" when there is
+// no load average to read).
+func printLoads(loads []groupLoad) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "\ngroup\tcallers\tloadavg before\tafter\tfigures\t\n")
+	for _, l := range loads {
+		verdict := "quiet"
+		switch {
+		case l.before < 0 || l.after < 0:
+			verdict = "unknown"
+		case l.before > roughLoad || l.after > roughLoad:
+			verdict = "rough"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.2f\t%.2f\t%s\t\n", l.group, l.callers, l.before, l.after, verdict)
+	}
+	w.Flush()
+	fmt.Printf("(\"rough\": the 1-minute load average exceeded %.1f before or after the group; other work shared the cores)\n", roughLoad)
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	sort.Float64s(s)
@@ -297,5 +351,6 @@ func allScenarios() []scenario {
 	all = append(all, gcPostgres()...)
 	all = append(all, refsPostgres()...)
 	all = append(all, registryScenarios()...)
+	all = append(all, distributionScenarios()...)
 	return all
 }

@@ -2,12 +2,10 @@ package blob
 
 import (
 	"context"
-	"fmt"
 	"hash"
 	"io"
+	"sync"
 	"time"
-
-	"github.com/steadkit/stead/steaderr"
 )
 
 // Streamer is the part of an Backend that keeps large values as objects
@@ -59,14 +57,19 @@ type ReadValueParams struct {
 // putObject streams r's content into one object of the engine's bytes
 // tier under an upload and publishes it, pinned, once written whole and
 // hashed, as putChunked does with chunks. h has been fed every byte r
-// yields.
+// yields. r is read (so hashed) on a goroutine of its own a chunk ahead of
+// the bucket's write (readChunks), so that hashing runs beside the write,
+// not in series with it.
 func (s *Store) putObject(ctx context.Context, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
 	set, err := s.eng.BeginUpload(ctx, BeginUploadParams{Lease: s.lease, Now: s.pins.engineNow()})
 	if err != nil {
 		return Key{}, err
 	}
 	defer s.abortUpload(ctx, set, &err)
-	src := &limitedSource{r: r, max: s.maxSize}
+	chunks, stopReading := s.readChunks(r)
+	stop := sync.OnceFunc(stopReading)
+	defer stop()
+	src := &chunkSource{chunks: chunks}
 	size, err := s.eng.WriteValue(ctx, WriteValueParams{Set: set, Value: src, Lease: s.lease})
 	if src.err != nil {
 		return Key{}, src.err
@@ -74,33 +77,41 @@ func (s *Store) putObject(ctx context.Context, want Key, children []Key, r io.Re
 	if err != nil {
 		return Key{}, err
 	}
+	stop() // h has seen every byte read once the reading goroutine is done
 	return s.publishStaged(ctx, h, want, children, set, size)
 }
 
-// limitedSource reads a put's source for the bytes tier, failing once it
-// has read more than max bytes, and keeps the error that ended it (a read
+// chunkSource reads the chunks readChunks sends as one stream, handing
+// each buffer back once read, and keeps the error that ended it (a read
 // error or ErrTooLarge), so that the put reports it rather than the
 // bucket write it broke off.
-type limitedSource struct {
-	r    io.Reader
-	max  int64
-	read int64
-	err  error
+type chunkSource struct {
+	chunks <-chan chunk
+	cur    chunk
+	rest   []byte
+	err    error
 }
 
-func (l *limitedSource) Read(p []byte) (int, error) {
-	if l.err != nil {
-		return 0, l.err
+func (c *chunkSource) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
 	}
-	n, err := l.r.Read(p[:min(int64(len(p)), l.max-l.read+1)])
-	l.read += int64(n)
-	switch {
-	case l.read > l.max:
-		l.err = fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, l.max)
-		return 0, l.err
-	case err != nil && err != io.EOF:
-		l.err = fmt.Errorf("read content: %w", err)
-		return n, l.err
+	for len(c.rest) == 0 {
+		if c.cur.release != nil {
+			c.cur.release()
+			c.cur = chunk{}
+		}
+		next, ok := <-c.chunks
+		if !ok {
+			return 0, io.EOF
+		}
+		if next.err != nil {
+			c.err = next.err
+			return 0, c.err
+		}
+		c.cur, c.rest = next, next.data
 	}
-	return n, err
+	n := copy(p, c.rest)
+	c.rest = c.rest[n:]
+	return n, nil
 }

@@ -49,6 +49,7 @@ func testGC(t *testing.T, h Harness) {
 		{"Edges", gcEdges},
 		{"EdgesRefused", gcEdgesRefused},
 		{"EdgesRace", gcEdgesRace},
+		{"EdgesSharedRace", gcEdgesSharedRace},
 		{"EdgesFixedRace", gcEdgesFixedRace},
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -210,6 +211,87 @@ func gcEdgesRace(t *testing.T, h Harness) {
 			t.Fatalf("round %d: PutWith: %v", i, putErr)
 		case putErr != nil && (hasChild || hasParent):
 			t.Fatalf("round %d: the put failed (%v) but child %v, parent %v are stored", i, putErr, hasChild, hasParent)
+		}
+	}
+}
+
+// gcEdgesSharedRace is gcEdgesRace with many parents sharing children
+// (images sharing base layers): in each round eight parents, each naming
+// two to four of four fresh children, are put while arbitrations of the
+// children run. A put that succeeded has every child stored; one that
+// failed did so with ErrNotFound and stored nothing.
+func gcEdgesSharedRace(t *testing.T, h Harness) {
+	SharedChildrenRace(t, h, 12)
+}
+
+// SharedChildrenRace runs gcEdgesSharedRace's rounds (fewer in -short)
+// against an engine from h, for an engine's own variants (PostgreSQL with
+// a pool of one connection).
+func SharedChildrenRace(t *testing.T, h Harness, rounds int) {
+	b := setupGC(t, h)
+	ctx := t.Context()
+	g := b.eng.GC()
+	lease := sweepLease(t, g)
+	if testing.Short() {
+		rounds = max(1, rounds/3)
+	}
+	const nChildren, nParents = 4, 8
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range rounds {
+		children := make([]blob.Key, nChildren)
+		for j := range children {
+			children[j] = mustPut(t, b.store, testValue(fmt.Sprint("shared child ", i, " ", j), 10))
+		}
+		b.expirePins()
+		named := make([][]blob.Key, nParents)
+		for p := range named {
+			named[p] = slices.Clone(children)
+			rng.Shuffle(len(named[p]), func(x, y int) { named[p][x], named[p][y] = named[p][y], named[p][x] })
+			named[p] = named[p][:2+rng.IntN(3)]
+		}
+		putErrs := make([]error, nParents)
+		var wg sync.WaitGroup
+		for p := range nParents {
+			wg.Go(func() {
+				_, putErrs[p] = putWith(t, b.store, testValue(fmt.Sprint("shared parent ", i, " ", p), 20), named[p]...)
+			})
+		}
+		var arbErr error
+		wg.Go(func() {
+			for k := range 3 {
+				keys := children[k%2:]
+				if _, err := g.Arbitrate(ctx, gc.ArbitrateParams{Keys: keys, Now: b.clock.Now(), Lease: lease}); err != nil {
+					arbErr = err
+					return
+				}
+			}
+		})
+		wg.Wait()
+		if arbErr != nil {
+			t.Fatalf("round %d: Arbitrate: %v", i, arbErr)
+		}
+		for p, err := range putErrs {
+			parent := blob.KeyOf(testValue(fmt.Sprint("shared parent ", i, " ", p), 20))
+			hasParent, herr := b.store.Has(ctx, parent)
+			if herr != nil {
+				t.Fatal(herr)
+			}
+			switch {
+			case err != nil && !errors.Is(err, steaderr.ErrNotFound):
+				t.Fatalf("round %d, parent %d: PutWith: %v", i, p, err)
+			case err != nil && hasParent:
+				t.Fatalf("round %d, parent %d: the put failed (%v) but the parent is stored", i, p, err)
+			case err == nil:
+				for _, c := range named[p] {
+					has, herr := b.store.Has(ctx, c)
+					if herr != nil {
+						t.Fatal(herr)
+					}
+					if !has {
+						t.Fatalf("round %d: parent %d was put and its child %s deleted", i, p, c)
+					}
+				}
+			}
 		}
 	}
 }

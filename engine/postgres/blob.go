@@ -41,13 +41,13 @@ var (
 	sqlPut = declare("sqlPut", `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest(@keys::text[], @sizes::bigint[], @vals::bytea[], @blob_owners::text[], @blob_ttls::bigint[], @blob_nows::timestamptz[]) AS u(k, s, v, o, d, n)
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
 )
 INSERT INTO {schema}.pins AS p (key, owner, expiry)
 SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[]) AS u(k, o, d, n)
+FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
 WHERE (SELECT count(*) FROM b) >= 0
 AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
@@ -58,13 +58,13 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	sqlPutNaive = declare("sqlPutNaive", `WITH b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest(@keys::text[], @sizes::bigint[], @vals::bytea[], @blob_owners::text[], @blob_ttls::bigint[], @blob_nows::timestamptz[]) AS u(k, s, v, o, d, n)
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING key, pin_owner
 )
 INSERT INTO {schema}.pins AS p (key, owner, expiry)
 SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[]) AS u(k, o, d, n)
+FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
 WHERE (SELECT count(*) FROM b) >= 0
 AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
@@ -72,7 +72,10 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// sqlPutEdges is sqlPut for a batch in which some puts declare
 	// children (@parents, @children: the edges). First every stored row of
 	// the batch, parents and children alike (@lock), is locked in one pass
-	// in key order, so batches never lock them in opposite orders. A parent
+	// in key order, FOR KEY SHARE: writers share that lock, so parents
+	// naming one child (images sharing a base layer) do not queue on its
+	// row, while arbitration's FOR UPDATE conflicts with it and waits, or
+	// is waited for (docs/decisions/0046-shared-child-locks.md). A parent
 	// is refused when one of its children is not stored (missing) or when
 	// it is stored without one of them (fixed: a blob's children are those
 	// it was stored with). A parent another writer stored after this
@@ -84,7 +87,7 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// (parent, child, edgeMissing or edgeFixed) and raced (parent, '',
 	// edgeRaced) rows are answered.
 	sqlPutEdges = declare("sqlPutEdges", `WITH l AS (
-	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR NO KEY UPDATE
+	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR KEY SHARE
 ), e AS (
 	SELECT p, c FROM unnest(@parents::text[], @children::text[]) AS u(p, c)
 ), missing AS (
@@ -122,10 +125,11 @@ SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UN
 	sqlStat     = declare("sqlStat", `SELECT size FROM {schema}.blobs WHERE key = $1`)
 	sqlListPage = declare("sqlListPage", `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`)
 
-	// sqlPin locks the blob row as a put does, then pins it in pins; 0
-	// rows: the blob is absent.
+	// sqlPin locks the blob row FOR KEY SHARE (pins of one key by several
+	// owners do not queue on it; an arbitration's FOR UPDATE waits), then
+	// pins it in pins; 0 rows: the blob is absent.
 	sqlPin = declare("sqlPin", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = $1 FOR NO KEY UPDATE
+	SELECT key FROM {schema}.blobs WHERE key = $1 FOR KEY SHARE
 ), p AS (
 	INSERT INTO {schema}.pins AS p (key, owner, expiry)
 	SELECT key, $2, coalesce($4::timestamptz, now()) + $3 * interval '1 microsecond' FROM b
@@ -265,19 +269,21 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 		pinKeys[i], owners[i], ttls[i], nows[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
 		pinPlain[i] = plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}]
 	}
-	args := pgx.StrictNamedArgs{
-		"keys": keys, "sizes": sizes, "vals": values, "blob_owners": blobOwners, "blob_ttls": blobTTLs, "blob_nows": blobNows,
-		"pin_keys": pinKeys, "pin_owners": owners, "pin_ttls": ttls, "pin_nows": nows,
-	}
 	if len(children) == 0 {
 		stmt := b.e.sql(sqlPut)
 		if b.naive.Load() {
 			stmt = b.e.sql(sqlPutNaive)
 		}
+		// Positional arguments: pgx rewrites a named statement's text on
+		// every call, a fifth of a lone put's client CPU.
 		return b.e.retryTransient(ctx, func() error {
-			_, err := b.e.pool.Exec(ctx, stmt, args)
+			_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
 			return err
 		})
+	}
+	args := pgx.StrictNamedArgs{
+		"keys": keys, "sizes": sizes, "vals": values, "blob_owners": blobOwners, "blob_ttls": blobTTLs, "blob_nows": blobNows,
+		"pin_keys": pinKeys, "pin_owners": owners, "pin_ttls": ttls, "pin_nows": nows,
 	}
 	lock := slices.Concat(keys, children)
 	slices.Sort(lock)

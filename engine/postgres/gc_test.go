@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine"
+	"github.com/steadkit/stead/engine/enginetest"
 	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/gc"
@@ -279,4 +281,15 @@ func TestRenewRacingArbitration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSharedChildrenPoolOfOne races parents sharing children against
+// arbitrations on a pool of one connection: the shared child locks
+// (FOR KEY SHARE) and the arbitration's FOR UPDATE then take turns on the
+// one connection, and the suite's guarantee still holds.
+func TestSharedChildrenPoolOfOne(t *testing.T) {
+	t.Parallel()
+	enginetest.SharedChildrenRace(t, enginetest.Harness{
+		New: func(t *testing.T) engine.Engine { return open(t, pgtest.Stead(t, false), "&pool_max_conns=1") },
+	}, 6)
 }

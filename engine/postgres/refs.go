@@ -14,8 +14,9 @@ import (
 
 // The ref statements (docs/decisions/0022). A ref is live while its expiry
 // is NULL or after now (@now, or the database's now()). Set, Swap and Touch
-// (of a weak ref too) lock the key's blob row first, as a put or a pin does, so none can
-// interleave with an arbitration of the key; each then judges the ref's row
+// (of a weak ref too) lock the key's blob row first, FOR KEY SHARE as a pin
+// does, so none can interleave with an arbitration of the key (its FOR
+// UPDATE conflicts) while refs naming one blob do not queue on its row; each then judges the ref's row
 // as it stands once locked (ON CONFLICT, or an UPDATE's recheck), never as
 // the statement's snapshot saw it, and draws a new version only then, so
 // versions commit in increasing order. A new expiry runs from
@@ -25,10 +26,13 @@ import (
 // exact to the microsecond (interval arithmetic runs in float8).
 var (
 	// sqlRefSet locks the key's blob row, then inserts or replaces the ref
-	// (@cond 0), or only replaces an expired one (@cond 1, create-only).
-	// It answers whether the blob was stored and the ref written, if it was.
+	// (@cond 0), or only replaces an expired one (@cond 1, create-only),
+	// and records, once, that the store declared liveness (gc_declared:
+	// in the statement, not a trigger, whose call cost as much as the rest
+	// of it; migration 15). It answers whether the blob was stored and the
+	// ref written, if it was.
 	sqlRefSet = declare("sqlRefSet", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
+	SELECT key FROM {schema}.blobs WHERE key = @key FOR KEY SHARE
 ), w AS (
 	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry, weak)
 	SELECT @name, key, nextval('{schema}.ref_versions'), @annotation,
@@ -39,6 +43,10 @@ var (
 	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak
 	WHERE @cond::int = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
 	RETURNING name, key, version, annotation, expiry, weak
+), d AS (
+	INSERT INTO {schema}.gc_declared (id) SELECT true FROM w
+	WHERE NOT EXISTS (SELECT FROM {schema}.gc_declared) LIMIT 1
+	ON CONFLICT DO NOTHING
 )
 SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak
 FROM (SELECT) AS one LEFT JOIN w ON true`)
@@ -47,7 +55,7 @@ FROM (SELECT) AS one LEFT JOIN w ON true`)
 	// version is @version (a compare-and-swap: never an insert). It answers
 	// as sqlRefSet does.
 	sqlRefSwap = declare("sqlRefSwap", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = @key FOR NO KEY UPDATE
+	SELECT key FROM {schema}.blobs WHERE key = @key FOR KEY SHARE
 ), w AS (
 	UPDATE {schema}.refs AS r
 	SET key = @key, version = nextval('{schema}.ref_versions'), annotation = @annotation,
@@ -78,7 +86,7 @@ WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now())
 	sqlRefTouch = declare("sqlRefTouch", `WITH target AS (
 	SELECT key FROM {schema}.refs WHERE name = $1
 ), b AS (
-	SELECT key FROM {schema}.blobs WHERE key = (SELECT key FROM target) FOR NO KEY UPDATE
+	SELECT key FROM {schema}.blobs WHERE key = (SELECT key FROM target) FOR KEY SHARE
 ), u AS (
 	UPDATE {schema}.refs
 	SET expiry = CASE WHEN expiry IS NOT NULL THEN coalesce($3::timestamptz, clock_timestamp()) + ($2::bigint / 1000000) * interval '1 second' + ($2::bigint % 1000000) * interval '1 microsecond' END

@@ -28,14 +28,30 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 	if e != nil {
 		return e
 	}
+	// The blob is opened while its link is looked up, so that a pull
+	// waits on one round trip, not two in turn; it is answered only once
+	// a link says the repository holds it.
+	type opened struct {
+		rd  *blob.Reader
+		err error
+	}
+	got := make(chan opened, 1)
+	go func() {
+		rd, err := g.st.Blobs.Get(r.Context(), d)
+		got <- opened{rd, err}
+	}()
 	ok, err := g.inRepo(r, rt.name, d)
+	o := <-got
+	if o.err == nil {
+		defer o.rd.Close()
+	}
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
 	}
-	rd, err := g.st.Blobs.Get(r.Context(), d)
+	rd, err := o.rd, o.err
 	if errors.Is(err, steaderr.ErrNotFound) {
 		// Linked, but collected since: a link keeps nothing.
 		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
@@ -43,7 +59,6 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 	if err != nil {
 		return err
 	}
-	defer rd.Close()
 	if r.Method == http.MethodHead {
 		// A client that finds the blob skips its upload and pushes a
 		// manifest naming it: keep it for that long.

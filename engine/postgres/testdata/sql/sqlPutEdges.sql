@@ -1,5 +1,5 @@
 WITH l AS (
-	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR NO KEY UPDATE
+	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR KEY SHARE
 ), e AS (
 	SELECT p, c FROM unnest(@parents::text[], @children::text[]) AS u(p, c)
 ), missing AS (

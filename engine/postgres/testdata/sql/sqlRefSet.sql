@@ -1,5 +1,5 @@
 WITH b AS (
-	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = @key FOR NO KEY UPDATE
+	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = @key FOR KEY SHARE
 ), w AS (
 	INSERT INTO "St""ead. sch;ema-ñ".refs AS r (name, key, version, annotation, expiry, weak)
 	SELECT @name, key, nextval('"St""ead. sch;ema-ñ".ref_versions'), @annotation,
@@ -10,6 +10,10 @@ WITH b AS (
 	SET key = excluded.key, version = nextval('"St""ead. sch;ema-ñ".ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak
 	WHERE @cond::int = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
 	RETURNING name, key, version, annotation, expiry, weak
+), d AS (
+	INSERT INTO "St""ead. sch;ema-ñ".gc_declared (id) SELECT true FROM w
+	WHERE NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".gc_declared) LIMIT 1
+	ON CONFLICT DO NOTHING
 )
 SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak
 FROM (SELECT) AS one LEFT JOIN w ON true

@@ -1,5 +1,5 @@
 WITH b AS (
-	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = @key FOR NO KEY UPDATE
+	SELECT key FROM "St""ead. sch;ema-ñ".blobs WHERE key = @key FOR KEY SHARE
 ), w AS (
 	UPDATE "St""ead. sch;ema-ñ".refs AS r
 	SET key = @key, version = nextval('"St""ead. sch;ema-ñ".ref_versions'), annotation = @annotation,
