@@ -54,6 +54,14 @@ type Options struct {
 	// MaxBlobSize is the largest content entry accepted. Defaults to
 	// blob.DefaultMaxSize.
 	MaxBlobSize int64
+	// MaxSize is the size budget of the whole cache (every protocol's
+	// entries together), in bytes: Evict deletes the least recently read
+	// entries until the distinct blobs the rest keep add up to at most
+	// it. 0 means no budget (entries go only when unread for TTL).
+	MaxSize int64
+	// Now is the clock reads are remembered on for the size budget;
+	// defaults to time.Now.
+	Now func() time.Time
 	// Logger logs internal errors. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -65,6 +73,8 @@ type Cache struct {
 	opts    Options
 	log     *slog.Logger
 	uploads *uploads
+	recent  recency
+	memo    evictMemo
 }
 
 // New returns a Cache over st, which stays the caller's to close.
@@ -78,7 +88,11 @@ func New(st *stead.Store, opts Options) *Cache {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Cache{st: st, opts: opts, log: opts.Logger, uploads: newUploads()}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Cache{st: st, opts: opts, log: opts.Logger, uploads: newUploads(),
+		memo: evictMemo{kept: map[blob.Key][]blob.Key{}, size: map[blob.Key]int64{}}}
 }
 
 // authorize checks the caller the server put in r's context (package

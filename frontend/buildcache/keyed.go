@@ -58,7 +58,7 @@ func (c *Cache) putKeyed(r *http.Request, name string, m meta, ifAbsent bool) er
 
 // getKeyed serves the entry name, renewing it, and returns its meta.
 func (c *Cache) getKeyed(w http.ResponseWriter, r *http.Request, name string, header func(meta)) error {
-	rf, err := c.st.Refs.GetTouch(r.Context(), name, c.opts.TTL)
+	rf, err := c.touch(r.Context(), name)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (c *Cache) turboQuery(w http.ResponseWriter, r *http.Request, ns string) {
 			out[h] = missing
 			continue
 		}
-		rf, err := c.st.Refs.GetTouch(r.Context(), ns+h, c.opts.TTL)
+		rf, err := c.touch(r.Context(), ns+h)
 		if err == nil {
 			var info, stErr = c.st.Blobs.Stat(r.Context(), rf.Key)
 			if err = stErr; err == nil {

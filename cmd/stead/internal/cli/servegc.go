@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/gc"
 )
@@ -119,6 +120,15 @@ their period. Prints one line per deletion; --dry-run deletes nothing.`,
 func registryCollect(reg *registry.Registry) func(context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := reg.Collect(ctx, registry.CollectOptions{})
+		return err
+	}
+}
+
+// cacheCollect evicts what the build cache's size budget leaves no room
+// for, before each sweep, which then frees it.
+func cacheCollect(cache *buildcache.Cache) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := cache.Evict(ctx)
 		return err
 	}
 }
