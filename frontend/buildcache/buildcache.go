@@ -7,8 +7,9 @@
 //	GET/HEAD/PUT <prefix>ac/<sha256 hex>    action results, mutable
 //
 // over the Remote Execution API v2's gRPC cache services on the same
-// entries (Cache.GRPC), and over Turborepo's and Nx's HTTP caches, whose
-// keys are the clients' own (Cache.Turbo, Cache.Nx).
+// entries (Cache.GRPC), and over Turborepo's, Nx's and Gradle's HTTP
+// caches, whose keys are the clients' own (Cache.Turbo, Cache.Nx,
+// Cache.Gradle).
 //
 // Every entry is a ref with an expiry that a read renews (ref.GetTouch),
 // so an entry in use stays and a cache nobody reads shrinks by itself

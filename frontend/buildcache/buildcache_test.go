@@ -79,6 +79,7 @@ func newCacheOpts(t *testing.T, opts buildcache.Options) *cacheClient {
 		{Prefix: buildcache.Prefix, Handler: cache},
 		{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
 		{Prefix: buildcache.NxPrefix, Handler: cache.Nx()},
+		{Prefix: buildcache.GradlePrefix, Handler: cache.Gradle()},
 	}})
 	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk, cache: cache}
 }

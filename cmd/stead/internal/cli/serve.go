@@ -137,7 +137,8 @@ a flag overrides the environment, which overrides the file.`,
 				mounts = append(mounts,
 					server.Mount{Prefix: buildcache.Prefix, Handler: cache, Collect: cacheCollect(cache)},
 					server.Mount{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
-					server.Mount{Prefix: buildcache.NxPrefix, Handler: cache.Nx()})
+					server.Mount{Prefix: buildcache.NxPrefix, Handler: cache.Nx()},
+					server.Mount{Prefix: buildcache.GradlePrefix, Handler: cache.Gradle()})
 				if cacheGRPC != "" {
 					if auth.Open() && !server.IsLoopback(cacheGRPC) {
 						return usageError("--build-cache-grpc %s is not loopback: set --token-file, STEAD_TOKEN or --htpasswd", cacheGRPC)
@@ -197,7 +198,7 @@ a flag overrides the environment, which overrides the file.`,
 	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
 	f.BoolVar(&registryOn, "registry", true, "serve the OCI registry at /v2/")
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
-	f.BoolVar(&cacheOn, "build-cache", false, "serve the build cache: Bazel/ccache at /cache/, Turborepo at /v8/, Nx at /nx/")
+	f.BoolVar(&cacheOn, "build-cache", false, "serve the build cache: Bazel/ccache at /cache/, Turborepo at /v8/, Nx at /nx/, Gradle at /gradle/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
 	f.Int64Var(&cacheMaxSize, "build-cache-max-size", 0, "size budget of the whole build cache, in bytes: before each sweep the least recently read entries go until the rest fit (0: none)")
 	f.StringVar(&cacheGRPC, "build-cache-grpc", "", "also serve the build cache over the Remote Execution API's gRPC on this address (with --build-cache)")
