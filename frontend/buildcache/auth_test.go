@@ -47,7 +47,11 @@ func serveCacheUsers(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return fronttest.Serve(t, st, server.Options{Access: a, Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: buildcache.New(st, buildcache.Options{})}}})
+	cache := buildcache.New(st, buildcache.Options{MaxBlobSize: 1 << 20})
+	return fronttest.Serve(t, st, server.Options{Access: a, Mounts: []server.Mount{
+		{Prefix: buildcache.Prefix, Handler: cache},
+		{Prefix: buildcache.GradlePrefix, Handler: cache.Gradle()},
+	}})
 }
 
 // TestCacheUsers: Basic credentials read and write within the rules; a

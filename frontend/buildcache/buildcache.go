@@ -7,8 +7,9 @@
 //	GET/HEAD/PUT <prefix>ac/<sha256 hex>    action results, mutable
 //
 // over the Remote Execution API v2's gRPC cache services on the same
-// entries (Cache.GRPC), and over Turborepo's and Nx's HTTP caches, whose
-// keys are the clients' own (Cache.Turbo, Cache.Nx).
+// entries (Cache.GRPC), and over Turborepo's, Nx's and Gradle's HTTP
+// caches, whose keys are the clients' own (Cache.Turbo, Cache.Nx,
+// Cache.Gradle).
 //
 // Every entry is a ref with an expiry that a read renews (ref.GetTouch),
 // so an entry in use stays and a cache nobody reads shrinks by itself
@@ -54,6 +55,14 @@ type Options struct {
 	// MaxBlobSize is the largest content entry accepted. Defaults to
 	// blob.DefaultMaxSize.
 	MaxBlobSize int64
+	// MaxSize is the size budget of the whole cache (every protocol's
+	// entries together), in bytes: Evict deletes the least recently read
+	// entries until the distinct blobs the rest keep add up to at most
+	// it. 0 means no budget (entries go only when unread for TTL).
+	MaxSize int64
+	// Now is the clock reads are remembered on for the size budget;
+	// defaults to time.Now.
+	Now func() time.Time
 	// Logger logs internal errors. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -65,6 +74,8 @@ type Cache struct {
 	opts    Options
 	log     *slog.Logger
 	uploads *uploads
+	recent  recency
+	memo    evictMemo
 }
 
 // New returns a Cache over st, which stays the caller's to close.
@@ -78,7 +89,11 @@ func New(st *stead.Store, opts Options) *Cache {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Cache{st: st, opts: opts, log: opts.Logger, uploads: newUploads()}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Cache{st: st, opts: opts, log: opts.Logger, uploads: newUploads(),
+		memo: evictMemo{kept: map[blob.Key][]blob.Key{}, size: map[blob.Key]int64{}}}
 }
 
 // authorize checks the caller the server put in r's context (package

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -55,18 +56,30 @@ func newCache(t *testing.T, ttl time.Duration) *cacheClient {
 // newCacheSized is newCache taking content up to maxBlob bytes.
 func newCacheSized(t *testing.T, ttl time.Duration, maxBlob int64) *cacheClient {
 	t.Helper()
+	return newCacheOpts(t, buildcache.Options{TTL: ttl, MaxBlobSize: maxBlob})
+}
+
+// newCacheOpts is newCache with opts, reads remembered on the test's
+// clock.
+func newCacheOpts(t *testing.T, opts buildcache.Options) *cacheClient {
+	t.Helper()
 	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	st, err := stead.Open(context.Background(), "mem://", stead.WithClock(clk.Now), stead.WithPinTTL(time.Second), stead.WithGCGrace(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cache := buildcache.New(st, buildcache.Options{TTL: ttl, MaxBlobSize: maxBlob})
+	opts.Now = clk.Now
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	cache := buildcache.New(st, opts)
 	t.Cleanup(cache.Close)
 	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{
 		{Prefix: buildcache.Prefix, Handler: cache},
 		{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
 		{Prefix: buildcache.NxPrefix, Handler: cache.Nx()},
+		{Prefix: buildcache.GradlePrefix, Handler: cache.Gradle()},
 	}})
 	return &cacheClient{t: t, base: "http://" + addr, st: st, clk: clk, cache: cache}
 }

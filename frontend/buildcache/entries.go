@@ -75,7 +75,7 @@ func (c *Cache) hasContent(ctx context.Context, key blob.Key) (bool, error) {
 	if key == emptyKey {
 		return true, nil
 	}
-	_, err := c.st.Refs.GetTouch(ctx, casRef(hexOf(key)), c.opts.TTL)
+	_, err := c.touch(ctx, casRef(hexOf(key)))
 	if errors.Is(err, steaderr.ErrNotFound) {
 		return false, nil
 	}
@@ -239,14 +239,21 @@ func (c *Cache) readBlob(ctx context.Context, k blob.Key, limit int64) ([]byte, 
 	return io.ReadAll(rd)
 }
 
-// keepTogether returns blobs that keep keys (sorted, distinct) as their
-// children: keys themselves when they are at most blob.MaxChildren, else
-// blobs listing them a MaxChildren at a time, as many levels as it takes.
-// A list blob's content names its children, so it is stored with the same
-// children however often it is put.
-func (c *Cache) keepTogether(ctx context.Context, keys []blob.Key) ([]blob.Key, error) {
+// listBlob is a blob keepTogether stores: content naming children.
+type listBlob struct {
+	content  []byte
+	children []blob.Key
+}
+
+// listsOf returns the blobs that keep keys (sorted, distinct) together
+// and the keys a result is then put with as children: keys themselves
+// when they are at most blob.MaxChildren, else blobs listing them a
+// MaxChildren at a time, as many levels as it takes. A list blob's
+// content names its children, so it is the same however often it is
+// made.
+func listsOf(keys []blob.Key) (lists []listBlob, top []blob.Key) {
 	for len(keys) > blob.MaxChildren {
-		var lists []blob.Key
+		var level []blob.Key
 		for part := range slices.Chunk(keys, blob.MaxChildren) {
 			var b bytes.Buffer
 			b.WriteString("stead build cache: outputs kept together\n")
@@ -254,16 +261,25 @@ func (c *Cache) keepTogether(ctx context.Context, keys []blob.Key) ([]blob.Key, 
 				b.WriteString(k.String())
 				b.WriteByte('\n')
 			}
-			k, err := c.st.Blobs.PutWith(ctx, &b, blob.PutOptions{Children: part})
-			if err != nil {
-				return nil, err
-			}
-			lists = append(lists, k)
+			lists = append(lists, listBlob{content: b.Bytes(), children: part})
+			level = append(level, blob.KeyOf(b.Bytes()))
 		}
-		slices.SortFunc(lists, blob.Key.Compare)
-		keys = lists
+		slices.SortFunc(level, blob.Key.Compare)
+		keys = level
 	}
-	return keys, nil
+	return lists, keys
+}
+
+// keepTogether stores the list blobs of listsOf(keys) and returns the
+// keys a result is put with as children.
+func (c *Cache) keepTogether(ctx context.Context, keys []blob.Key) ([]blob.Key, error) {
+	lists, top := listsOf(keys)
+	for _, l := range lists {
+		if _, err := c.st.Blobs.PutWith(ctx, bytes.NewReader(l.content), blob.PutOptions{Children: l.children}); err != nil {
+			return nil, err
+		}
+	}
+	return top, nil
 }
 
 // putResult stores body as the result of the action whose digest is hex,
@@ -305,7 +321,7 @@ func (c *Cache) putResult(ctx context.Context, hex string, body []byte, res *rep
 // is not stored is not served (ErrNotFound); every output it names is
 // renewed with it.
 func (c *Cache) getResult(ctx context.Context, hex string) (body []byte, res *repb.ActionResult, err error) {
-	rf, err := c.st.Refs.GetTouch(ctx, acRef(hex), c.opts.TTL)
+	rf, err := c.touch(ctx, acRef(hex))
 	if err != nil {
 		return nil, nil, err
 	}

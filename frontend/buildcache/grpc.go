@@ -171,7 +171,8 @@ func checkDigestFunction(req interface {
 }
 
 // GetCapabilities announces a cache of SHA-256 digests, writable, with
-// batches up to MaxBatch; cache_priority is not announced, and ignored.
+// batches up to MaxBatch and zstd in ByteStream; cache_priority is not
+// announced, and ignored.
 func (g *reapi) GetCapabilities(context.Context, *repb.GetCapabilitiesRequest) (*repb.ServerCapabilities, error) {
 	return &repb.ServerCapabilities{
 		CacheCapabilities: &repb.CacheCapabilities{
@@ -180,6 +181,9 @@ func (g *reapi) GetCapabilities(context.Context, *repb.GetCapabilitiesRequest) (
 			MaxBatchTotalSizeBytes:        MaxBatch,
 			MaxCasBlobSizeBytes:           g.c.opts.MaxBlobSize,
 			SymlinkAbsolutePathStrategy:   repb.SymlinkAbsolutePathStrategy_ALLOWED,
+			// ByteStream's compressed-blobs/zstd/…; batches are identity
+			// only.
+			SupportedCompressors: []repb.Compressor_Value{repb.Compressor_ZSTD},
 		},
 		LowApiVersion:  &semver.SemVer{Major: 2},
 		HighApiVersion: &semver.SemVer{Major: 2, Minor: 3},

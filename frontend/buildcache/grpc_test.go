@@ -339,7 +339,8 @@ func TestByteStreamRead(t *testing.T) {
 		{"blobs/" + hexOf(data) + "/-3", 0, 0, codes.InvalidArgument},
 		{"blobs/" + hexOf(data) + "/03000000", 0, 0, codes.InvalidArgument},
 		{"blobs/" + strings.ToUpper(hexOf(data)) + "/3000000", 0, 0, codes.InvalidArgument},
-		{"compressed-blobs/zstd/" + hexOf(data) + "/3000000", 0, 0, codes.InvalidArgument},
+		{"compressed-blobs/deflate/" + hexOf(data) + "/3000000", 0, 0, codes.InvalidArgument},
+		{"compressed-blobs/zstd/" + hexOf(data), 0, 0, codes.InvalidArgument},
 		{"uploads/u/blobs/" + hexOf(data) + "/3000000", 0, 0, codes.InvalidArgument},
 		{"blobs/" + hexOf(data) + "/2999999", 0, 0, codes.NotFound}, // not its size
 		{"blobs/" + hexOf([]byte("absent")) + "/6", 0, 0, codes.NotFound},

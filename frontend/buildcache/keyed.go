@@ -15,11 +15,13 @@ import (
 )
 
 // The prefixes of the caches whose keys are the client's own, not content
-// digests: Turborepo's remote cache API, and Nx's self-hosted cache API
-// (its base URL for the client is <server>/nx, as /v1 is stead's own API).
+// digests: Turborepo's remote cache API, Nx's self-hosted cache API (its
+// base URL for the client is <server>/nx, as /v1 is stead's own API), and
+// Gradle's HTTP build cache (its url is <server>/gradle/).
 const (
-	TurboPrefix = "/v8/"
-	NxPrefix    = "/nx/"
+	TurboPrefix  = "/v8/"
+	NxPrefix     = "/nx/"
+	GradlePrefix = "/gradle/"
 )
 
 // validKey is the keys (and Turborepo namespaces) accepted: what the
@@ -58,7 +60,7 @@ func (c *Cache) putKeyed(r *http.Request, name string, m meta, ifAbsent bool) er
 
 // getKeyed serves the entry name, renewing it, and returns its meta.
 func (c *Cache) getKeyed(w http.ResponseWriter, r *http.Request, name string, header func(meta)) error {
-	rf, err := c.st.Refs.GetTouch(r.Context(), name, c.opts.TTL)
+	rf, err := c.touch(r.Context(), name)
 	if err != nil {
 		return err
 	}
@@ -112,6 +114,43 @@ func (c *Cache) Nx() http.Handler {
 		}
 		if errors.Is(err, steaderr.ErrConflict) {
 			http.Error(w, "the cache holds this hash already", http.StatusConflict)
+			return
+		}
+		if err != nil {
+			c.fail(w, r, err)
+		}
+	})
+}
+
+// Gradle serves Gradle's HTTP build cache under GradlePrefix: GET, HEAD
+// and PUT <GradlePrefix><key>, 404 for a key not stored, 413 for an
+// entry over MaxBlobSize (which Gradle takes as "not cached"). A PUT
+// replaces the entry; each is kept by its ref cache/gradle/<key>,
+// renewed on read. Gradle sends the server's users' credentials as
+// Basic (its credentials block), or the token as the password of the
+// user token.
+func (c *Cache) Gradle() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !authorize(w, r) {
+			return
+		}
+		key := strings.TrimPrefix(r.URL.Path, GradlePrefix)
+		if !validKey.MatchString(key) {
+			http.Error(w, "want "+GradlePrefix+"<key>: 1 to 200 letters, digits, '.', '_' or '-'", http.StatusNotFound)
+			return
+		}
+		name := "cache/gradle/" + key
+		var err error
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			err = c.getKeyed(w, r, name, func(meta) {})
+		case http.MethodPut:
+			if err = c.putKeyed(r, name, meta{}, false); err == nil {
+				w.WriteHeader(http.StatusOK)
+			}
+		default:
+			w.Header().Set("Allow", "GET, HEAD, PUT")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
 		if err != nil {
@@ -223,7 +262,7 @@ func (c *Cache) turboQuery(w http.ResponseWriter, r *http.Request, ns string) {
 			out[h] = missing
 			continue
 		}
-		rf, err := c.st.Refs.GetTouch(r.Context(), ns+h, c.opts.TTL)
+		rf, err := c.touch(r.Context(), ns+h)
 		if err == nil {
 			var info, stErr = c.st.Blobs.Stat(r.Context(), rf.Key)
 			if err = stErr; err == nil {

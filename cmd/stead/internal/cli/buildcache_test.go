@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"io"
 	"os"
 	"path/filepath"
@@ -69,5 +72,108 @@ func TestServeBuildCacheGRPC(t *testing.T) {
 	}
 	if code, _, stderr := run(t, context.Background(), "--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--build-cache-grpc", "127.0.0.1:0"); code != 2 || !strings.Contains(stderr, "needs --build-cache") {
 		t.Fatalf("--build-cache-grpc without --build-cache = %d %q", code, stderr)
+	}
+}
+
+// TestServeBuildCacheGRPCUsers checks callers of the gRPC port against
+// --htpasswd users and --access rules, sent as Basic credentials in the
+// authorization metadata: a reader reads and may not write, a writer
+// writes, a wrong password and an unknown user are unauthenticated.
+func TestServeBuildCacheGRPCUsers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file, rules := filepath.Join(dir, "htpasswd"), filepath.Join(dir, "access.yaml")
+	for _, u := range []string{"reader", "writer"} {
+		if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, u}, &env{stdin: strings.NewReader(u + "-pw\n"), stdout: io.Discard, stderr: io.Discard}); code != 0 {
+			t.Fatal(code)
+		}
+	}
+	if err := os.WriteFile(rules, []byte("rules:\n  - who: [reader]\n    cache: [read]\n  - who: [writer]\n    cache: [read, write]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--htpasswd", file, "--access", rules,
+			"--build-cache", "--build-cache-grpc", "127.0.0.1:0", "--build-cache-max-size", "1048576"}, pw, &stderr)
+		pw.Close()
+	})
+	defer wg.Wait()
+	defer cancel()
+	rd := bufio.NewReader(pr)
+	var addr string
+	for addr == "" {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("serve printed no gRPC address: %v; stderr %q", err, stderr.String())
+		}
+		if _, a, ok := strings.Cut(strings.TrimSpace(line), "grpc://"); ok {
+			addr = a
+		}
+	}
+	go io.Copy(io.Discard, rd)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cas := repb.NewContentAddressableStorageClient(conn)
+	content := []byte("built by the writer")
+	sum := sha256.Sum256(content)
+	d := &repb.Digest{Hash: hex.EncodeToString(sum[:]), SizeBytes: int64(len(content))}
+	as := func(user, pass string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":"+pass)))
+	}
+	write := func(c context.Context) error {
+		resp, err := cas.BatchUpdateBlobs(c, &repb.BatchUpdateBlobsRequest{Requests: []*repb.BatchUpdateBlobsRequest_Request{{Digest: d, Data: content}}})
+		if err == nil && resp.GetResponses()[0].GetStatus().GetCode() != 0 {
+			err = status.ErrorProto(resp.GetResponses()[0].GetStatus())
+		}
+		return err
+	}
+	read := func(c context.Context) error {
+		resp, err := cas.FindMissingBlobs(c, &repb.FindMissingBlobsRequest{BlobDigests: []*repb.Digest{d}})
+		if err == nil && len(resp.GetMissingBlobDigests()) != 0 {
+			t.Errorf("FindMissingBlobs after the write: missing %v", resp.GetMissingBlobDigests())
+		}
+		return err
+	}
+	for _, c := range []struct {
+		what string
+		err  error
+		want codes.Code
+	}{
+		{"reader writes", write(as("reader", "reader-pw")), codes.PermissionDenied},
+		{"writer writes", write(as("writer", "writer-pw")), codes.OK},
+		{"reader reads", read(as("reader", "reader-pw")), codes.OK},
+		{"reader with a wrong password", read(as("reader", "writer-pw")), codes.Unauthenticated},
+		{"an unknown user", read(as("nobody", "x")), codes.Unauthenticated},
+		{"no credentials", read(ctx), codes.Unauthenticated},
+	} {
+		if got := status.Code(c.err); got != c.want {
+			t.Errorf("%s: %v; want %v", c.what, c.err, c.want)
+		}
+	}
+}
+
+// TestServeBuildCacheMaxSizeRefused refuses a size budget that is
+// negative, without the build cache, or without sweeps to keep it.
+func TestServeBuildCacheMaxSizeRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--build-cache", "--build-cache-max-size", "-1"}, "want a byte count"},
+		{[]string{"--build-cache-max-size", "100"}, "needs --build-cache"},
+		{[]string{"--build-cache", "--build-cache-max-size", "100", "--gc-interval", "0"}, "needs a --gc-interval"},
+	} {
+		args := append([]string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, c.args...)
+		if code, _, stderr := run(t, context.Background(), args...); code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v = %d %q; want 2 and %q", c.args, code, stderr, c.want)
+		}
 	}
 }

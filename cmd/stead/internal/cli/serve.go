@@ -20,26 +20,27 @@ import (
 
 func serveCommand(e *env) *cobra.Command {
 	var (
-		addr        string
-		tokenFile   string
-		maxBlobSize int64
-		maxUploads  int
-		perClient   int
-		maxConns    int
-		connsPer    int
-		bodyGrace   time.Duration
-		minBodyRate int64
-		clientClock bool
-		registryOn  bool
-		pendingTTL  time.Duration
-		cacheOn     bool
-		cacheTTL    time.Duration
-		users       accessFlags
-		cacheGRPC   string
-		accessLog   bool
-		tlsCert     string
-		tlsKey      string
-		collect     serveGC
+		addr         string
+		tokenFile    string
+		maxBlobSize  int64
+		maxUploads   int
+		perClient    int
+		maxConns     int
+		connsPer     int
+		bodyGrace    time.Duration
+		minBodyRate  int64
+		clientClock  bool
+		registryOn   bool
+		pendingTTL   time.Duration
+		cacheOn      bool
+		cacheTTL     time.Duration
+		users        accessFlags
+		cacheGRPC    string
+		cacheMaxSize int64
+		accessLog    bool
+		tlsCert      string
+		tlsKey       string
+		collect      serveGC
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -92,6 +93,12 @@ a flag overrides the environment, which overrides the file.`,
 			if err != nil {
 				return err
 			}
+			if cacheMaxSize < 0 {
+				return usageError("--build-cache-max-size %d: want a byte count, or 0 for no budget", cacheMaxSize)
+			}
+			if cacheMaxSize > 0 && gcInterval == 0 {
+				return usageError("--build-cache-max-size is kept before each sweep: it needs a --gc-interval above 0")
+			}
 			retention, err := collect.policy()
 			if err != nil {
 				return err
@@ -125,12 +132,13 @@ a flag overrides the environment, which overrides the file.`,
 			var srv *server.Server
 			startGRPC := func() {} // once srv, which checks its credentials, is set
 			if cacheOn {
-				cache := buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, Logger: e.log})
+				cache := buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, MaxSize: cacheMaxSize, Logger: e.log})
 				defer cache.Close()
 				mounts = append(mounts,
-					server.Mount{Prefix: buildcache.Prefix, Handler: cache},
+					server.Mount{Prefix: buildcache.Prefix, Handler: cache, Collect: cacheCollect(cache)},
 					server.Mount{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
-					server.Mount{Prefix: buildcache.NxPrefix, Handler: cache.Nx()})
+					server.Mount{Prefix: buildcache.NxPrefix, Handler: cache.Nx()},
+					server.Mount{Prefix: buildcache.GradlePrefix, Handler: cache.Gradle()})
 				if cacheGRPC != "" {
 					if auth.Open() && !server.IsLoopback(cacheGRPC) {
 						return usageError("--build-cache-grpc %s is not loopback: set --token-file, STEAD_TOKEN or --htpasswd", cacheGRPC)
@@ -150,6 +158,8 @@ a flag overrides the environment, which overrides the file.`,
 				}
 			} else if cacheGRPC != "" {
 				return usageError("--build-cache-grpc needs --build-cache")
+			} else if cacheMaxSize != 0 {
+				return usageError("--build-cache-max-size needs --build-cache")
 			}
 			opts := server.Options{
 				Access: auth, MaxBlobSize: maxBlobSize, MaxUploads: maxUploads, MaxUploadsPerClient: perClient, MaxConns: maxConns, MaxConnsPerClient: connsPer, Logger: e.log,
@@ -188,8 +198,9 @@ a flag overrides the environment, which overrides the file.`,
 	f.Int64Var(&minBodyRate, "min-body-rate", 16<<10, "slowest upload accepted after --body-grace, in bytes per second")
 	f.BoolVar(&registryOn, "registry", true, "serve the OCI registry at /v2/")
 	f.DurationVar(&pendingTTL, "registry-pending-ttl", registry.DefaultPendingTTL, "how long a pushed blob no manifest references is kept")
-	f.BoolVar(&cacheOn, "build-cache", false, "serve the build cache: Bazel/ccache at /cache/, Turborepo at /v8/, Nx at /nx/")
+	f.BoolVar(&cacheOn, "build-cache", false, "serve the build cache: Bazel/ccache at /cache/, Turborepo at /v8/, Nx at /nx/, Gradle at /gradle/")
 	f.DurationVar(&cacheTTL, "build-cache-ttl", buildcache.DefaultTTL, "how long a build cache entry nobody reads is kept")
+	f.Int64Var(&cacheMaxSize, "build-cache-max-size", 0, "size budget of the whole build cache, in bytes: before each sweep the least recently read entries go until the rest fit (0: none)")
 	f.StringVar(&cacheGRPC, "build-cache-grpc", "", "also serve the build cache over the Remote Execution API's gRPC on this address (with --build-cache)")
 	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain), read again when it changes; with --tls-key")
 	f.StringVar(&tlsKey, "tls-key", "", "the PEM private key of --tls-cert")

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/server"
@@ -137,5 +138,14 @@ func registryPreview(reg *registry.Registry) func(context.Context) ([]server.Pre
 			out = append(out, server.Preview{Repository: d.Repository, Tag: d.Tag, Digest: d.Digest, Reason: d.Reason, Pushed: d.Pushed})
 		}
 		return out, nil
+	}
+}
+
+// cacheCollect evicts what the build cache's size budget leaves no room
+// for, before each sweep, which then frees it.
+func cacheCollect(cache *buildcache.Cache) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := cache.Evict(ctx)
+		return err
 	}
 }
