@@ -56,6 +56,7 @@ var (
 	ErrSchema          = steaderr.ErrSchema
 	ErrUnavailable     = steaderr.ErrUnavailable
 	ErrChildrenFixed   = steaderr.ErrChildrenFixed
+	ErrCorrupt         = steaderr.ErrCorrupt
 )
 
 // DefaultURL is the store the CLI and server open when given none: an

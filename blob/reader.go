@@ -52,6 +52,10 @@ type Reader struct {
 	hash   hash.Hash
 	hashed int64
 	err    error // a verification failure, returned by every later read
+	// mismatch is what stored bytes that do not match are: ErrCorrupt for
+	// a stored value, ErrDigestMismatch for an upload's staged bytes read
+	// before their publish (the writer's, not the store's, fault).
+	mismatch error
 }
 
 var (
@@ -61,7 +65,7 @@ var (
 )
 
 func newReader(ctx context.Context, eng Backend, key Key, st Stored, verify bool) *Reader {
-	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks, object: st.Object}
+	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks, object: st.Object, mismatch: steaderr.ErrCorrupt}
 	if verify && !st.Inline() {
 		r.verify, r.hash = true, sha256.New()
 	}
@@ -76,8 +80,8 @@ func (r *Reader) Size() int64 { return r.size }
 
 // Read implements io.Reader. With verification on (Options.VerifyReads),
 // reading a chunked value through to its end from offset 0 fails at EOF
-// with an error wrapping ErrDigestMismatch when the stored bytes no longer
-// hash to the key.
+// with an error wrapping ErrCorrupt (an ErrDigestMismatch) when the stored
+// bytes no longer hash to the key.
 func (r *Reader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
@@ -115,7 +119,7 @@ func (r *Reader) atEOF() error {
 		r.hash.Sum(got.digest[:0])
 		r.hash = nil
 		if got != r.key {
-			r.err = fmt.Errorf("blob read %s: %w: stored content hashes to %s", r.key, steaderr.ErrDigestMismatch, got)
+			r.err = fmt.Errorf("blob read %s: %w: stored content hashes to %s", r.key, r.mismatch, got)
 			return r.err
 		}
 	}
@@ -176,7 +180,7 @@ func (r *Reader) span(off int64) ([]byte, error) {
 		}
 		if len(data) == 0 || off < start || off >= start+int64(len(data)) || start+int64(len(data)) > r.size {
 			c.data = nil
-			return nil, fmt.Errorf("blob read %s at %d: %w: stored chunk [%d, %d) does not fit a %d-byte value", r.key, off, steaderr.ErrDigestMismatch, start, start+int64(len(data)), r.size)
+			return nil, fmt.Errorf("blob read %s at %d: %w: stored chunk [%d, %d) does not fit a %d-byte value", r.key, off, r.mismatch, start, start+int64(len(data)), r.size)
 		}
 		c.start, c.data = start, data
 	}
@@ -227,7 +231,7 @@ func (r *Reader) objectSpan(off int64) ([]byte, error) {
 
 // openObject opens a ranged read of n bytes of the object from off.
 func (r *Reader) openObject(off, n int64) (io.ReadCloser, error) {
-	rc, err := r.eng.ReadValue(r.ctx, ReadValueParams{Key: r.key, Object: r.object, Off: off, N: n})
+	rc, err := r.eng.ReadValue(r.ctx, ReadValueParams{Key: r.key, Object: r.object, Size: r.size, Off: off, N: n})
 	if err != nil {
 		return nil, r.objectErr(off, err)
 	}
@@ -236,14 +240,14 @@ func (r *Reader) openObject(off, n int64) (io.ReadCloser, error) {
 
 // objectErr is the error of a failed object read at off. An object not
 // found while its blob still names it is missing from the bucket (removed
-// behind the store's back): the stored bytes no longer match the key.
+// behind the store's back): the stored bytes are lost, ErrCorrupt.
 func (r *Reader) objectErr(off int64, err error) error {
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
-		return fmt.Errorf("blob read %s at %d: %w: object %s ends before the value's %d bytes", r.key, off, steaderr.ErrDigestMismatch, r.object, r.size)
+		return fmt.Errorf("blob read %s at %d: %w: object %s ends before the value's %d bytes", r.key, off, steaderr.ErrCorrupt, r.object, r.size)
 	case errors.Is(err, steaderr.ErrNotFound):
 		if st, gerr := r.eng.Get(r.ctx, r.key); gerr == nil && st.Object == r.object {
-			return fmt.Errorf("blob read %s at %d: %w: its object %s is missing from the bucket", r.key, off, steaderr.ErrDigestMismatch, r.object)
+			return fmt.Errorf("blob read %s at %d: %w: its object %s is missing from the bucket", r.key, off, steaderr.ErrCorrupt, r.object)
 		}
 		return fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
 	}

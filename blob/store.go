@@ -47,8 +47,8 @@ type Options struct {
 	// fails with ErrTooLarge and stores nothing. Defaults to DefaultMaxSize.
 	MaxSize int64
 	// VerifyReads makes Get re-hash every value it returns and fail with
-	// ErrDigestMismatch when the stored bytes no longer match their key.
-	// Defaults to false.
+	// ErrCorrupt (an ErrDigestMismatch) when the stored bytes no longer
+	// match their key. Defaults to false.
 	VerifyReads bool
 	// PageSize is how many blobs All reads from the engine at a time (one
 	// statement each). Defaults to DefaultPageSize.
@@ -449,8 +449,8 @@ func readAtMost(r io.Reader, buf []byte, limit int64, h hash.Hash) ([]byte, erro
 // A value over the inline limit is not read yet: the reader fetches its
 // chunks as they are read, with ctx, so reading after ctx ends fails. With
 // Options.VerifyReads a value that no longer matches its key is an error
-// wrapping ErrDigestMismatch: at Get for an inline value, at the end of
-// reading for a chunked one.
+// wrapping ErrCorrupt (an ErrDigestMismatch): at Get for an inline value,
+// at the end of reading for a chunked one.
 func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
 	if err := checkKey(ctx, key); err != nil {
 		return nil, fmt.Errorf("blob get: %w", err)
@@ -461,15 +461,15 @@ func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
 	}
 	if s.verify && st.Inline() {
 		if got := KeyOf(st.Value); got != key {
-			return nil, fmt.Errorf("blob get %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
+			return nil, fmt.Errorf("blob get %s: %w: stored content hashes to %s", key, steaderr.ErrCorrupt, got)
 		}
 	}
 	return newReader(ctx, s.eng, key, st, s.verify), nil
 }
 
 // Verify re-hashes key's stored value, streaming, and returns an error
-// wrapping ErrDigestMismatch when it no longer matches its key, or
-// ErrNotFound when key is absent.
+// wrapping ErrCorrupt (an ErrDigestMismatch) when it no longer matches its
+// key or its bytes are lost, or ErrNotFound when key is absent.
 func (s *Store) Verify(ctx context.Context, key Key) error {
 	if err := checkKey(ctx, key); err != nil {
 		return fmt.Errorf("blob verify: %w", err)
@@ -480,7 +480,7 @@ func (s *Store) Verify(ctx context.Context, key Key) error {
 	}
 	if st.Inline() {
 		if got := KeyOf(st.Value); got != key {
-			return fmt.Errorf("blob verify %s: %w: stored content hashes to %s", key, steaderr.ErrDigestMismatch, got)
+			return fmt.Errorf("blob verify %s: %w: stored content hashes to %s", key, steaderr.ErrCorrupt, got)
 		}
 		return nil
 	}
@@ -543,7 +543,9 @@ func (s *Store) publish(ctx context.Context, p PutParams, digest Key) error {
 	case !digest.IsZero() && digest != key:
 		return fmt.Errorf("blob publish %s: %w: content hashes to %s", key, steaderr.ErrDigestMismatch, digest)
 	case digest.IsZero():
-		if _, err := newReader(ctx, s.eng, key, Stored{Size: size, Chunks: set}, true).WriteTo(io.Discard); err != nil {
+		staged := newReader(ctx, s.eng, key, Stored{Size: size, Chunks: set}, true)
+		staged.mismatch = steaderr.ErrDigestMismatch // the writer's bytes, not yet the store's
+		if _, err := staged.WriteTo(io.Discard); err != nil {
 			if errors.Is(err, steaderr.ErrNotFound) {
 				// The upload is not there to publish.
 				return fmt.Errorf("blob publish %s: %w: the upload has no chunk where one should be (aborted, reaped, or never written): %v", key, steaderr.ErrLost, err)

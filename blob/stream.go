@@ -34,9 +34,12 @@ type Streamer interface {
 	// or ReapUploads deletes.
 	WriteValue(ctx context.Context, p WriteValueParams) (int64, error)
 	// ReadValue returns a reader over p.N bytes of the object p.Object,
-	// key p.Key's value, from byte p.Off (p.N < 0: to its end). An object
-	// gone (its blob was deleted) is an error wrapping
-	// steaderr.ErrNotFound.
+	// key p.Key's value of p.Size bytes, from byte p.Off (p.N < 0: to its
+	// end). It checks the object's size before returning: an object of
+	// another size than p.Size (cut short, or replaced, behind the store's
+	// back) is an error wrapping steaderr.ErrCorrupt, so that no read of
+	// it begins. An object gone (its blob was deleted, or the bucket lost
+	// it) is an error wrapping steaderr.ErrNotFound.
 	ReadValue(ctx context.Context, p ReadValueParams) (io.ReadCloser, error)
 }
 
@@ -51,6 +54,8 @@ type WriteValueParams struct {
 type ReadValueParams struct {
 	Key    Key
 	Object string
+	// Size is the value's size, which the object must hold.
+	Size   int64
 	Off, N int64
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -200,66 +199,15 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 // client sees against its Content-Length, and is logged, unless the
 // client went away.
 func (s *Server) serveValue(w http.ResponseWriter, r *http.Request, key blob.Key, rd httprange.Content) {
-	held := &heldAnswer{ResponseWriter: w}
-	content := &readFailure{Content: rd}
-	httprange.ServeContent(held, r, content, emptySuffixRange)
+	sent, err := httprange.ServeHeld(w, r, rd, emptySuffixRange)
 	switch {
-	case content.err == nil:
-	case !held.sent:
-		for _, name := range []string{"Content-Length", "Content-Range", "Content-Type", "Accept-Ranges", "ETag", "Cache-Control"} {
-			w.Header().Del(name)
-		}
-		s.fail(w, r, content.err)
-		return
+	case err == nil:
+	case !sent:
+		s.fail(w, r, err)
 	case r.Context().Err() == nil:
-		s.log.Error("stead: blob read failed mid-answer", "key", key.String(), "err", content.err)
-	}
-	held.send()
-}
-
-// readFailure keeps the first error reading its content returned.
-type readFailure struct {
-	httprange.Content
-	err error
-}
-
-func (c *readFailure) Read(p []byte) (int, error) {
-	n, err := c.Content.Read(p)
-	if err != nil && err != io.EOF && c.err == nil {
-		c.err = err
-	}
-	return n, err
-}
-
-// heldAnswer holds back an answer's status until its first byte.
-type heldAnswer struct {
-	http.ResponseWriter
-	status int
-	sent   bool
-}
-
-func (h *heldAnswer) WriteHeader(code int) {
-	if !h.sent && h.status == 0 {
-		h.status = code
+		s.log.Error("stead: blob read failed mid-answer", "key", key.String(), "err", err)
 	}
 }
-
-func (h *heldAnswer) Write(p []byte) (int, error) {
-	h.send()
-	return h.ResponseWriter.Write(p)
-}
-
-// send sends the status held back, if any.
-func (h *heldAnswer) send() {
-	if !h.sent {
-		h.sent = true
-		if h.status != 0 {
-			h.ResponseWriter.WriteHeader(h.status)
-		}
-	}
-}
-
-func (h *heldAnswer) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 
 // emptySuffixRange answers a Range that asks for no bytes (bytes=-0).
 func emptySuffixRange(w http.ResponseWriter) {

@@ -57,4 +57,15 @@ var (
 	// content was not stored with; a blob's children are fixed by the put
 	// that stored it. It wraps ErrConflict.
 	ErrChildrenFixed = fmt.Errorf("%w: a blob's children are fixed by the put that stored it", ErrConflict)
+	// ErrCorrupt: a read found a stored value's bytes lost or changed —
+	// they no longer hash to its key, or its bucket object is missing or
+	// of another size. The store is at fault, not the caller. It wraps
+	// ErrDigestMismatch.
+	ErrCorrupt error = corrupt{}
 )
+
+// corrupt is ErrCorrupt: its own words, wrapping ErrDigestMismatch.
+type corrupt struct{}
+
+func (corrupt) Error() string { return "stead: corrupt" }
+func (corrupt) Unwrap() error { return ErrDigestMismatch }

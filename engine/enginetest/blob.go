@@ -85,7 +85,7 @@ func engineValue(t *testing.T, eng blob.Backend, key blob.Key) []byte {
 		t.Fatalf("engine Get(%s): %v", key, err)
 	}
 	if st.Object != "" {
-		rc, err := eng.ReadValue(t.Context(), blob.ReadValueParams{Key: key, Object: st.Object, N: -1})
+		rc, err := eng.ReadValue(t.Context(), blob.ReadValueParams{Key: key, Object: st.Object, Size: st.Size, N: -1})
 		if err != nil {
 			t.Fatalf("engine ReadValue(%s): %v", st.Object, err)
 		}

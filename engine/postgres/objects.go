@@ -228,7 +228,7 @@ func (b *blobs) ReadValue(ctx context.Context, p blob.ReadValueParams) (io.ReadC
 	if err := b.e.tierCheck(ctx); err != nil {
 		return nil, err
 	}
-	return b.e.tier.tier.NewRangeReader(ctx, p.Object, p.Off, p.N)
+	return b.e.tier.tier.NewRangeReader(ctx, p.Object, p.Size, p.Off, p.N)
 }
 
 // dropObjects deletes objects whose rows are gone, after the deletion

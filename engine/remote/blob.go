@@ -143,6 +143,10 @@ func (b *blobs) ReadValue(ctx context.Context, p blob.ReadValueParams) (io.ReadC
 		resp.Body.Close()
 		return nil, fmt.Errorf("remote: blob %s: %w: Content-Range %q, %d bytes, to %s", p.Key, errMalformed, resp.Header.Get("Content-Range"), resp.ContentLength, spec)
 	}
+	if size != p.Size {
+		resp.Body.Close()
+		return nil, fmt.Errorf("remote: blob %s: %w: the server serves %d bytes, not the value's %d", p.Key, steaderr.ErrCorrupt, size, p.Size)
+	}
 	return &rangeBody{key: p.Key, body: resp.Body, left: want}, nil
 }
 

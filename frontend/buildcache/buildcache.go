@@ -168,6 +168,9 @@ func (c *Cache) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, steaderr.ErrNotFound):
 		http.Error(w, "not in the cache", http.StatusNotFound)
+	case errors.Is(err, steaderr.ErrCorrupt):
+		c.log.Error("build cache: stored bytes lost or changed", "method", r.Method, "path", r.URL.Path, "err", err)
+		http.Error(w, "the stored entry is lost or damaged", http.StatusInternalServerError)
 	case errors.Is(err, steaderr.ErrDigestMismatch):
 		http.Error(w, "content does not hash to its digest", http.StatusBadRequest)
 	case errors.As(err, &incomplete), errors.Is(err, steaderr.ErrInvalidArgument):

@@ -125,6 +125,9 @@ func (g *reapi) grpcErr(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, steaderr.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, steaderr.ErrCorrupt):
+		g.c.log.Error("build cache: stored bytes lost or changed", "err", err)
+		return status.Error(codes.DataLoss, "the stored entry is lost or damaged")
 	case errors.Is(err, steaderr.ErrDigestMismatch), errors.Is(err, steaderr.ErrInvalidArgument),
 		errors.Is(err, steaderr.ErrInvalidKey), errors.Is(err, steaderr.ErrTooLarge):
 		return status.Error(codes.InvalidArgument, err.Error())

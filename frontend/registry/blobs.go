@@ -78,10 +78,18 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 		content = httprange.NewSizeOnly(rd.Size())
 	}
 	// The same Range rules as the API's blobs (a HEAD answers a range's
-	// headers, 206).
-	httprange.ServeContent(w, r, content, func(w http.ResponseWriter) {
+	// headers, 206), and the same held answer: a blob whose first read
+	// fails (its bytes lost) is an error answer, not a 200 with none.
+	sent, err := httprange.ServeHeld(w, r, content, func(w http.ResponseWriter) {
 		writeError(w, errorf(codeRangeNotSatisfiable, "the range asks for no byte of the blob"))
 	})
+	switch {
+	case err != nil && !sent:
+		h.Del("Docker-Content-Digest")
+		return err
+	case err != nil && r.Context().Err() == nil:
+		g.log.Error("registry: blob read failed mid-answer", "digest", d.String(), "err", err)
+	}
 	return nil
 }
 

@@ -110,6 +110,9 @@ func (g *Registry) storeError(r *http.Request, err error, notFound string) *regE
 		return re
 	case errors.Is(err, steaderr.ErrNotFound):
 		return errorf(notFound, "not found")
+	case errors.Is(err, steaderr.ErrCorrupt):
+		g.log.Error("registry: stored bytes lost or changed", "method", r.Method, "path", r.URL.Path, "err", err)
+		return errorf(codeUnknown, "the stored content is lost or damaged")
 	case errors.Is(err, steaderr.ErrDigestMismatch):
 		return errorf(codeDigestInvalid, "content does not match its digest")
 	case errors.Is(err, steaderr.ErrTooLarge):

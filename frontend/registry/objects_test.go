@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -17,10 +18,13 @@ import (
 )
 
 // TestMonolithicPushReadOverV1: a layer pushed in one request to a store
-// with a bytes tier is a bucket object, and /v1 serves it byte for byte.
+// with a bytes tier is a bucket object, and /v1 serves it byte for byte;
+// once its object is gone, a pull is the registry's fault (500), not the
+// client's digest (400 DIGEST_INVALID).
 func TestMonolithicPushReadOverV1(t *testing.T) {
 	t.Parallel()
-	dsn := "sqlite://" + filepath.Join(t.TempDir(), "s.db") + "?bytes=" + url.QueryEscape("file://"+filepath.ToSlash(t.TempDir()))
+	bucket := t.TempDir()
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "s.db") + "?bytes=" + url.QueryEscape("file://"+filepath.ToSlash(bucket))
 	st, err := stead.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -42,10 +46,17 @@ func TestMonolithicPushReadOverV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored, err := st.Engine().Blobs().Get(t.Context(), key); err != nil || stored.Object == "" {
+	stored, err := st.Engine().Blobs().Get(t.Context(), key)
+	if err != nil || stored.Object == "" {
 		t.Fatalf("the pushed layer is stored as %+v (%v), want an object", stored, err)
 	}
 	if resp, body := c.do("GET", "/v1/blobs/"+d, nil, nil); resp.StatusCode != http.StatusOK || !bytes.Equal(body, layer) {
 		t.Fatalf("GET /v1/blobs of the layer = %d, %d bytes, want 200 and its %d", resp.StatusCode, len(body), len(layer))
+	}
+	if err := os.Remove(filepath.Join(bucket, filepath.FromSlash(stored.Object))); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := c.do("GET", "/v2/r/blobs/"+d, nil, nil); resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("pull of a layer whose object is gone = %d %s, want 500", resp.StatusCode, body)
 	}
 }

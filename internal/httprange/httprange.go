@@ -120,3 +120,68 @@ func (c *SizeOnly) Seek(offset int64, whence int) (int64, error) {
 
 // Read fails: a HEAD answer has no body.
 func (c *SizeOnly) Read([]byte) (int, error) { return 0, errors.New("a HEAD answer has no body") }
+
+// ServeHeld is ServeContent with the answer's status and headers held
+// back until the content's first byte: when the first read fails (a
+// value whose stored bytes are lost), nothing is sent, the headers
+// ServeContent set are removed, and ServeHeld returns the error with sent
+// false, for the caller to answer it. A read failing after the answer
+// began returns its error with sent true: the answer is short of its
+// Content-Length, which every client detects.
+func ServeHeld(w http.ResponseWriter, r *http.Request, content Content, unsatisfiable func(w http.ResponseWriter)) (sent bool, err error) {
+	held := &heldAnswer{ResponseWriter: w}
+	failing := &readFailure{Content: content}
+	ServeContent(held, r, failing, unsatisfiable)
+	if failing.err != nil && !held.sent {
+		for _, name := range []string{"Content-Length", "Content-Range", "Content-Type", "Accept-Ranges", "ETag", "Cache-Control", "Last-Modified"} {
+			w.Header().Del(name)
+		}
+		return false, failing.err
+	}
+	held.send()
+	return true, failing.err
+}
+
+// readFailure keeps the first error reading its content returned.
+type readFailure struct {
+	Content
+	err error
+}
+
+func (c *readFailure) Read(p []byte) (int, error) {
+	n, err := c.Content.Read(p)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// heldAnswer holds back an answer's status until its first byte.
+type heldAnswer struct {
+	http.ResponseWriter
+	status int
+	sent   bool
+}
+
+func (h *heldAnswer) WriteHeader(code int) {
+	if !h.sent && h.status == 0 {
+		h.status = code
+	}
+}
+
+func (h *heldAnswer) Write(p []byte) (int, error) {
+	h.send()
+	return h.ResponseWriter.Write(p)
+}
+
+// send sends the status held back, if any.
+func (h *heldAnswer) send() {
+	if !h.sent {
+		h.sent = true
+		if h.status != 0 {
+			h.ResponseWriter.WriteHeader(h.status)
+		}
+	}
+}
+
+func (h *heldAnswer) Unwrap() http.ResponseWriter { return h.ResponseWriter }

@@ -261,12 +261,18 @@ func fsync(path string) error {
 }
 
 // NewRangeReader returns a reader over n bytes of the object from off (n
-// < 0: to its end). An absent object is an error wrapping
-// steaderr.ErrNotFound.
-func (t *Tier) NewRangeReader(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {
+// < 0: to its end), once it has checked that the object holds size bytes:
+// an object of another size is an error wrapping steaderr.ErrCorrupt, as
+// it cannot hold the value named for it. An absent object is an error
+// wrapping steaderr.ErrNotFound.
+func (t *Tier) NewRangeReader(ctx context.Context, name string, size, off, n int64) (io.ReadCloser, error) {
 	r, err := t.b.NewRangeReader(ctx, name, off, n, nil)
 	if err != nil {
 		return nil, t.mapErr("read", name, err)
+	}
+	if got := r.Size(); got != size {
+		r.Close()
+		return nil, fmt.Errorf("%w: bytes tier: object %s in %s holds %d bytes, not the value's %d", steaderr.ErrCorrupt, name, t.name, got, size)
 	}
 	return &reader{t: t, name: name, r: r}, nil
 }

@@ -43,6 +43,7 @@ const (
 	CodeInvalidName     = "invalid_name"
 	CodeInvalidArgument = "invalid_argument"
 	CodeDigestMismatch  = "digest_mismatch"
+	CodeCorrupt         = "corrupt"
 	CodeTooLarge        = "too_large"
 	CodeConflict        = "conflict"
 	CodeChildrenFixed   = "children_fixed"
@@ -100,6 +101,7 @@ var codes = []code{
 	{CodeInvalidKey, http.StatusBadRequest, steaderr.ErrInvalidKey},
 	{CodeInvalidName, http.StatusBadRequest, steaderr.ErrInvalidName},
 	{CodeInvalidArgument, http.StatusBadRequest, steaderr.ErrInvalidArgument},
+	{CodeCorrupt, http.StatusInternalServerError, steaderr.ErrCorrupt},
 	{CodeDigestMismatch, http.StatusBadRequest, steaderr.ErrDigestMismatch},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, steaderr.ErrTooLarge},
 	{CodeChildrenFixed, http.StatusConflict, steaderr.ErrChildrenFixed},
@@ -130,7 +132,7 @@ var codes = []code{
 }
 
 // sentinelRows is how many rows of codes StatusOf reads.
-const sentinelRows = 17
+const sentinelRows = 18
 
 // StatusOf returns the status and code for err and the sentinel it
 // wraps, or a nil sentinel when it wraps none.

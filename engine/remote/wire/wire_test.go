@@ -45,7 +45,7 @@ func TestCodesRoundTrip(t *testing.T) {
 	}
 	for _, sentinel := range []error{steaderr.ErrNotFound, steaderr.ErrConflict, steaderr.ErrInvalidKey, steaderr.ErrInvalidName,
 		steaderr.ErrInvalidArgument, steaderr.ErrDigestMismatch, steaderr.ErrTooLarge, steaderr.ErrProtected, steaderr.ErrUnknownGroup,
-		steaderr.ErrWrongGroup, steaderr.ErrLeased, steaderr.ErrLost, steaderr.ErrClosed, steaderr.ErrSchema, steaderr.ErrUnavailable} {
+		steaderr.ErrWrongGroup, steaderr.ErrLeased, steaderr.ErrLost, steaderr.ErrClosed, steaderr.ErrSchema, steaderr.ErrUnavailable, steaderr.ErrCorrupt} {
 		if _, _, got := StatusOf(sentinel); got != sentinel {
 			t.Errorf("StatusOf(%v) = %v: a sentinel without its own code", sentinel, got)
 		}

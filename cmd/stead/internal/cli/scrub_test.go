@@ -97,8 +97,8 @@ func TestScrub(t *testing.T) {
 }
 
 // TestScrubMissingObject removes the bucket object of a value stored in a
-// bytes tier and checks that stead scrub reports it, directly and through
-// a server, and exits 5.
+// bytes tier, and cuts another's short, and checks that stead scrub
+// reports both, directly and through a server, and exits 5.
 func TestScrubMissingObject(t *testing.T) {
 	t.Parallel()
 	bucket := t.TempDir()
@@ -120,13 +120,27 @@ func TestScrubMissingObject(t *testing.T) {
 	if err := os.Remove(filepath.Join(bucket, filepath.FromSlash(stored.Object))); err != nil {
 		t.Fatal(err)
 	}
+	_, _ = rand.NewChaCha8([32]byte{8}).Read(value)
+	shortKey, err := st.Blobs.Put(t.Context(), bytes.NewReader(value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored, err = st.Engine().Blobs().Get(t.Context(), shortKey); err != nil || stored.Object == "" {
+		t.Fatalf("the large value is stored as %+v (%v), want an object", stored, err)
+	}
+	if err := os.Truncate(filepath.Join(bucket, filepath.FromSlash(stored.Object)), 1000); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{key.String(), shortKey.String()}
+	slices.Sort(want)
 	srv := httptest.NewServer(server.New(st, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	t.Cleanup(srv.Close)
 	for _, db := range []string{url, srv.URL} {
 		r := runCLI(t, "--db", db, "scrub")
-		if r.code != exitCorrupt || strings.TrimSpace(r.stdout.String()) != key.String() ||
-			!strings.Contains(r.stderr.String(), "missing") || !strings.Contains(r.stderr.String(), "1 corrupt") {
-			t.Errorf("scrub --db %s of a value whose object is gone = exit %d, stdout %q, stderr %q; want exit %d listing %s as missing", db, r.code, r.stdout, r.stderr, exitCorrupt, key)
+		if r.code != exitCorrupt || strings.Join(strings.Fields(r.stdout.String()), " ") != strings.Join(want, " ") ||
+			!strings.Contains(r.stderr.String(), "missing") || !strings.Contains(r.stderr.String(), "holds 1000 bytes") ||
+			!strings.Contains(r.stderr.String(), "2 corrupt") {
+			t.Errorf("scrub --db %s of a value whose object is gone and one cut short = exit %d, stdout %q, stderr %q; want exit %d listing %s", db, r.code, r.stdout, r.stderr, exitCorrupt, want)
 		}
 	}
 }
