@@ -209,6 +209,10 @@ type Caller struct {
 	// verified: the request carried credentials, and they are good (a
 	// token for no one is credentials too).
 	verified bool
+	// password: the caller proved itself with a password (Basic, or the
+	// token endpoint's password grant), the only credentials the token
+	// endpoint gives a refresh token for.
+	password bool
 	a        *Authority
 }
 
@@ -276,14 +280,14 @@ func (a *Authority) isToken(s string) bool {
 func (a *Authority) login(name, pass string) (*Caller, error) {
 	if name == TokenIdentity && a.cfg.Token != "" {
 		if a.isToken(pass) {
-			return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, a: a}, nil
+			return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, password: true, a: a}, nil
 		}
 		return nil, ErrUnauthenticated
 	}
 	if !a.users.check(name, pass) {
 		return nil, ErrUnauthenticated
 	}
-	return &Caller{name: name, kind: user, verified: true, a: a}, nil
+	return &Caller{name: name, kind: user, verified: true, password: true, a: a}, nil
 }
 
 // exists reports whether the identity of a token still exists: a removed

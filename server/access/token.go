@@ -96,6 +96,11 @@ func (a *Authority) parse(s, use string) (*claims, error) {
 // login: clients that send an expired token fetch a new one at the 401.
 var errStale = fmt.Errorf("%w: the token is no longer good", ErrUnauthenticated)
 
+// errAccessToken refuses a token from the token endpoint offered to it as
+// credentials: it would trade a narrow token for wider scopes or a refresh
+// token. It is no guess either, so it counts as no failed login.
+var errAccessToken = fmt.Errorf("%w: a token from the token endpoint is no credential for another: log in with a password", ErrUnauthenticated)
+
 // verify checks a bearer token from ServeToken: its identity must still
 // exist.
 func (a *Authority) verify(s string) (*Caller, error) {
@@ -192,13 +197,18 @@ type tokenAnswer struct {
 }
 
 // ServeToken serves the registry token endpoint: GET with the scopes
-// asked (?scope=…, repeated or space-separated) and Basic credentials or
-// none (a token for an anonymous caller), ?offline_token=true for a
-// refresh token too; or the OAuth2 POST form, grant_type=password
-// (username, password) or refresh_token (refresh_token), with scope and
-// access_type=offline for a refresh token. The token grants the
-// intersection of what was asked and what the rules allow. refuse
-// answers an error in the front end's form.
+// asked (?scope=…, repeated or space-separated) and Basic credentials,
+// the static token as a bearer, or none (a token for an anonymous
+// caller), ?offline_token=true for a refresh token too; or the OAuth2
+// POST form, grant_type=password (username, password) or refresh_token
+// (refresh_token), with scope and access_type=offline for a refresh
+// token. The token grants the intersection of what was asked and what the
+// rules allow. A token it issued is no credential here (401), and a
+// refresh token is issued for a password only (Basic or the password
+// grant), never for a refresh grant: a refresh token lives
+// DefaultRefreshTTL from the password login that made it, and no longer
+// than its user and password. refuse answers an error in the front end's
+// form.
 func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse func(http.ResponseWriter, *http.Request, error)) {
 	var (
 		c       *Caller
@@ -246,6 +256,9 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 		refuse(w, r, fmt.Errorf("%w: GET or POST", errMethod))
 		return
 	}
+	if err == nil && c.scoped {
+		err = errAccessToken
+	}
 	if err != nil {
 		refuse(w, r, err)
 		return
@@ -274,7 +287,7 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 		}
 		ans.Scope += s.String()
 	}
-	if offline && c.kind != anonymous {
+	if offline && c.password {
 		if ans.RefreshToken, _, err = a.sign(c, useRefresh, nil, DefaultRefreshTTL); err != nil {
 			refuse(w, r, err)
 			return

@@ -1,0 +1,91 @@
+package access
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// getToken asks the GET token endpoint with auth and the query q,
+// returning the status and the answer.
+func (f *fixture) getToken(auth string, q url.Values) (int, tokenAnswer) {
+	r := httptest.NewRequest("GET", "http://reg.example/v2/token?"+q.Encode(), nil)
+	r.RemoteAddr = "192.0.2.7:4242"
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	f.a.ServeToken(w, r, func(w http.ResponseWriter, _ *http.Request, err error) {
+		code := http.StatusUnauthorized
+		if IsBadRequest(err) {
+			code = http.StatusBadRequest
+		}
+		http.Error(w, err.Error(), code)
+	})
+	var ans tokenAnswer
+	_ = json.Unmarshal(w.Body.Bytes(), &ans)
+	return w.Code, ans
+}
+
+// TestTokenEndpointRefusesAccessTokens: an access token is no credential
+// at the token endpoint, so a narrow token cannot be traded for wider
+// scopes or a refresh token.
+func TestTokenEndpointRefusesAccessTokens(t *testing.T) {
+	f := newFixture(t)
+	narrow, _ := f.token(t, basic("alice", "wonder"), "repository:team/app:pull")
+	q := url.Values{"scope": {"repository:team/other:pull,push,delete"}, "offline_token": {"true"}}
+	if code, ans := f.getToken("Bearer "+narrow, q); code != http.StatusUnauthorized || ans.Token != "" || ans.RefreshToken != "" {
+		t.Fatalf("token endpoint with an access token = %d %+v; want 401 and no token", code, ans)
+	}
+	// Nor does the refused token count as a failed login.
+	for range 5 {
+		f.getToken("Bearer "+narrow, q)
+	}
+	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); err != nil {
+		t.Fatalf("alice after refused token requests: %v", err)
+	}
+}
+
+// TestRefreshTokenOnlyForPasswords: a refresh token is issued for a
+// password (Basic, grant_type=password) only: not for the static token as
+// a bearer, nor by a refresh grant, so it cannot renew itself; it ends
+// with its user.
+func TestRefreshTokenOnlyForPasswords(t *testing.T) {
+	f := newFixture(t)
+	q := url.Values{"scope": {"repository:team/app:pull"}, "offline_token": {"true"}}
+	if code, ans := f.getToken("Bearer s3cret-token", q); code != 200 || ans.RefreshToken != "" {
+		t.Fatalf("static token as a bearer = %d, refresh %q; want 200 and no refresh token", code, ans.RefreshToken)
+	}
+	code, ans := f.getToken(basic("bob", "builder"), q)
+	if code != 200 || ans.RefreshToken == "" {
+		t.Fatalf("Basic with offline_token = %d; want a refresh token", code)
+	}
+	f.clk.Advance(24 * time.Hour)
+	renewed := f.post(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {ans.RefreshToken}, "access_type": {"offline"}, "scope": {"repository:team/app:pull"}}, 200)
+	if renewed.RefreshToken != "" || renewed.Scope != "repository:team/app:pull" {
+		t.Fatalf("refresh grant answered refresh %q, scope %q; want an access token only", renewed.RefreshToken, renewed.Scope)
+	}
+	// Past its lifetime, counted from the password login, it is refused.
+	f.clk.Advance(DefaultRefreshTTL)
+	f.post(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {ans.RefreshToken}}, 401)
+}
+
+// TestRefreshTokenEndsWithUser: a refresh token is refused once its user
+// is removed from the htpasswd file.
+func TestRefreshTokenEndsWithUser(t *testing.T) {
+	f := newFixture(t)
+	_, ans := f.getToken(basic("bob", "builder"), url.Values{"offline_token": {"true"}})
+	if ans.RefreshToken == "" {
+		t.Fatal("no refresh token")
+	}
+	write(t, f.htpasswd, htpasswdLines(t, "alice", "wonder"))
+	f.post(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {ans.RefreshToken}}, 401)
+}
+
+var _ = errors.Is
+var _ = strings.Contains
