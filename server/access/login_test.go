@@ -89,3 +89,24 @@ func TestRefreshTokenEndsWithUser(t *testing.T) {
 
 var _ = errors.Is
 var _ = strings.Contains
+
+// TestForeignKeyTokenNotAGuess: tokens signed by another key (a server
+// restarted without --token-key) are refused with the challenge, but are
+// no failed logins: a client's parallel requests with its cached token do
+// not lock out its address.
+func TestForeignKeyTokenNotAGuess(t *testing.T) {
+	f := newFixture(t)
+	other, err := New(Config{Token: "s3cret-token", Htpasswd: f.htpasswd, Now: f.clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := (&fixture{a: other, clk: f.clk}).token(t, basic("alice", "wonder"), "repository:team/a:pull")
+	for range 10 {
+		if _, err := f.a.Authenticate(request("Bearer " + tok)); !errors.Is(err, ErrUnauthenticated) {
+			t.Fatalf("token of another key: %v; want ErrUnauthenticated", err)
+		}
+	}
+	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); err != nil {
+		t.Fatalf("alice after 10 requests with a previous process's token: %v", err)
+	}
+}

@@ -85,15 +85,21 @@ func (a *Authority) parse(s, use string) (*claims, error) {
 	switch {
 	case errors.Is(err, jwt.ErrTokenInvalidClaims) && cl.Use == use:
 		return nil, errStale
-	case err != nil || cl.Use != use:
-		return nil, ErrUnauthenticated
+	case err == nil && cl.Use == use:
+		return &cl, nil
 	}
-	return &cl, nil
+	var unverified claims
+	if _, _, perr := jwt.NewParser().ParseUnverified(s, &unverified); perr == nil && unverified.Issuer == issuer {
+		return nil, errStale // another key's, or tampered with: no guess of a secret
+	}
+	return nil, ErrUnauthenticated
 }
 
-// errStale is a token this server signed that is no longer good: expired,
-// or its identity gone. It is no guess, so it does not count as a failed
-// login: clients that send an expired token fetch a new one at the 401.
+// errStale is a token of this server's form that is not good here:
+// expired, its identity gone, or signed by another key (a server restarted
+// without --token-key). It is no guess of a secret (no password, and no
+// static token, which is no JWT), so it does not count as a failed login:
+// clients that send a stale token fetch a new one at the 401.
 var errStale = fmt.Errorf("%w: the token is no longer good", ErrUnauthenticated)
 
 // errAccessToken refuses a token from the token endpoint offered to it as
