@@ -96,7 +96,7 @@ func authorize(w http.ResponseWriter, r *http.Request) bool {
 	case errors.Is(err, access.ErrDenied):
 		http.Error(w, "access denied: this user may not "+action+" the cache", http.StatusForbidden)
 	case errors.Is(err, access.ErrTooManyAttempts):
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", access.RetryAfter(err))
 		http.Error(w, err.Error(), http.StatusTooManyRequests)
 	default:
 		w.Header().Add("WWW-Authenticate", `Bearer realm="stead"`)

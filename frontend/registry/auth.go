@@ -60,6 +60,7 @@ func refuse(w http.ResponseWriter, r *http.Request, err error, scope string) {
 	case errors.Is(err, access.ErrDenied):
 		writeError(w, errorf(codeDenied, "requested access to the resource is denied"))
 	case errors.Is(err, access.ErrTooManyAttempts):
+		w.Header().Set("Retry-After", access.RetryAfter(err))
 		writeError(w, errorf(codeTooManyRequests, "%v", err))
 	case access.IsBadRequest(err):
 		writeError(w, errorf(codeUnsupported, "%v", err).withStatus(http.StatusBadRequest))

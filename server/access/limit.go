@@ -1,15 +1,19 @@
 package access
 
 import (
+	"errors"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 )
 
-// limiter bounds failed logins per client: a token bucket each, which a
-// failure drains and time refills. A client whose bucket is empty is
-// refused before its credentials are looked at.
+// limiter bounds failed logins per key (a client address and the user
+// name it tried): a token bucket each, which a failure drains and time
+// refills. A key whose bucket is empty is refused before its credentials
+// are looked at.
 type limiter struct {
 	mu      sync.Mutex
 	burst   int
@@ -25,19 +29,26 @@ func newLimiter(burst int, every time.Duration) *limiter {
 	return &limiter{burst: burst, every: every, clients: map[string]*rate.Limiter{}}
 }
 
-// allowed reports whether client may try to log in at now.
-func (l *limiter) allowed(client string, now time.Time) bool {
+// allowed returns nil when key may try to log in at now, else an
+// ErrTooManyAttempts that says how long until it may.
+func (l *limiter) allowed(key string, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b, ok := l.clients[client]
-	return !ok || b.TokensAt(now) >= 1
+	b, ok := l.clients[key]
+	if !ok {
+		return nil
+	}
+	if tokens := b.TokensAt(now); tokens < 1 {
+		return &tooManyError{wait: time.Duration((1 - tokens) * float64(l.every))}
+	}
+	return nil
 }
 
-// failed counts a failed login of client at now.
-func (l *limiter) failed(client string, now time.Time) {
+// failed counts a failed login of key at now.
+func (l *limiter) failed(key string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b, ok := l.clients[client]
+	b, ok := l.clients[key]
 	if !ok {
 		if len(l.clients) >= maxClients {
 			for c, b := range l.clients {
@@ -47,7 +58,27 @@ func (l *limiter) failed(client string, now time.Time) {
 			}
 		}
 		b = rate.NewLimiter(rate.Every(l.every), l.burst)
-		l.clients[client] = b
+		l.clients[key] = b
 	}
 	b.AllowN(now, 1)
+}
+
+// tooManyError is ErrTooManyAttempts with the wait until the next try.
+type tooManyError struct{ wait time.Duration }
+
+func (e *tooManyError) Error() string        { return ErrTooManyAttempts.Error() }
+func (e *tooManyError) Is(target error) bool { return target == ErrTooManyAttempts }
+
+// RetryAfter is the Retry-After value of an ErrTooManyAttempts: the
+// whole seconds until its bucket holds a login again, at least 1; "" for
+// another error.
+func RetryAfter(err error) string {
+	var e *tooManyError
+	switch {
+	case errors.As(err, &e):
+		return strconv.Itoa(max(1, int(math.Ceil(e.wait.Seconds()))))
+	case errors.Is(err, ErrTooManyAttempts):
+		return "1"
+	}
+	return ""
 }

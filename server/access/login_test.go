@@ -110,3 +110,43 @@ func TestForeignKeyTokenNotAGuess(t *testing.T) {
 		t.Fatalf("alice after 10 requests with a previous process's token: %v", err)
 	}
 }
+
+// TestLimitPerUserAndAddress: failed logins count per client address and
+// user name, so one user's wrong passwords behind a shared address lock
+// out neither the other users nor the static token; unknown names lock
+// out no one known. The locked user is refused before its password is
+// looked at (else the 429 would tell a right guess from a wrong one), and
+// the 429's wait is the real refill.
+func TestLimitPerUserAndAddress(t *testing.T) {
+	f := newFixture(t) // 3 failures at once, then one a minute
+	for range 3 {
+		if _, err := f.a.Authenticate(request(basic("alice", "guess"))); !errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrTooManyAttempts) {
+			t.Fatalf("alice's guess: %v", err)
+		}
+	}
+	for _, name := range []string{"mallory", "eve", "trent", "mallory"} {
+		for range 4 {
+			f.a.Authenticate(request(basic(name, "guess")))
+		}
+	}
+	for _, auth := range []string{basic("bob", "builder"), "Bearer s3cret-token", basic("token", "s3cret-token")} {
+		if _, err := f.a.Authenticate(request(auth)); err != nil {
+			t.Errorf("%q behind the address alice failed from: %v", auth, err)
+		}
+	}
+	_, err := f.a.Authenticate(request(basic("alice", "wonder")))
+	if !errors.Is(err, ErrTooManyAttempts) {
+		t.Fatalf("alice's right password after 3 failures: %v; want ErrTooManyAttempts", err)
+	}
+	if got := RetryAfter(err); got != "60" {
+		t.Fatalf("Retry-After %q; want 60, one login a minute", got)
+	}
+	f.clk.Advance(45 * time.Second)
+	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); RetryAfter(err) != "15" {
+		t.Fatalf("45 s later: Retry-After %q; want 15", RetryAfter(err))
+	}
+	f.clk.Advance(15 * time.Second)
+	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); err != nil {
+		t.Fatalf("after the refill: %v", err)
+	}
+}

@@ -88,11 +88,19 @@ func (a *Authority) parse(s, use string) (*claims, error) {
 	case err == nil && cl.Use == use:
 		return &cl, nil
 	}
-	var unverified claims
-	if _, _, perr := jwt.NewParser().ParseUnverified(s, &unverified); perr == nil && unverified.Issuer == issuer {
+	if looksSigned(s) {
 		return nil, errStale // another key's, or tampered with: no guess of a secret
 	}
 	return nil, ErrUnauthenticated
+}
+
+// looksSigned reports whether s has the form of a token this server signs
+// (a JWT of its issuer), whatever its signature: no guess of the static
+// token, which has not that form.
+func looksSigned(s string) bool {
+	var cl claims
+	_, _, err := jwt.NewParser().ParseUnverified(s, &cl)
+	return err == nil && cl.Issuer == issuer
 }
 
 // errStale is a token of this server's form that is not good here:
@@ -222,7 +230,6 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 		scopes  []string
 		offline bool
 	)
-	client := clientaddr.Of(r.RemoteAddr)
 	switch r.Method {
 	case http.MethodGet:
 		q := r.URL.Query()
@@ -241,21 +248,14 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 			return
 		}
 		scopes, offline = r.PostForm["scope"], r.PostForm.Get("access_type") == "offline"
-		if !a.limiter.allowed(client, a.cfg.Now()) {
-			refuse(w, r, ErrTooManyAttempts)
-			return
-		}
 		switch r.PostForm.Get("grant_type") {
 		case "password":
-			c, err = a.login(r.PostForm.Get("username"), r.PostForm.Get("password"))
+			c, err = a.login(clientaddr.Of(r.RemoteAddr), r.PostForm.Get("username"), r.PostForm.Get("password"))
 		case "refresh_token":
 			c, err = a.refresh(r.PostForm.Get("refresh_token"))
 		default:
 			refuse(w, r, fmt.Errorf("%w: grant_type must be password or refresh_token", errBadRequest))
 			return
-		}
-		if err != nil && !errors.Is(err, errStale) {
-			a.limiter.failed(client, a.cfg.Now())
 		}
 	default:
 		w.Header().Set("Allow", "GET, POST")
