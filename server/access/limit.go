@@ -1,6 +1,7 @@
 package access
 
 import (
+	"container/list"
 	"errors"
 	"math"
 	"strconv"
@@ -13,20 +14,30 @@ import (
 // limiter bounds failed logins per key (a client address and the user
 // name it tried): a token bucket each, which a failure drains and time
 // refills. A key whose bucket is empty is refused before its credentials
-// are looked at.
+// are looked at. It keeps at most max buckets, evicting the one that
+// failed least recently; each call is O(1) under its mutex, which is
+// never held across a password check.
 type limiter struct {
 	mu      sync.Mutex
 	burst   int
 	every   time.Duration
-	clients map[string]*rate.Limiter
+	max     int
+	clients map[string]*list.Element // of *bucket, most recent failure first
+	order   list.List
 }
 
-// maxClients bounds the buckets kept: past it, the full ones (clients
-// that have not failed lately) are dropped.
+type bucket struct {
+	key string
+	lim *rate.Limiter
+}
+
+// maxClients bounds the buckets kept. An attacker who fails from as many
+// keys evicts its own bucket, and so gains FailBurst tries per maxClients
+// failed logins (each a bcrypt comparison).
 const maxClients = 10000
 
 func newLimiter(burst int, every time.Duration) *limiter {
-	return &limiter{burst: burst, every: every, clients: map[string]*rate.Limiter{}}
+	return &limiter{burst: burst, every: every, max: maxClients, clients: map[string]*list.Element{}}
 }
 
 // allowed returns nil when key may try to log in at now, else an
@@ -34,11 +45,11 @@ func newLimiter(burst int, every time.Duration) *limiter {
 func (l *limiter) allowed(key string, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b, ok := l.clients[key]
+	e, ok := l.clients[key]
 	if !ok {
 		return nil
 	}
-	if tokens := b.TokensAt(now); tokens < 1 {
+	if tokens := e.Value.(*bucket).lim.TokensAt(now); tokens < 1 {
 		return &tooManyError{wait: time.Duration((1 - tokens) * float64(l.every))}
 	}
 	return nil
@@ -48,19 +59,33 @@ func (l *limiter) allowed(key string, now time.Time) error {
 func (l *limiter) failed(key string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b, ok := l.clients[key]
-	if !ok {
-		if len(l.clients) >= maxClients {
-			for c, b := range l.clients {
-				if b.TokensAt(now) >= float64(l.burst) {
-					delete(l.clients, c)
-				}
-			}
+	e, ok := l.clients[key]
+	if ok {
+		l.order.MoveToFront(e)
+	} else {
+		for l.order.Len() >= l.max {
+			oldest := l.order.Back()
+			delete(l.clients, oldest.Value.(*bucket).key)
+			l.order.Remove(oldest)
 		}
-		b = rate.NewLimiter(rate.Every(l.every), l.burst)
-		l.clients[key] = b
+		e = l.order.PushFront(&bucket{key, rate.NewLimiter(rate.Every(l.every), l.burst)})
+		l.clients[key] = e
 	}
-	b.AllowN(now, 1)
+	e.Value.(*bucket).lim.AllowN(now, 1)
+}
+
+// len is the number of buckets kept; has reports whether key's is.
+func (l *limiter) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.clients)
+}
+
+func (l *limiter) has(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.clients[key]
+	return ok
 }
 
 // tooManyError is ErrTooManyAttempts with the wait until the next try.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,28 @@ func TestLimitPerUserAndAddress(t *testing.T) {
 	f.clk.Advance(15 * time.Second)
 	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); err != nil {
 		t.Fatalf("after the refill: %v", err)
+	}
+}
+
+// TestLimiterBounded: the failed-login table holds at most its bound of
+// buckets, however many keys fail at once, evicting the one that failed
+// least recently; a key failing again is kept.
+func TestLimiterBounded(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(3, time.Minute)
+	l.max = 100
+	now := time.Unix(1e9, 0)
+	for i := range 250 {
+		l.failed("kept", now)
+		l.failed(strconv.Itoa(i), now)
+		if n := l.len(); n > 100 {
+			t.Fatalf("after %d keys: %d buckets; want at most 100", i+1, n)
+		}
+	}
+	if l.allowed("kept", now) == nil {
+		t.Fatal("the key failing all along was evicted")
+	}
+	if l.has("0") || !l.has("249") {
+		t.Fatalf("key 0 kept %v, key 249 kept %v; want the oldest evicted, the newest kept", l.has("0"), l.has("249"))
 	}
 }
