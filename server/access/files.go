@@ -99,8 +99,11 @@ const maxSeen = 4096
 
 type htpasswd struct {
 	hashes map[string][]byte
-	// dummy is compared against for an unknown user, at the highest cost
-	// of the file's own hashes, so that it takes as long as a known one.
+	// dummy is compared against for an unknown user, at the cost most of
+	// the file's hashes have (mostCommonCost), so that it takes as long as
+	// a wrong password of those users. A user at another cost takes
+	// another time, which tells that name is known: keep one cost in a
+	// file (stead user add keeps the file's, HashCost).
 	dummy []byte
 }
 
@@ -126,7 +129,7 @@ func dummyHash(cost int) []byte {
 // starting with # are skipped.
 func parseHtpasswd(b []byte) (*htpasswd, error) {
 	h := &htpasswd{hashes: map[string][]byte{}}
-	cost := 0
+	costs := map[int]int{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -145,16 +148,41 @@ func parseHtpasswd(b []byte) (*htpasswd, error) {
 			return nil, fmt.Errorf("line %d: user %q is listed twice", n, name)
 		}
 		h.hashes[name] = []byte(hash)
-		cost = max(cost, c)
+		costs[c]++
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	if cost == 0 {
-		cost = bcrypt.DefaultCost
-	}
-	h.dummy = dummyHash(cost)
+	h.dummy = dummyHash(mostCommonCost(costs))
 	return h, nil
+}
+
+// mostCommonCost is the bcrypt cost most hashes of counts (cost to
+// number) have, the higher on a tie; bcrypt.DefaultCost for none.
+func mostCommonCost(counts map[int]int) int {
+	best, n := bcrypt.DefaultCost, 0
+	for c, k := range counts {
+		if k > n || k == n && c > best {
+			best, n = c, k
+		}
+	}
+	return best
+}
+
+// HashCost is the bcrypt cost most hashes of an htpasswd file's content
+// have, bcrypt.DefaultCost for none: the cost a user added to it gets, so
+// that the file keeps one cost and an unknown name is compared against a
+// dummy of that cost. Lines it cannot read are left out.
+func HashCost(file []byte) int {
+	counts := map[int]int{}
+	for _, line := range strings.Split(string(file), "\n") {
+		if _, hash, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && strings.HasPrefix(hash, "$2") {
+			if c, err := bcrypt.Cost([]byte(hash)); err == nil {
+				counts[c]++
+			}
+		}
+	}
+	return mostCommonCost(counts)
 }
 
 // checkUserName refuses the names access rules give a meaning of their
@@ -230,15 +258,15 @@ func (u *userFile) reload() error {
 }
 
 // HashPassword returns an htpasswd line for name and password, with a
-// bcrypt hash as htpasswd -B makes it.
-func HashPassword(name, password string) (string, error) {
+// bcrypt hash of cost (HashCost of the file it goes into).
+func HashPassword(name, password string, cost int) (string, error) {
 	if err := checkUserName(name); err != nil {
 		return "", err
 	}
 	if strings.Contains(name, ":") {
 		return "", fmt.Errorf("user name %q has a colon", name)
 	}
-	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	h, err := bcrypt.GenerateFromPassword([]byte(password), cost)
 	if err != nil {
 		return "", err
 	}

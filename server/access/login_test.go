@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // getToken asks the GET token endpoint with auth and the query q,
@@ -172,5 +174,41 @@ func TestLimiterBounded(t *testing.T) {
 	}
 	if l.has("0") || !l.has("249") {
 		t.Fatalf("key 0 kept %v, key 249 kept %v; want the oldest evicted, the newest kept", l.has("0"), l.has("249"))
+	}
+}
+
+// TestDummyCostIsCommonCost: an unknown user is compared against a dummy
+// of the cost most of the file's hashes have (the higher on a tie), so it
+// takes as long as a wrong password of those users; a file of one cost
+// (stead user add keeps the file's) leaves no user apart.
+func TestDummyCostIsCommonCost(t *testing.T) {
+	t.Parallel()
+	hash := func(cost int) string {
+		h, err := bcrypt.GenerateFromPassword([]byte("x"), cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(h)
+	}
+	h4a, h4b, h5 := hash(4), hash(4), hash(5)
+	for _, c := range []struct {
+		file string
+		want int
+	}{
+		{"a:" + h4a + "\nb:" + h4b + "\nc:" + h5 + "\n", 4},
+		{"a:" + h5 + "\nb:" + h4a + "\nc:" + h4b + "\n", 4},
+		{"a:" + h4a + "\nc:" + h5 + "\n", 5},
+		{"# no users\n", bcrypt.DefaultCost},
+	} {
+		h, err := parseHtpasswd([]byte(c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := bcrypt.Cost(h.dummy); got != c.want {
+			t.Errorf("dummy cost %d for %q; want %d", got, c.file, c.want)
+		}
+		if got := HashCost([]byte(c.file)); got != c.want {
+			t.Errorf("HashCost = %d for %q; want %d", got, c.file, c.want)
+		}
 	}
 }

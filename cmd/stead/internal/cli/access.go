@@ -81,7 +81,8 @@ func userCommand(e *env) *cobra.Command {
 		Short: "Add a user, or set its password, in an htpasswd file",
 		Long: `Read a password (from the terminal without echo, else the first line of
 stdin) and write the user's htpasswd line, a bcrypt hash as htpasswd -B
-makes it: to stdout, or into --htpasswd FILE, replacing the user's line if
+makes it, at the cost most of the file's hashes have (10 for a new file or
+stdout): to stdout, or into --htpasswd FILE, replacing the user's line if
 there is one. A server reads the file again when it changes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -89,7 +90,13 @@ there is one. A server reads the file again when it changes.`,
 			if err != nil {
 				return err
 			}
-			line, err := access.HashPassword(args[0], pass)
+			var old []byte
+			if file != "" {
+				if old, err = os.ReadFile(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
+			line, err := access.HashPassword(args[0], pass, access.HashCost(old))
 			if err != nil {
 				return usageError("%v", err)
 			}
@@ -97,7 +104,7 @@ there is one. A server reads the file again when it changes.`,
 				_, err := fmt.Fprintln(e.stdout, line)
 				return err
 			}
-			return setUser(file, args[0], line)
+			return setUser(file, old, args[0], line)
 		},
 	}
 	add.Flags().StringVar(&file, "htpasswd", "", "htpasswd file to add the user to (created if missing; default: print the line)")
@@ -131,13 +138,9 @@ func checkPassword(p string) error {
 	return nil
 }
 
-// setUser writes line for name into the htpasswd file, replacing name's
-// line, through a file renamed into place.
-func setUser(file, name, line string) error {
-	old, err := os.ReadFile(file)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
+// setUser writes line for name into the htpasswd file of content old,
+// replacing name's line, through a file renamed into place.
+func setUser(file string, old []byte, name, line string) error {
 	var out []string
 	for _, l := range strings.Split(string(old), "\n") {
 		if l != "" && !strings.HasPrefix(l, name+":") {

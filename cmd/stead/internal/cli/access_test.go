@@ -103,3 +103,24 @@ func TestServeUsers(t *testing.T) {
 		}
 	}
 }
+
+// TestUserAddKeepsCost: user add hashes at the cost of the file's hashes,
+// so that the file keeps one cost and an unknown name takes as long as a
+// known one (the server's dummy hash has the file's most common cost).
+func TestUserAddKeepsCost(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "htpasswd")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	if err := os.WriteFile(file, []byte("alice:"+string(h)+"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, "bob"}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: &stderr}); code != 0 {
+		t.Fatalf("user add = %d %s", code, stderr.String())
+	}
+	b, _ := os.ReadFile(file)
+	_, bob, _ := strings.Cut(strings.Split(strings.TrimSpace(string(b)), "\n")[1], ":")
+	if c, err := bcrypt.Cost([]byte(bob)); err != nil || c != bcrypt.MinCost {
+		t.Fatalf("bob's hash cost %d, %v; want the file's %d", c, err, bcrypt.MinCost)
+	}
+}
