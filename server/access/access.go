@@ -74,6 +74,10 @@ const (
 	// DefaultRefreshTTL is how long a refresh token is good for, unless
 	// its user is removed or changes password first.
 	DefaultRefreshTTL = 30 * 24 * time.Hour
+	// TokenLeeway is the clock skew between servers sharing a key that
+	// tokens' times (issued, not before, expiry) allow: a token lives at
+	// most its TTL and TokenLeeway.
+	TokenLeeway = 30 * time.Second
 	// DefaultService is the service tokens are issued for.
 	DefaultService = "stead"
 	// DefaultFailBurst failed logins from one address are allowed at

@@ -318,9 +318,9 @@ func TestTokenTampered(t *testing.T) {
 			t.Errorf("%s: %v; want ErrUnauthenticated", name, err)
 		}
 	}
-	f.clk.Advance(DefaultTokenTTL - time.Second)
+	f.clk.Advance(DefaultTokenTTL + TokenLeeway - time.Second)
 	if err := ok(tok); err != nil {
-		t.Fatalf("token before its expiry: %v", err)
+		t.Fatalf("token before its expiry and the leeway: %v", err)
 	}
 	f.clk.Advance(2 * time.Second)
 	if err := ok(tok); !errors.Is(err, ErrUnauthenticated) {
@@ -396,7 +396,7 @@ func TestBruteForce(t *testing.T) {
 	// Expired tokens are no guesses: a client sending them is not locked
 	// out.
 	tok, _ := f.token(t, basic("alice", "wonder"), "repository:team/a:pull")
-	f.clk.Advance(DefaultTokenTTL + time.Second)
+	f.clk.Advance(DefaultTokenTTL + TokenLeeway + time.Second)
 	for range 5 {
 		if _, err := f.a.Authenticate(request("Bearer " + tok)); !errors.Is(err, ErrUnauthenticated) {
 			t.Fatalf("expired token: %v", err)

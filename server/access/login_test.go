@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/steadkit/stead/internal/clock"
 )
 
 // getToken asks the GET token endpoint with auth and the query q,
@@ -210,5 +212,43 @@ func TestDummyCostIsCommonCost(t *testing.T) {
 		if got := HashCost([]byte(c.file)); got != c.want {
 			t.Errorf("HashCost = %d for %q; want %d", got, c.file, c.want)
 		}
+	}
+}
+
+// TestClockSkewLeeway: servers sharing a key take each other's tokens
+// under a clock skew of up to TokenLeeway, and not past it.
+func TestClockSkewLeeway(t *testing.T) {
+	t.Parallel()
+	key := []byte(strings.Repeat("k", 32))
+	f := newFixture(t)
+	here := clock.NewFake(clock.FakeStart)
+	b, err := New(Config{Htpasswd: f.htpasswd, TokenKey: key, Now: here.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		skew time.Duration
+		ok   bool
+	}{{2 * time.Second, true}, {-2 * time.Second, true}, {TokenLeeway, true}, {TokenLeeway + 2*time.Second, false}} {
+		twin := clock.NewFake(clock.FakeStart.Add(c.skew))
+		a, err := New(Config{Htpasswd: f.htpasswd, TokenKey: key, Now: twin.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := (&fixture{a: a}).token(t, basic("alice", "wonder"), "repository:team/a:pull")
+		if _, err := b.Authenticate(request("Bearer " + tok)); (err == nil) != c.ok {
+			t.Errorf("token from a twin %v ahead: %v; want ok %v", c.skew, err, c.ok)
+		}
+	}
+	// An expired token is taken up to the leeway past its expiry, no
+	// further: a token lives at most DefaultTokenTTL + TokenLeeway.
+	tok, _ := f.token(t, basic("alice", "wonder"), "repository:team/a:pull")
+	f.clk.Advance(DefaultTokenTTL + TokenLeeway - time.Second)
+	if err := f.check("Bearer "+tok, Repository, "team/a", Pull); err != nil {
+		t.Fatalf("a second before its expiry plus the leeway: %v", err)
+	}
+	f.clk.Advance(2 * time.Second)
+	if err := f.check("Bearer "+tok, Repository, "team/a", Pull); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("past its expiry plus the leeway: %v", err)
 	}
 }

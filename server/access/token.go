@@ -81,7 +81,7 @@ func (a *Authority) parse(s, use string) (*claims, error) {
 	var cl claims
 	_, err := jwt.ParseWithClaims(s, &cl, func(*jwt.Token) (any, error) { return a.cfg.TokenKey, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer(issuer), jwt.WithAudience(a.cfg.Service),
-		jwt.WithTimeFunc(a.cfg.Now), jwt.WithExpirationRequired(), jwt.WithIssuedAt())
+		jwt.WithTimeFunc(a.cfg.Now), jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(TokenLeeway))
 	switch {
 	case errors.Is(err, jwt.ErrTokenInvalidClaims) && cl.Use == use:
 		return nil, errStale
