@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -186,15 +188,21 @@ func HashCost(file []byte) int {
 }
 
 // checkUserName refuses the names access rules give a meaning of their
-// own.
+// own, and those an htpasswd line cannot hold as one name: with a control
+// character (a newline would make two lines), white space, a colon, or a
+// leading # (a comment).
 func checkUserName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty user name")
 	case name == TokenIdentity || name == anonymousName || name == everyone || strings.HasPrefix(name, "@"):
 		return fmt.Errorf("the user name %q is reserved", name)
-	case strings.ContainsAny(name, " \t"):
-		return fmt.Errorf("user name %q has a space", name)
+	case strings.HasPrefix(name, "#"):
+		return fmt.Errorf("user name %q starts with #, which makes its line a comment", name)
+	case strings.Contains(name, ":"):
+		return fmt.Errorf("user name %q has a colon", name)
+	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == utf8.RuneError }) >= 0:
+		return fmt.Errorf("user name %q has white space, a control character or invalid UTF-8", name)
 	}
 	return nil
 }
@@ -262,9 +270,6 @@ func (u *userFile) reload() error {
 func HashPassword(name, password string, cost int) (string, error) {
 	if err := checkUserName(name); err != nil {
 		return "", err
-	}
-	if strings.Contains(name, ":") {
-		return "", fmt.Errorf("user name %q has a colon", name)
 	}
 	h, err := bcrypt.GenerateFromPassword([]byte(password), cost)
 	if err != nil {

@@ -252,3 +252,27 @@ func TestClockSkewLeeway(t *testing.T) {
 		t.Fatalf("past its expiry plus the leeway: %v", err)
 	}
 }
+
+// TestUserNames: names with control characters, newlines, white space, a
+// colon or a leading # are refused, by HashPassword (stead user add) and
+// by the htpasswd parser, which names the line.
+func TestUserNames(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"", "a\nb", "a\rb", "a\x00b", "a\x7fb", "a b", "a\tb", "a\u00a0b", "#x", "a:b", "token", "@g", "*", "anonymous"} {
+		if _, err := HashPassword(name, "pw", bcrypt.MinCost); err == nil {
+			t.Errorf("HashPassword(%q) succeeded", name)
+		}
+	}
+	for _, ok := range []string{"alice", "ci-bot.1", "ünïcode", "a#b"} {
+		if _, err := HashPassword(ok, "pw", bcrypt.MinCost); err != nil {
+			t.Errorf("HashPassword(%q): %v", ok, err)
+		}
+	}
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	for _, name := range []string{"a\x01b", "a\u00a0b", "a\x1bb"} {
+		_, err := parseHtpasswd([]byte("alice:" + string(h) + "\n" + name + ":" + string(h) + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("htpasswd with user %q: %v; want a refusal of line 2", name, err)
+		}
+	}
+}

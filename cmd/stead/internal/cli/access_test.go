@@ -124,3 +124,24 @@ func TestUserAddKeepsCost(t *testing.T) {
 		t.Fatalf("bob's hash cost %d, %v; want the file's %d", c, err, bcrypt.MinCost)
 	}
 }
+
+// TestUserAddHostileNames: a name with a newline, a leading #, a colon or
+// white space is a usage error, and leaves the file as it was.
+func TestUserAddHostileNames(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "htpasswd")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	before := "alice:" + string(h) + "\n"
+	if err := os.WriteFile(file, []byte(before), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a\nb", "#x", "a:b", "a b", "a\x00b"} {
+		var stderr bytes.Buffer
+		if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, name}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: &stderr}); code != exitUsage {
+			t.Errorf("user add %q = %d %s; want a usage error", name, code, stderr.String())
+		}
+	}
+	if b, _ := os.ReadFile(file); string(b) != before {
+		t.Fatalf("htpasswd after refused names = %q", b)
+	}
+}
