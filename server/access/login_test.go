@@ -276,3 +276,28 @@ func TestUserNames(t *testing.T) {
 		}
 	}
 }
+
+// TestScopeBounds: scopes asked again are granted once (their actions
+// merged), and a request past MaxScopes distinct scopes or MaxScopeBytes
+// of them is a bad request, anonymous or not.
+func TestScopeBounds(t *testing.T) {
+	f := newFixture(t)
+	many := strings.TrimSpace(strings.Repeat("repository:team/a:pull ", 2000))
+	if code, _ := f.getToken(basic("alice", "wonder"), url.Values{"scope": {many}}); code != http.StatusBadRequest {
+		t.Fatalf("2000 scopes in %d bytes = %d; want 400", len(many), code)
+	}
+	tok, ans := f.token(t, basic("alice", "wonder"), "repository:team/a:pull", "repository:team/a:push repository:team/a:pull,pull")
+	if ans.Scope != "repository:team/a:pull,push" || len(tok) > 1024 {
+		t.Fatalf("repeated scopes granted %q in a token of %d bytes; want one scope", ans.Scope, len(tok))
+	}
+	var distinct []string
+	for i := range MaxScopes + 1 {
+		distinct = append(distinct, "repository:public/r"+strconv.Itoa(i)+":pull")
+	}
+	if code, _ := f.getToken("", url.Values{"scope": distinct}); code != http.StatusBadRequest {
+		t.Fatalf("%d scopes = %d; want 400", len(distinct), code)
+	}
+	if code, _ := f.getToken("", url.Values{"scope": distinct[:MaxScopes]}); code != 200 {
+		t.Fatalf("%d scopes = %d; want 200", MaxScopes, code)
+	}
+}

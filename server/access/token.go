@@ -174,6 +174,53 @@ func (c *Caller) grant(requested []Scope) []Scope {
 	return out
 }
 
+// Bounds of one token request's scopes, so that a token stays small.
+const (
+	// MaxScopes is the most distinct resources one request may ask for.
+	MaxScopes = 64
+	// MaxScopeBytes is the most bytes its scope parameters may add up to.
+	MaxScopeBytes = 8 << 10
+)
+
+// parseScopes parses the scope parameters of a token request (each
+// space-separated scopes), merging the actions of those naming one
+// resource, in the order first asked; past MaxScopes resources or
+// MaxScopeBytes it is a bad request.
+func parseScopes(params []string) ([]Scope, error) {
+	size := 0
+	for _, p := range params {
+		size += len(p)
+	}
+	if size > MaxScopeBytes {
+		return nil, fmt.Errorf("%w: scopes of %d bytes: at most %d", errBadRequest, size, MaxScopeBytes)
+	}
+	var out []Scope
+	index := map[[2]string]int{}
+	for _, list := range params {
+		for _, s := range strings.Fields(list) {
+			sc, err := ParseScope(s)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+			}
+			k := [2]string{sc.Type, sc.Name}
+			i, ok := index[k]
+			if !ok {
+				if len(out) == MaxScopes {
+					return nil, fmt.Errorf("%w: more than %d scopes", errBadRequest, MaxScopes)
+				}
+				i, index[k] = len(out), len(out)
+				out = append(out, Scope{Type: sc.Type, Name: sc.Name})
+			}
+			for _, act := range sc.Actions {
+				if !slices.Contains(out[i].Actions, act) {
+					out[i].Actions = append(out[i].Actions, act)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // Realm is the address of the token endpoint for r: PublicURL, or r's
 // own host, then "/v2/token".
 func (a *Authority) Realm(r *http.Request) string {
@@ -269,16 +316,10 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 		refuse(w, r, err)
 		return
 	}
-	var requested []Scope
-	for _, list := range scopes {
-		for _, s := range strings.Fields(list) {
-			sc, err := ParseScope(s)
-			if err != nil {
-				refuse(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
-				return
-			}
-			requested = append(requested, sc)
-		}
+	requested, err := parseScopes(scopes)
+	if err != nil {
+		refuse(w, r, err)
+		return
 	}
 	granted := c.grant(requested)
 	tok, now, err := a.sign(c, useAccess, granted, a.cfg.TokenTTL)
