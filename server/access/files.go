@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,24 +23,41 @@ import (
 
 // watched is a file parsed into a T, parsed again when its modification
 // time or size changes (looked at on each use) or on reload. A read or
-// parse that fails keeps the T before it.
+// parse that fails keeps the T before it. A file rewritten in place (not
+// renamed into place) is empty for a moment, and may change while read:
+// a read during which the file changed is made again, and an empty file
+// where the one in force was not is taken only once it has stood for
+// emptyGrace; until then the T before it stays.
 type watched[T any] struct {
 	path  string
 	parse func([]byte) (*T, error)
 	log   *slog.Logger
-	mu    sync.Mutex // held while reading the file
-	stamp atomic.Pointer[stamp]
-	val   atomic.Pointer[T]
+	// now reads the clock an empty file's age goes by (the file system's,
+	// time.Now); afterRead, when set, runs after each read (tests).
+	now       func() time.Time
+	afterRead func()
+	mu        sync.Mutex            // held while reading the file
+	seen      atomic.Pointer[stamp] // the state of the file last dealt with
+	val       atomic.Pointer[T]
+	nonEmpty  bool // under mu: the content in force was not empty
 }
 
+// stamp is a file's state as a stat tells it.
 type stamp struct {
-	mod  time.Time
-	size int64
+	mod, size int64
 }
+
+// emptyGrace is how long an empty file must stand, where the one before
+// was not, before it is taken: longer than a rewrite in place takes.
+const emptyGrace = time.Second
+
+// errPending is a read that is not taken yet: the file changed while read
+// or is freshly empty. The next use reads it again.
+var errPending = errors.New("the file is being rewritten")
 
 // watch reads path into a watched file; the first read must succeed.
 func watch[T any](path string, parse func([]byte) (*T, error), log *slog.Logger) (*watched[T], error) {
-	w := &watched[T]{path: path, parse: parse, log: log}
+	w := &watched[T]{path: path, parse: parse, log: log, now: time.Now}
 	if err := w.reload(); err != nil {
 		return nil, err
 	}
@@ -48,9 +66,12 @@ func watch[T any](path string, parse func([]byte) (*T, error), log *slog.Logger)
 
 // current returns the file's T, parsing it again first if it changed.
 func (w *watched[T]) current() *T {
+	if w.path == "" {
+		return w.val.Load()
+	}
 	if fi, err := os.Stat(w.path); err == nil {
-		if st := w.stamp.Load(); st == nil || !fi.ModTime().Equal(st.mod) || fi.Size() != st.size {
-			if err := w.reload(); err != nil {
+		if st := w.seen.Load(); st == nil || *st != stampOf(fi) {
+			if err := w.load(false); err != nil && !errors.Is(err, errPending) {
 				w.log.Error("access: keeping the rules in force", "err", err)
 			}
 		}
@@ -58,31 +79,80 @@ func (w *watched[T]) current() *T {
 	return w.val.Load()
 }
 
+// reload reads the file whatever its state (SIGHUP); a read not taken yet
+// is no error.
 func (w *watched[T]) reload() error {
+	if err := w.load(true); !errors.Is(err, errPending) {
+		return err
+	}
+	return nil
+}
+
+// load reads and parses the file, unless (without force) another use
+// dealt with its state meanwhile.
+func (w *watched[T]) load(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	f, err := os.Open(w.path)
+	if !force {
+		if fi, err := os.Stat(w.path); err == nil {
+			if st := w.seen.Load(); st != nil && *st == stampOf(fi) {
+				return nil
+			}
+		}
+	}
+	var (
+		b   []byte
+		st  stamp
+		err error
+	)
+	for range 3 {
+		if b, st, err = w.read(); !errors.Is(err, errPending) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+	empty := len(bytes.TrimSpace(b)) == 0
+	if empty && w.nonEmpty && w.now().Sub(time.Unix(0, st.mod)) < emptyGrace {
+		return errPending
 	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return err
-	}
-	// The stamp is taken first: a change while reading is seen next time.
-	w.stamp.Store(&stamp{fi.ModTime(), fi.Size()})
+	w.seen.Store(&st)
 	v, err := w.parse(b)
 	if err != nil {
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
 	w.val.Store(v)
+	w.nonEmpty = !empty
 	return nil
 }
+
+// read reads the file whole: errPending when it changed while read.
+func (w *watched[T]) read() ([]byte, stamp, error) {
+	f, err := os.Open(w.path)
+	if err != nil {
+		return nil, stamp{}, err
+	}
+	defer f.Close()
+	before, err := f.Stat()
+	if err != nil {
+		return nil, stamp{}, err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, stamp{}, fmt.Errorf("%s: %w", w.path, err)
+	}
+	if w.afterRead != nil {
+		w.afterRead()
+	}
+	after, err := os.Stat(w.path)
+	if err != nil || !os.SameFile(before, after) || stampOf(before) != stampOf(after) || int64(len(b)) != before.Size() {
+		return nil, stamp{}, errPending
+	}
+	return b, stampOf(before), nil
+}
+
+func stampOf(fi os.FileInfo) stamp { return stamp{fi.ModTime().UnixNano(), fi.Size()} }
 
 // userFile is the htpasswd file, or none.
 type userFile struct {

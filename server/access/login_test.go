@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -299,5 +300,51 @@ func TestScopeBounds(t *testing.T) {
 	}
 	if code, _ := f.getToken("", url.Values{"scope": distinct[:MaxScopes]}); code != 200 {
 		t.Fatalf("%d scopes = %d; want 200", MaxScopes, code)
+	}
+}
+
+// TestInPlaceRewrite: a file rewritten in place is read whole or not at
+// all: an empty read, as between a rewrite's truncation and its write,
+// keeps the users before it until the empty file has stood for
+// emptyGrace, and a file that changes while read is read again.
+func TestInPlaceRewrite(t *testing.T) {
+	f := newFixture(t)
+	users := f.a.users.file
+	var now time.Time
+	users.now = func() time.Time { return now }
+	write(t, f.htpasswd, "")
+	fi, err := os.Stat(f.htpasswd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = fi.ModTime()
+	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); err != nil {
+		t.Fatalf("alice while the file is freshly empty: %v", err)
+	}
+	now = fi.ModTime().Add(emptyGrace)
+	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("alice once the file has stood empty: %v; want ErrUnauthenticated", err)
+	}
+	// A change while the file is read: it is read again, whole.
+	rewritten := htpasswdLines(t, "carol", "c")
+	hooked := false
+	users.afterRead = func() {
+		if !hooked {
+			hooked = true
+			write(t, f.htpasswd, rewritten+"# a longer file than the first read's\n")
+		}
+	}
+	write(t, f.htpasswd, rewritten)
+	if !f.a.users.has("carol") || !hooked {
+		t.Fatalf("carol after a rewrite during the read: has %v, hook ran %v", f.a.users.has("carol"), hooked)
+	}
+	// The access file alike: an empty read keeps the rules.
+	rules := f.a.rules.file
+	rules.now = func() time.Time { return now }
+	write(t, f.a.cfg.Access, "")
+	fi, _ = os.Stat(f.a.cfg.Access)
+	now = fi.ModTime()
+	if err := f.check("Bearer s3cret-token", Area, "v1", GC); err != nil {
+		t.Fatalf("token's v1 gc while the access file is freshly empty: %v; want the rules before", err)
 	}
 }
