@@ -30,6 +30,7 @@ import (
 // emptyGrace; until then the T before it stays.
 type watched[T any] struct {
 	path  string
+	what  string // what it holds, for the log: "users of the htpasswd file"
 	parse func([]byte) (*T, error)
 	log   *slog.Logger
 	// now reads the clock an empty file's age goes by (the file system's,
@@ -42,9 +43,19 @@ type watched[T any] struct {
 	nonEmpty  bool // under mu: the content in force was not empty
 }
 
-// stamp is a file's state as a stat tells it.
+// stamp is a file's state as a stat tells it, or the stat's error.
 type stamp struct {
 	mod, size int64
+	err       string
+}
+
+// stateOf stats path.
+func stateOf(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{err: err.Error()}
+	}
+	return stampOf(fi)
 }
 
 // emptyGrace is how long an empty file must stand, where the one before
@@ -56,24 +67,23 @@ const emptyGrace = time.Second
 var errPending = errors.New("the file is being rewritten")
 
 // watch reads path into a watched file; the first read must succeed.
-func watch[T any](path string, parse func([]byte) (*T, error), log *slog.Logger) (*watched[T], error) {
-	w := &watched[T]{path: path, parse: parse, log: log, now: time.Now}
+func watch[T any](path, what string, parse func([]byte) (*T, error), log *slog.Logger) (*watched[T], error) {
+	w := &watched[T]{path: path, what: what, parse: parse, log: log, now: time.Now}
 	if err := w.reload(); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
-// current returns the file's T, parsing it again first if it changed.
+// current returns the file's T, parsing it again first if it changed. A
+// file that fails to read or parse, or is gone, is logged once per state.
 func (w *watched[T]) current() *T {
 	if w.path == "" {
 		return w.val.Load()
 	}
-	if fi, err := os.Stat(w.path); err == nil {
-		if st := w.seen.Load(); st == nil || *st != stampOf(fi) {
-			if err := w.load(false); err != nil && !errors.Is(err, errPending) {
-				w.log.Error("access: keeping the rules in force", "err", err)
-			}
+	if st := w.seen.Load(); st == nil || *st != stateOf(w.path) {
+		if err := w.load(false); err != nil && !errors.Is(err, errPending) {
+			w.log.Error("access: keeping the "+w.what+" in force", "file", w.path, "err", err)
 		}
 	}
 	return w.val.Load()
@@ -93,12 +103,9 @@ func (w *watched[T]) reload() error {
 func (w *watched[T]) load(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !force {
-		if fi, err := os.Stat(w.path); err == nil {
-			if st := w.seen.Load(); st != nil && *st == stampOf(fi) {
-				return nil
-			}
-		}
+	state := stateOf(w.path)
+	if st := w.seen.Load(); !force && st != nil && *st == state {
+		return nil
 	}
 	var (
 		b   []byte
@@ -111,6 +118,14 @@ func (w *watched[T]) load(force bool) error {
 		}
 	}
 	if err != nil {
+		if errors.Is(err, errPending) {
+			return err
+		}
+		// Logged once: this state is dealt with until the file changes.
+		w.seen.Store(&state)
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s is gone: %w", w.path, err)
+		}
 		return err
 	}
 	empty := len(bytes.TrimSpace(b)) == 0
@@ -152,7 +167,7 @@ func (w *watched[T]) read() ([]byte, stamp, error) {
 	return b, stampOf(before), nil
 }
 
-func stampOf(fi os.FileInfo) stamp { return stamp{fi.ModTime().UnixNano(), fi.Size()} }
+func stampOf(fi os.FileInfo) stamp { return stamp{mod: fi.ModTime().UnixNano(), size: fi.Size()} }
 
 // userFile is the htpasswd file, or none.
 type userFile struct {
@@ -188,7 +203,7 @@ func openUsers(path string, log *slog.Logger) (*userFile, error) {
 		return u, nil
 	}
 	var err error
-	u.file, err = watch(path, parseHtpasswd, log)
+	u.file, err = watch(path, "users of the htpasswd file", parseHtpasswd, log)
 	return u, err
 }
 

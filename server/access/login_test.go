@@ -1,14 +1,19 @@
 package access
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -346,5 +351,77 @@ func TestInPlaceRewrite(t *testing.T) {
 	now = fi.ModTime()
 	if err := f.check("Bearer s3cret-token", Area, "v1", GC); err != nil {
 		t.Fatalf("token's v1 gc while the access file is freshly empty: %v; want the rules before", err)
+	}
+}
+
+// countingHandler counts the records logged at error level, keeping
+// their text.
+type countingHandler struct {
+	mu      sync.Mutex
+	records []string
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r.Level >= slog.LevelWarn {
+		s := r.Message
+		r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+		h.records = append(h.records, s)
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) logged() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.records)
+}
+
+// TestUnreadableFileLoggedOnce: an htpasswd file that cannot be read (a
+// directory in its place) or is deleted keeps its users, and is logged
+// once per change of state, naming the file and what is kept.
+func TestUnreadableFileLoggedOnce(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "htpasswd")
+	write(t, file, htpasswdLines(t, "alice", "wonder"))
+	h := &countingHandler{}
+	a, err := New(Config{Htpasswd: file, Logger: slog.New(h), FailBurst: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{a: a}
+	alice := func(when string) {
+		t.Helper()
+		if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); err != nil {
+			t.Fatalf("alice %s: %v", when, err)
+		}
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		alice("after the file was deleted")
+	}
+	if got := h.logged(); len(got) != 1 || !strings.Contains(got[0], file) || !strings.Contains(got[0], "users") {
+		t.Fatalf("logged %q after the file was deleted; want one record naming the file and its users", got)
+	}
+	if err := os.Mkdir(file, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		alice("with a directory in the file's place")
+	}
+	if got := h.logged(); len(got) != 2 || !strings.Contains(got[1], file) || !strings.Contains(got[1], "htpasswd") {
+		t.Fatalf("logged %q with a directory in place; want one more record naming the htpasswd file", got)
+	}
+	os.Remove(file)
+	write(t, file, htpasswdLines(t, "alice", "wonder", "bob", "builder"))
+	alice("with the file back")
+	if !a.users.has("bob") || len(h.logged()) != 2 {
+		t.Fatalf("file back: bob %v, logged %q", a.users.has("bob"), h.logged())
 	}
 }

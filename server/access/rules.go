@@ -76,7 +76,7 @@ func openRules(path string, noIdentity bool, log *slog.Logger) (*ruleFile, error
 		f.val.Store(&rules{rules: []rule{allowAll(who...)}})
 		return &ruleFile{f}, nil
 	}
-	f, err := watch(path, parseRules, log)
+	f, err := watch(path, "rules of the access file", parseRules, log)
 	return &ruleFile{f}, err
 }
 

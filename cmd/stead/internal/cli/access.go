@@ -139,8 +139,15 @@ func checkPassword(p string) error {
 }
 
 // setUser writes line for name into the htpasswd file of content old,
-// replacing name's line, through a file renamed into place.
+// replacing name's line, through a file renamed into place that keeps an
+// existing file's mode and, where the system lets it, its owner and group;
+// a new file is 0600.
 func setUser(file string, old []byte, name, line string) error {
+	mode := os.FileMode(0o600)
+	existing, err := os.Stat(file)
+	if err == nil {
+		mode = existing.Mode().Perm()
+	}
 	var out []string
 	for _, l := range strings.Split(string(old), "\n") {
 		if l != "" && !strings.HasPrefix(l, name+":") {
@@ -157,9 +164,12 @@ func setUser(file string, old []byte, name, line string) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(0o600); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
+	}
+	if existing != nil {
+		keepOwner(tmp, existing)
 	}
 	if err := tmp.Close(); err != nil {
 		return err

@@ -145,3 +145,33 @@ func TestUserAddHostileNames(t *testing.T) {
 		t.Fatalf("htpasswd after refused names = %q", b)
 	}
 }
+
+// TestUserAddKeepsMode: user add keeps an existing file's mode (a file
+// the server's group reads stays readable to it); a new file is 0600.
+func TestUserAddKeepsMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	add := func(file string) {
+		t.Helper()
+		var stderr bytes.Buffer
+		if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, "bob"}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: &stderr}); code != 0 {
+			t.Fatalf("user add = %d %s", code, stderr.String())
+		}
+	}
+	existing := filepath.Join(dir, "existing")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	if err := os.WriteFile(existing, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(existing, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	add(existing)
+	fresh := filepath.Join(dir, "fresh")
+	add(fresh)
+	for file, want := range map[string]os.FileMode{existing: 0o640, fresh: 0o600} {
+		if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, %v; want %v", filepath.Base(file), fi.Mode().Perm(), err, want)
+		}
+	}
+}
