@@ -240,7 +240,9 @@ func parseHtpasswd(b []byte) (*htpasswd, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	h.dummy = dummyHash(mostCommonCost(costs))
+	if len(h.hashes) > 0 { // with no user, there is no name to tell apart
+		h.dummy = dummyHash(mostCommonCost(costs))
+	}
 	return h, nil
 }
 

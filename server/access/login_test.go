@@ -206,7 +206,6 @@ func TestDummyCostIsCommonCost(t *testing.T) {
 		{"a:" + h4a + "\nb:" + h4b + "\nc:" + h5 + "\n", 4},
 		{"a:" + h5 + "\nb:" + h4a + "\nc:" + h4b + "\n", 4},
 		{"a:" + h4a + "\nc:" + h5 + "\n", 5},
-		{"# no users\n", bcrypt.DefaultCost},
 	} {
 		h, err := parseHtpasswd([]byte(c.file))
 		if err != nil {
@@ -218,6 +217,14 @@ func TestDummyCostIsCommonCost(t *testing.T) {
 		if got := HashCost([]byte(c.file)); got != c.want {
 			t.Errorf("HashCost = %d for %q; want %d", got, c.file, c.want)
 		}
+	}
+	// A file of no users has no name to tell apart: no dummy, and a user
+	// added to it gets bcrypt's default cost.
+	if h, err := parseHtpasswd([]byte("# no users\n")); err != nil || h.dummy != nil {
+		t.Fatalf("no users: dummy %q, %v; want none", h.dummy, err)
+	}
+	if got := HashCost([]byte("# no users\n")); got != bcrypt.DefaultCost {
+		t.Fatalf("HashCost of no users = %d; want %d", got, bcrypt.DefaultCost)
 	}
 }
 
