@@ -408,6 +408,23 @@ func Listed(ctx context.Context, typ, name, action string) bool {
 	return !ok || (err == nil && c.allowed(typ, name).has(action))
 }
 
+// ListPrefixes returns the beginnings of the names of typ a listing may
+// show the caller of ctx with action (Listed): every such name starts
+// with one of them, so that the listing seeks to them instead of reading
+// every name. Sorted, none the beginning of another; [""] for every name
+// (no caller, or an open authority), none for a caller whose credentials
+// failed.
+func ListPrefixes(ctx context.Context, typ, action string) []string {
+	c, err, ok := FromContext(ctx)
+	switch {
+	case !ok || (err == nil && c.a.Open()):
+		return []string{""}
+	case err != nil:
+		return nil
+	}
+	return c.a.rules.current().prefixes(c, typ, action)
+}
+
 // Identified says whether the caller of ctx proved who it is (nil), as a
 // registry's base endpoint asks so that a client logs in there: with good
 // credentials, or on an authority that is Open.

@@ -432,3 +432,35 @@ func TestUnreadableFileLoggedOnce(t *testing.T) {
 		t.Fatalf("file back: bob %v, logged %q", a.users.has("bob"), h.logged())
 	}
 }
+
+// TestListPrefixes: the beginnings of the repository names a caller may
+// pull, sorted, none the beginning of another, so that a listing seeks to
+// them rather than reading every repository.
+func TestListPrefixes(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct {
+		auth string
+		want string
+	}{
+		{basic("alice", "wonder"), "team"},
+		{basic("bob", "builder"), "team/app"},
+		{"", "public/"},
+		{"Bearer s3cret-token", ""},
+	} {
+		caller, err := f.a.Authenticate(request(c.auth))
+		got := ListPrefixes(f.a.NewContext(context.Background(), caller, err), Repository, Pull)
+		if strings.Join(got, " ") != c.want || len(got) != 1 {
+			t.Errorf("%q: prefixes %q; want [%q]", c.auth, got, c.want)
+		}
+	}
+	rs, err := parseRules([]byte(`rules: [{who: [x], repositories: ["b/*", "a/**", "a/b/c", "c?d", "b/c"], registry: [pull]}, {who: [x], repositories: ["z"], registry: [push]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rs.prefixes(&Caller{name: "x", kind: user, a: f.a}, Repository, Pull); strings.Join(got, " ") != "a b/ c" || len(got) != 3 {
+		t.Fatalf("prefixes %q; want [a b/ c]", got)
+	}
+	if got := ListPrefixes(context.Background(), Repository, Pull); len(got) != 1 || got[0] != "" {
+		t.Fatalf("no caller: %q; want every name", got)
+	}
+}
