@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -120,6 +121,12 @@ type Config struct {
 	// FailEvery.
 	FailBurst int
 	FailEvery time.Duration
+	// TrustedProxies are the peers whose X-Forwarded-For names the client
+	// for the failed-login limit: the rightmost address in it that is not
+	// a trusted proxy. From other peers the header is ignored. Defaults
+	// to none: the client is the peer, so behind a proxy the limit is per
+	// proxy address (and user name).
+	TrustedProxies []netip.Prefix
 	// Now reads the clock tokens and the login limit go by. Defaults to
 	// time.Now.
 	Now func() time.Time
@@ -240,7 +247,47 @@ func (a *Authority) Authenticate(r *http.Request) (*Caller, error) {
 	if h == "" {
 		return &Caller{kind: anonymous, a: a}, nil
 	}
-	return a.credentials(h, clientaddr.Of(r.RemoteAddr))
+	return a.credentials(h, a.clientOf(r))
+}
+
+// clientOf names r's client for the failed-login limit: its peer, or
+// from a trusted proxy the rightmost address of X-Forwarded-For that is
+// not one (clientaddr.Of).
+func (a *Authority) clientOf(r *http.Request) string {
+	peer := r.RemoteAddr
+	if len(a.cfg.TrustedProxies) == 0 || !a.trusted(peer) {
+		return clientaddr.Of(peer)
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		ip, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // what is left of it no trusted proxy wrote
+		}
+		hop := netip.AddrPortFrom(ip, 0).String()
+		if !a.trusted(hop) {
+			return clientaddr.Of(hop)
+		}
+		peer = hop
+	}
+	return clientaddr.Of(peer)
+}
+
+// trusted reports whether addr (host:port) is a trusted proxy's.
+func (a *Authority) trusted(addr string) bool {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return false
+	}
+	for _, p := range a.cfg.TrustedProxies {
+		if p.Contains(ap.Addr().Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 // credentials checks an Authorization header from client.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -462,5 +463,45 @@ func TestListPrefixes(t *testing.T) {
 	}
 	if got := ListPrefixes(context.Background(), Repository, Pull); len(got) != 1 || got[0] != "" {
 		t.Fatalf("no caller: %q; want every name", got)
+	}
+}
+
+// TestTrustedProxy: behind a trusted proxy the failed-login limit keys on
+// the client X-Forwarded-For names (the rightmost address not a trusted
+// proxy); from any other peer the header is ignored, so a client cannot
+// pick its own bucket.
+func TestTrustedProxy(t *testing.T) {
+	f := newFixture(t)
+	a, err := New(Config{Htpasswd: f.htpasswd, Now: f.clk.Now, FailBurst: 3, FailEvery: time.Minute, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	via := func(peer, xff, auth string) error {
+		r := request(auth)
+		r.RemoteAddr = peer + ":1234"
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		_, err := a.Authenticate(r)
+		return err
+	}
+	for range 3 {
+		via("10.1.1.1", "198.51.100.1, 10.2.2.2", basic("alice", "guess"))
+	}
+	if err := via("10.1.1.1", "198.51.100.1", basic("alice", "wonder")); !errors.Is(err, ErrTooManyAttempts) {
+		t.Fatalf("alice from the client that failed: %v; want ErrTooManyAttempts", err)
+	}
+	if err := via("10.1.1.1", "198.51.100.2", basic("alice", "wonder")); err != nil {
+		t.Fatalf("alice from another client behind the proxy: %v", err)
+	}
+	// An untrusted peer's header is ignored: its failures are its own.
+	for i := range 3 {
+		via("192.0.2.50", "198.51.100."+strconv.Itoa(10+i), basic("alice", "guess"))
+	}
+	if err := via("192.0.2.50", "198.51.100.99", basic("alice", "wonder")); !errors.Is(err, ErrTooManyAttempts) {
+		t.Fatalf("an untrusted peer picking its X-Forwarded-For: %v; want ErrTooManyAttempts", err)
+	}
+	if err := via("10.1.1.1", "", basic("alice", "wonder")); err != nil {
+		t.Fatalf("the proxy itself, no header: %v", err)
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/steadkit/stead/internal/clientaddr"
 )
 
 // Scope is one resource and the actions a token grants on it, as the
@@ -297,7 +295,7 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 		scopes, offline = r.PostForm["scope"], r.PostForm.Get("access_type") == "offline"
 		switch r.PostForm.Get("grant_type") {
 		case "password":
-			c, err = a.login(clientaddr.Of(r.RemoteAddr), r.PostForm.Get("username"), r.PostForm.Get("password"))
+			c, err = a.login(a.clientOf(r), r.PostForm.Get("username"), r.PostForm.Get("password"))
 		case "refresh_token":
 			c, err = a.refresh(r.PostForm.Get("refresh_token"))
 		default:

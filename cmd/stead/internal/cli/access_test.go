@@ -175,3 +175,21 @@ func TestUserAddKeepsMode(t *testing.T) {
 		}
 	}
 }
+
+// TestServeTrustedProxyMalformed: a --trusted-proxy that is no CIDR nor
+// address is a usage error naming it.
+func TestServeTrustedProxyMalformed(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "htpasswd")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	if err := os.WriteFile(file, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "proxy.internal"} {
+		var stderr bytes.Buffer
+		code := execute(context.Background(), []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--htpasswd", file, "--trusted-proxy", bad}, &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr})
+		if code != exitUsage || !strings.Contains(stderr.String(), "--trusted-proxy") {
+			t.Errorf("--trusted-proxy %q = %d %s; want a usage error naming it", bad, code, stderr.String())
+		}
+	}
+}
