@@ -23,8 +23,7 @@ import (
 // accessFlags are serve's flags of users and access
 // (docs/guides/registry.md, "Users and access").
 type accessFlags struct {
-	htpasswd, access, tokenKey, publicURL string
-	trustedProxies                        []string
+	htpasswd, access, tokenKey, publicURL, trustedProxies string
 }
 
 func (f *accessFlags) register(cmd *cobra.Command) {
@@ -33,15 +32,17 @@ func (f *accessFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.access, "access", "", "access file: who may pull, push, delete and use /v1, /cache, /metrics (default: every identity may do everything)")
 	fs.StringVar(&f.tokenKey, "token-key", "", "file of at least 32 bytes signing the registry's login tokens; servers behind one address share it (default: a key of this process)")
 	fs.StringVar(&f.publicURL, "public-url", "", "scheme and host clients reach the server at, for the token endpoint's address (default: the request's Host)")
-	fs.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR of reverse proxies whose X-Forwarded-For names the client for the failed-login limit (repeat, or comma-separate; default: none, the limit is per peer address)")
+	fs.StringVar(&f.trustedProxies, "trusted-proxy", "", "comma-separated CIDRs or addresses of reverse proxies whose X-Forwarded-For names the client for the failed-login limit (default: none, the limit is per peer address)")
 }
 
 // authority builds the server's access.Authority, and reloads its files
 // on SIGHUP until ctx ends or stop is called.
 func (f *accessFlags) authority(ctx context.Context, token string, log *slog.Logger) (a *access.Authority, stop func(), err error) {
 	cfg := access.Config{Token: token, Htpasswd: f.htpasswd, Access: f.access, PublicURL: f.publicURL, Logger: log}
-	for _, s := range f.trustedProxies {
-		s = strings.TrimSpace(s)
+	for s := range strings.SplitSeq(f.trustedProxies, ",") {
+		if s = strings.TrimSpace(s); s == "" && f.trustedProxies == "" {
+			break
+		}
 		p, err := netip.ParsePrefix(s)
 		if ip, ipErr := netip.ParseAddr(s); ipErr == nil {
 			p, err = ip.Prefix(ip.BitLen()) // one address

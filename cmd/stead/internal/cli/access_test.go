@@ -185,7 +185,7 @@ func TestServeTrustedProxyMalformed(t *testing.T) {
 	if err := os.WriteFile(file, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"10.0.0.0/33", "proxy.internal"} {
+	for _, bad := range []string{"10.0.0.0/33", "proxy.internal", "10.0.0.0/8,,"} {
 		var stderr bytes.Buffer
 		code := execute(context.Background(), []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--htpasswd", file, "--trusted-proxy", bad}, &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr})
 		if code != exitUsage || !strings.Contains(stderr.String(), "--trusted-proxy") {
