@@ -99,8 +99,6 @@ func TestRefreshTokenEndsWithUser(t *testing.T) {
 	f.post(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {ans.RefreshToken}}, 401)
 }
 
-var _ = errors.Is
-var _ = strings.Contains
 
 // TestForeignKeyTokenNotAGuess: tokens signed by another key (a server
 // restarted without --token-key) are refused with the challenge, but are
