@@ -99,7 +99,6 @@ func TestRefreshTokenEndsWithUser(t *testing.T) {
 	f.post(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {ans.RefreshToken}}, 401)
 }
 
-
 // TestForeignKeyTokenNotAGuess: tokens signed by another key (a server
 // restarted without --token-key) are refused with the challenge, but are
 // no failed logins: a client's parallel requests with its cached token do
