@@ -53,7 +53,7 @@ func (s *Server) auth(pattern string, h http.HandlerFunc) http.HandlerFunc {
 		case err == nil:
 			h(w, r)
 		case errors.Is(err, access.ErrTooManyAttempts):
-			w.Header().Set("Retry-After", retryAfter)
+			w.Header().Set("Retry-After", access.RetryAfter(err))
 			writeError(w, wire.CodeTooManyAttempts, err.Error())
 		case errors.Is(err, access.ErrDenied):
 			writeError(w, wire.CodeForbidden, "access denied: "+c.Name()+" may not "+action+" "+area)

@@ -51,7 +51,36 @@ func serveCacheUsers(t *testing.T) string {
 	return fronttest.Serve(t, st, server.Options{Access: a, Mounts: []server.Mount{
 		{Prefix: buildcache.Prefix, Handler: cache},
 		{Prefix: buildcache.GradlePrefix, Handler: cache.Gradle()},
+		{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
 	}})
+}
+
+// TestTurboReader: a user who may only read the cache queries
+// Turborepo's artifacts (POST v8/artifacts, a read) and sends its events
+// (telemetry, not kept), and is refused a put.
+func TestTurboReader(t *testing.T) {
+	t.Parallel()
+	addr := serveCacheUsers(t)
+	for _, c := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/v8/artifacts", `{"hashes": ["abc123"]}`, 200},
+		{"POST", "/v8/artifacts/events", `[{"sessionId": "s", "source": "REMOTE", "event": "HIT", "hash": "abc123", "duration": 1}]`, 200},
+		{"GET", "/v8/artifacts/status", "", 200},
+		{"PUT", "/v8/artifacts/abc123", "artifact", 403},
+	} {
+		req, _ := http.NewRequest(c.method, "http://"+addr+c.path, strings.NewReader(c.body))
+		req.SetBasicAuth("reader", "reader-pw")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("reader %s %s = %d; want %d", c.method, c.path, resp.StatusCode, c.want)
+		}
+	}
 }
 
 // TestCacheUsers: Basic credentials read and write within the rules; a

@@ -97,13 +97,19 @@ func New(st *stead.Store, opts Options) *Cache {
 }
 
 // authorize checks the caller the server put in r's context (package
-// access): a read needs cache read, a write cache write. It answers the
-// refusal: 401 with Bearer and Basic challenges, 403, or 429.
+// access): a read (GET, HEAD) needs cache read, a write cache write.
 func authorize(w http.ResponseWriter, r *http.Request) bool {
 	action := access.Write
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		action = access.Read
 	}
+	return authorizeAction(w, r, action)
+}
+
+// authorizeAction checks that the caller of r may do action on the
+// cache, answering the refusal: 401 with Bearer and Basic challenges,
+// 403, or 429.
+func authorizeAction(w http.ResponseWriter, r *http.Request, action string) bool {
 	err := access.Check(r.Context(), access.Area, "cache", action)
 	switch {
 	case err == nil:
@@ -111,7 +117,7 @@ func authorize(w http.ResponseWriter, r *http.Request) bool {
 	case errors.Is(err, access.ErrDenied):
 		http.Error(w, "access denied: this user may not "+action+" the cache", http.StatusForbidden)
 	case errors.Is(err, access.ErrTooManyAttempts):
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", access.RetryAfter(err))
 		http.Error(w, err.Error(), http.StatusTooManyRequests)
 	default:
 		w.Header().Add("WWW-Authenticate", `Bearer realm="stead"`)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/steadkit/stead/server/access"
 	"io"
 	"net/http"
 	"regexp"
@@ -162,17 +163,23 @@ func (c *Cache) Gradle() http.Handler {
 // Turbo serves Turborepo's remote cache API under TurboPrefix:
 // GET/HEAD/PUT v8/artifacts/{hash}, POST v8/artifacts (which of some
 // hashes are stored), GET v8/artifacts/status, and POST
-// v8/artifacts/events (accepted, not kept). The teamId or slug query
+// v8/artifacts/events (accepted, not kept). Only the PUT needs cache
+// write: the query is a read, and the events, telemetry a reading client
+// sends after its hits, change nothing. The teamId or slug query
 // parameter is a namespace of its own; x-artifact-tag and
 // x-artifact-duration are kept as the entry's annotation and answered
 // with it. Each entry is kept by its ref cache/turbo/<namespace>/<hash>,
 // renewed on read.
 func (c *Cache) Turbo() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !authorize(w, r) {
+		rest, _ := strings.CutPrefix(r.URL.Path, TurboPrefix+"artifacts")
+		action := access.Read
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !(r.Method == http.MethodPost && (rest == "" || rest == "/events")) {
+			action = access.Write
+		}
+		if !authorizeAction(w, r, action) {
 			return
 		}
-		rest, _ := strings.CutPrefix(r.URL.Path, TurboPrefix+"artifacts")
 		ns, ok := turboNamespace(r)
 		if !ok {
 			turboError(w, http.StatusBadRequest, "bad_request", "teamId and slug are 1 to 200 letters, digits, '.', '_' or '-'")

@@ -60,6 +60,7 @@ func refuse(w http.ResponseWriter, r *http.Request, err error, scope string) {
 	case errors.Is(err, access.ErrDenied):
 		writeError(w, errorf(codeDenied, "requested access to the resource is denied"))
 	case errors.Is(err, access.ErrTooManyAttempts):
+		w.Header().Set("Retry-After", access.RetryAfter(err))
 		writeError(w, errorf(codeTooManyRequests, "%v", err))
 	case access.IsBadRequest(err):
 		writeError(w, errorf(codeUnsupported, "%v", err).withStatus(http.StatusBadRequest))
@@ -125,27 +126,31 @@ func (g *Registry) listCatalog(w http.ResponseWriter, r *http.Request) error {
 	}
 	repos := []string{}
 	more := false
-	for n > 0 {
-		page, err := g.st.Refs.List(r.Context(), "oci/", after, 1)
-		if err != nil {
-			return err
+	// Only the names the caller's rules may let it pull are read: one
+	// store query a repository under them, not one for every repository.
+	for _, prefix := range access.ListPrefixes(r.Context(), access.Repository, access.Pull) {
+		for n > 0 && !more {
+			page, err := g.st.Refs.List(r.Context(), "oci/"+prefix, after, 1)
+			if err != nil {
+				return err
+			}
+			if len(page) == 0 {
+				break
+			}
+			repo, _, ok := strings.Cut(strings.TrimPrefix(page[0].Name, "oci/"), "/_")
+			if !ok {
+				break // not a registry ref; none under prefix sorts after a repository's
+			}
+			after = repoPrefix(repo) + lastRune
+			if !access.Listed(r.Context(), access.Repository, repo, access.Pull) {
+				continue
+			}
+			if len(repos) == n {
+				more = true
+				break
+			}
+			repos = append(repos, repo)
 		}
-		if len(page) == 0 {
-			break
-		}
-		repo, _, ok := strings.Cut(strings.TrimPrefix(page[0].Name, "oci/"), "/_")
-		if !ok {
-			break // not a registry ref; none sorts after a repository's
-		}
-		after = repoPrefix(repo) + lastRune
-		if !access.Listed(r.Context(), access.Repository, repo, access.Pull) {
-			continue
-		}
-		if len(repos) == n {
-			more = true
-			break
-		}
-		repos = append(repos, repo)
 	}
 	if more {
 		next := url.Values{"n": {strconv.Itoa(n)}, "last": {repos[len(repos)-1]}}

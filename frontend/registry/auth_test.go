@@ -291,4 +291,14 @@ func TestLoginLimit(t *testing.T) {
 	}
 	resp, body := c.do("GET", "/v2/token?service=stead", basicAuth("alice"), nil)
 	wantError(t, "the right password after ten wrong", resp, body, 429, "TOOMANYREQUESTS")
+	// The wait is the refill's, one login per 6 s, less the time the ten
+	// took.
+	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || n < 2 || n > 6 {
+		t.Fatalf("Retry-After %q; want the refill's, up to 6", resp.Header.Get("Retry-After"))
+	}
+	// Another user from the address logs in.
+	resp, body = c.do("GET", "/v2/token?service=stead", basicAuth("bob"), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("bob after alice's ten failures = %d %s", resp.StatusCode, body)
+	}
 }

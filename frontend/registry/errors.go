@@ -92,7 +92,7 @@ func writeError(w http.ResponseWriter, e *regError) {
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")
 	h.Del("Docker-Content-Digest")
-	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(status)

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -36,9 +37,9 @@ var (
 	ErrUnauthenticated = errors.New("authentication required: wrong or missing credentials")
 	// ErrDenied: the caller is known, and the rules do not grant it this.
 	ErrDenied = errors.New("access denied")
-	// ErrTooManyAttempts: the client's address failed to log in too often
-	// lately; it may try again later.
-	ErrTooManyAttempts = errors.New("too many failed logins from this address: retry later")
+	// ErrTooManyAttempts: the client's address failed to log in as this
+	// user too often lately; it may try again later (RetryAfter).
+	ErrTooManyAttempts = errors.New("too many failed logins as this user from this address: retry later")
 )
 
 // The actions rules grant. Repositories take pull, push and delete; the
@@ -74,6 +75,10 @@ const (
 	// DefaultRefreshTTL is how long a refresh token is good for, unless
 	// its user is removed or changes password first.
 	DefaultRefreshTTL = 30 * 24 * time.Hour
+	// TokenLeeway is the clock skew between servers sharing a key that
+	// tokens' times (issued, not before, expiry) allow: a token lives at
+	// most its TTL and TokenLeeway.
+	TokenLeeway = 30 * time.Second
 	// DefaultService is the service tokens are issued for.
 	DefaultService = "stead"
 	// DefaultFailBurst failed logins from one address are allowed at
@@ -112,9 +117,16 @@ type Config struct {
 	// the request came over TLS.
 	PublicURL string
 	// FailBurst and FailEvery bound failed logins per client address (an
-	// IPv6 one by its /64): FailBurst at once, then one per FailEvery.
+	// IPv6 one by its /64) and user name: FailBurst at once, then one per
+	// FailEvery.
 	FailBurst int
 	FailEvery time.Duration
+	// TrustedProxies are the peers whose X-Forwarded-For names the client
+	// for the failed-login limit: the rightmost address in it that is not
+	// a trusted proxy. From other peers the header is ignored. Defaults
+	// to none: the client is the peer, so behind a proxy the limit is per
+	// proxy address (and user name).
+	TrustedProxies []netip.Prefix
 	// Now reads the clock tokens and the login limit go by. Defaults to
 	// time.Now.
 	Now func() time.Time
@@ -209,6 +221,10 @@ type Caller struct {
 	// verified: the request carried credentials, and they are good (a
 	// token for no one is credentials too).
 	verified bool
+	// password: the caller proved itself with a password (Basic, or the
+	// token endpoint's password grant), the only credentials the token
+	// endpoint gives a refresh token for.
+	password bool
 	a        *Authority
 }
 
@@ -219,31 +235,63 @@ func (c *Caller) Name() string { return c.name }
 // Authenticate reads r's credentials: none (an anonymous caller),
 // Authorization: Basic (an htpasswd user, or the user TokenIdentity with
 // the static token as password), or Authorization: Bearer (the static
-// token, or a token from ServeToken). Wrong credentials count against the
-// client's address (a token this server signed that is no longer good
-// does not): past its limit, every login from it is refused with
-// ErrTooManyAttempts until the limit refills.
+// token, or a token from ServeToken). Wrong passwords count against the
+// client's address and the user name tried, the static token's guesses
+// against the address and TokenIdentity (a token of this server's form
+// that is no longer good is no guess and does not count): past the
+// limit, that name from that address is refused with ErrTooManyAttempts
+// until the limit refills, before its password is looked at, while other
+// names from the address log in as before.
 func (a *Authority) Authenticate(r *http.Request) (*Caller, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return &Caller{kind: anonymous, a: a}, nil
 	}
-	client := clientaddr.Of(r.RemoteAddr)
-	if !a.limiter.allowed(client, a.cfg.Now()) {
-		return nil, ErrTooManyAttempts
-	}
-	c, err := a.credentials(h)
-	if err != nil {
-		if !errors.Is(err, errStale) {
-			a.limiter.failed(client, a.cfg.Now())
-		}
-		return nil, err
-	}
-	return c, nil
+	return a.credentials(h, a.clientOf(r))
 }
 
-// credentials checks an Authorization header.
-func (a *Authority) credentials(h string) (*Caller, error) {
+// clientOf names r's client for the failed-login limit: its peer, or
+// from a trusted proxy the rightmost address of X-Forwarded-For that is
+// not one (clientaddr.Of).
+func (a *Authority) clientOf(r *http.Request) string {
+	peer := r.RemoteAddr
+	if len(a.cfg.TrustedProxies) == 0 || !a.trusted(peer) {
+		return clientaddr.Of(peer)
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		ip, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // what is left of it no trusted proxy wrote
+		}
+		hop := netip.AddrPortFrom(ip, 0).String()
+		if !a.trusted(hop) {
+			return clientaddr.Of(hop)
+		}
+		peer = hop
+	}
+	return clientaddr.Of(peer)
+}
+
+// trusted reports whether addr (host:port) is a trusted proxy's.
+func (a *Authority) trusted(addr string) bool {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return false
+	}
+	for _, p := range a.cfg.TrustedProxies {
+		if p.Contains(ap.Addr().Unmap()) {
+			return true
+		}
+	}
+	return false
+}
+
+// credentials checks an Authorization header from client.
+func (a *Authority) credentials(h, client string) (*Caller, error) {
 	scheme, rest, _ := strings.Cut(h, " ")
 	rest = strings.TrimSpace(rest)
 	switch {
@@ -253,14 +301,37 @@ func (a *Authority) credentials(h string) (*Caller, error) {
 		if err != nil || !ok {
 			return nil, ErrUnauthenticated
 		}
-		return a.login(name, pass)
+		return a.login(client, name, pass)
 	case strings.EqualFold(scheme, "Bearer"):
-		if a.cfg.Token != "" && a.isToken(rest) {
-			return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, a: a}, nil
+		if looksSigned(rest) {
+			if a.cfg.Token != "" && a.isToken(rest) {
+				return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, a: a}, nil
+			}
+			return a.verify(rest)
 		}
-		return a.verify(rest)
+		return a.limited(client, TokenIdentity, func() (*Caller, error) {
+			if a.cfg.Token != "" && a.isToken(rest) {
+				return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, a: a}, nil
+			}
+			return nil, ErrUnauthenticated
+		})
 	}
 	return nil, ErrUnauthenticated
+}
+
+// limited runs check, a login as name from client, within the failed-login
+// limit of the two: refused at once when it is spent, counted when check
+// fails.
+func (a *Authority) limited(client, name string, check func() (*Caller, error)) (*Caller, error) {
+	key := client + "\x00" + name
+	if err := a.limiter.allowed(key, a.cfg.Now()); err != nil {
+		return nil, err
+	}
+	c, err := check()
+	if err != nil {
+		a.limiter.failed(key, a.cfg.Now())
+	}
+	return c, err
 }
 
 // isToken compares s with the static token in a time that tells nothing
@@ -270,20 +341,23 @@ func (a *Authority) isToken(s string) bool {
 	return subtle.ConstantTimeCompare(got[:], a.token[:]) == 1
 }
 
-// login checks a user name and password: an htpasswd user's, or the
-// static token's. An unknown user costs the same bcrypt comparison as a
-// known one, and is refused with the same error.
-func (a *Authority) login(name, pass string) (*Caller, error) {
-	if name == TokenIdentity && a.cfg.Token != "" {
-		if a.isToken(pass) {
-			return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, a: a}, nil
+// login checks a user name and password from client: an htpasswd user's,
+// or the static token's, within the failed-login limit. An unknown user
+// costs the same bcrypt comparison as a known one, and is refused with
+// the same error.
+func (a *Authority) login(client, name, pass string) (*Caller, error) {
+	return a.limited(client, name, func() (*Caller, error) {
+		if name == TokenIdentity && a.cfg.Token != "" {
+			if a.isToken(pass) {
+				return &Caller{name: TokenIdentity, kind: tokenKind, verified: true, password: true, a: a}, nil
+			}
+			return nil, ErrUnauthenticated
 		}
-		return nil, ErrUnauthenticated
-	}
-	if !a.users.check(name, pass) {
-		return nil, ErrUnauthenticated
-	}
-	return &Caller{name: name, kind: user, verified: true, a: a}, nil
+		if !a.users.check(name, pass) {
+			return nil, ErrUnauthenticated
+		}
+		return &Caller{name: name, kind: user, verified: true, password: true, a: a}, nil
+	})
 }
 
 // exists reports whether the identity of a token still exists: a removed
@@ -379,6 +453,23 @@ func Check(ctx context.Context, typ, name, action string) error {
 func Listed(ctx context.Context, typ, name, action string) bool {
 	c, err, ok := FromContext(ctx)
 	return !ok || (err == nil && c.allowed(typ, name).has(action))
+}
+
+// ListPrefixes returns the beginnings of the names of typ a listing may
+// show the caller of ctx with action (Listed): every such name starts
+// with one of them, so that the listing seeks to them instead of reading
+// every name. Sorted, none the beginning of another; [""] for every name
+// (no caller, or an open authority), none for a caller whose credentials
+// failed.
+func ListPrefixes(ctx context.Context, typ, action string) []string {
+	c, err, ok := FromContext(ctx)
+	switch {
+	case !ok || (err == nil && c.a.Open()):
+		return []string{""}
+	case err != nil:
+		return nil
+	}
+	return c.a.rules.current().prefixes(c, typ, action)
 }
 
 // Identified says whether the caller of ctx proved who it is (nil), as a

@@ -318,9 +318,9 @@ func TestTokenTampered(t *testing.T) {
 			t.Errorf("%s: %v; want ErrUnauthenticated", name, err)
 		}
 	}
-	f.clk.Advance(DefaultTokenTTL - time.Second)
+	f.clk.Advance(DefaultTokenTTL + TokenLeeway - time.Second)
 	if err := ok(tok); err != nil {
-		t.Fatalf("token before its expiry: %v", err)
+		t.Fatalf("token before its expiry and the leeway: %v", err)
 	}
 	f.clk.Advance(2 * time.Second)
 	if err := ok(tok); !errors.Is(err, ErrUnauthenticated) {
@@ -387,15 +387,16 @@ func (f *fixture) post(t *testing.T, form url.Values, want int) tokenAnswer {
 	return ans
 }
 
-// TestBruteForce: past FailBurst failed logins, an address is refused
-// even the right password until its bucket refills; other addresses are
-// not affected.
+// TestBruteForce: past FailBurst failed logins as a user, an address is
+// refused even that user's right password until its bucket refills;
+// other addresses are not affected, and guesses of the static token lock
+// out the token, not the users.
 func TestBruteForce(t *testing.T) {
 	f := newFixture(t)
 	// Expired tokens are no guesses: a client sending them is not locked
 	// out.
 	tok, _ := f.token(t, basic("alice", "wonder"), "repository:team/a:pull")
-	f.clk.Advance(DefaultTokenTTL + time.Second)
+	f.clk.Advance(DefaultTokenTTL + TokenLeeway + time.Second)
 	for range 5 {
 		if _, err := f.a.Authenticate(request("Bearer " + tok)); !errors.Is(err, ErrUnauthenticated) {
 			t.Fatalf("expired token: %v", err)
@@ -406,10 +407,19 @@ func TestBruteForce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, auth := range []string{basic("alice", "wonder"), "Bearer s3cret-token", "Bearer forged"} {
+	if _, err := f.a.Authenticate(request(basic("alice", "wonder"))); !errors.Is(err, ErrTooManyAttempts) {
+		t.Fatalf("alice after 3 failures: %v; want ErrTooManyAttempts", err)
+	}
+	for range 3 {
+		f.a.Authenticate(request("Bearer forged"))
+	}
+	for _, auth := range []string{"Bearer s3cret-token", basic("token", "s3cret-token")} {
 		if _, err := f.a.Authenticate(request(auth)); !errors.Is(err, ErrTooManyAttempts) {
-			t.Fatalf("%q after 3 failures: %v; want ErrTooManyAttempts", auth, err)
+			t.Fatalf("%q after 3 guesses of the token: %v; want ErrTooManyAttempts", auth, err)
 		}
+	}
+	if _, err := f.a.Authenticate(request(basic("bob", "builder"))); err != nil {
+		t.Fatalf("bob after guesses of alice and the token: %v", err)
 	}
 	f.post(t, url.Values{"grant_type": {"password"}, "username": {"alice"}, "password": {"wonder"}}, 200) // another address
 	f.clk.Advance(time.Minute)

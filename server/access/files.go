@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,73 +15,159 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/crypto/bcrypt"
 )
 
 // watched is a file parsed into a T, parsed again when its modification
 // time or size changes (looked at on each use) or on reload. A read or
-// parse that fails keeps the T before it.
+// parse that fails keeps the T before it. A file rewritten in place (not
+// renamed into place) is empty for a moment, and may change while read:
+// a read during which the file changed is made again, and an empty file
+// where the one in force was not is taken only once it has stood for
+// emptyGrace; until then the T before it stays.
 type watched[T any] struct {
 	path  string
+	what  string // what it holds, for the log: "users of the htpasswd file"
 	parse func([]byte) (*T, error)
 	log   *slog.Logger
-	mu    sync.Mutex // held while reading the file
-	stamp atomic.Pointer[stamp]
-	val   atomic.Pointer[T]
+	// now reads the clock an empty file's age goes by (the file system's,
+	// time.Now); afterRead, when set, runs after each read (tests).
+	now       func() time.Time
+	afterRead func()
+	mu        sync.Mutex            // held while reading the file
+	seen      atomic.Pointer[stamp] // the state of the file last dealt with
+	val       atomic.Pointer[T]
+	nonEmpty  bool // under mu: the content in force was not empty
 }
 
+// stamp is a file's state as a stat tells it, or the stat's error.
 type stamp struct {
-	mod  time.Time
-	size int64
+	mod, size int64
+	err       string
 }
+
+// stateOf stats path.
+func stateOf(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{err: err.Error()}
+	}
+	return stampOf(fi)
+}
+
+// emptyGrace is how long an empty file must stand, where the one before
+// was not, before it is taken: longer than a rewrite in place takes.
+const emptyGrace = time.Second
+
+// errPending is a read that is not taken yet: the file changed while read
+// or is freshly empty. The next use reads it again.
+var errPending = errors.New("the file is being rewritten")
 
 // watch reads path into a watched file; the first read must succeed.
-func watch[T any](path string, parse func([]byte) (*T, error), log *slog.Logger) (*watched[T], error) {
-	w := &watched[T]{path: path, parse: parse, log: log}
+func watch[T any](path, what string, parse func([]byte) (*T, error), log *slog.Logger) (*watched[T], error) {
+	w := &watched[T]{path: path, what: what, parse: parse, log: log, now: time.Now}
 	if err := w.reload(); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
-// current returns the file's T, parsing it again first if it changed.
+// current returns the file's T, parsing it again first if it changed. A
+// file that fails to read or parse, or is gone, is logged once per state.
 func (w *watched[T]) current() *T {
-	if fi, err := os.Stat(w.path); err == nil {
-		if st := w.stamp.Load(); st == nil || !fi.ModTime().Equal(st.mod) || fi.Size() != st.size {
-			if err := w.reload(); err != nil {
-				w.log.Error("access: keeping the rules in force", "err", err)
-			}
+	if w.path == "" {
+		return w.val.Load()
+	}
+	if st := w.seen.Load(); st == nil || *st != stateOf(w.path) {
+		if err := w.load(false); err != nil && !errors.Is(err, errPending) {
+			w.log.Error("access: keeping the "+w.what+" in force", "file", w.path, "err", err)
 		}
 	}
 	return w.val.Load()
 }
 
+// reload reads the file whatever its state (SIGHUP); a read not taken yet
+// is no error.
 func (w *watched[T]) reload() error {
+	if err := w.load(true); !errors.Is(err, errPending) {
+		return err
+	}
+	return nil
+}
+
+// load reads and parses the file, unless (without force) another use
+// dealt with its state meanwhile.
+func (w *watched[T]) load(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	f, err := os.Open(w.path)
+	state := stateOf(w.path)
+	if st := w.seen.Load(); !force && st != nil && *st == state {
+		return nil
+	}
+	var (
+		b   []byte
+		st  stamp
+		err error
+	)
+	for range 3 {
+		if b, st, err = w.read(); !errors.Is(err, errPending) {
+			break
+		}
+	}
 	if err != nil {
+		if errors.Is(err, errPending) {
+			return err
+		}
+		// Logged once: this state is dealt with until the file changes.
+		w.seen.Store(&state)
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s is gone: %w", w.path, err)
+		}
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+	empty := len(bytes.TrimSpace(b)) == 0
+	if empty && w.nonEmpty && w.now().Sub(time.Unix(0, st.mod)) < emptyGrace {
+		return errPending
 	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return err
-	}
-	// The stamp is taken first: a change while reading is seen next time.
-	w.stamp.Store(&stamp{fi.ModTime(), fi.Size()})
+	w.seen.Store(&st)
 	v, err := w.parse(b)
 	if err != nil {
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
 	w.val.Store(v)
+	w.nonEmpty = !empty
 	return nil
 }
+
+// read reads the file whole: errPending when it changed while read.
+func (w *watched[T]) read() ([]byte, stamp, error) {
+	f, err := os.Open(w.path)
+	if err != nil {
+		return nil, stamp{}, err
+	}
+	defer f.Close()
+	before, err := f.Stat()
+	if err != nil {
+		return nil, stamp{}, err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, stamp{}, fmt.Errorf("%s: %w", w.path, err)
+	}
+	if w.afterRead != nil {
+		w.afterRead()
+	}
+	after, err := os.Stat(w.path)
+	if err != nil || !os.SameFile(before, after) || stampOf(before) != stampOf(after) || int64(len(b)) != before.Size() {
+		return nil, stamp{}, errPending
+	}
+	return b, stampOf(before), nil
+}
+
+func stampOf(fi os.FileInfo) stamp { return stamp{mod: fi.ModTime().UnixNano(), size: fi.Size()} }
 
 // userFile is the htpasswd file, or none.
 type userFile struct {
@@ -99,8 +186,11 @@ const maxSeen = 4096
 
 type htpasswd struct {
 	hashes map[string][]byte
-	// dummy is compared against for an unknown user, at the highest cost
-	// of the file's own hashes, so that it takes as long as a known one.
+	// dummy is compared against for an unknown user, at the cost most of
+	// the file's hashes have (mostCommonCost), so that it takes as long as
+	// a wrong password of those users. A user at another cost takes
+	// another time, which tells that name is known: keep one cost in a
+	// file (stead user add keeps the file's, HashCost).
 	dummy []byte
 }
 
@@ -113,7 +203,7 @@ func openUsers(path string, log *slog.Logger) (*userFile, error) {
 		return u, nil
 	}
 	var err error
-	u.file, err = watch(path, parseHtpasswd, log)
+	u.file, err = watch(path, "users of the htpasswd file", parseHtpasswd, log)
 	return u, err
 }
 
@@ -126,7 +216,7 @@ func dummyHash(cost int) []byte {
 // starting with # are skipped.
 func parseHtpasswd(b []byte) (*htpasswd, error) {
 	h := &htpasswd{hashes: map[string][]byte{}}
-	cost := 0
+	costs := map[int]int{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -145,28 +235,61 @@ func parseHtpasswd(b []byte) (*htpasswd, error) {
 			return nil, fmt.Errorf("line %d: user %q is listed twice", n, name)
 		}
 		h.hashes[name] = []byte(hash)
-		cost = max(cost, c)
+		costs[c]++
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	if cost == 0 {
-		cost = bcrypt.DefaultCost
+	if len(h.hashes) > 0 { // with no user, there is no name to tell apart
+		h.dummy = dummyHash(mostCommonCost(costs))
 	}
-	h.dummy = dummyHash(cost)
 	return h, nil
 }
 
+// mostCommonCost is the bcrypt cost most hashes of counts (cost to
+// number) have, the higher on a tie; bcrypt.DefaultCost for none.
+func mostCommonCost(counts map[int]int) int {
+	best, n := bcrypt.DefaultCost, 0
+	for c, k := range counts {
+		if k > n || k == n && c > best {
+			best, n = c, k
+		}
+	}
+	return best
+}
+
+// HashCost is the bcrypt cost most hashes of an htpasswd file's content
+// have, bcrypt.DefaultCost for none: the cost a user added to it gets, so
+// that the file keeps one cost and an unknown name is compared against a
+// dummy of that cost. Lines it cannot read are left out.
+func HashCost(file []byte) int {
+	counts := map[int]int{}
+	for _, line := range strings.Split(string(file), "\n") {
+		if _, hash, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && strings.HasPrefix(hash, "$2") {
+			if c, err := bcrypt.Cost([]byte(hash)); err == nil {
+				counts[c]++
+			}
+		}
+	}
+	return mostCommonCost(counts)
+}
+
 // checkUserName refuses the names access rules give a meaning of their
-// own.
+// own, and those an htpasswd line cannot hold as one name: with a control
+// character (a newline would make two lines), white space, a colon, or a
+// leading # (a comment).
 func checkUserName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty user name")
 	case name == TokenIdentity || name == anonymousName || name == everyone || strings.HasPrefix(name, "@"):
 		return fmt.Errorf("the user name %q is reserved", name)
-	case strings.ContainsAny(name, " \t"):
-		return fmt.Errorf("user name %q has a space", name)
+	case strings.HasPrefix(name, "#"):
+		return fmt.Errorf("user name %q starts with #, which makes its line a comment", name)
+	case strings.Contains(name, ":"):
+		return fmt.Errorf("user name %q has a colon", name)
+	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == utf8.RuneError }) >= 0:
+		return fmt.Errorf("user name %q has white space, a control character or invalid UTF-8", name)
 	}
 	return nil
 }
@@ -230,15 +353,12 @@ func (u *userFile) reload() error {
 }
 
 // HashPassword returns an htpasswd line for name and password, with a
-// bcrypt hash as htpasswd -B makes it.
-func HashPassword(name, password string) (string, error) {
+// bcrypt hash of cost (HashCost of the file it goes into).
+func HashPassword(name, password string, cost int) (string, error) {
 	if err := checkUserName(name); err != nil {
 		return "", err
 	}
-	if strings.Contains(name, ":") {
-		return "", fmt.Errorf("user name %q has a colon", name)
-	}
-	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	h, err := bcrypt.GenerateFromPassword([]byte(password), cost)
 	if err != nil {
 		return "", err
 	}

@@ -76,7 +76,7 @@ func openRules(path string, noIdentity bool, log *slog.Logger) (*ruleFile, error
 		f.val.Store(&rules{rules: []rule{allowAll(who...)}})
 		return &ruleFile{f}, nil
 	}
-	f, err := watch(path, parseRules, log)
+	f, err := watch(path, "rules of the access file", parseRules, log)
 	return &ruleFile{f}, err
 }
 
@@ -251,4 +251,35 @@ func (rs *rules) allowed(c *Caller, typ, name string) actionSet {
 		s["*"] = true
 	}
 	return s
+}
+
+// prefixes returns the beginnings of the names of typ (Repository) that
+// the rules naming c may grant action on: every such name starts with one
+// of them. They are sorted, none the beginning of another; [""] is every
+// name.
+func (rs *rules) prefixes(c *Caller, typ, action string) []string {
+	var all []string
+	for _, r := range rs.rules {
+		if typ != Repository || !r.registry.has(action) || !rs.applies(r, c) {
+			continue
+		}
+		for _, p := range r.repositories {
+			p = strings.TrimSuffix(p, "/**")
+			if p == "**" {
+				p = ""
+			}
+			if i := strings.IndexAny(p, `*?[\`); i >= 0 {
+				p = p[:i]
+			}
+			all = append(all, p)
+		}
+	}
+	slices.Sort(all)
+	var out []string
+	for _, p := range all {
+		if len(out) == 0 || !strings.HasPrefix(p, out[len(out)-1]) {
+			out = append(out, p)
+		}
+	}
+	return out
 }

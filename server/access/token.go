@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/steadkit/stead/internal/clientaddr"
 )
 
 // Scope is one resource and the actions a token grants on it, as the
@@ -81,20 +79,39 @@ func (a *Authority) parse(s, use string) (*claims, error) {
 	var cl claims
 	_, err := jwt.ParseWithClaims(s, &cl, func(*jwt.Token) (any, error) { return a.cfg.TokenKey, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer(issuer), jwt.WithAudience(a.cfg.Service),
-		jwt.WithTimeFunc(a.cfg.Now), jwt.WithExpirationRequired(), jwt.WithIssuedAt())
+		jwt.WithTimeFunc(a.cfg.Now), jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(TokenLeeway))
 	switch {
 	case errors.Is(err, jwt.ErrTokenInvalidClaims) && cl.Use == use:
 		return nil, errStale
-	case err != nil || cl.Use != use:
-		return nil, ErrUnauthenticated
+	case err == nil && cl.Use == use:
+		return &cl, nil
 	}
-	return &cl, nil
+	if looksSigned(s) {
+		return nil, errStale // another key's, or tampered with: no guess of a secret
+	}
+	return nil, ErrUnauthenticated
 }
 
-// errStale is a token this server signed that is no longer good: expired,
-// or its identity gone. It is no guess, so it does not count as a failed
-// login: clients that send an expired token fetch a new one at the 401.
+// looksSigned reports whether s has the form of a token this server signs
+// (a JWT of its issuer), whatever its signature: no guess of the static
+// token, which has not that form.
+func looksSigned(s string) bool {
+	var cl claims
+	_, _, err := jwt.NewParser().ParseUnverified(s, &cl)
+	return err == nil && cl.Issuer == issuer
+}
+
+// errStale is a token of this server's form that is not good here:
+// expired, its identity gone, or signed by another key (a server restarted
+// without --token-key). It is no guess of a secret (no password, and no
+// static token, which is no JWT), so it does not count as a failed login:
+// clients that send a stale token fetch a new one at the 401.
 var errStale = fmt.Errorf("%w: the token is no longer good", ErrUnauthenticated)
+
+// errAccessToken refuses a token from the token endpoint offered to it as
+// credentials: it would trade a narrow token for wider scopes or a refresh
+// token. It is no guess either, so it counts as no failed login.
+var errAccessToken = fmt.Errorf("%w: a token from the token endpoint is no credential for another: log in with a password", ErrUnauthenticated)
 
 // verify checks a bearer token from ServeToken: its identity must still
 // exist.
@@ -155,6 +172,53 @@ func (c *Caller) grant(requested []Scope) []Scope {
 	return out
 }
 
+// Bounds of one token request's scopes, so that a token stays small.
+const (
+	// MaxScopes is the most distinct resources one request may ask for.
+	MaxScopes = 64
+	// MaxScopeBytes is the most bytes its scope parameters may add up to.
+	MaxScopeBytes = 8 << 10
+)
+
+// parseScopes parses the scope parameters of a token request (each
+// space-separated scopes), merging the actions of those naming one
+// resource, in the order first asked; past MaxScopes resources or
+// MaxScopeBytes it is a bad request.
+func parseScopes(params []string) ([]Scope, error) {
+	size := 0
+	for _, p := range params {
+		size += len(p)
+	}
+	if size > MaxScopeBytes {
+		return nil, fmt.Errorf("%w: scopes of %d bytes: at most %d", errBadRequest, size, MaxScopeBytes)
+	}
+	var out []Scope
+	index := map[[2]string]int{}
+	for _, list := range params {
+		for _, s := range strings.Fields(list) {
+			sc, err := ParseScope(s)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+			}
+			k := [2]string{sc.Type, sc.Name}
+			i, ok := index[k]
+			if !ok {
+				if len(out) == MaxScopes {
+					return nil, fmt.Errorf("%w: more than %d scopes", errBadRequest, MaxScopes)
+				}
+				i, index[k] = len(out), len(out)
+				out = append(out, Scope{Type: sc.Type, Name: sc.Name})
+			}
+			for _, act := range sc.Actions {
+				if !slices.Contains(out[i].Actions, act) {
+					out[i].Actions = append(out[i].Actions, act)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // Realm is the address of the token endpoint for r: PublicURL, or r's
 // own host, then "/v2/token".
 func (a *Authority) Realm(r *http.Request) string {
@@ -192,13 +256,18 @@ type tokenAnswer struct {
 }
 
 // ServeToken serves the registry token endpoint: GET with the scopes
-// asked (?scope=…, repeated or space-separated) and Basic credentials or
-// none (a token for an anonymous caller), ?offline_token=true for a
-// refresh token too; or the OAuth2 POST form, grant_type=password
-// (username, password) or refresh_token (refresh_token), with scope and
-// access_type=offline for a refresh token. The token grants the
-// intersection of what was asked and what the rules allow. refuse
-// answers an error in the front end's form.
+// asked (?scope=…, repeated or space-separated) and Basic credentials,
+// the static token as a bearer, or none (a token for an anonymous
+// caller), ?offline_token=true for a refresh token too; or the OAuth2
+// POST form, grant_type=password (username, password) or refresh_token
+// (refresh_token), with scope and access_type=offline for a refresh
+// token. The token grants the intersection of what was asked and what the
+// rules allow. A token it issued is no credential here (401), and a
+// refresh token is issued for a password only (Basic or the password
+// grant), never for a refresh grant: a refresh token lives
+// DefaultRefreshTTL from the password login that made it, and no longer
+// than its user and password. refuse answers an error in the front end's
+// form.
 func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse func(http.ResponseWriter, *http.Request, error)) {
 	var (
 		c       *Caller
@@ -206,7 +275,6 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 		scopes  []string
 		offline bool
 	)
-	client := clientaddr.Of(r.RemoteAddr)
 	switch r.Method {
 	case http.MethodGet:
 		q := r.URL.Query()
@@ -225,41 +293,31 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 			return
 		}
 		scopes, offline = r.PostForm["scope"], r.PostForm.Get("access_type") == "offline"
-		if !a.limiter.allowed(client, a.cfg.Now()) {
-			refuse(w, r, ErrTooManyAttempts)
-			return
-		}
 		switch r.PostForm.Get("grant_type") {
 		case "password":
-			c, err = a.login(r.PostForm.Get("username"), r.PostForm.Get("password"))
+			c, err = a.login(a.clientOf(r), r.PostForm.Get("username"), r.PostForm.Get("password"))
 		case "refresh_token":
 			c, err = a.refresh(r.PostForm.Get("refresh_token"))
 		default:
 			refuse(w, r, fmt.Errorf("%w: grant_type must be password or refresh_token", errBadRequest))
 			return
 		}
-		if err != nil && !errors.Is(err, errStale) {
-			a.limiter.failed(client, a.cfg.Now())
-		}
 	default:
 		w.Header().Set("Allow", "GET, POST")
 		refuse(w, r, fmt.Errorf("%w: GET or POST", errMethod))
 		return
 	}
+	if err == nil && c.scoped {
+		err = errAccessToken
+	}
 	if err != nil {
 		refuse(w, r, err)
 		return
 	}
-	var requested []Scope
-	for _, list := range scopes {
-		for _, s := range strings.Fields(list) {
-			sc, err := ParseScope(s)
-			if err != nil {
-				refuse(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
-				return
-			}
-			requested = append(requested, sc)
-		}
+	requested, err := parseScopes(scopes)
+	if err != nil {
+		refuse(w, r, err)
+		return
 	}
 	granted := c.grant(requested)
 	tok, now, err := a.sign(c, useAccess, granted, a.cfg.TokenTTL)
@@ -274,7 +332,7 @@ func (a *Authority) ServeToken(w http.ResponseWriter, r *http.Request, refuse fu
 		}
 		ans.Scope += s.String()
 	}
-	if offline && c.kind != anonymous {
+	if offline && c.password {
 		if ans.RefreshToken, _, err = a.sign(c, useRefresh, nil, DefaultRefreshTTL); err != nil {
 			refuse(w, r, err)
 			return

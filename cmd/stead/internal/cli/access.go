@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,7 +23,7 @@ import (
 // accessFlags are serve's flags of users and access
 // (docs/guides/registry.md, "Users and access").
 type accessFlags struct {
-	htpasswd, access, tokenKey, publicURL string
+	htpasswd, access, tokenKey, publicURL, trustedProxies string
 }
 
 func (f *accessFlags) register(cmd *cobra.Command) {
@@ -31,12 +32,26 @@ func (f *accessFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.access, "access", "", "access file: who may pull, push, delete and use /v1, /cache, /metrics (default: every identity may do everything)")
 	fs.StringVar(&f.tokenKey, "token-key", "", "file of at least 32 bytes signing the registry's login tokens; servers behind one address share it (default: a key of this process)")
 	fs.StringVar(&f.publicURL, "public-url", "", "scheme and host clients reach the server at, for the token endpoint's address (default: the request's Host)")
+	fs.StringVar(&f.trustedProxies, "trusted-proxy", "", "comma-separated CIDRs or addresses of reverse proxies whose X-Forwarded-For names the client for the failed-login limit (default: none, the limit is per peer address)")
 }
 
 // authority builds the server's access.Authority, and reloads its files
 // on SIGHUP until ctx ends or stop is called.
 func (f *accessFlags) authority(ctx context.Context, token string, log *slog.Logger) (a *access.Authority, stop func(), err error) {
 	cfg := access.Config{Token: token, Htpasswd: f.htpasswd, Access: f.access, PublicURL: f.publicURL, Logger: log}
+	for s := range strings.SplitSeq(f.trustedProxies, ",") {
+		if s = strings.TrimSpace(s); s == "" && f.trustedProxies == "" {
+			break
+		}
+		p, err := netip.ParsePrefix(s)
+		if ip, ipErr := netip.ParseAddr(s); ipErr == nil {
+			p, err = ip.Prefix(ip.BitLen()) // one address
+		}
+		if err != nil {
+			return nil, nil, usageError("--trusted-proxy %q: want a CIDR such as 10.0.0.0/8 or fd00::/8", s)
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, p.Masked())
+	}
 	if f.tokenKey != "" {
 		b, err := os.ReadFile(f.tokenKey)
 		if err != nil {
@@ -81,7 +96,8 @@ func userCommand(e *env) *cobra.Command {
 		Short: "Add a user, or set its password, in an htpasswd file",
 		Long: `Read a password (from the terminal without echo, else the first line of
 stdin) and write the user's htpasswd line, a bcrypt hash as htpasswd -B
-makes it: to stdout, or into --htpasswd FILE, replacing the user's line if
+makes it, at the cost most of the file's hashes have (10 for a new file or
+stdout): to stdout, or into --htpasswd FILE, replacing the user's line if
 there is one. A server reads the file again when it changes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -89,7 +105,13 @@ there is one. A server reads the file again when it changes.`,
 			if err != nil {
 				return err
 			}
-			line, err := access.HashPassword(args[0], pass)
+			var old []byte
+			if file != "" {
+				if old, err = os.ReadFile(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
+			line, err := access.HashPassword(args[0], pass, access.HashCost(old))
 			if err != nil {
 				return usageError("%v", err)
 			}
@@ -97,7 +119,7 @@ there is one. A server reads the file again when it changes.`,
 				_, err := fmt.Fprintln(e.stdout, line)
 				return err
 			}
-			return setUser(file, args[0], line)
+			return setUser(file, old, args[0], line)
 		},
 	}
 	add.Flags().StringVar(&file, "htpasswd", "", "htpasswd file to add the user to (created if missing; default: print the line)")
@@ -131,12 +153,15 @@ func checkPassword(p string) error {
 	return nil
 }
 
-// setUser writes line for name into the htpasswd file, replacing name's
-// line, through a file renamed into place.
-func setUser(file, name, line string) error {
-	old, err := os.ReadFile(file)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+// setUser writes line for name into the htpasswd file of content old,
+// replacing name's line, through a file renamed into place that keeps an
+// existing file's mode and, where the system lets it, its owner and group;
+// a new file is 0600.
+func setUser(file string, old []byte, name, line string) error {
+	mode := os.FileMode(0o600)
+	existing, err := os.Stat(file)
+	if err == nil {
+		mode = existing.Mode().Perm()
 	}
 	var out []string
 	for _, l := range strings.Split(string(old), "\n") {
@@ -154,9 +179,12 @@ func setUser(file, name, line string) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(0o600); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
+	}
+	if existing != nil {
+		keepOwner(tmp, existing)
 	}
 	if err := tmp.Close(); err != nil {
 		return err

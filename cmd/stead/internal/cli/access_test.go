@@ -103,3 +103,93 @@ func TestServeUsers(t *testing.T) {
 		}
 	}
 }
+
+// TestUserAddKeepsCost: user add hashes at the cost of the file's hashes,
+// so that the file keeps one cost and an unknown name takes as long as a
+// known one (the server's dummy hash has the file's most common cost).
+func TestUserAddKeepsCost(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "htpasswd")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	if err := os.WriteFile(file, []byte("alice:"+string(h)+"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, "bob"}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: &stderr}); code != 0 {
+		t.Fatalf("user add = %d %s", code, stderr.String())
+	}
+	b, _ := os.ReadFile(file)
+	_, bob, _ := strings.Cut(strings.Split(strings.TrimSpace(string(b)), "\n")[1], ":")
+	if c, err := bcrypt.Cost([]byte(bob)); err != nil || c != bcrypt.MinCost {
+		t.Fatalf("bob's hash cost %d, %v; want the file's %d", c, err, bcrypt.MinCost)
+	}
+}
+
+// TestUserAddHostileNames: a name with a newline, a leading #, a colon or
+// white space is a usage error, and leaves the file as it was.
+func TestUserAddHostileNames(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "htpasswd")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	before := "alice:" + string(h) + "\n"
+	if err := os.WriteFile(file, []byte(before), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a\nb", "#x", "a:b", "a b", "a\x00b"} {
+		var stderr bytes.Buffer
+		if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, name}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: &stderr}); code != exitUsage {
+			t.Errorf("user add %q = %d %s; want a usage error", name, code, stderr.String())
+		}
+	}
+	if b, _ := os.ReadFile(file); string(b) != before {
+		t.Fatalf("htpasswd after refused names = %q", b)
+	}
+}
+
+// TestUserAddKeepsMode: user add keeps an existing file's mode (a file
+// the server's group reads stays readable to it); a new file is 0600.
+func TestUserAddKeepsMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	add := func(file string) {
+		t.Helper()
+		var stderr bytes.Buffer
+		if code := execute(context.Background(), []string{"user", "add", "--htpasswd", file, "bob"}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: &stderr}); code != 0 {
+			t.Fatalf("user add = %d %s", code, stderr.String())
+		}
+	}
+	existing := filepath.Join(dir, "existing")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	if err := os.WriteFile(existing, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(existing, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	add(existing)
+	fresh := filepath.Join(dir, "fresh")
+	add(fresh)
+	for file, want := range map[string]os.FileMode{existing: 0o640, fresh: 0o600} {
+		if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, %v; want %v", filepath.Base(file), fi.Mode().Perm(), err, want)
+		}
+	}
+}
+
+// TestServeTrustedProxyMalformed: a --trusted-proxy that is no CIDR nor
+// address is a usage error naming it.
+func TestServeTrustedProxyMalformed(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "htpasswd")
+	h, _ := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	if err := os.WriteFile(file, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "proxy.internal", "10.0.0.0/8,,"} {
+		var stderr bytes.Buffer
+		code := execute(context.Background(), []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--htpasswd", file, "--trusted-proxy", bad}, &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr})
+		if code != exitUsage || !strings.Contains(stderr.String(), "--trusted-proxy") {
+			t.Errorf("--trusted-proxy %q = %d %s; want a usage error naming it", bad, code, stderr.String())
+		}
+	}
+}
