@@ -75,7 +75,7 @@ func TestRefPreconditions(t *testing.T) {
 		t.Fatalf("put = %d %s", a.status, a.body)
 	}
 	key := blob.KeyOf([]byte("kept")).String()
-	if a := do(t, "PUT", srv.URL+"/v1/refs/cond", fmt.Sprintf(`{"key":%q,"ttl":"1h"}`, key), nil); a.status != http.StatusOK {
+	if a := do(t, "PUT", srv.URL+"/v1/refs/cond", fmt.Sprintf(`{"key":%q,"ttl":"1h"}`, key), nil); a.status != http.StatusCreated {
 		t.Fatalf("ref put = %d %s", a.status, a.body)
 	}
 	for _, tc := range []struct{ method, body, header, value string }{

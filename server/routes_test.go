@@ -97,8 +97,10 @@ func TestEveryRoute(t *testing.T) {
 		{op: "POST /v1/blobs/delete", method: "POST", path: "/v1/blobs/delete", header: auth, body: `{"keys":["` + absent + `"]}`, status: 200},
 		{op: "POST /v1/blobs/delete", method: "POST", path: "/v1/blobs/delete", header: auth, body: `{"keys":["sha256:bad"]}`, status: 400},
 
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 201},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `"}`, status: 412},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-set", header: auth, body: `{"key":"` + key + `"}`, status: 201},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-set", header: auth, body: `{"key":"` + key + `"}`, status: 200},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-Match": `"1"`}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-other", header: auth, body: `{"key":"` + absent + `"}`, status: 404},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-zero", header: auth, body: `{"key":"` + key + `","ttl":"0s"}`, status: 400},
@@ -205,7 +207,7 @@ func TestEveryRoute(t *testing.T) {
 		op += "/{name}"
 		path := "/v1/refs/" + strings.Repeat("deep/", n-1) + "x"
 		cases = append(cases, []routeCase{
-			{op: "PUT " + op, method: "PUT", path: path, header: auth, body: `{"key":"` + key + `"}`, status: 200},
+			{op: "PUT " + op, method: "PUT", path: path, header: auth, body: `{"key":"` + key + `"}`, status: 201},
 			{op: "GET " + op, method: "GET", path: path, header: auth, status: 200},
 			{op: "PATCH " + op, method: "PATCH", path: path, header: auth, body: `{"ttl":"1h"}`, status: 200},
 			{op: "DELETE " + op, method: "DELETE", path: path, header: auth, status: 204},
