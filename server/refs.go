@@ -140,6 +140,9 @@ func (s *Server) touchRef(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		now, err = s.clock(req.Now)
 	}
+	if err == nil && req.TTL == 0 {
+		err = &badRequest{`ttl: required, a duration of at least 1µs such as "168h" (null or left out is none)`}
+	}
 	var got ref.Ref
 	if err == nil {
 		refs := s.refStore(now.Truncate(time.Microsecond))

@@ -110,6 +110,11 @@ func TestEveryRoute(t *testing.T) {
 		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app-absent", header: auth, status: 404},
 		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-latest", header: auth, body: `{"ttl":"3h"}`, status: 200},
 		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-latest", header: auth, body: `{"ttl":"-1h"}`, status: 400},
+		// "ttl": null is the member left out: a set that never expires, a
+		// renewal without its TTL.
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-null", header: auth, body: `{"key":"` + key + `","ttl":null}`, status: 201},
+		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-null", header: auth, body: `{"ttl":null}`, status: 400},
+		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-null", header: auth, body: `{}`, status: 400},
 		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?prefix=app-&limit=10", header: auth, status: 200},
 		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?limit=0", header: auth, status: 400},
 		{op: "GET /v1/usage", method: "GET", path: "/v1/usage?prefix=app-", header: auth, status: 200},
