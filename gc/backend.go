@@ -40,7 +40,9 @@ type Backend interface {
 	// statement; a key not stored is skipped, so the window holds stored
 	// blobs only. Staging a key again with the same deadline changes
 	// nothing; a new deadline replaces the old. The portable layer fences
-	// it (CheckStage): only a sweep-lease holder stages, within MaxGrace.
+	// it (CheckStage): only a sweep-lease holder stages, within MaxGrace;
+	// the engine refuses a lease released or lost (steaderr.ErrLost), as
+	// StageRange does.
 	Stage(ctx context.Context, p StageParams) error
 	// StagePass reports where the staging pass stands: the durable cursor
 	// StageRange last recorded, and when the pass began.

@@ -29,7 +29,8 @@ type Backend interface {
 	// Set points p.Name at p.Key (weak when p.Weak), with p.Annotation
 	// and, when p.TTL > 0, an expiry of p.Now + p.TTL (else none), and
 	// returns the ref as stored with a new version, larger than any
-	// version the store handed out before. p.Cond says when it may:
+	// version the store handed out before, and Created true when no live
+	// ref had the name. p.Cond says when it may:
 	// unconditionally, only if the name is absent (or expired), or only if
 	// its live version is p.Version; else it fails with an error wrapping
 	// steaderr.ErrConflict and changes nothing. A key not stored fails it with steaderr.ErrNotFound.

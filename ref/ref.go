@@ -53,6 +53,10 @@ type Ref struct {
 	// it) and reads as absent,
 	// on the engine's clock; zero when it never expires.
 	Expiry time.Time
+	// Created reports, on the ref Set returns, that the Set created the
+	// name: no live ref had it (an expired one counts as none). It is
+	// false on a ref any other call returns.
+	Created bool
 }
 
 // Live reports whether r is live at now: it has no expiry, or now is

@@ -75,7 +75,7 @@ func TestRefPreconditions(t *testing.T) {
 		t.Fatalf("put = %d %s", a.status, a.body)
 	}
 	key := blob.KeyOf([]byte("kept")).String()
-	if a := do(t, "PUT", srv.URL+"/v1/refs/cond", fmt.Sprintf(`{"key":%q,"ttl":"1h"}`, key), nil); a.status != http.StatusOK {
+	if a := do(t, "PUT", srv.URL+"/v1/refs/cond", fmt.Sprintf(`{"key":%q,"ttl":"1h"}`, key), nil); a.status != http.StatusCreated {
 		t.Fatalf("ref put = %d %s", a.status, a.body)
 	}
 	for _, tc := range []struct{ method, body, header, value string }{
@@ -91,5 +91,26 @@ func TestRefPreconditions(t *testing.T) {
 	a := do(t, "GET", srv.URL+"/v1/refs/cond", "", nil)
 	if a.status != http.StatusOK || !strings.Contains(a.body, `"version":`) {
 		t.Fatalf("the ref after refused requests = %d %s; want it there", a.status, a.body)
+	}
+}
+
+// TestRefTTLNull: "ttl": null is the member left out, in a set and in a
+// renewal alike: the set makes a ref that never expires, the renewal is
+// refused for want of a TTL, naming it.
+func TestRefTTLNull(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, server.Options{})
+	if a := do(t, "PUT", srv.URL+"/v1/blobs", "kept", nil); a.status != http.StatusCreated {
+		t.Fatalf("put = %d %s", a.status, a.body)
+	}
+	key := blob.KeyOf([]byte("kept")).String()
+	if a := do(t, "PUT", srv.URL+"/v1/refs/null", fmt.Sprintf(`{"key":%q,"ttl":null}`, key), nil); a.status != http.StatusCreated || strings.Contains(a.body, "expiry") {
+		t.Fatalf(`ref put with "ttl":null = %d %s; want 201 and no expiry`, a.status, a.body)
+	}
+	for _, body := range []string{`{"ttl":null}`, `{}`} {
+		a := do(t, "PATCH", srv.URL+"/v1/refs/null", body, nil)
+		if a.status != http.StatusBadRequest || !strings.Contains(a.body, "ttl") || strings.Contains(a.body, "invalid duration") {
+			t.Errorf("PATCH %s = %d %s; want 400 naming the missing ttl", body, a.status, a.body)
+		}
 	}
 }

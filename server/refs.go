@@ -72,8 +72,9 @@ func (s *Server) getRef(w http.ResponseWriter, r *http.Request) {
 	writeRef(w, http.StatusOK, got)
 }
 
-// setRef: PUT /v1/refs/{name...} with {"key", "ttl", "annotation", "weak"}: 200
-// with the ref and its new version.
+// setRef: PUT /v1/refs/{name...} with {"key", "ttl", "annotation", "weak"}:
+// the ref with its new version, 201 when the set created the name (no
+// live ref had it), 200 when it replaced one.
 func (s *Server) setRef(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var opts ref.SetOptions
@@ -120,7 +121,11 @@ func (s *Server) setRef(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.refSet()
-	writeRef(w, http.StatusOK, got)
+	status := http.StatusOK
+	if got.Created {
+		status = http.StatusCreated
+	}
+	writeRef(w, status, got)
 }
 
 // touchRef: PATCH /v1/refs/{name...} with {"ttl"}: the ref renewed; with
@@ -134,6 +139,9 @@ func (s *Server) touchRef(w http.ResponseWriter, r *http.Request) {
 	var now time.Time
 	if err == nil {
 		now, err = s.clock(req.Now)
+	}
+	if err == nil && req.TTL == 0 {
+		err = &badRequest{`ttl: required, a duration of at least 1µs such as "168h" (null or left out is none)`}
 	}
 	var got ref.Ref
 	if err == nil {

@@ -97,8 +97,10 @@ func TestEveryRoute(t *testing.T) {
 		{op: "POST /v1/blobs/delete", method: "POST", path: "/v1/blobs/delete", header: auth, body: `{"keys":["` + absent + `"]}`, status: 200},
 		{op: "POST /v1/blobs/delete", method: "POST", path: "/v1/blobs/delete", header: auth, body: `{"keys":["sha256:bad"]}`, status: 400},
 
-		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 201},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-None-Match": "*"}, body: `{"key":"` + key + `"}`, status: 412},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-set", header: auth, body: `{"key":"` + key + `"}`, status: 201},
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-set", header: auth, body: `{"key":"` + key + `"}`, status: 200},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-latest", header: map[string]string{"Authorization": "Bearer tok", "If-Match": `"1"`}, body: `{"key":"` + key + `","ttl":"1h"}`, status: 200},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-other", header: auth, body: `{"key":"` + absent + `"}`, status: 404},
 		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-zero", header: auth, body: `{"key":"` + key + `","ttl":"0s"}`, status: 400},
@@ -108,6 +110,11 @@ func TestEveryRoute(t *testing.T) {
 		{op: "GET /v1/refs/{name}", method: "GET", path: "/v1/refs/app-absent", header: auth, status: 404},
 		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-latest", header: auth, body: `{"ttl":"3h"}`, status: 200},
 		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-latest", header: auth, body: `{"ttl":"-1h"}`, status: 400},
+		// "ttl": null is the member left out: a set that never expires, a
+		// renewal without its TTL.
+		{op: "PUT /v1/refs/{name}", method: "PUT", path: "/v1/refs/app-null", header: auth, body: `{"key":"` + key + `","ttl":null}`, status: 201},
+		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-null", header: auth, body: `{"ttl":null}`, status: 400},
+		{op: "PATCH /v1/refs/{name}", method: "PATCH", path: "/v1/refs/app-null", header: auth, body: `{}`, status: 400},
 		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?prefix=app-&limit=10", header: auth, status: 200},
 		{op: "GET /v1/refs", method: "GET", path: "/v1/refs?limit=0", header: auth, status: 400},
 		{op: "GET /v1/usage", method: "GET", path: "/v1/usage?prefix=app-", header: auth, status: 200},
@@ -205,7 +212,7 @@ func TestEveryRoute(t *testing.T) {
 		op += "/{name}"
 		path := "/v1/refs/" + strings.Repeat("deep/", n-1) + "x"
 		cases = append(cases, []routeCase{
-			{op: "PUT " + op, method: "PUT", path: path, header: auth, body: `{"key":"` + key + `"}`, status: 200},
+			{op: "PUT " + op, method: "PUT", path: path, header: auth, body: `{"key":"` + key + `"}`, status: 201},
 			{op: "GET " + op, method: "GET", path: path, header: auth, status: 200},
 			{op: "PATCH " + op, method: "PATCH", path: path, header: auth, body: `{"ttl":"1h"}`, status: 200},
 			{op: "DELETE " + op, method: "DELETE", path: path, header: auth, status: 204},

@@ -23,6 +23,7 @@ import (
 func testGC(t *testing.T, h Harness) {
 	runTests(t, h, []suiteTest{
 		{"StageIdempotent", gcStageIdempotent},
+		{"StageReleasedLease", gcStageReleasedLease},
 		{"Take", gcTake},
 		{"TakeConcurrent", gcTakeConcurrent},
 		{"Times", gcTimes},
@@ -130,6 +131,28 @@ func take(t *testing.T, g gc.Backend, lease gc.Lease, now time.Time) []blob.Key 
 		t.Fatalf("Take(%v): %v", now, err)
 	}
 	return keys
+}
+
+// gcStageReleasedLease: Stage under a sweep lease released is refused
+// with ErrLost and stages nothing, as StageRange is: the window is the
+// sweeper's.
+func gcStageReleasedLease(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	key := mustPut(t, b.store, testValue("stage released", 10))
+	g := b.eng.GC()
+	lease, ok, err := g.AcquireSweep(t.Context(), "enginetest released")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	err = g.Stage(t.Context(), gc.StageParams{Keys: []blob.Key{key}, Lease: lease})
+	wantErr(t, err, steaderr.ErrLost, "Stage under a released lease")
+	x, err := g.Explain(t.Context(), gc.ExplainParams{Key: key, Now: b.clock.Now()})
+	if err != nil || x.Staged {
+		t.Fatalf("after a refused Stage, Explain = %+v, %v; want not staged", x, err)
+	}
 }
 
 func gcStageIdempotent(t *testing.T, h Harness) {

@@ -23,6 +23,7 @@ func testRef(t *testing.T, h Harness) {
 	runTests(t, h, []suiteTest{
 		{"Versions", refVersions},
 		{"Expiry", refExpiry},
+		{"Created", refCreated},
 		{"Annotation", refAnnotation},
 		{"Names", refNames},
 		{"List", refList},
@@ -166,6 +167,39 @@ func refExpiry(t *testing.T, h Harness) {
 	again := mustSet(t, b.refs, "cache/a", key, ref.SetOptions{IfAbsent: true})
 	if again.Version <= r.Version || !again.Expiry.IsZero() {
 		t.Fatalf("a ref created over an expired one = %+v", again)
+	}
+}
+
+// refCreated checks that Set reports whether it created the name: a set
+// of an absent or expired name creates it, one over a live ref replaces
+// it, whatever the condition.
+func refCreated(t *testing.T, h Harness) {
+	b := setup(t, h)
+	ctx := t.Context()
+	key := mustPut(t, b.store, testValue("ref created", 10))
+	set := func(name string, opts ref.SetOptions, want bool) ref.Ref {
+		t.Helper()
+		r := mustSet(t, b.refs, name, key, opts)
+		if r.Created != want {
+			t.Fatalf("Set(%q, %+v).Created = %v, want %v", name, opts, r.Created, want)
+		}
+		return r
+	}
+	r := set("c/a", ref.SetOptions{}, true)
+	r = set("c/a", ref.SetOptions{}, false)
+	set("c/a", ref.SetOptions{IfVersion: r.Version}, false)
+	set("c/b", ref.SetOptions{IfAbsent: true}, true)
+	set("c/e", ref.SetOptions{TTL: time.Second}, true)
+	b.clock.Advance(time.Second)
+	set("c/e", ref.SetOptions{}, true)
+	if err := b.refs.Delete(ctx, "c/b", 0); err != nil {
+		t.Fatal(err)
+	}
+	set("c/b", ref.SetOptions{Weak: true}, true)
+	set("c/b", ref.SetOptions{}, false)
+	// Only Set reports a creation.
+	if got, err := b.refs.Get(ctx, "c/b"); err != nil || got.Created {
+		t.Fatalf("Get = %+v, %v; want Created false", got, err)
 	}
 }
 

@@ -137,6 +137,12 @@ func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
+	// A process lease released is lost: its Renew says so, without I/O.
+	if p.Lease != nil {
+		if err := p.Lease.Renew(ctx); err != nil {
+			return err
+		}
+	}
 	at := clock.OrNow(p.VisibleAfter)
 	for _, key := range p.Keys {
 		if _, stored := b.values[key]; stored {

@@ -82,6 +82,7 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	}
 	b.dropRef(p.Name)
 	b.refVersion++
+	created := cur == nil
 	r := &memRef{key: p.Key, version: b.refVersion, annotation: bytes.Clone(p.Annotation), weak: p.Weak}
 	if p.TTL > 0 {
 		r.expiry = now.Add(p.TTL)
@@ -92,7 +93,9 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		b.named[p.Key] = map[string]bool{}
 	}
 	b.named[p.Key][p.Name] = true
-	return r.ref(p.Name), nil
+	out := r.ref(p.Name)
+	out.Created = created
+	return out, nil
 }
 
 func (m refMech) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {

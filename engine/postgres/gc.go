@@ -509,7 +509,11 @@ func (g *gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	for i, k := range p.Keys {
 		texts[i] = k.String()
 	}
-	_, err := g.e.pool.Exec(ctx, g.e.sql(sqlStage), texts, pgtype.Timestamptz{Time: p.VisibleAfter, Valid: !p.VisibleAfter.IsZero()})
+	// Under the lease, as StageRange: a lease released or lost refuses it.
+	err := g.onLease(ctx, p.Lease, func(q querier) error {
+		_, err := q.Exec(ctx, g.e.sql(sqlStage), texts, pgtype.Timestamptz{Time: p.VisibleAfter, Valid: !p.VisibleAfter.IsZero()})
+		return err
+	})
 	return interpretError(err)
 }
 

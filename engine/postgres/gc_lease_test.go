@@ -363,3 +363,30 @@ func TestSweepLongReapKeepsLease(t *testing.T) {
 		t.Fatalf("a sweep that idled past the lease's timeout = %+v, %v; want its 3 blobs deleted", rep, err)
 	}
 }
+
+// TestStageRefusedAfterRelease: Stage under a sweep lease no longer held
+// (a session lease or a row lease, released) is refused with ErrLost, as
+// StageRange is: the window is the sweeper's.
+func TestStageRefusedAfterRelease(t *testing.T) {
+	t.Parallel()
+	for _, params := range []string{"", "&pgbouncer=true"} {
+		e := open(t, pgtest.New(t), params)
+		ctx := context.Background()
+		s := blob.NewStore(e.Blobs(), blob.Options{})
+		key, err := s.Put(ctx, bytesReader(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease, ok, err := e.GC().AcquireSweep(ctx, "inst")
+		if err != nil || !ok {
+			t.Fatalf("AcquireSweep = %v, %v", ok, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err = e.GC().Stage(ctx, gc.StageParams{Keys: []blob.Key{key}, Lease: lease})
+		if !errors.Is(err, steaderr.ErrLost) {
+			t.Errorf("%q: Stage under a released lease = %v, want ErrLost", params, err)
+		}
+	}
+}

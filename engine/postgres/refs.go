@@ -25,35 +25,42 @@ import (
 // microseconds becomes an interval as whole seconds plus microseconds,
 // exact to the microsecond (interval arithmetic runs in float8).
 var (
-	// sqlRefSet locks the key's blob row, then inserts or replaces the ref
-	// (@cond 0), or only replaces an expired one (@cond 1, create-only),
-	// and records, once, that the store declared liveness (gc_declared:
-	// in the statement, not a trigger, whose call cost as much as the rest
-	// of it; migration 15). It answers whether the blob was stored and the
-	// ref written, if it was.
+	// sqlRefSet locks the key's blob row, then the ref's row if any (after
+	// the blob row, as every write of a ref), then inserts or replaces the
+	// ref (@cond 0), or only replaces an expired one (@cond 1,
+	// create-only), and records, once, that the store declared liveness
+	// (gc_declared: in the statement, not a trigger, whose call cost as
+	// much as the rest of it; migration 15). It answers whether the blob
+	// was stored and the ref written, if it was, and whether that created
+	// the name: no row, or an expired one, once locked. A row the
+	// statement's snapshot did not see (inserted meanwhile) is replaced,
+	// not inserted: xmax = 0 tells the insert of a new row.
 	sqlRefSet = declare("sqlRefSet", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = @key FOR KEY SHARE
+), cur AS (
+	SELECT expiry FROM {schema}.refs WHERE name = @name AND EXISTS (SELECT FROM b) FOR NO KEY UPDATE
 ), w AS (
 	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry, weak)
-	SELECT @name, key, nextval('{schema}.ref_versions'), @annotation,
+	SELECT @name, b.key, nextval('{schema}.ref_versions'), @annotation,
 	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END,
 	       @weak::boolean
-	FROM b
+	FROM b LEFT JOIN cur ON true
 	ON CONFLICT (name) DO UPDATE
 	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak
 	WHERE @cond::int = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
-	RETURNING name, key, version, annotation, expiry, weak
+	RETURNING name, key, version, annotation, expiry, weak, xmax = 0 AS inserted
 ), d AS (
 	INSERT INTO {schema}.gc_declared (id) SELECT true FROM w
 	WHERE NOT EXISTS (SELECT FROM {schema}.gc_declared) LIMIT 1
 	ON CONFLICT DO NOTHING
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak
-FROM (SELECT) AS one LEFT JOIN w ON true`)
+SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
+	coalesce(w.inserted OR cur.expiry <= coalesce(@now::timestamptz, now()), false)
+FROM (SELECT) AS one LEFT JOIN w ON true LEFT JOIN cur ON true`)
 
 	// sqlRefSwap locks the key's blob row, then replaces the live ref whose
-	// version is @version (a compare-and-swap: never an insert). It answers
-	// as sqlRefSet does.
+	// version is @version (a compare-and-swap: never an insert, so never a
+	// creation). It answers as sqlRefSet does.
 	sqlRefSwap = declare("sqlRefSwap", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = @key FOR KEY SHARE
 ), w AS (
@@ -65,7 +72,7 @@ FROM (SELECT) AS one LEFT JOIN w ON true`)
 	  AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry, r.weak
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak
+SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
 FROM (SELECT) AS one LEFT JOIN w ON true`)
 
 	sqlRefGet = declare("sqlRefGet", `SELECT name, key, version, annotation, expiry, weak FROM {schema}.refs
@@ -163,10 +170,10 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	} else {
 		args["cond"] = int(p.Cond)
 	}
-	var stored bool
+	var stored, created bool
 	var rr refRow
 	err := r.e.retryTransient(ctx, func() error {
-		return r.e.pool.QueryRow(ctx, stmt, args).Scan(append([]any{&stored}, rr.dest()...)...)
+		return r.e.pool.QueryRow(ctx, stmt, args).Scan(append(append([]any{&stored}, rr.dest()...), &created)...)
 	})
 	switch {
 	case err != nil:
@@ -176,7 +183,9 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	case !rr.name.Valid:
 		return ref.Ref{}, refConflict(p)
 	}
-	return rr.ref()
+	out, err := rr.ref()
+	out.Created = created
+	return out, err
 }
 
 // refConflict is the error of a Set whose condition did not hold.

@@ -60,10 +60,13 @@ func (r refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		ttl := wire.Duration(p.TTL)
 		in.TTL = &ttl
 	}
-	if _, err := r.e.do(ctx, http.MethodPut, refPath(p.Name), &request{header: h}, in, &out); err != nil {
+	resp, err := r.e.do(ctx, http.MethodPut, refPath(p.Name), &request{header: h}, in, &out)
+	if err != nil {
 		return ref.Ref{}, err
 	}
-	return readRef(out)
+	x, err := readRef(out)
+	x.Created = resp.StatusCode == http.StatusCreated
+	return x, err
 }
 
 func (r refs) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {

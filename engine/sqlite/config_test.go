@@ -150,3 +150,24 @@ func TestOpenRefusesMissingDirectory(t *testing.T) {
 		t.Fatalf("Open created %s: %v", filepath.Dir(missing), err)
 	}
 }
+
+// A path whose directory is a file, or that names a directory, is refused
+// with an error saying how a path is written, not the driver's "unable to
+// open database file": sqlite://afile/x.db reads afile as a directory.
+func TestOpenRefusesPathNotAFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(file, "x.db"), dir} {
+		e, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
+		if e != nil {
+			e.Close()
+		}
+		if !errors.Is(err, steaderr.ErrInvalidArgument) || !strings.Contains(err.Error(), "sqlite:///") {
+			t.Errorf("Open(%s) = %v, want ErrInvalidArgument showing how a path is written", path, err)
+		}
+	}
+}

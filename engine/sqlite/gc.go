@@ -266,6 +266,12 @@ func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
+	// A process lease released is lost: its Renew says so, without I/O.
+	if p.Lease != nil {
+		if err := p.Lease.Renew(ctx); err != nil {
+			return err
+		}
+	}
 	_, err := e.writer.ExecContext(ctx, sqlStage, keyArray(p.Keys), clock.OrNow(p.VisibleAfter).UnixMicro())
 	return interpretError(ctx, err)
 }

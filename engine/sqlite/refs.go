@@ -89,7 +89,7 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		if err := tx.QueryRowContext(ctx, sqlRefNextVer).Scan(&version); err != nil {
 			return err
 		}
-		out = ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation, Weak: p.Weak}
+		out = ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation, Weak: p.Weak, Created: !live}
 		var expiry any
 		if p.TTL > 0 {
 			out.Expiry = now.Add(p.TTL)

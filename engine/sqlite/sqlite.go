@@ -85,6 +85,16 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if dir := filepath.Dir(path); !dirExists(dir) {
 		return nil, fmt.Errorf("sqlite: open %s: %w: directory %s does not exist (create it first)", path, steaderr.ErrInvalidArgument, dir)
 	}
+	// A file where the path wants a directory, or a directory where it
+	// wants the database file, is a path written wrong (sqlite://afile/x.db
+	// reads afile as a directory): say how one is written, not the
+	// driver's "unable to open database file".
+	if fi, err := os.Stat(filepath.Dir(path)); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("sqlite: open %s: %w: %s is a file, not a directory; write the database's path as sqlite:///abs/dir/stead.db or sqlite://./rel/dir/stead.db", path, steaderr.ErrInvalidArgument, filepath.Dir(path))
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("sqlite: open %s: %w: it is a directory, not a database file; write the file's path, as sqlite:///abs/dir/stead.db or sqlite://./rel/dir/stead.db", path, steaderr.ErrInvalidArgument)
+	}
 	e := &Engine{path: path, tierAdopt: cfg.BytesAdopt}
 	switch {
 	case cfg.Bucket != nil:

@@ -69,7 +69,7 @@ func Open(ctx context.Context, rawURL string) (*Tier, error) {
 		if q.Has("prefix") {
 			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: prefix= does not apply to a file bucket: name the directory in the path", steaderr.ErrInvalidArgument, Redact(rawURL))
 		}
-		for name, value := range map[string]string{"create_dir": "1", "no_tmp_dir": "1", "metadata": "skip"} {
+		for name, value := range map[string]string{"no_tmp_dir": "1", "metadata": "skip"} {
 			if !q.Has(name) {
 				q.Set(name, value)
 			}
@@ -77,6 +77,12 @@ func Open(ctx context.Context, rawURL string) (*Tier, error) {
 		u.RawQuery = q.Encode()
 		if dir = filepath.FromSlash(u.Path); dir == "" || !filepath.IsAbs(dir) || (u.Host != "" && u.Host != "localhost") {
 			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: want an absolute directory, file:///path", steaderr.ErrInvalidArgument, Redact(rawURL))
+		}
+		// A missing directory is a mistyped path, unless the URL asks for
+		// it to be made (fileblob's create_dir): a new, empty bucket would
+		// answer "no such object" for the store's real one.
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !q.Has("create_dir") {
+			return nil, fmt.Errorf("%w: bytes tier: file bucket directory %s does not exist (create it, or add ?create_dir=1 to the URL)", steaderr.ErrInvalidArgument, dir)
 		}
 	}
 	b, err := blob.OpenBucket(ctx, u.String())

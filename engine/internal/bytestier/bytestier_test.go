@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,4 +189,30 @@ func writeObject(t *testing.T, tier *bytestier.Tier) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// A file:// bucket on a directory that does not exist is a mistyped path:
+// Open refuses it naming the directory and creates nothing, unless the URL
+// asks for it with create_dir.
+func TestOpenRefusesMissingDirectory(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no", "such")
+	tier, err := bytestier.Open(context.Background(), "file://"+filepath.ToSlash(missing))
+	if tier != nil {
+		_ = tier.Close()
+	}
+	if !errors.Is(err, steaderr.ErrInvalidArgument) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "create_dir") {
+		t.Fatalf("Open on a missing directory = %v, want ErrInvalidArgument naming it and create_dir", err)
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open created %s: %v", filepath.Dir(missing), err)
+	}
+	tier, err = bytestier.Open(context.Background(), "file://"+filepath.ToSlash(missing)+"?create_dir=1")
+	if err != nil {
+		t.Fatalf("Open with create_dir=1: %v", err)
+	}
+	_ = tier.Close()
+	if fi, err := os.Stat(missing); err != nil || !fi.IsDir() {
+		t.Fatalf("Open with create_dir=1 left no directory: %v", err)
+	}
 }

@@ -250,7 +250,13 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).String())
 }
 
+// UnmarshalJSON reads a duration; null leaves d as it is, the member left
+// out (as a pointer to a Duration reads null as nil), so a body's
+// "ttl": null means what no "ttl" means, in every request.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("a duration is a string such as \"30s\": %w", err)

@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -95,6 +96,19 @@ func (e *exitError) Unwrap() error { return e.err }
 // usageError wraps err as a usage error.
 func usageError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// checkTTLFlag checks a --ttl given: stores keep TTLs to the microsecond,
+// so one below that resolution is refused naming it (a store would
+// otherwise see 0), as is one not positive.
+func checkTTLFlag(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return usageError("--ttl %v: want a positive duration such as 30s", ttl)
+	case ttl < time.Microsecond:
+		return usageError("--ttl %v: below the store's resolution: TTLs are kept to the microsecond, so give at least 1µs", ttl)
+	}
+	return nil
 }
 
 // Signalled is the cause to cancel Run's context with when signal sig

@@ -48,6 +48,9 @@ it waits for the lock; with --try it exits 75 at once if the lock is held.`,
 			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
 				return usageError("want NAME -- CMD [ARG...] (see stead lock --help)")
 			}
+			if err := checkTTLFlag(ttl); err != nil {
+				return err
+			}
 			return lockRun(cmd.Context(), e, args[0], ownerOf(cmd, owner), ttl, try, args[1:])
 		},
 	}

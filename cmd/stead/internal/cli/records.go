@@ -91,6 +91,9 @@ func recordsCommand(e *env) *cobra.Command {
 			if group == "" {
 				return usageError("--group is required")
 			}
+			if err := checkTTLFlag(ttl); err != nil {
+				return err
+			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				rec, err := st.Records.Claim(cmd.Context(), group, args[0], ownerOf(cmd, owner), ttl)
 				if err != nil {

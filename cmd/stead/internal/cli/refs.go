@@ -45,8 +45,11 @@ func refSetCommand(e *env) *cobra.Command {
 				return err
 			}
 			if cmd.Flags().Changed("ttl") {
-				if err := ref.CheckTTL(ttl); err != nil {
-					return usageError("--ttl %v: leave --ttl out for a ref that never expires: %v", ttl, err)
+				if ttl == 0 {
+					return usageError("--ttl 0s: leave --ttl out for a ref that never expires")
+				}
+				if err := checkTTLFlag(ttl); err != nil {
+					return err
 				}
 			}
 			opts := ref.SetOptions{TTL: ttl, IfAbsent: ifAbsent, IfVersion: ifVersion, Weak: weak}

@@ -139,3 +139,31 @@ func TestRefSetZeroTTL(t *testing.T) {
 		}
 	}
 }
+
+// A TTL below the store's resolution (1µs) is a usage error naming it, in
+// every command that takes --ttl: not a silent 0, not "leave --ttl out".
+func TestTTLBelowResolution(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "s.db")
+	key := blob.KeyOf([]byte("v")).String()
+	for _, args := range [][]string{
+		{"ref", "set", "--ttl", "1ns", "app", key},
+		{"ref", "set", "--ttl", "999ns", "app", key},
+		{"lock", "--ttl", "1ns", "job", "--", "true"},
+		{"records", "claim", "--group", "g", "--ttl", "1ns", "r"},
+	} {
+		code, out, errOut := run(t, ctx, append([]string{"--db", db}, args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "--ttl") || !strings.Contains(errOut, "resolution") || strings.Contains(errOut, "leave --ttl out") {
+			t.Errorf("stead %q = %d, %q, %q; want %d naming --ttl and the resolution", args, code, out, errOut, exitUsage)
+		}
+	}
+	for _, args := range [][]string{
+		{"lock", "--ttl", "-1s", "job", "--", "true"},
+		{"records", "claim", "--group", "g", "--ttl", "-1s", "r"},
+	} {
+		if code, out, errOut := run(t, ctx, append([]string{"--db", db}, args...)...); code != exitUsage || !strings.Contains(errOut, "--ttl") {
+			t.Errorf("stead %q = %d, %q, %q; want %d naming --ttl", args, code, out, errOut, exitUsage)
+		}
+	}
+}

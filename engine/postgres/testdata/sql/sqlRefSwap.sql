@@ -9,5 +9,5 @@ WITH b AS (
 	  AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry, r.weak
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak
+SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
 FROM (SELECT) AS one LEFT JOIN w ON true
