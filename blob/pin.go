@@ -187,7 +187,7 @@ func (s *Store) Pin(ctx context.Context, key Key) (*Pin, error) {
 	if err := checkKey(ctx, key); err != nil {
 		return nil, fmt.Errorf("blob pin: %w", err)
 	}
-	t := &s.pins
+	t := s.pins
 	h, sent, err := t.begin(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("blob pin %s: %w", key, err)

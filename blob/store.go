@@ -93,7 +93,7 @@ type Store struct {
 	inline    int64
 	chunkSize int
 	lease     time.Duration
-	pins      pinTable
+	pins      *pinTable
 }
 
 // NewStore returns a Store over eng. A non-positive option means its
@@ -126,8 +126,19 @@ func NewStore(eng Backend, opts Options) *Store {
 		eng: eng, maxSize: opts.MaxSize, verify: opts.VerifyReads, pageSize: opts.PageSize,
 		inline: int64(opts.InlineLimit), chunkSize: opts.ChunkSize, lease: opts.UploadLease,
 	}
-	s.pins = pinTable{owner: opts.Owner, ttl: opts.PinTTL, now: opts.Now, held: map[Key]*held{}, closed: make(chan struct{})}
+	s.pins = &pinTable{owner: opts.Owner, ttl: opts.PinTTL, now: opts.Now, held: map[Key]*held{}, closed: make(chan struct{})}
 	return s
+}
+
+// Over returns a Store over eng, a wrapper of s's engine that observes its
+// calls, with s's options, clock and pins: a put or a Pin guard through
+// either is counted in the one table that decides when the owner's pin
+// rows are removed, and pins on the one clock s's collector judges them by.
+// Closing either closes both.
+func (s *Store) Over(eng Backend) *Store {
+	o := *s
+	o.eng = eng
+	return &o
 }
 
 // PinTTL returns how long this store's puts pin what they store

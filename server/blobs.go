@@ -299,5 +299,5 @@ func (s *Server) blobStore(now time.Time) *blob.Store {
 	if now.IsZero() {
 		return s.blobs
 	}
-	return blob.NewStore(s.blobEng, blob.Options{MaxSize: s.opts.MaxBlobSize, VerifyReads: s.opts.VerifyReads, Now: func() time.Time { return now }})
+	return blob.NewStore(s.blobEng, blob.Options{MaxSize: s.opts.MaxBlobSize, Now: func() time.Time { return now }})
 }

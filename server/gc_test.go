@@ -23,9 +23,9 @@ import (
 	"github.com/steadkit/stead/server"
 )
 
-// gcServer serves a store at url with a 1s grace, its collector on a test
-// clock that starts at the system clock's now (the server's puts pin on
-// the engine's clock).
+// gcServer serves a store at url with a 1s grace, on a test clock that
+// starts at the system clock's now: its collector and the server's puts
+// both read it (TestPutPinsOnTheStoreClock).
 func gcServer(t *testing.T, url string) (*stead.Store, *httptest.Server, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(time.Now())
@@ -278,5 +278,35 @@ func TestWindowFences(t *testing.T) {
 	}
 	if len(page.Window) != 1 || page.Window[0].Key != stored.String() {
 		t.Fatalf("window = %+v, want %s alone: a key not stored is not staged", page.Window, stored)
+	}
+}
+
+// TestPutPinsOnTheStoreClock: a put over HTTP pins on the store's clock
+// (stead.WithClock) for the store's pin TTL (stead.WithPinTTL), the ones
+// its collector judges pins by, however far that clock is from the
+// system's.
+func TestPutPinsOnTheStoreClock(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(clock.FakeStart)
+	const ttl = 5 * time.Second
+	st, err := stead.Open(t.Context(), "mem://", stead.WithClock(clk.Now), stead.WithPinTTL(ttl), stead.WithGCGrace(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet})))
+	t.Cleanup(srv.Close)
+	if a := do(t, "PUT", srv.URL+"/v1/blobs", "on the store's clock", nil); a.status != 201 {
+		t.Fatalf("PUT: %d %s", a.status, a.body)
+	}
+	var page wire.PinsPage
+	a := do(t, "GET", srv.URL+"/v1/pins", "", nil)
+	want := clock.FakeStart.Truncate(time.Microsecond).Add(ttl)
+	if err := json.Unmarshal([]byte(a.body), &page); err != nil || len(page.Pins) != 1 || !page.Pins[0].Expiry.Equal(want) {
+		t.Fatalf("GET /v1/pins: %s (%v), want one pin expiring at %v", a.body, err, want)
+	}
+	clk.Advance(ttl)
+	if rep := sweepOver(t, srv.URL, `{"all_unreferenced":true}`); rep.Reaped != 1 || rep.Staged != 1 {
+		t.Fatalf("sweep at the pin's expiry: %+v, want it reaped and the key staged", rep)
 	}
 }

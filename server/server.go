@@ -41,11 +41,10 @@ type Options struct {
 	// client with it can take any lease, so a production server refuses
 	// "now" (400 invalid_argument). Defaults to false.
 	ClientClock bool
-	// MaxBlobSize is the largest blob an upload may carry. Defaults to
+	// MaxBlobSize is the largest blob an upload may carry, and the
+	// store's own limit (stead.WithMaxBlobSize) holds too. Defaults to
 	// blob.DefaultMaxSize.
 	MaxBlobSize int64
-	// VerifyReads re-hashes every blob read (stead.WithVerifyReads).
-	VerifyReads bool
 	// MaxUploads caps the blob uploads and record saves in progress at
 	// once; one more is refused with 503 busy and Retry-After. Defaults to
 	// 64. Record saves also share a memory budget of four saves of the
@@ -232,7 +231,10 @@ func New(st *stead.Store, opts Options) *Server {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.blobEng = &putSpy{Backend: eng.Blobs(), m: s.metrics}
-	s.blobs = blob.NewStore(s.blobEng, blob.Options{MaxSize: opts.MaxBlobSize, VerifyReads: opts.VerifyReads, Owner: st.InstanceID()})
+	// The store's own blobs, seen through the spy: its clock, pin TTL,
+	// upload lease and read checks, and its table of this owner's pins,
+	// which a second table would not know of.
+	s.blobs = st.Blobs.Over(s.blobEng)
 	s.access = opts.Access
 	if s.access == nil {
 		// A token and no files: nothing can fail to read.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/frontend/registry"
@@ -112,7 +113,7 @@ a flag overrides the environment, which overrides the file.`,
 				return err
 			}
 			defer stopReload()
-			st, err := e.open(ctx, collect.storeOptions()...)
+			st, err := e.open(ctx, append(collect.storeOptions(), stead.WithMaxBlobSize(maxBlobSize))...)
 			if err != nil {
 				return err
 			}
