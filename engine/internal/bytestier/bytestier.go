@@ -56,8 +56,9 @@ type Tier struct {
 
 // Open opens the bucket at rawURL through gocloud.dev's URL openers (the
 // schemes registered in this binary: file:// and mem:// always). A
-// file:// bucket defaults to create_dir, no_tmp_dir and metadata=skip, and
-// its writes are fsynced (file and directories) before Write returns.
+// file:// bucket defaults to no_tmp_dir and metadata=skip, must name an
+// existing directory unless create_dir=1 asks for it, and its writes are
+// fsynced (file and directories) before Write returns.
 func Open(ctx context.Context, rawURL string) (*Tier, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
@@ -74,6 +75,11 @@ func Open(ctx context.Context, rawURL string) (*Tier, error) {
 				q.Set(name, value)
 			}
 		}
+		// fileblob creates the directory for any non-empty create_dir,
+		// "0" too: only the value the docs name is taken.
+		if v := q.Get("create_dir"); q.Has("create_dir") && v != "1" && v != "true" {
+			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: create_dir=%.20q: want create_dir=1, or leave it out", steaderr.ErrInvalidArgument, Redact(rawURL), v)
+		}
 		u.RawQuery = q.Encode()
 		if dir = filepath.FromSlash(u.Path); dir == "" || !filepath.IsAbs(dir) || (u.Host != "" && u.Host != "localhost") {
 			return nil, fmt.Errorf("%w: bytes tier: file bucket %.100q: want an absolute directory, file:///path", steaderr.ErrInvalidArgument, Redact(rawURL))
@@ -82,7 +88,7 @@ func Open(ctx context.Context, rawURL string) (*Tier, error) {
 		// it to be made (fileblob's create_dir): a new, empty bucket would
 		// answer "no such object" for the store's real one.
 		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !q.Has("create_dir") {
-			return nil, fmt.Errorf("%w: bytes tier: file bucket directory %s does not exist (create it, or add ?create_dir=1 to the URL)", steaderr.ErrInvalidArgument, dir)
+			return nil, fmt.Errorf("%w: bytes tier: file bucket directory %s does not exist (create it, or add create_dir=1 to the bytes tier's URL: bytes=file%%3A%%2F%%2F…%%3Fcreate_dir%%3D1)", steaderr.ErrInvalidArgument, dir)
 		}
 	}
 	b, err := blob.OpenBucket(ctx, u.String())

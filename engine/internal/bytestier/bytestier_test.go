@@ -207,6 +207,19 @@ func TestOpenRefusesMissingDirectory(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Open created %s: %v", filepath.Dir(missing), err)
 	}
+	// fileblob would create it for any non-empty value: stead takes 1 only.
+	for _, v := range []string{"0", "", "yes"} {
+		tier, err := bytestier.Open(context.Background(), "file://"+filepath.ToSlash(missing)+"?create_dir="+v)
+		if tier != nil {
+			_ = tier.Close()
+		}
+		if !errors.Is(err, steaderr.ErrInvalidArgument) || !strings.Contains(err.Error(), "want create_dir=1") {
+			t.Fatalf("Open with create_dir=%q = %v, want ErrInvalidArgument asking for create_dir=1", v, err)
+		}
+		if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("Open with create_dir=%q created %s: %v", v, filepath.Dir(missing), err)
+		}
+	}
 	tier, err = bytestier.Open(context.Background(), "file://"+filepath.ToSlash(missing)+"?create_dir=1")
 	if err != nil {
 		t.Fatalf("Open with create_dir=1: %v", err)
