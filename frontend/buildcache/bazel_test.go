@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/internal/testing/fronttest"
 	"github.com/steadkit/stead/server"
@@ -24,11 +23,7 @@ import (
 func TestBazelRemoteHit(t *testing.T) {
 	t.Parallel()
 	bazel := fronttest.Tool(t, "bazel", "STEAD_BAZEL", "STEAD_REQUIRE_BAZEL")
-	st, err := stead.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openSQLite(t)
 	cache := buildcache.New(st, buildcache.Options{})
 	t.Cleanup(cache.Close)
 	addr := fronttest.Serve(t, st, server.Options{Token: "bz-token", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: cache}}})
@@ -46,14 +41,10 @@ func TestBazelRemoteHit(t *testing.T) {
 	t.Cleanup(gs.Stop)
 
 	ws := t.TempDir()
-	for name, body := range map[string]string{
+	writeFiles(t, ws, map[string]string{
 		"WORKSPACE": "",
 		"BUILD":     "genrule(\n    name = \"hello\",\n    outs = [\"hello.txt\"],\n    cmd = \"echo built by a genrule > $@\",\n)\n",
-	} {
-		if err := os.WriteFile(filepath.Join(ws, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	root := filepath.Join(t.TempDir(), "bazel-root")
 	run := func(args ...string) string {
 		t.Helper()

@@ -30,6 +30,31 @@ func serveCache(t *testing.T, url, token string, opts buildcache.Options) (*stea
 	return st, addr
 }
 
+// openSQLite opens a store on a new SQLite file, closed when the test ends.
+func openSQLite(t *testing.T) *stead.Store {
+	t.Helper()
+	st, err := stead.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// writeFiles writes files, each a path relative to dir and its content,
+// making the directories they need.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestCcacheRemoteHit compiles a C file twice with ccache, each time with
 // an empty local cache, against the build cache on SQLite and on
 // PostgreSQL, behind a bearer token: the second compile is a remote hit,

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/internal/testing/fronttest"
 	"github.com/steadkit/stead/server"
@@ -29,22 +28,11 @@ var nxWorkspace = map[string]string{
 func TestNxRemoteHit(t *testing.T) {
 	t.Parallel()
 	nx := fronttest.Tool(t, "nx", "STEAD_NX", "STEAD_REQUIRE_NX")
-	st, err := stead.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openSQLite(t)
 	cache := buildcache.New(st, buildcache.Options{})
 	addr := fronttest.Serve(t, st, server.Options{Token: "nx-token", Mounts: []server.Mount{{Prefix: buildcache.NxPrefix, Handler: cache.Nx()}}})
 	dir := t.TempDir()
-	for name, body := range nxWorkspace {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, nxWorkspace)
 	// Nx runs from the workspace's node_modules: the one nx came from.
 	modules := filepath.Dir(filepath.Dir(nx))
 	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {

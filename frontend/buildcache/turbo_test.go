@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/internal/testing/fronttest"
 	"github.com/steadkit/stead/server"
@@ -30,22 +29,11 @@ var turboWorkspace = map[string]string{
 func TestTurboRemoteHit(t *testing.T) {
 	t.Parallel()
 	turbo := fronttest.Tool(t, "turbo", "STEAD_TURBO", "STEAD_REQUIRE_TURBO")
-	st, err := stead.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openSQLite(t)
 	cache := buildcache.New(st, buildcache.Options{})
 	addr := fronttest.Serve(t, st, server.Options{Token: "turbo-token", Mounts: []server.Mount{{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()}}})
 	dir := t.TempDir()
-	for name, body := range turboWorkspace {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, turboWorkspace)
 	build := func() string {
 		t.Helper()
 		for _, d := range []string{"packages/app/dist", "packages/app/.turbo", ".turbo"} {
