@@ -22,30 +22,33 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// TestServeBuildCacheGRPC serves the build cache over gRPC beside HTTP,
-// behind the server's token.
-func TestServeBuildCacheGRPC(t *testing.T) {
-	t.Parallel()
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// serveGRPC runs `stead serve` on mem:// with args until the test ends,
+// and dials the gRPC address it prints; stop ends serve and returns its
+// exit code and standard error.
+func serveGRPC(t *testing.T, args ...string) (conn *grpc.ClientConn, stop func() (code int, stderr string)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
+	var errs bytes.Buffer
 	var wg sync.WaitGroup
 	code := -1
 	wg.Go(func() {
-		code = Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--token-file", tokenFile, "--build-cache", "--build-cache-grpc", "127.0.0.1:0"}, pw, &stderr)
+		code = Run(ctx, append([]string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, args...), pw, &errs)
 		pw.Close()
 	})
+	stop = func() (int, string) {
+		cancel()
+		wg.Wait()
+		return code, errs.String()
+	}
+	t.Cleanup(func() { stop() })
 	rd := bufio.NewReader(pr)
 	var addr string
 	for addr == "" {
 		line, err := rd.ReadString('\n')
 		if err != nil {
-			t.Fatalf("serve printed no gRPC address: %v; stderr %q", err, stderr.String())
+			_, e := stop()
+			t.Fatalf("serve printed no gRPC address: %v; stderr %q", err, e)
 		}
 		if _, a, ok := strings.Cut(strings.TrimSpace(line), "grpc://"); ok {
 			addr = a
@@ -56,7 +59,20 @@ func TestServeBuildCacheGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn, stop
+}
+
+// TestServeBuildCacheGRPC serves the build cache over gRPC beside HTTP,
+// behind the server's token.
+func TestServeBuildCacheGRPC(t *testing.T) {
+	t.Parallel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, stop := serveGRPC(t, "--token-file", tokenFile, "--build-cache", "--build-cache-grpc", "127.0.0.1:0")
 	caps := repb.NewCapabilitiesClient(conn)
 	if _, err := caps.GetCapabilities(ctx, &repb.GetCapabilitiesRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("GetCapabilities without the token = %v", err)
@@ -65,10 +81,8 @@ func TestServeBuildCacheGRPC(t *testing.T) {
 	if err != nil || got.GetCacheCapabilities().GetDigestFunctions()[0] != repb.DigestFunction_SHA256 {
 		t.Fatalf("GetCapabilities = %v, %v", got, err)
 	}
-	cancel()
-	wg.Wait()
-	if code != 0 {
-		t.Fatalf("serve exited %d after cancel: %q", code, stderr.String())
+	if code, stderr := stop(); code != 0 {
+		t.Fatalf("serve exited %d after cancel: %q", code, stderr)
 	}
 	if code, _, stderr := run(t, context.Background(), "--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--build-cache-grpc", "127.0.0.1:0"); code != 2 || !strings.Contains(stderr, "needs --build-cache") {
 		t.Fatalf("--build-cache-grpc without --build-cache = %d %q", code, stderr)
@@ -91,35 +105,9 @@ func TestServeBuildCacheGRPCUsers(t *testing.T) {
 	if err := os.WriteFile(rules, []byte("rules:\n  - who: [reader]\n    cache: [read]\n  - who: [writer]\n    cache: [read, write]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--htpasswd", file, "--access", rules,
-			"--build-cache", "--build-cache-grpc", "127.0.0.1:0", "--build-cache-max-size", "1048576"}, pw, &stderr)
-		pw.Close()
-	})
-	defer wg.Wait()
-	defer cancel()
-	rd := bufio.NewReader(pr)
-	var addr string
-	for addr == "" {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("serve printed no gRPC address: %v; stderr %q", err, stderr.String())
-		}
-		if _, a, ok := strings.Cut(strings.TrimSpace(line), "grpc://"); ok {
-			addr = a
-		}
-	}
-	go io.Copy(io.Discard, rd)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ctx := context.Background()
+	conn, _ := serveGRPC(t, "--htpasswd", file, "--access", rules,
+		"--build-cache", "--build-cache-grpc", "127.0.0.1:0", "--build-cache-max-size", "1048576")
 	cas := repb.NewContentAddressableStorageClient(conn)
 	content := []byte("built by the writer")
 	sum := sha256.Sum256(content)
