@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -133,32 +132,11 @@ func TestCcacheUserPassword(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "mul.c"), []byte("int mul(int a, int b) { return a * b; }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stats := func(cacheDir, out string) string {
-		t.Helper()
-		env := append(os.Environ(),
-			"CCACHE_CONFIGPATH="+filepath.Join(dir, "none.conf"),
-			"CCACHE_DIR="+filepath.Join(dir, cacheDir),
-			"CCACHE_REMOTE_STORAGE=http://runner:runner-pw@"+addr+"/cache|layout=bazel",
-			"CCACHE_NOHASHDIR=1", "CCACHE_BASEDIR="+dir)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, ccache, cc, "-c", "mul.c", "-o", out)
-		cmd.Dir, cmd.Env = dir, env
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("ccache cc: %v\n%s", err, b)
-		}
-		cmd = exec.CommandContext(ctx, ccache, "--print-stats")
-		cmd.Dir, cmd.Env = dir, env
-		b, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("ccache --print-stats: %v", err)
-		}
-		return string(b)
+	remote := "http://runner:runner-pw@" + addr + "/cache|layout=bazel"
+	if s := ccacheCompile(t, ccache, cc, dir, remote, "c1", "mul.c", "first.o"); s["remote_storage_miss"] != "1" || s["remote_storage_error"] != "0" {
+		t.Fatalf("first compile: %v", s)
 	}
-	if s := stats("c1", "first.o"); !strings.Contains(s, "remote_storage_miss\t1\n") || !strings.Contains(s, "remote_storage_error\t0\n") {
-		t.Fatalf("first compile:\n%s", s)
-	}
-	if s := stats("c2", "second.o"); !strings.Contains(s, "remote_storage_hit\t1\n") || !strings.Contains(s, "remote_storage_error\t0\n") {
-		t.Fatalf("second compile:\n%s", s)
+	if s := ccacheCompile(t, ccache, cc, dir, remote, "c2", "mul.c", "second.o"); s["remote_storage_hit"] != "1" || s["remote_storage_error"] != "0" {
+		t.Fatalf("second compile: %v", s)
 	}
 }

@@ -55,6 +55,38 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
+// ccacheCompile compiles src in dir to out with ccache over remote storage
+// (its CCACHE_REMOTE_STORAGE), the local cache in dir/cacheDir and no
+// machine's own configuration, and returns ccache's statistics.
+func ccacheCompile(t *testing.T, ccache, cc, dir, remote, cacheDir, src, out string) map[string]string {
+	t.Helper()
+	env := append(os.Environ(),
+		"CCACHE_CONFIGPATH="+filepath.Join(dir, "none.conf"),
+		"CCACHE_DIR="+filepath.Join(dir, cacheDir),
+		"CCACHE_REMOTE_STORAGE="+remote,
+		"CCACHE_NOHASHDIR=1", "CCACHE_BASEDIR="+dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ccache, cc, "-c", src, "-o", out)
+	cmd.Dir, cmd.Env = dir, env
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ccache cc: %v\n%s", err, b)
+	}
+	cmd = exec.CommandContext(ctx, ccache, "--print-stats")
+	cmd.Dir, cmd.Env = dir, env
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ccache --print-stats: %v", err)
+	}
+	stats := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "\t"); ok {
+			stats[k] = v
+		}
+	}
+	return stats
+}
+
 // TestCcacheRemoteHit compiles a C file twice with ccache, each time with
 // an empty local cache, against the build cache on SQLite and on
 // PostgreSQL, behind a bearer token: the second compile is a remote hit,
@@ -81,32 +113,7 @@ func TestCcacheRemoteHit(t *testing.T) {
 				t.Fatal(err)
 			}
 			compile := func(cacheDir, out string) map[string]string {
-				t.Helper()
-				env := append(os.Environ(),
-					"CCACHE_CONFIGPATH="+filepath.Join(dir, "none.conf"), // no machine's own configuration
-					"CCACHE_DIR="+filepath.Join(dir, cacheDir),
-					"CCACHE_REMOTE_STORAGE=http://"+addr+"/cache|layout=bazel|bearer-token=cache-token",
-					"CCACHE_NOHASHDIR=1", "CCACHE_BASEDIR="+dir)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				cmd := exec.CommandContext(ctx, ccache, cc, "-c", "add.c", "-o", out)
-				cmd.Dir, cmd.Env = dir, env
-				if b, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("ccache cc: %v\n%s", err, b)
-				}
-				cmd = exec.CommandContext(ctx, ccache, "--print-stats")
-				cmd.Dir, cmd.Env = dir, env
-				b, err := cmd.Output()
-				if err != nil {
-					t.Fatalf("ccache --print-stats: %v", err)
-				}
-				stats := map[string]string{}
-				for _, line := range strings.Split(string(b), "\n") {
-					if k, v, ok := strings.Cut(line, "\t"); ok {
-						stats[k] = v
-					}
-				}
-				return stats
+				return ccacheCompile(t, ccache, cc, dir, "http://"+addr+"/cache|layout=bazel|bearer-token=cache-token", cacheDir, "add.c", out)
 			}
 			first := compile("c1", "first.o")
 			if first["remote_storage_miss"] != "1" || first["remote_storage_write"] == "0" || first["remote_storage_error"] != "0" {
