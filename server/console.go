@@ -143,7 +143,7 @@ func (s *Server) consoleAuth(h http.HandlerFunc) http.HandlerFunc {
 			noteCaller(w, c)
 			switch {
 			case errors.Is(err, access.ErrTooManyAttempts):
-				w.Header().Set("Retry-After", retryAfter)
+				w.Header().Set("Retry-After", access.RetryAfter(err))
 				s.uiError(w, http.StatusTooManyRequests, "too many failed logins: wait a moment")
 				return
 			case errors.Is(err, access.ErrDenied):
@@ -254,7 +254,6 @@ type uiRef struct {
 type uiRefsPage struct {
 	Title, Prefix, Next string
 	Refs                []uiRef
-	Usage               *uiUsage
 }
 
 type uiUsage struct {

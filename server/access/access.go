@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -390,7 +391,7 @@ func (c *Caller) May(typ, name, action string) bool {
 		return true
 	}
 	for _, s := range c.scopes {
-		if s.Type == typ && s.Name == name && (actionSet{}).add(s.Actions...).has(action) {
+		if s.Type == typ && s.Name == name && slices.Contains(s.Actions, action) {
 			return true
 		}
 	}
