@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/steadkit/stead/internal/testing/fronttest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,17 +309,13 @@ func TestServiceUnit(t *testing.T) {
 	if len(exe) != 1 || !strings.HasPrefix(exe[0], "/usr/local/bin/stead serve ") {
 		t.Fatalf("deploy/stead.service ExecStart = %q, want /usr/local/bin/stead serve …", exe)
 	}
-	if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
-		unit := filepath.Join(t.TempDir(), "stead.service")
-		if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(text), "/usr/local/bin/stead", os.Args[0])), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		out, err := exec.Command(analyze, "verify", unit).CombinedOutput()
-		if err != nil || len(out) > 0 {
-			t.Errorf("systemd-analyze verify deploy/stead.service: %v\n%s", err, out)
-		}
-	} else {
-		t.Log("systemd-analyze is not installed: the unit's keys are checked, not verified")
+	analyze := fronttest.Tool(t, "systemd-analyze", "STEAD_SYSTEMD_ANALYZE", "STEAD_REQUIRE_SYSTEMD_ANALYZE")
+	unit := filepath.Join(t.TempDir(), "stead.service")
+	if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(text), "/usr/local/bin/stead", os.Args[0])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(analyze, "verify", unit).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("systemd-analyze verify deploy/stead.service: %v\n%s", err, out)
 	}
 	// The unit's command line is one stead accepts: its config file, as
 	// the unit installs it, parses (a missing one would exit 2 at once).

@@ -55,7 +55,7 @@ func TestByteStreamZstd(t *testing.T) {
 	z := compress(t, data)
 	size := len(data)
 	name := func(uuid string, b []byte, n int) string {
-		return "inst/uploads/" + uuid + "/compressed-blobs/zstd/" + hexOf(b) + "/" + itoa(n)
+		return "inst/uploads/" + uuid + "/compressed-blobs/zstd/" + hexOf(b) + "/" + strconv.Itoa(n)
 	}
 	w, err := g.bs.Write(authed())
 	if err != nil {
@@ -83,7 +83,7 @@ func TestByteStreamZstd(t *testing.T) {
 		t.Fatalf("compressed Write of stored content = %v, %v; want -1", resp, err)
 	}
 
-	read := "inst/compressed-blobs/zstd/" + hexOf(data) + "/" + itoa(size)
+	read := "inst/compressed-blobs/zstd/" + hexOf(data) + "/" + strconv.Itoa(size)
 	whole, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: read})
 	if err != nil || !bytes.Equal(decompress(t, whole), data) {
 		t.Fatalf("compressed Read = %d bytes, %v", len(whole), err)
@@ -119,11 +119,7 @@ func TestByteStreamZstd(t *testing.T) {
 			t.Errorf("compressed Write of %s = %v; want InvalidArgument", c.what, err)
 		}
 	}
-	if ok, _ := g.st.Blobs.Has(context.Background(), digestKeyOf(other)); ok {
+	if ok, _ := g.st.Blobs.Has(context.Background(), blob.KeyOf(other)); ok {
 		t.Fatal("a refused compressed Write stored its content")
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
-
-func digestKeyOf(b []byte) blob.Key { return blob.KeyOf(b) }
