@@ -1,5 +1,5 @@
 // Package blob holds the portable blob layer: content-addressed keys,
-// validation, hashing and size policy over an Backend's mechanics.
+// validation, hashing and size policy over a Backend's mechanics.
 package blob
 
 import (

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Streamer is the part of an Backend that keeps large values as objects
+// Streamer is the part of a Backend that keeps large values as objects
 // in a bucket, its bytes tier (docs/decisions/0027-bytes-tier.md). A Store
 // over an engine whose Tiered answers true streams every value over its
 // inline limit into one object under an upload (WriteValue), then

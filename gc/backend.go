@@ -1,6 +1,6 @@
 // Package gc is stead's online, fleet-safe garbage collection of blobs:
 // the policy of a sweep (what to reap, stage, take and arbitrate, and in
-// which order) over an Backend's mechanics. The contract an application
+// which order) over a Backend's mechanics. The contract an application
 // keeps — pin, reference, release — is in docs/guides/gc.md.
 package gc
 

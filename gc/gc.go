@@ -75,7 +75,7 @@ type Options struct {
 	ReapUploads func(ctx context.Context) (int, error)
 }
 
-// Collector runs garbage-collection sweeps over an Backend. It is safe for
+// Collector runs garbage-collection sweeps over a Backend. It is safe for
 // concurrent use; concurrent sweeps of one database take turns through the
 // sweep lease. Over a nil Backend (a store whose data is collected
 // elsewhere) every method fails with errors.ErrUnsupported.
@@ -293,7 +293,7 @@ func (h *heldLease) keep(ctx context.Context) error {
 // CheckKeys checks keys as the Backend seam expects them: none zero, sorted
 // in strictly ascending order (so distinct), at most blob.MaxDeleteBatch.
 // Errors wrap ErrInvalidKey or ErrInvalidArgument. Adapters that hand a
-// client's keys to an Backend (the HTTP server) call it.
+// client's keys to a Backend (the HTTP server) call it.
 func CheckKeys(keys []blob.Key) error {
 	if len(keys) > blob.MaxDeleteBatch {
 		return fmt.Errorf("%w: %d keys, at most %d at a time", steaderr.ErrInvalidArgument, len(keys), blob.MaxDeleteBatch)
@@ -424,8 +424,9 @@ func (c *Collector) collect(ctx context.Context, held *heldLease, now time.Time,
 // restage returns keys to the window, overdue at once, under lease and
 // the fences every Stage keeps (CheckStage).
 func (c *Collector) restage(ctx context.Context, lease Lease, keys []blob.Key) error {
-	p := StageParams{Keys: keys, VisibleAfter: c.now(), Lease: lease}
-	if err := CheckStage(p, c.now()); err != nil {
+	now := c.now()
+	p := StageParams{Keys: keys, VisibleAfter: now, Lease: lease}
+	if err := CheckStage(p, now); err != nil {
 		return err
 	}
 	return c.eng.Stage(ctx, p)

@@ -1,5 +1,5 @@
 // Package lock holds the portable named-lock layer: TTL leases with fencing
-// tokens over an Backend's mechanics, validation, and the waiting and
+// tokens over a Backend's mechanics, validation, and the waiting and
 // renewal policy of Lock and Hold.
 //
 // Names and owners are 1 to 255 bytes of valid UTF-8 holding no control
@@ -128,7 +128,7 @@ func check(ctx context.Context, name, owner string, ttl time.Duration) (time.Dur
 // CheckAcquire checks the arguments of an acquire or a renewal as every
 // Store call does, and returns ttl truncated to whole microseconds: name
 // and owner as in CheckRelease, ttl at least 1µs once truncated (an error
-// wrapping steaderr.ErrInvalidArgument). Adapters that call an Backend
+// wrapping steaderr.ErrInvalidArgument). Adapters that call a Backend
 // directly (the HTTP server) use it so they refuse what a Store refuses.
 func CheckAcquire(name, owner string, ttl time.Duration) (time.Duration, error) {
 	if err := CheckRelease(name, owner); err != nil {

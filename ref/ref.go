@@ -1,6 +1,6 @@
 // Package ref holds the portable ref layer: named, versioned pointers to
 // blobs that keep them alive, with an optional expiry and a small
-// annotation, over an Backend's mechanics, and the rules for names.
+// annotation, over a Backend's mechanics, and the rules for names.
 //
 // A ref is the way to keep a blob beyond its put's pin without a table of
 // one's own: a tag naming a manifest, a cache entry naming its value.

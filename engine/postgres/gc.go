@@ -96,7 +96,8 @@ RETURNING key, size`)
 	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`)
 	sqlCountExpiredRefs = declare("sqlCountExpiredRefs", `SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now())`)
 	// sqlDeclared reports whether anything beyond pins ever declared
-	// liveness (migration 13's triggers record it).
+	// liveness (migration 14's triggers record edges and sources; a ref's
+	// Set records it in its own statement, migration 15).
 	sqlDeclared = declare("sqlDeclared", `SELECT EXISTS (SELECT FROM {schema}.gc_declared)`)
 
 	sqlStage = declare("sqlStage", `INSERT INTO {schema}.gc_window AS w (key, visible_after)
