@@ -22,10 +22,12 @@ import (
 // (Delete, or a garbage-collection sweep) commits.
 //
 // A value is stored in one of three forms: inline, whole in its blob row;
-// as a chunk set, written chunk by chunk under an upload and then published
-// under its key by Put (docs/decisions/0011-large-blobs.md); or, on an
-// engine with a bytes tier (Streamer), as one bucket object written under
-// an upload and published the same way (docs/decisions/0027-bytes-tier.md).
+// as a chunk set, appended chunk by chunk under an upload and then
+// published under its key by Put (docs/decisions/0011-large-blobs.md); or,
+// on an engine with a bytes tier (Streamer), as one bucket object: an
+// upload whose one chunk is an object is published as that object
+// (docs/decisions/0027-bytes-tier.md). On such an engine a chunk set's
+// chunks may be objects too (docs/decisions/0045-durable-uploads.md).
 // Streamer is part of the seam, so that an engine wrapping another passes
 // the tier on by embedding it (docs/decisions/0036-objects-over-http.md).
 type Backend interface {
@@ -59,7 +61,12 @@ type Backend interface {
 	// reaped) is an error wrapping steaderr.ErrLost, and staged chunks that
 	// do not cover [0, p.Size) exactly, each byte once, an error wrapping
 	// steaderr.ErrInvalidArgument: then nothing is published, pinned or
-	// discarded (the upload stays, to be aborted).
+	// discarded (the upload stays, to be aborted); an upload whose size is
+	// not p.Size (another writer appended since) an error wrapping
+	// steaderr.ErrConflict, the upload left as it is. An upload whose chunks
+	// are one object chunk is published as that object (Stored.Object),
+	// its chunk row gone; chunks discarded take their objects with them
+	// once the commit is done.
 	Put(ctx context.Context, p PutParams) error
 	// Get returns the stored form of key's value: its size and either the
 	// inline value (a copy) or its chunk set. An absent key is an error
@@ -97,34 +104,69 @@ type Backend interface {
 	Unpin(ctx context.Context, p UnpinParams) error
 
 	// BeginUpload starts an upload under a fresh chunk set id, drawn at
-	// random (so that an id tells nothing of another upload's), leased
-	// until p.Now + p.Lease; once the lease lapses without a chunk write
-	// renewing it, ReapUploads may discard the upload.
+	// random (so that an id tells nothing of another upload's), owned by
+	// p.Owner, with the state p.State, leased until p.Now + p.Lease; once
+	// the lease lapses without a chunk write renewing it, ReapUploads may
+	// discard the upload. An upload's owner, size and state are durable:
+	// any process over the same store continues it (UploadStatus).
 	BeginUpload(ctx context.Context, p BeginUploadParams) (ChunkSet, error)
-	// WriteChunk stores p.Data as the chunk starting at byte p.Off of the
-	// upload p.Set's value, in one short transaction, and renews the
-	// upload's lease to p.Now + p.Lease. p.Data is only valid until
-	// WriteChunk returns. A chunk set with no live upload (never begun, published,
-	// aborted or reaped: an upload once ended never takes a chunk again) is
-	// an error wrapping steaderr.ErrLost; a chunk overlapping one of the
-	// set is an error wrapping steaderr.ErrConflict (an overlap two
-	// concurrent writes of one upload slip past each other is refused by
-	// the publish). A failed WriteChunk stores nothing.
+	// UploadStatus returns the live upload set's owner, size (the bytes its
+	// committed chunks hold, all of [0, size)) and state, as of its last
+	// committed chunk. A set with no live upload (never begun, published,
+	// aborted or reaped) is an error wrapping steaderr.ErrLost.
+	UploadStatus(ctx context.Context, set ChunkSet) (UploadStatus, error)
+	// WriteChunk appends p.Data to the upload p.Set as the chunk starting
+	// at byte p.Off, which must be the upload's size, and in the same
+	// commit sets its size to p.Off + len(p.Data), its state to p.State and
+	// its lease to p.Now + p.Lease. p.Data is only valid until WriteChunk
+	// returns. A chunk set with no live upload (never begun, published,
+	// aborted or reaped: an upload once ended never takes a chunk again)
+	// is an error wrapping steaderr.ErrLost; an offset other than the
+	// upload's size (another writer appended first) an error wrapping
+	// steaderr.ErrConflict. A failed WriteChunk stores nothing.
 	WriteChunk(ctx context.Context, p WriteChunkParams) error
-	// AbortUpload discards an unpublished upload and its chunks; an upload
-	// already gone (published, aborted or reaped) is not an error, and a
-	// published set's chunks are never touched.
+	// AbortUpload discards an unpublished upload and its chunks (their
+	// objects after the deletion commits); an upload already gone
+	// (published, aborted or reaped) is not an error, and a published
+	// set's chunks are never touched.
 	AbortUpload(ctx context.Context, set ChunkSet) error
 	// ReapUploads discards every upload whose lease has lapsed at p.Now,
 	// with its chunks, and reports how many it discarded.
 	ReapUploads(ctx context.Context, p ReapUploadsParams) (int, error)
-	// ReadChunk returns the chunk of set, published or staged, that holds
-	// byte off: its first byte's offset and a copy of its data (staged
-	// chunks are read to verify an upload before it is published). A chunk
-	// set no longer stored (its blob was deleted, its upload ended) is an
-	// error wrapping steaderr.ErrNotFound.
-	ReadChunk(ctx context.Context, set ChunkSet, off int64) (start int64, data []byte, err error)
+	// ReadChunk returns the committed chunk of set, published or staged,
+	// that holds byte off: a copy of its data, or, for a chunk kept as an
+	// object of the bytes tier (Streamer.WriteValue), that object's name
+	// (read with ReadValue). A chunk set no longer stored (its blob was
+	// deleted, its upload ended) is an error wrapping steaderr.ErrNotFound.
+	ReadChunk(ctx context.Context, set ChunkSet, off int64) (Chunk, error)
 }
+
+// Chunk is one committed chunk of a chunk set: the bytes [Start,
+// Start+Size) of its value, held in Data, or, when Object is set, in that
+// bucket object (Data nil).
+type Chunk struct {
+	Start, Size int64
+	Data        []byte
+	Object      string
+}
+
+// UploadStatus is the durable state of an upload in progress.
+type UploadStatus struct {
+	// Owner is who may continue the upload, as BeginUpload recorded it.
+	Owner string
+	// Size is how many bytes the upload's committed chunks hold.
+	Size int64
+	// State is what the last committed chunk (or BeginUpload) recorded
+	// with it: the running hash of those Size bytes, for the Store.
+	State []byte
+}
+
+// MaxUploadState bounds UploadStatus.State, and MaxUploadOwner an owner,
+// in bytes.
+const (
+	MaxUploadState = 1024
+	MaxUploadOwner = 1024
+)
 
 // ChunkSet identifies the chunks of one chunked value, first staged under
 // an upload, then published. Engines draw ids at random from 2^63 and
@@ -186,6 +228,12 @@ type UnpinParams struct {
 
 // BeginUploadParams are the arguments of Backend.BeginUpload.
 type BeginUploadParams struct {
+	// Owner is who may continue the upload ("" for anyone), at most
+	// MaxUploadOwner bytes; the engine stores it, the Store checks it.
+	Owner string
+	// State is the upload's state before its first byte, at most
+	// MaxUploadState bytes.
+	State []byte
 	// Lease is how long the upload lasts without a chunk write, at least
 	// a microsecond.
 	Lease time.Duration
@@ -198,6 +246,9 @@ type WriteChunkParams struct {
 	Set  ChunkSet
 	Off  int64
 	Data []byte
+	// State is the upload's state once the chunk is written, at most
+	// MaxUploadState bytes.
+	State []byte
 	// Lease is how long the upload lasts from Now on, at least a
 	// microsecond.
 	Lease time.Duration

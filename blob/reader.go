@@ -31,14 +31,18 @@ type Reader struct {
 	ctx    context.Context
 	eng    Backend
 	set    ChunkSet
-	// object names the bucket object holding the value, read through the
-	// engine's ReadValue: one ranged read kept open for reads in order
-	// (stream, at streamAt), a ranged read of its own for each ReadAt.
-	object   string
-	stream   io.ReadCloser
-	streamAt int64
+	// object is the bucket object holding the whole value, read through
+	// the engine's ReadValue: one ranged read kept open for reads in order
+	// (stream, at the value's byte streamAt), a ranged read of its own for
+	// each ReadAt. cur is the object chunk of a chunk set last read, whose
+	// ranged read stream is when streamObj names it.
+	object    objRef
+	cur       objRef
+	stream    io.ReadCloser
+	streamObj string
+	streamAt  int64
 
-	mu    sync.Mutex // guards chunk, chunkBuf, stream and streamAt
+	mu    sync.Mutex // guards chunk, chunkBuf, cur and the stream
 	chunk struct {
 		start int64
 		data  []byte
@@ -65,7 +69,10 @@ var (
 )
 
 func newReader(ctx context.Context, eng Backend, key Key, st Stored, verify bool) *Reader {
-	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks, object: st.Object, mismatch: steaderr.ErrCorrupt}
+	r := &Reader{key: key, size: st.Size, inline: st.Value, ctx: ctx, eng: eng, set: st.Chunks, mismatch: steaderr.ErrCorrupt}
+	if st.Object != "" {
+		r.object = objRef{name: st.Object, size: st.Size}
+	}
 	if verify && !st.Inline() {
 		r.verify, r.hash = true, sha256.New()
 	}
@@ -160,61 +167,84 @@ func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 // off (the rest of the value, when it is inline). It is only valid until
 // the next call.
 func (r *Reader) span(off int64) ([]byte, error) {
-	if r.set == 0 && r.object == "" {
+	if r.set == 0 && r.object.name == "" {
 		return r.inline[off:], nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := &r.chunk
-	if r.object != "" && (c.data == nil || off < c.start || off >= c.start+int64(len(c.data))) {
-		return r.objectSpan(off)
+	if c.data != nil && off >= c.start && off < c.start+int64(len(c.data)) {
+		return c.data[off-c.start:], nil
 	}
-	if c.data == nil || off < c.start || off >= c.start+int64(len(c.data)) {
-		start, data, err := r.eng.ReadChunk(r.ctx, r.set, off)
-		if err != nil {
-			c.data = nil
-			if errors.Is(err, steaderr.ErrNotFound) {
-				return nil, fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
-			}
-			return nil, fmt.Errorf("blob read %s at %d: %w", r.key, off, err)
-		}
-		if len(data) == 0 || off < start || off >= start+int64(len(data)) || start+int64(len(data)) > r.size {
-			c.data = nil
-			return nil, fmt.Errorf("blob read %s at %d: %w: stored chunk [%d, %d) does not fit a %d-byte value", r.key, off, r.mismatch, start, start+int64(len(data)), r.size)
-		}
-		c.start, c.data = start, data
+	if r.object.name != "" {
+		return r.objectSpan(r.object, off)
 	}
+	if r.cur.holds(off) {
+		return r.objectSpan(r.cur, off)
+	}
+	ch, err := r.eng.ReadChunk(r.ctx, r.set, off)
+	if err != nil {
+		c.data = nil
+		if errors.Is(err, steaderr.ErrNotFound) {
+			return nil, fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
+		}
+		return nil, fmt.Errorf("blob read %s at %d: %w", r.key, off, err)
+	}
+	size := int64(len(ch.Data))
+	if ch.Object != "" {
+		size = ch.Size
+	}
+	if size <= 0 || off < ch.Start || off >= ch.Start+size || ch.Start+size > r.size {
+		c.data = nil
+		return nil, fmt.Errorf("blob read %s at %d: %w: stored chunk [%d, %d) does not fit a %d-byte value", r.key, off, r.mismatch, ch.Start, ch.Start+size, r.size)
+	}
+	if ch.Object != "" {
+		r.cur = objRef{name: ch.Object, at: ch.Start, size: size}
+		return r.objectSpan(r.cur, off)
+	}
+	c.start, c.data = ch.Start, ch.Data
 	return c.data[off-c.start:], nil
 }
 
-// objectBuf is how much of an object value one span holds.
+// objRef is a bucket object holding the value's bytes [at, at+size).
+type objRef struct {
+	name     string
+	at, size int64
+}
+
+func (o objRef) holds(off int64) bool {
+	return o.name != "" && off >= o.at && off < o.at+o.size
+}
+
+// objectBuf is how much of an object one span holds.
 const objectBuf = 256 << 10
 
-// objectSpan reads the object's bytes from off into the span buffer,
-// continuing the open ranged read when it stands at off and opening one
-// from off to the end otherwise. r.mu is held.
-func (r *Reader) objectSpan(off int64) ([]byte, error) {
+// objectSpan reads o's bytes from the value's byte off into the span
+// buffer, continuing the open ranged read when it stands at off and
+// opening one from off to o's end otherwise. r.mu is held.
+func (r *Reader) objectSpan(o objRef, off int64) ([]byte, error) {
 	c := &r.chunk
 	c.data = nil
-	if r.stream != nil && r.streamAt != off {
+	if r.stream != nil && (r.streamObj != o.name || r.streamAt != off) {
 		_ = r.stream.Close()
 		r.stream = nil
 	}
 	if r.stream == nil {
-		rc, err := r.openObject(off, -1)
+		rc, err := r.openObject(o, off, -1)
 		if err != nil {
 			return nil, err
 		}
-		r.stream, r.streamAt = rc, off
+		r.stream, r.streamObj, r.streamAt = rc, o.name, off
 	}
 	if cap(r.chunkBuf) == 0 {
 		r.chunkBuf = make([]byte, objectBuf)
 	}
-	buf := r.chunkBuf[:min(int64(len(r.chunkBuf)), r.size-off)]
+	end := o.at + o.size
+	buf := r.chunkBuf[:min(int64(len(r.chunkBuf)), end-off)]
 	n, err := io.ReadFull(r.stream, buf)
 	r.streamAt += int64(n)
-	if err == nil && r.streamAt == r.size {
-		// The whole value is read: the ranged read is not kept open.
+	if err == nil && r.streamAt == end {
+		// The whole object is read: the ranged read is not kept open.
 		err = r.stream.Close()
 		r.stream = nil
 	}
@@ -223,31 +253,33 @@ func (r *Reader) objectSpan(off int64) ([]byte, error) {
 			_ = r.stream.Close()
 			r.stream = nil
 		}
-		return nil, r.objectErr(off+int64(n), err)
+		return nil, r.objectErr(o, off+int64(n), err)
 	}
 	c.start, c.data = off, buf[:n]
 	return c.data, nil
 }
 
-// openObject opens a ranged read of n bytes of the object from off.
-func (r *Reader) openObject(off, n int64) (io.ReadCloser, error) {
-	rc, err := r.eng.ReadValue(r.ctx, ReadValueParams{Key: r.key, Object: r.object, Size: r.size, Off: off, N: n})
+// openObject opens a ranged read of n bytes of o from the value's byte
+// off.
+func (r *Reader) openObject(o objRef, off, n int64) (io.ReadCloser, error) {
+	rc, err := r.eng.ReadValue(r.ctx, ReadValueParams{Key: r.key, Object: o.name, At: o.at, Size: o.size, Off: off - o.at, N: n})
 	if err != nil {
-		return nil, r.objectErr(off, err)
+		return nil, r.objectErr(o, off, err)
 	}
 	return rc, nil
 }
 
-// objectErr is the error of a failed object read at off. An object not
-// found while its blob still names it is missing from the bucket (removed
-// behind the store's back): the stored bytes are lost, ErrCorrupt.
-func (r *Reader) objectErr(off int64, err error) error {
+// objectErr is the error of a failed read of o at the value's byte off.
+// An object not found while its blob still names it (or its chunk set)
+// is missing from the bucket (removed behind the store's back): the
+// stored bytes are lost, ErrCorrupt.
+func (r *Reader) objectErr(o objRef, off int64, err error) error {
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
-		return fmt.Errorf("blob read %s at %d: %w: object %s ends before the value's %d bytes", r.key, off, steaderr.ErrCorrupt, r.object, r.size)
+		return fmt.Errorf("blob read %s at %d: %w: object %s ends before its %d bytes", r.key, off, steaderr.ErrCorrupt, o.name, o.size)
 	case errors.Is(err, steaderr.ErrNotFound):
-		if st, gerr := r.eng.Get(r.ctx, r.key); gerr == nil && st.Object == r.object {
-			return fmt.Errorf("blob read %s at %d: %w: its object %s is missing from the bucket", r.key, off, steaderr.ErrCorrupt, r.object)
+		if st, gerr := r.eng.Get(r.ctx, r.key); gerr == nil && (st.Object == o.name && o.name == r.object.name || r.set != 0 && st.Chunks == r.set) {
+			return fmt.Errorf("blob read %s at %d: %w: its object %s is missing from the bucket", r.key, off, steaderr.ErrCorrupt, o.name)
 		}
 		return fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
 	}
@@ -261,7 +293,7 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("blob read %s: %w: negative offset %d", r.key, steaderr.ErrInvalidArgument, off)
 	}
-	if r.object != "" && len(p) > 0 {
+	if r.object.name != "" && len(p) > 0 {
 		return r.readObjectAt(p, off)
 	}
 	n := 0
@@ -287,14 +319,14 @@ func (r *Reader) readObjectAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	want := min(int64(len(p)), r.size-off)
-	rc, err := r.openObject(off, want)
+	rc, err := r.openObject(r.object, off, want)
 	if err != nil {
 		return 0, err
 	}
 	defer rc.Close()
 	n, err := io.ReadFull(rc, p[:want])
 	if err != nil {
-		return n, r.objectErr(off+int64(n), err)
+		return n, r.objectErr(r.object, off+int64(n), err)
 	}
 	if want < int64(len(p)) {
 		return n, io.EOF

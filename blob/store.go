@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/steadkit/stead/internal/validate"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -268,11 +267,7 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
 		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
 	case errors.Is(err, errOverLimit):
-		rest := io.MultiReader(bytes.NewReader(value), io.TeeReader(r, pb.hash))
-		if s.eng.Tiered() {
-			return s.putObject(ctx, want, children, rest, pb.hash)
-		}
-		return s.putChunked(ctx, want, children, rest, pb.hash)
+		return s.putUpload(ctx, want, children, io.MultiReader(bytes.NewReader(value), r))
 	case err != nil:
 		return Key{}, fmt.Errorf("read content: %w", err)
 	}
@@ -295,56 +290,24 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	return key, nil
 }
 
-// putChunked stages r's content chunk by chunk under an upload and
-// publishes it, pinned, once whole and hashed. h has been fed every byte r
-// yields. The upload is then aborted, even when ctx is done: after a
-// failure, or when the publish was skipped because this store already
-// pins the stored key (after a publish, the abort finds nothing). If the
-// abort fails too, the upload's lease lapses and ReapUploads discards it.
-func (s *Store) putChunked(ctx context.Context, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx, BeginUploadParams{Lease: s.lease, Now: s.pins.engineNow()})
+// putUpload streams r's content into an upload and commits it, pinned,
+// once whole and hashed. The upload is aborted after a failure, even when
+// ctx is done; if the abort fails too, the upload's lease lapses and
+// ReapUploads discards it.
+func (s *Store) putUpload(ctx context.Context, want Key, children []Key, r io.Reader) (key Key, err error) {
+	u, err := s.BeginUpload(ctx, UploadOptions{})
 	if err != nil {
 		return Key{}, err
 	}
-	defer s.abortUpload(ctx, set, &err)
-	// The next chunk is read (and hashed) while the last one is written:
-	// two chunk buffers in all.
-	chunks, stop := s.readChunks(r)
-	defer stop()
-	var size int64
-	for c := range chunks {
-		if c.err != nil {
-			return Key{}, c.err
+	defer func() {
+		if err != nil {
+			s.abortUpload(ctx, u.set, &err)
 		}
-		if err := s.eng.WriteChunk(ctx, WriteChunkParams{Set: set, Off: size, Data: c.data, Lease: s.lease, Now: s.pins.engineNow()}); err != nil {
-			return Key{}, err
-		}
-		size += int64(len(c.data))
-		c.release()
-	}
-	return s.publishStaged(ctx, h, want, children, set, size)
-}
-
-// publishStaged publishes the upload set of size bytes whose content h
-// hashed, unless ctx ended meanwhile (reading may take long: then nothing
-// is stored) or it does not hash to want, when want is set.
-func (s *Store) publishStaged(ctx context.Context, h hash.Hash, want Key, children []Key, set ChunkSet, size int64) (Key, error) {
-	if err := ctx.Err(); err != nil {
+	}()
+	if _, err := u.Append(ctx, r); err != nil {
 		return Key{}, err
 	}
-	key := Key{valid: true}
-	h.Sum(key.digest[:0])
-	if !want.IsZero() && key != want {
-		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
-	}
-	p, err := withChildren(PutParams{Key: key, Chunks: set, Size: size}, children)
-	if err != nil {
-		return Key{}, err
-	}
-	if err := s.pins.put(ctx, s.eng, p); err != nil {
-		return Key{}, err
-	}
-	return key, nil
+	return u.Commit(ctx, CommitOptions{Expect: want, Children: children})
 }
 
 // abortUpload aborts the upload set, even when ctx is done, and tells
@@ -372,10 +335,11 @@ type chunk struct {
 // readChunks reads r in chunks of s.chunkSize bytes on a goroutine of its
 // own, one chunk ahead of the caller, and sends them in order; the channel
 // closes after the last chunk or after a chunk carrying an error (a read
-// error, or ErrTooLarge past MaxSize: at most MaxSize+1 bytes are read).
+// error, or ErrTooLarge past limit bytes, the room MaxSize leaves: at most
+// limit+1 bytes are read).
 // stop ends the reading and waits for it, so r is never read after stop
 // returns; a read already blocked in r is waited for.
-func (s *Store) readChunks(r io.Reader) (<-chan chunk, func()) {
+func (s *Store) readChunks(r io.Reader, limit int64) (<-chan chunk, func()) {
 	out := make(chan chunk)
 	free := make(chan []byte, 2)
 	free <- make([]byte, s.chunkSize)
@@ -392,15 +356,15 @@ func (s *Store) readChunks(r io.Reader) (<-chan chunk, func()) {
 			case <-done:
 				return
 			}
-			// Read at most one byte past MaxSize, so an endless source is
-			// refused after MaxSize+1 bytes.
-			n, err := io.ReadFull(r, buf[:min(int64(len(buf)), s.maxSize-size+1)])
+			// Read at most one byte past the limit, so an endless source
+			// is refused after limit+1 bytes.
+			n, err := io.ReadFull(r, buf[:min(int64(len(buf)), limit-size+1)])
 			size += int64(n)
 			c := chunk{data: buf[:n], release: func() { free <- buf }}
 			switch {
 			case err != nil && err != io.EOF && err != io.ErrUnexpectedEOF:
 				c = chunk{err: fmt.Errorf("read content: %w", err)}
-			case size > s.maxSize:
+			case size > limit:
 				c = chunk{err: fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)}
 			case n == 0:
 				return
@@ -434,7 +398,7 @@ var errOverLimit = errors.New("over limit")
 // readAtMost reads r to EOF into buf, growing it up to limit+1 bytes, and
 // writes what it reads to h. It stops with errOverLimit once more than
 // limit bytes have been read.
-func readAtMost(r io.Reader, buf []byte, limit int64, h hash.Hash) ([]byte, error) {
+func readAtMost(r io.Reader, buf []byte, limit int64, h io.Writer) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			grown := make([]byte, len(buf), min(max(2*int64(cap(buf)), 4096), limit+1))
@@ -497,76 +461,6 @@ func (s *Store) Verify(ctx context.Context, key Key) error {
 	}
 	if _, err := newReader(ctx, s.eng, key, st, true).WriteTo(io.Discard); err != nil {
 		return fmt.Errorf("blob verify: %w", err)
-	}
-	return nil
-}
-
-// Publish publishes the p.Size bytes staged under the upload p.Chunks
-// (written with the engine's WriteChunk) as p.Key's value, pinned for
-// p.Owner and p.TTL from p.Now exactly as the engine's Put pins, once it
-// has re-read and hashed them: staged bytes that do not hash to p.Key fail
-// with an error wrapping ErrDigestMismatch and publish nothing. It serves a
-// server publishing a remote client's chunked put, whose hash it cannot
-// take on trust. Staged bytes missing where the value needs them (the
-// upload was aborted or reaped) fail with an error wrapping ErrLost, as
-// the engine's Put of a lost upload does. An invalid owner
-// (ErrInvalidName), or a TTL or instant that is not a whole (positive)
-// microsecond (ErrInvalidArgument), is refused before the engine is
-// called. The upload stays the caller's to abort.
-func (s *Store) Publish(ctx context.Context, p PutParams) error {
-	return s.publish(ctx, p, Key{})
-}
-
-// PublishHashed is Publish for a caller that hashed the staged bytes
-// itself as it wrote them, in order, each chunk written once: digest is
-// their SHA-256, and PublishHashed checks it against p.Key instead of
-// re-reading them, so its work does not grow with the value. The engine's
-// Put still checks that the chunks tile the value, so a chunk someone
-// else added is refused. A zero digest re-reads, as Publish.
-func (s *Store) PublishHashed(ctx context.Context, p PutParams, digest Key) error {
-	return s.publish(ctx, p, digest)
-}
-
-func (s *Store) publish(ctx context.Context, p PutParams, digest Key) error {
-	key, set, size := p.Key, p.Chunks, p.Size
-	if err := checkKey(ctx, key); err != nil {
-		return fmt.Errorf("blob publish: %w", err)
-	}
-	if err := validate.Name("pin owner", p.Owner); err != nil {
-		return fmt.Errorf("blob publish %s: %w", key, err)
-	}
-	children, err := checkChildren(p.Children)
-	if err == nil {
-		p, err = withChildren(p, children)
-	}
-	if err != nil {
-		return fmt.Errorf("blob publish %s: %w", key, err)
-	}
-	switch {
-	case set <= 0 || size <= 0:
-		return fmt.Errorf("blob publish %s: %w: chunk set %d of %d bytes", key, steaderr.ErrInvalidArgument, set, size)
-	case p.TTL <= 0 || p.TTL%time.Microsecond != 0:
-		return fmt.Errorf("blob publish %s: %w: pin TTL %v: want a positive whole number of microseconds", key, steaderr.ErrInvalidArgument, p.TTL)
-	case !p.Now.Equal(p.Now.Truncate(time.Microsecond)):
-		return fmt.Errorf("blob publish %s: %w: pin instant %v: want a whole microsecond", key, steaderr.ErrInvalidArgument, p.Now)
-	case size > s.maxSize:
-		return fmt.Errorf("blob publish %s: %w: more than %d bytes", key, steaderr.ErrTooLarge, s.maxSize)
-	case !digest.IsZero() && digest != key:
-		return fmt.Errorf("blob publish %s: %w: content hashes to %s", key, steaderr.ErrDigestMismatch, digest)
-	case digest.IsZero():
-		staged := newReader(ctx, s.eng, key, Stored{Size: size, Chunks: set}, true)
-		staged.mismatch = steaderr.ErrDigestMismatch // the writer's bytes, not yet the store's
-		if _, err := staged.WriteTo(io.Discard); err != nil {
-			if errors.Is(err, steaderr.ErrNotFound) {
-				// The upload is not there to publish.
-				return fmt.Errorf("blob publish %s: %w: the upload has no chunk where one should be (aborted, reaped, or never written): %v", key, steaderr.ErrLost, err)
-			}
-			return fmt.Errorf("blob publish: %w", err)
-		}
-	}
-	p.Value = nil
-	if err := s.eng.Put(ctx, p); err != nil {
-		return fmt.Errorf("blob publish %s: %w", key, err)
 	}
 	return nil
 }

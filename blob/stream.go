@@ -2,88 +2,72 @@ package blob
 
 import (
 	"context"
-	"hash"
 	"io"
-	"sync"
 	"time"
 )
 
 // Streamer is the part of a Backend that keeps large values as objects
-// in a bucket, its bytes tier (docs/decisions/0027-bytes-tier.md). A Store
-// over an engine whose Tiered answers true streams every value over its
-// inline limit into one object under an upload (WriteValue), then
-// publishes it with Put naming the upload, as a chunked value is; the
-// engine's Get then answers Stored.Object, read with ReadValue. An engine
-// without a tier answers Tiered false, refuses WriteValue and is never
-// asked to ReadValue; one whose Get can name objects it does not write
-// (the remote engine, whose server keeps the tier) answers ReadValue
-// whatever Tiered says.
+// in a bucket, its bytes tier (docs/decisions/0027-bytes-tier.md). On an
+// engine whose Tiered answers true, an Upload appends the bytes past the
+// Store's inline limit as object chunks (WriteValue), each one object, so
+// that a value's bytes are in the bucket and its rows name them; an upload
+// of one object chunk is published as that object (Stored.Object). Reads
+// of either go through ReadValue. An engine without a tier answers Tiered
+// false, refuses WriteValue and is never asked to ReadValue; one whose
+// Get can name objects it does not write (the remote engine, whose server
+// keeps the tier) answers ReadValue whatever Tiered says.
 type Streamer interface {
-	// Tiered reports whether the engine's puts go to a bytes tier: false,
-	// and the Store stores chunks as without one.
+	// Tiered reports whether the engine's uploads go to a bytes tier:
+	// false, and the Store stores chunks as without one.
 	Tiered() bool
-	// WriteValue records a fresh object name for the upload p.Set (before
-	// any byte is written), streams p.Value into that object, renewing the
-	// upload's lease to p.Lease as it goes, and returns the object's size
-	// once it is completely and durably written. Put then publishes it
-	// (the upload's object must hold exactly PutParams.Size bytes). An
-	// upload that already has a chunk or an object, or is gone, is an
-	// error wrapping steaderr.ErrLost or ErrConflict; an error reading
-	// p.Value comes back wrapped, as an error of the source's. On error
-	// no object is left but the one the upload names, which AbortUpload
-	// or ReapUploads deletes.
+	// WriteValue appends p.Value to the upload p.Set as one object chunk
+	// starting at byte p.Off, which must be the upload's size. It commits
+	// a fresh object's name under (p.Set, p.Off) before the first byte is
+	// written (replacing a name a writer that never finished left there:
+	// the last writer at an offset wins, and the one it replaced fails
+	// with an error wrapping steaderr.ErrConflict), streams p.Value into
+	// that object, renewing the upload's lease to p.Lease as it goes, and,
+	// once the object is completely and durably written, commits the
+	// chunk's size, the upload's new size and state p.State() in one
+	// transaction, and returns the bytes written. An upload gone is an
+	// error wrapping steaderr.ErrLost, an offset other than its size one
+	// wrapping steaderr.ErrConflict; an error reading p.Value comes back
+	// wrapped, as an error of the source's. On error the upload's size and
+	// state are unchanged, and no object is left but one a chunk row
+	// names, which AbortUpload or ReapUploads deletes.
 	WriteValue(ctx context.Context, p WriteValueParams) (int64, error)
 	// ReadValue returns a reader over p.N bytes of the object p.Object,
-	// key p.Key's value of p.Size bytes, from byte p.Off (p.N < 0: to its
-	// end). It checks the object's size before returning: an object of
-	// another size than p.Size (cut short, or replaced, behind the store's
-	// back) is an error wrapping steaderr.ErrCorrupt, so that no read of
-	// it begins. An object gone (its blob was deleted, or the bucket lost
-	// it) is an error wrapping steaderr.ErrNotFound.
+	// holding the p.Size bytes of key p.Key's value from byte p.At on (a
+	// whole value's object: p.At 0 and p.Size the value's size), from
+	// byte p.Off of the object (p.N < 0: to its end). It checks the
+	// object's size before returning: an object of another size than
+	// p.Size (cut short, or replaced, behind the store's back) is an error
+	// wrapping steaderr.ErrCorrupt, so that no read of it begins. An
+	// object gone (its blob was deleted, or the bucket lost it) is an
+	// error wrapping steaderr.ErrNotFound.
 	ReadValue(ctx context.Context, p ReadValueParams) (io.ReadCloser, error)
 }
 
 // WriteValueParams are the arguments of Streamer.WriteValue.
 type WriteValueParams struct {
 	Set   ChunkSet
+	Off   int64
 	Value io.Reader
 	Lease time.Duration
+	// State returns the upload's state once Value is read to its end; it
+	// is called once, after the last read of Value, at most
+	// MaxUploadState bytes.
+	State func() []byte
 }
 
 // ReadValueParams are the arguments of Streamer.ReadValue.
 type ReadValueParams struct {
 	Key    Key
 	Object string
-	// Size is the value's size, which the object must hold.
-	Size   int64
-	Off, N int64
-}
-
-// putObject streams r's content into one object of the engine's bytes
-// tier under an upload and publishes it, pinned, once written whole and
-// hashed, as putChunked does with chunks. h has been fed every byte r
-// yields. r is read (so hashed) on a goroutine of its own a chunk ahead of
-// the bucket's write (readChunks), so that hashing runs beside the write,
-// not in series with it.
-func (s *Store) putObject(ctx context.Context, want Key, children []Key, r io.Reader, h hash.Hash) (key Key, err error) {
-	set, err := s.eng.BeginUpload(ctx, BeginUploadParams{Lease: s.lease, Now: s.pins.engineNow()})
-	if err != nil {
-		return Key{}, err
-	}
-	defer s.abortUpload(ctx, set, &err)
-	chunks, stopReading := s.readChunks(r)
-	stop := sync.OnceFunc(stopReading)
-	defer stop()
-	src := &chunkSource{chunks: chunks}
-	size, err := s.eng.WriteValue(ctx, WriteValueParams{Set: set, Value: src, Lease: s.lease})
-	if src.err != nil {
-		return Key{}, src.err
-	}
-	if err != nil {
-		return Key{}, err
-	}
-	stop() // h has seen every byte read once the reading goroutine is done
-	return s.publishStaged(ctx, h, want, children, set, size)
+	// At is the object's first byte in the value, and Size how many bytes
+	// the object holds.
+	At, Size int64
+	Off, N   int64
 }
 
 // chunkSource reads the chunks readChunks sends as one stream, handing
