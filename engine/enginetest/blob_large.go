@@ -246,4 +246,3 @@ func blobVerify(t *testing.T, h Harness) {
 	err = store.Verify(t.Context(), blob.Key{})
 	wantErr(t, err, steaderr.ErrInvalidKey, "Verify(zero key)")
 }
-
