@@ -33,6 +33,7 @@ func testUpload(t *testing.T, h Harness) {
 		{"OffsetOverflow", uploadOffsetOverflow},
 		{"Reap", uploadReap},
 	})
+	runTests(t, h, testUploadStore())
 }
 
 // uploadRaceChunk is the chunk size of the upload races: large enough that
