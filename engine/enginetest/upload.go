@@ -34,6 +34,7 @@ func testUpload(t *testing.T, h Harness) {
 		{"Reap", uploadReap},
 	})
 	runTests(t, h, testUploadStore())
+	runTests(t, h, testUploadTier())
 }
 
 // uploadRaceChunk is the chunk size of the upload races: large enough that
