@@ -78,7 +78,7 @@ func (s *Store) BeginUpload(ctx context.Context, opts UploadOptions) (*Upload, e
 // owner's is an error wrapping ErrLost, the same for each.
 func (s *Store) ResumeUpload(ctx context.Context, id string, opts UploadOptions) (*Upload, error) {
 	n, err := strconv.ParseUint(id, 16, 63)
-	if err != nil || len(id) != 16 || n == 0 {
+	if err != nil || n == 0 || fmt.Sprintf("%016x", n) != id {
 		return nil, fmt.Errorf("blob resume upload %.40q: %w: no such upload", id, steaderr.ErrLost)
 	}
 	u, err := s.newUpload(ctx, ChunkSet(n), opts)
