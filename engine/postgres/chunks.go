@@ -127,12 +127,12 @@ FROM (
 SELECT EXISTS (SELECT FROM b), ARRAY(SELECT object FROM discard WHERE object IS NOT NULL)`)
 
 	// sqlReapUploads ends every upload whose lease lapsed at $1 (NULL:
-	// now()), answering their ids; sqlReapChunks then deletes their chunks,
+	// now()), from its expiry instant on, answering their ids; sqlReapChunks then deletes their chunks,
 	// answering the objects they named, in a statement of its own, in the
 	// same transaction, for the reason sqlDeleteChunks gives: an append
 	// holding an upload's row while the reaper waits on it commits a chunk
 	// the reaper's older snapshot would miss.
-	sqlReapUploads = declare("sqlReapUploads", `DELETE FROM {schema}.blob_uploads WHERE expires_at < coalesce($1::timestamptz, now()) RETURNING id`)
+	sqlReapUploads = declare("sqlReapUploads", `DELETE FROM {schema}.blob_uploads WHERE expires_at <= coalesce($1::timestamptz, now()) RETURNING id`)
 	sqlReapChunks  = declare("sqlReapChunks", `WITH d AS (DELETE FROM {schema}.blob_chunks WHERE chunks = ANY ($1::bigint[]) RETURNING object)
 SELECT object FROM d WHERE object IS NOT NULL`)
 

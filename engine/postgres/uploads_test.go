@@ -597,6 +597,17 @@ func TestMigrateInFlightObjectUploads(t *testing.T) {
 	s.wantBucketIsRows(t, "after the aborts")
 }
 
+// gatedReader reads r once gate is closed.
+type gatedReader struct {
+	gate <-chan struct{}
+	r    io.Reader
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	<-g.gate
+	return g.r.Read(p)
+}
+
 // TestWriteChunkMeetsUnfinishedChunk holds an upload's row while an object
 // chunk's naming and then a chunk row's append at the same offset wait on
 // it, in that order: the naming commits an unfinished chunk the append's
@@ -623,8 +634,11 @@ func TestWriteChunkMeetsUnfinishedChunk(t *testing.T) {
 	}
 	object, row := value("the object", 3000), value("the row", 1000)
 	objectErr := make(chan error, 1)
+	// The object's stream waits for the append to return, so that its
+	// finishing transaction comes after the append.
+	appended := make(chan struct{})
 	go func() {
-		_, err := eng.WriteValue(ctx, blob.WriteValueParams{Set: set, Value: bytes.NewReader(object), Lease: time.Minute, State: func() []byte { return state(3000) }})
+		_, err := eng.WriteValue(ctx, blob.WriteValueParams{Set: set, Value: &gatedReader{gate: appended, r: bytes.NewReader(object)}, Lease: time.Minute, State: func() []byte { return state(3000) }})
 		objectErr <- err
 	}()
 	waitLockWaiters(t, s.db, 1, "the object chunk's naming to wait on the upload's row")
@@ -636,7 +650,9 @@ func TestWriteChunkMeetsUnfinishedChunk(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-rowErr; err != nil {
+	err = <-rowErr
+	close(appended)
+	if err != nil {
 		t.Fatalf("WriteChunk over an unfinished chunk committed after its snapshot: %v", err)
 	}
 	if err := <-objectErr; !errors.Is(err, steaderr.ErrConflict) {
