@@ -798,3 +798,75 @@ func TestEmptyAppends(t *testing.T) {
 	}
 	s.wantBucketIsRows(t, "after the publish")
 }
+
+// TestPublishDiscardsObjects commits uploads whose key is stored already,
+// one of several object chunks and one of a single object chunk, and one
+// that holds an unfinished chunk past its bytes (its writer killed once
+// the object was written): the discarded chunks' objects and the
+// unfinished chunk's go once the publish commits, and the bucket holds
+// exactly what the rows name.
+func TestPublishDiscardsObjects(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newTiered(t)
+	e := s.open(t, "")
+	store := blob.NewStore(e.Blobs(), blob.Options{InlineLimit: 16})
+	put := func(parts ...[]byte) blob.Key {
+		t.Helper()
+		u, err := store.BeginUpload(ctx, blob.UploadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range parts {
+			if _, err := u.Append(ctx, bytes.NewReader(p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		key, err := u.Commit(ctx, blob.CommitOptions{})
+		if err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+		return key
+	}
+	a, b := value("part a", 3000), value("part b", 2000)
+	for i, parts := range [][][]byte{{a, b}, {a}} {
+		put(parts...)
+		stored := s.objects(t)
+		put(parts...) // the same value again: discarded
+		if got := s.objects(t); !slices.Equal(got, stored) {
+			t.Fatalf("case %d: after a re-put the bucket holds %q, want %q", i, got, stored)
+		}
+		s.wantBucketIsRows(t, fmt.Sprintf("case %d: after the re-put", i))
+	}
+	u, err := store.BeginUpload(ctx, blob.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := value("part c", 2500)
+	if _, err := u.Append(ctx, bytes.NewReader(c)); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	postgres.SetBeforeFinish(e, cancel)
+	if _, err := u.Append(actx, bytes.NewReader(value("killed", 1000))); err == nil {
+		t.Fatal("the killed Append committed")
+	}
+	postgres.SetBeforeFinish(e, nil)
+	before := len(s.objects(t))
+	// A fresh Upload: the killed one's outcome is unknown to it.
+	resumed, err := store.ResumeUpload(ctx, u.ID(), blob.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := resumed.Commit(ctx, blob.CommitOptions{Expect: blob.KeyOf(c)})
+	if err != nil {
+		t.Fatalf("Commit with an unfinished chunk past its bytes: %v", err)
+	}
+	if st, err := e.Blobs().Get(ctx, key); err != nil || st.Object == "" {
+		t.Fatalf("Get = %+v, %v; want the value stored as its one object", st, err)
+	}
+	if got := len(s.objects(t)); got != before-1 {
+		t.Fatalf("after the commit the bucket holds %d objects, want %d (the unfinished chunk's gone)", got, before-1)
+	}
+	s.wantBucketIsRows(t, "after the commit")
+}
