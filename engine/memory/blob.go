@@ -69,9 +69,6 @@ type chunk struct {
 	data []byte
 }
 
-// end is the offset just past c.
-func (c chunk) end() int64 { return c.off + int64(len(c.data)) }
-
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
