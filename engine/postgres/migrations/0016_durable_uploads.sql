@@ -49,7 +49,10 @@ WHERE c.chunks = u.id AND c.off >= u.size AND c.len IS NOT NULL;
 -- Dropping the columns drops their index (blob_uploads_object).
 ALTER TABLE blob_uploads DROP COLUMN object, DROP COLUMN object_size;
 
--- The orphan sweep looks chunk objects up by name; the index holds only
--- the rows that name one.
+-- The orphan sweep looks chunk objects up by name, and a deletion of a
+-- chunked blob lists its chunks' objects (engine/postgres/gc.go,
+-- sqlArbDelete) without reading its other chunks' rows; the indexes hold
+-- only the rows that name an object.
 CREATE UNIQUE INDEX blob_chunks_object ON blob_chunks (object) WHERE object IS NOT NULL;
+CREATE INDEX blob_chunks_objects_of ON blob_chunks (chunks) WHERE object IS NOT NULL;
 ALTER TABLE blob_chunks ADD CONSTRAINT blob_chunks_len_check CHECK (len IS NOT NULL OR object IS NOT NULL);
