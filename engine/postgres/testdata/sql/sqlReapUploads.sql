@@ -1,1 +1,1 @@
-DELETE FROM "St""ead. sch;ema-ñ".blob_uploads WHERE expires_at < coalesce($1::timestamptz, now()) RETURNING id
+DELETE FROM "St""ead. sch;ema-ñ".blob_uploads WHERE expires_at <= coalesce($1::timestamptz, now()) RETURNING id
