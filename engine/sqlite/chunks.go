@@ -130,21 +130,27 @@ func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.Uploa
 	return st, err
 }
 
-// appendAt checks, in tx, that the upload set is live and holds off bytes
-// (errUploadLost, or an error wrapping steaderr.ErrConflict naming its
-// size), so that an append at off may commit.
+// appendAt checks, in tx, that the upload set is live (else
+// errUploadLost) and holds off bytes, so that an append at off may
+// commit; another size is an error wrapping steaderr.ErrConflict naming
+// it.
 func appendAt(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, off int64) error {
+	size, err := uploadSize(ctx, tx, set)
+	if err == nil && size != off {
+		err = fmt.Errorf("%w: upload %d holds %d bytes: an append starts there, not at %d (another writer appended first)", steaderr.ErrConflict, set, size, off)
+	}
+	return err
+}
+
+// uploadSize reads the live upload set's size in tx; errUploadLost when
+// there is none.
+func uploadSize(ctx context.Context, tx *sql.Tx, set blob.ChunkSet) (int64, error) {
 	var size int64
 	err := tx.QueryRowContext(ctx, sqlUploadSize, int64(set)).Scan(&size)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return errUploadLost
-	case err != nil:
-		return err
-	case size != off:
-		return fmt.Errorf("%w: upload %d holds %d bytes, so an append starts at %d, not %d (another writer appended first)", steaderr.ErrConflict, set, size, size, off)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, errUploadLost
 	}
-	return nil
+	return size, err
 }
 
 // dropUnfinished deletes the unfinished object chunk at (set, off), in
@@ -232,11 +238,12 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	var doomed []string
 	err = b.writeTx(ctx, func(tx *sql.Tx) error {
 		doomed = nil
-		if err := appendAt(ctx, tx, p.Chunks, p.Size); err != nil {
-			if errors.Is(err, steaderr.ErrConflict) {
-				return fmt.Errorf("%w: the upload was to be published with %d bytes", err, p.Size)
-			}
+		size, err := uploadSize(ctx, tx, p.Chunks)
+		if err != nil {
 			return err
+		}
+		if size != p.Size {
+			return fmt.Errorf("%w: upload %d holds %d bytes, not the %d to publish (another writer appended since)", steaderr.ErrConflict, p.Chunks, size, p.Size)
 		}
 		spans, err := chunkSpans(ctx, tx, p.Chunks)
 		if err != nil {
