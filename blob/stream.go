@@ -53,7 +53,13 @@ type WriteValueParams struct {
 	Set   ChunkSet
 	Off   int64
 	Value io.Reader
+	// Lease is how long the upload lasts from Now on once the chunk
+	// commits; while the object is written, renewals run on the engine's
+	// clock.
 	Lease time.Duration
+	// Now is the instant the committed chunk's lease runs from; zero: the
+	// engine's clock.
+	Now time.Time
 	// State returns the upload's state once Value is read to its end; it
 	// is called once, after the last read of Value, at most
 	// MaxUploadState bytes.

@@ -16,6 +16,7 @@ import (
 	"github.com/steadkit/stead/engine/internal/chunkid"
 	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -210,7 +211,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, sqlUploadAppended, p.Off+size, state, time.Now().Add(p.Lease).UnixNano(), int64(p.Set))
+		_, err := tx.ExecContext(ctx, sqlUploadAppended, p.Off+size, state, clock.OrNow(p.Now).Add(p.Lease).UnixNano(), int64(p.Set))
 		return err
 	})
 	if err == nil && (unnamed || size == 0) {
