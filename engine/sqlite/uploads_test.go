@@ -526,3 +526,62 @@ func TestMigrateUploadObjects(t *testing.T) {
 	}
 	wantRead(t, blob.NewStore(e.Blobs(), blob.Options{}), blob.KeyOf(chunkedValue), chunkedValue)
 }
+
+// TestPublishDiscardsUnfinished: a publish takes the committed chunks
+// only. An unfinished chunk a dead writer left past them goes, its object
+// deleted; an upload whose one committed chunk is an object publishes as
+// that object; a publish of a key stored already deletes every object of
+// the upload.
+func TestPublishDiscardsUnfinished(t *testing.T) {
+	t.Parallel()
+	path, dir := tempPath(t), t.TempDir()
+	e := openTiered(t, path, dir)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	value := randomValue(4000)
+	key := blob.KeyOf(value)
+	stage := func() (blob.ChunkSet, string) {
+		t.Helper()
+		set, err := e.Blobs().BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Blobs().WriteValue(ctx, blob.WriteValueParams{Set: set, Value: bytes.NewReader(value), Lease: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		boom := errors.New("the writer died")
+		_, err = e.Blobs().WriteValue(ctx, blob.WriteValueParams{Set: set, Off: 4000, Value: &failingReader{bytes.NewReader(randomValue(10)), boom}, Lease: time.Hour})
+		if !errors.Is(err, boom) {
+			t.Fatalf("WriteValue of a failing source = %v, want its error", err)
+		}
+		rows := chunkRows(t, db, set)
+		if len(rows) != 2 || rows[1].len.Valid {
+			t.Fatalf("chunk rows = %+v, want an object chunk and an unfinished one", rows)
+		}
+		plantObject(t, dir, rows[1].object.String, randomValue(10))
+		return set, rows[0].object.String
+	}
+	publish := func(set blob.ChunkSet) {
+		t.Helper()
+		if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: 4000, Owner: "test", TTL: time.Minute}); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		if rows := chunkRows(t, db, set); len(rows) != 0 {
+			t.Fatalf("after the publish the set keeps chunk rows %+v", rows)
+		}
+	}
+	set, object := stage()
+	publish(set)
+	if st, err := e.Blobs().Get(ctx, key); err != nil || st.Object != object || st.Chunks != 0 {
+		t.Fatalf("Get = %+v, %v; want the object %s", st, err, object)
+	}
+	if files := objectFiles(t, dir); !slices.Equal(files, []string{object}) {
+		t.Fatalf("bucket holds %q, want the published object %s only", files, object)
+	}
+	again, _ := stage()
+	publish(again)
+	if files := objectFiles(t, dir); !slices.Equal(files, []string{object}) {
+		t.Fatalf("after a publish of a stored key the bucket holds %q, want the first object %s only", files, object)
+	}
+	wantRead(t, blob.NewStore(e.Blobs(), blob.Options{}), key, value)
+}
