@@ -262,7 +262,7 @@ func (u *Upload) appendObject(ctx context.Context, r io.Reader, limit int64) err
 	defer stop()
 	src := &chunkSource{chunks: chunks}
 	var stateErr error
-	n, err := s.eng.WriteValue(ctx, WriteValueParams{Set: u.set, Off: u.size, Value: src, Lease: u.lease, Now: s.pins.engineNow(), State: func() []byte {
+	n, err := s.eng.WriteValue(ctx, WriteValueParams{Set: u.set, Off: u.size, Value: src, Lease: u.lease, Now: s.pins.engineNow, State: func() []byte {
 		stop() // the hash has seen every byte once the reading goroutine is done
 		state, err := u.hash.(encoding.BinaryMarshaler).MarshalBinary()
 		stateErr = err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/enginetest/faultengine"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -36,6 +38,7 @@ func testUploadStore() []suiteTest {
 		{"StaleAfterFault", uploadStaleAfterFault},
 		{"Lapsed", uploadLapsed},
 		{"Cancelled", uploadCancelled},
+		{"PoolOfOne", uploadPoolOfOne},
 	}
 }
 
@@ -586,4 +589,90 @@ func uploadCancelled(t *testing.T, h Harness) {
 	mustResume(t, secondStore(b, uploadOpts), u.ID(), "cancelled", 1500)
 	mustAppend(t, u, value[1500:])
 	mustCommit(t, b, u, value)
+}
+
+// stallingReader yields head, then waits for release (or for ctx to end:
+// then it fails with ctx's error), then yields tail: a client sending an
+// upload's bytes slowly.
+type stallingReader struct {
+	ctx        context.Context
+	head, tail []byte
+	stalled    chan struct{} // closed once head is read
+	release    chan struct{}
+	once       sync.Once
+}
+
+func (r *stallingReader) Read(p []byte) (int, error) {
+	if len(r.head) > 0 {
+		n := copy(p, r.head)
+		r.head = r.head[n:]
+		return n, nil
+	}
+	r.once.Do(func() { close(r.stalled) })
+	select {
+	case <-r.release:
+	case <-r.ctx.Done():
+		return 0, r.ctx.Err()
+	}
+	if len(r.tail) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.tail)
+	r.tail = r.tail[n:]
+	return n, nil
+}
+
+// uploadPoolOfOne runs uploads over an engine whose pool holds one
+// connection (Harness.OneConn): while one Append waits for its source
+// mid-way (within the inline limit and past it, where on a tier it
+// streams an object), other uploads begin, append, resume, race and
+// commit, and values are read; then the stalled one completes. A call
+// that held the only connection while it waited would stall them all.
+func uploadPoolOfOne(t *testing.T, h Harness) {
+	if h.OneConn == nil {
+		t.Skip("the harness has no engine with a pool of one connection (Harness.OneConn)")
+	}
+	eng := h.OneConn(t)
+	if eng == nil {
+		t.Fatal("enginetest: Harness.OneConn returned nil")
+	}
+	b := bundleOf(t, eng, uploadOpts)
+	other := secondStore(b, uploadOpts)
+	for _, at := range []int{8, 3000} { // where the source stalls
+		t.Run(fmt.Sprint("StalledAt", at), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), testkit.Timeout)
+			defer cancel()
+			value := testValue(fmt.Sprint("pool of one ", at), 6000)
+			slow := mustBegin(t, b.store, "slow")
+			src := &stallingReader{ctx: ctx, head: value[:at], tail: value[at:], stalled: make(chan struct{}), release: make(chan struct{})}
+			var n int64
+			var err error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				n, err = slow.Append(ctx, src)
+			}()
+			select {
+			case <-src.stalled:
+			case <-done:
+				t.Fatalf("Append ended before its source stalled: %d, %v", n, err)
+			}
+			// Meanwhile, another upload, from begin to read.
+			fast := mustBegin(t, other, "fast")
+			quick := testValue(fmt.Sprint("pool of one quick ", at), 4000)
+			mustAppend(t, fast, quick[:2000])
+			again := mustResume(t, b.store, fast.ID(), "fast", 2000)
+			mustAppend(t, again, quick[2000:])
+			if _, err := fast.Append(ctx, bytes.NewReader(quick)); !errors.Is(err, steaderr.ErrConflict) {
+				t.Fatalf("Append through an Upload that missed another's: %v, want ErrConflict", err)
+			}
+			mustCommit(t, b, again, quick)
+			close(src.release)
+			<-done
+			if err != nil || n != int64(len(value)) {
+				t.Fatalf("the stalled Append = %d, %v; want all %d bytes", n, err, len(value))
+			}
+			mustCommit(t, b, slow, value)
+		})
+	}
 }

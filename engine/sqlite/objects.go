@@ -171,7 +171,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		b.e.dropObjects(ctx, []string{replaced})
 	}
 	renew := func(ctx context.Context) error {
-		n, err := b.e.execWrite(ctx, sqlRenewObject, time.Now().Add(p.Lease).UnixNano(), int64(p.Set), p.Off, name)
+		n, err := b.e.execWrite(ctx, sqlRenewObject, leaseEnd(p), int64(p.Set), p.Off, name)
 		if err == nil && n == 0 {
 			err = b.unnamedError(ctx, p)
 		}
@@ -211,7 +211,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, sqlUploadAppended, p.Off+size, state, clock.OrNow(p.Now).Add(p.Lease).UnixNano(), int64(p.Set))
+		_, err := tx.ExecContext(ctx, sqlUploadAppended, p.Off+size, state, leaseEnd(p), int64(p.Set))
 		return err
 	})
 	if err == nil && (unnamed || size == 0) {
@@ -226,6 +226,16 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		return 0, err
 	}
 	return size, nil
+}
+
+// leaseEnd is when the lease of an upload p appends to ends if renewed
+// now, on p.Now's clock (nil: the engine's), in Unix nanoseconds.
+func leaseEnd(p blob.WriteValueParams) int64 {
+	var now time.Time
+	if p.Now != nil {
+		now = p.Now()
+	}
+	return clock.OrNow(now).Add(p.Lease).UnixNano()
 }
 
 // unnamedError is the error of a WriteValue whose chunk row no longer
