@@ -39,6 +39,7 @@ func testUploadStore() []suiteTest {
 		{"Lapsed", uploadLapsed},
 		{"Cancelled", uploadCancelled},
 		{"PoolOfOne", uploadPoolOfOne},
+		{"Metamorphic", uploadMetamorphic},
 	}
 }
 
