@@ -107,16 +107,42 @@ func engineValue(t *testing.T, eng blob.Backend, key blob.Key) []byte {
 	}
 	var value []byte
 	for int64(len(value)) < st.Size {
-		start, data, err := eng.ReadChunk(t.Context(), st.Chunks, int64(len(value)))
+		c, err := eng.ReadChunk(t.Context(), st.Chunks, int64(len(value)))
 		if err != nil {
 			t.Fatalf("engine ReadChunk(%d, %d): %v", st.Chunks, len(value), err)
 		}
-		if start != int64(len(value)) || len(data) == 0 {
-			t.Fatalf("engine ReadChunk(%d, %d) = chunk at %d of %d bytes, want one starting there", st.Chunks, len(value), start, len(data))
+		data := chunkBytes(t, eng, key, c)
+		if c.Start != int64(len(value)) || len(data) == 0 {
+			t.Fatalf("engine ReadChunk(%d, %d) = chunk at %d of %d bytes, want one starting there", st.Chunks, len(value), c.Start, len(data))
 		}
 		value = append(value, data...)
 	}
 	return value
+}
+
+// chunkBytes returns the bytes of c, a chunk of key's value (or of an
+// upload, key then zero): its data, or its object's bytes read whole.
+func chunkBytes(t *testing.T, eng blob.Backend, key blob.Key, c blob.Chunk) []byte {
+	t.Helper()
+	if c.Object == "" {
+		if int64(len(c.Data)) != c.Size {
+			t.Fatalf("engine ReadChunk: chunk at %d of %d bytes, Size %d", c.Start, len(c.Data), c.Size)
+		}
+		return c.Data
+	}
+	if c.Data != nil {
+		t.Fatalf("engine ReadChunk: object chunk %s at %d with %d bytes of data", c.Object, c.Start, len(c.Data))
+	}
+	rc, err := eng.ReadValue(t.Context(), blob.ReadValueParams{Key: key, Object: c.Object, At: c.Start, Size: c.Size, N: -1})
+	if err != nil {
+		t.Fatalf("engine ReadValue(%s, chunk at %d): %v", c.Object, c.Start, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil || int64(len(data)) != c.Size {
+		t.Fatalf("engine ReadValue(%s, chunk at %d) = %d bytes, %v; want %d", c.Object, c.Start, len(data), err, c.Size)
+	}
+	return data
 }
 
 // checkReader checks every way of reading rd, a reader over want stored
@@ -560,12 +586,12 @@ func blobIsolation(t *testing.T, h Harness) {
 			got.Value[i] ^= 0xff
 		}
 		if got.Chunks != 0 {
-			_, data, err := b.blobs.ReadChunk(t.Context(), got.Chunks, 0)
+			c, err := b.blobs.ReadChunk(t.Context(), got.Chunks, 0)
 			if err != nil {
 				t.Fatalf("engine ReadChunk: %v", err)
 			}
-			for i := range data {
-				data[i] ^= 0xff
+			for i := range c.Data {
+				c.Data[i] ^= 0xff
 			}
 		}
 		if again := engineValue(t, b.blobs, key); !bytes.Equal(again, value) {

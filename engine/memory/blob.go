@@ -2,6 +2,7 @@ package memory
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -52,8 +53,12 @@ type blobs struct {
 	lease gc.ProcessLease
 }
 
-// upload is a chunk set being staged.
+// upload is a chunk set being staged: who may continue it, what its
+// chunks hold and the state recorded with the last of them.
 type upload struct {
+	owner   string
+	size    int64
+	state   []byte
 	expires time.Time
 	chunks  []chunk
 }
@@ -100,6 +105,9 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		u, ok := b.uploads[p.Chunks]
 		if !ok {
 			return steaderr.ErrLost
+		}
+		if u.size != p.Size {
+			return fmt.Errorf("%w: upload %d holds %d bytes, not %d (another writer appended)", steaderr.ErrConflict, p.Chunks, u.size, p.Size)
 		}
 		if !tiles(u.chunks, p.Size) {
 			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
@@ -299,34 +307,52 @@ func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob
 		if staged || published {
 			return false, nil
 		}
-		b.uploads[set] = &upload{expires: clock.OrNow(p.Now).Add(p.Lease)}
+		b.uploads[set] = &upload{owner: p.Owner, state: bytes.Clone(p.State), expires: clock.OrNow(p.Now).Add(p.Lease)}
 		return true, nil
 	})
 	return blob.ChunkSet(id), err
 }
 
+func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.UploadStatus, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.e.check(ctx); err != nil {
+		return blob.UploadStatus{}, err
+	}
+	u, ok := b.uploads[set]
+	if !ok {
+		return blob.UploadStatus{}, lostUpload(set)
+	}
+	return blob.UploadStatus{Owner: u.owner, Size: u.size, State: bytes.Clone(u.state)}, nil
+}
+
+// lostUpload is the error for a chunk set with no live upload.
+func lostUpload(set blob.ChunkSet) error {
+	return fmt.Errorf("%w: chunk set %d has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost, set)
+}
+
 func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
-	set, off, data := p.Set, p.Off, p.Data
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+	if err := chunkid.CheckSpan(p.Off, len(p.Data)); err != nil {
 		return err
 	}
-	u, ok := b.uploads[set]
+	u, ok := b.uploads[p.Set]
 	if !ok {
-		return fmt.Errorf("%w: chunk set %d has no upload (never begun, published, aborted, or reaped once its lease lapsed)", steaderr.ErrLost, set)
+		return lostUpload(p.Set)
 	}
+	if p.Off != u.size {
+		return fmt.Errorf("%w: a chunk at offset %d of upload %d, which holds %d bytes (another writer appended)", steaderr.ErrConflict, p.Off, p.Set, u.size)
+	}
+	if len(p.Data) > 0 { // an empty append stores no chunk, one that tiles nothing
+		u.chunks = append(u.chunks, chunk{off: p.Off, data: bytes.Clone(p.Data)})
+	}
+	u.size = p.Off + int64(len(p.Data))
+	u.state = bytes.Clone(p.State)
 	u.expires = clock.OrNow(p.Now).Add(p.Lease)
-	// The chunks stay in offset order; one overlapping its neighbour
-	// before or after is refused.
-	i, _ := slices.BinarySearchFunc(u.chunks, off, func(c chunk, off int64) int { return cmpInt(c.off, off) })
-	if i > 0 && u.chunks[i-1].end() > off || i < len(u.chunks) && u.chunks[i].off < off+int64(len(data)) {
-		return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
-	}
-	u.chunks = slices.Insert(u.chunks, i, chunk{off: off, data: bytes.Clone(data)})
 	return nil
 }
 
@@ -366,38 +392,29 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 	return n, nil
 }
 
-func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (blob.Chunk, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if err := b.e.check(ctx); err != nil {
-		return 0, nil, err
+		return blob.Chunk{}, err
 	}
 	chunks, ok := b.sets[set]
 	if u, staged := b.uploads[set]; !ok && staged {
 		chunks, ok = u.chunks, true
 	}
 	if !ok {
-		return 0, nil, steaderr.ErrNotFound
+		return blob.Chunk{}, steaderr.ErrNotFound
 	}
 	// The chunk holding off is the last one starting at or before it.
-	i, found := slices.BinarySearchFunc(chunks, off, func(c chunk, off int64) int { return cmpInt(c.off, off) })
+	i, found := slices.BinarySearchFunc(chunks, off, func(c chunk, off int64) int { return cmp.Compare(c.off, off) })
 	if !found {
 		i--
 	}
 	if i < 0 {
-		return 0, nil, steaderr.ErrNotFound
+		return blob.Chunk{}, steaderr.ErrNotFound
 	}
-	return chunks[i].off, bytes.Clone(chunks[i].data), nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	c := chunks[i]
+	return blob.Chunk{Start: c.off, Size: int64(len(c.data)), Data: bytes.Clone(c.data)}, nil
 }
 
 // Tiered implements blob.Streamer: the memory engine has no bytes tier.

@@ -36,21 +36,22 @@ type Op string
 // The operations an Injector is asked about, one per engine method that
 // can fail.
 const (
-	BlobPut         Op = "blob.Put"
-	BlobGet         Op = "blob.Get"
-	BlobStat        Op = "blob.Stat"
-	BlobList        Op = "blob.List"
-	BlobDelete      Op = "blob.Delete"
-	BlobPin         Op = "blob.Pin"
-	BlobRenewPin    Op = "blob.RenewPin"
-	BlobUnpin       Op = "blob.Unpin"
-	BlobBeginUpload Op = "blob.BeginUpload"
-	BlobWriteChunk  Op = "blob.WriteChunk"
-	BlobAbortUpload Op = "blob.AbortUpload"
-	BlobReapUploads Op = "blob.ReapUploads"
-	BlobReadChunk   Op = "blob.ReadChunk"
-	BlobWriteValue  Op = "blob.WriteValue"
-	BlobReadValue   Op = "blob.ReadValue"
+	BlobPut          Op = "blob.Put"
+	BlobGet          Op = "blob.Get"
+	BlobStat         Op = "blob.Stat"
+	BlobList         Op = "blob.List"
+	BlobDelete       Op = "blob.Delete"
+	BlobPin          Op = "blob.Pin"
+	BlobRenewPin     Op = "blob.RenewPin"
+	BlobUnpin        Op = "blob.Unpin"
+	BlobBeginUpload  Op = "blob.BeginUpload"
+	BlobUploadStatus Op = "blob.UploadStatus"
+	BlobWriteChunk   Op = "blob.WriteChunk"
+	BlobAbortUpload  Op = "blob.AbortUpload"
+	BlobReapUploads  Op = "blob.ReapUploads"
+	BlobReadChunk    Op = "blob.ReadChunk"
+	BlobWriteValue   Op = "blob.WriteValue"
+	BlobReadValue    Op = "blob.ReadValue"
 
 	GCReap             Op = "gc.Reap"
 	GCDeclared         Op = "gc.Declared"
@@ -369,6 +370,13 @@ func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob
 	return b.inner.BeginUpload(ctx, p)
 }
 
+func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.UploadStatus, error) {
+	if err := b.inj.Inject(BlobUploadStatus); err != nil {
+		return blob.UploadStatus{}, err
+	}
+	return b.inner.UploadStatus(ctx, set)
+}
+
 func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	if err := b.inj.Inject(BlobWriteChunk); err != nil {
 		return err
@@ -390,9 +398,9 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 	return b.inner.ReapUploads(ctx, p)
 }
 
-func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (blob.Chunk, error) {
 	if err := b.inj.Inject(BlobReadChunk); err != nil {
-		return 0, nil, err
+		return blob.Chunk{}, err
 	}
 	return b.inner.ReadChunk(ctx, set, off)
 }

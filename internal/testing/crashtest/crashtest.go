@@ -37,12 +37,12 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		h := newHarness(t)
 		ctx := t.Context()
 		eng := h.Open(t)
-		set, err := eng.Blobs().BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Millisecond})
+		set, err := eng.Blobs().BeginUpload(ctx, blob.BeginUploadParams{State: []byte("state"), Lease: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		value := randomValue(5000)
-		if _, err := eng.Blobs().WriteValue(ctx, blob.WriteValueParams{Set: set, Value: bytes.NewReader(value), Lease: time.Hour}); err != nil {
+		if _, err := eng.Blobs().WriteValue(ctx, blob.WriteValueParams{Set: set, Value: bytes.NewReader(value), Lease: time.Millisecond, State: func() []byte { return []byte("state") }}); err != nil {
 			t.Fatal(err)
 		}
 		// The process dies before it publishes; the next one reaps the
