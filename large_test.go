@@ -469,12 +469,12 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 			defer st.Close()
 			before := withoutPins(raw.rows(t))
 			eng := openEngine(t, url).Blobs()
-			set, err := eng.BeginUpload(t.Context(), blob.BeginUploadParams{Lease: time.Millisecond})
+			set, err := eng.BeginUpload(t.Context(), blob.BeginUploadParams{State: []byte("begun"), Lease: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for off := int64(0); off < 3000; off += 1000 {
-				if err := eng.WriteChunk(t.Context(), blob.WriteChunkParams{Set: set, Off: off, Data: make([]byte, 1000), Lease: time.Millisecond}); err != nil {
+				if err := eng.WriteChunk(t.Context(), blob.WriteChunkParams{Set: set, Off: off, Data: make([]byte, 1000), State: []byte("appended"), Lease: time.Millisecond}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -491,7 +491,7 @@ func TestLargeSweepReapsUploads(t *testing.T) {
 			if after := withoutPins(raw.rows(t)); !maps.Equal(after, before) {
 				t.Fatalf("after the sweep (%v): rows %v, want %v", rep, after, before)
 			}
-			if err := eng.WriteChunk(t.Context(), blob.WriteChunkParams{Set: set, Off: 3000, Data: make([]byte, 10), Lease: time.Minute}); !errors.Is(err, stead.ErrLost) {
+			if err := eng.WriteChunk(t.Context(), blob.WriteChunkParams{Set: set, Off: 3000, Data: make([]byte, 10), State: []byte("late"), Lease: time.Minute}); !errors.Is(err, stead.ErrLost) {
 				t.Fatalf("WriteChunk to a reaped upload = %v, want ErrLost", err)
 			}
 		})

@@ -108,9 +108,9 @@ type untouchedEngine struct {
 	t *testing.T
 }
 
-func (u untouchedEngine) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+func (u untouchedEngine) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (blob.Chunk, error) {
 	u.t.Errorf("ReadChunk(%d, %d) called", set, off)
-	return 0, nil, steaderr.ErrNotFound
+	return blob.Chunk{}, steaderr.ErrNotFound
 }
 
 func (u untouchedEngine) Put(ctx context.Context, p blob.PutParams) error {
@@ -118,32 +118,44 @@ func (u untouchedEngine) Put(ctx context.Context, p blob.PutParams) error {
 	return nil
 }
 
-// TestPublishRefusesBadPins checks that Publish refuses a pin the engines
-// may not be handed (an invalid owner, a TTL or instant that is not a
-// whole positive microsecond) before it calls the engine.
-func TestPublishRefusesBadPins(t *testing.T) {
+// TestCommitRefusesBadPins checks that an upload's Commit refuses a pin
+// the engines may not be handed (an invalid owner, a TTL or instant that
+// is not a whole positive microsecond) before it calls the engine, and
+// leaves the upload to be committed rightly.
+func TestCommitRefusesBadPins(t *testing.T) {
 	t.Parallel()
-	s := blob.NewStore(untouchedEngine{t: t}, blob.Options{})
-	ok := blob.PutParams{Key: blob.KeyOf([]byte("value")), Chunks: 7, Size: 5, Owner: "publisher", TTL: time.Minute}
+	eng := memory.New()
+	t.Cleanup(func() { eng.Close() })
+	s := blob.NewStore(untouchedEngine{Backend: eng.Blobs(), t: t}, blob.Options{})
+	u, err := s.BeginUpload(t.Context(), blob.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := blob.CommitOptions{Owner: "publisher", TTL: time.Minute}
 	for _, c := range []struct {
 		name string
-		edit func(*blob.PutParams)
+		edit func(*blob.CommitOptions)
 		want error
 	}{
-		{"empty owner", func(p *blob.PutParams) { p.Owner = "" }, steaderr.ErrInvalidName},
-		{"owner with a control character", func(p *blob.PutParams) { p.Owner = "a\nb" }, steaderr.ErrInvalidName},
-		{"owner too long", func(p *blob.PutParams) { p.Owner = strings.Repeat("o", 256) }, steaderr.ErrInvalidName},
-		{"zero TTL", func(p *blob.PutParams) { p.TTL = 0 }, steaderr.ErrInvalidArgument},
-		{"negative TTL", func(p *blob.PutParams) { p.TTL = -time.Second }, steaderr.ErrInvalidArgument},
-		{"TTL of a nanosecond", func(p *blob.PutParams) { p.TTL = time.Nanosecond }, steaderr.ErrInvalidArgument},
-		{"TTL not whole microseconds", func(p *blob.PutParams) { p.TTL = time.Second + time.Nanosecond }, steaderr.ErrInvalidArgument},
-		{"instant not a whole microsecond", func(p *blob.PutParams) { p.Now = time.Unix(1, 1) }, steaderr.ErrInvalidArgument},
+		{"owner with a control character", func(p *blob.CommitOptions) { p.Owner = "a\nb" }, steaderr.ErrInvalidName},
+		{"owner too long", func(p *blob.CommitOptions) { p.Owner = strings.Repeat("o", 256) }, steaderr.ErrInvalidName},
+		{"zero TTL", func(p *blob.CommitOptions) { p.TTL = 0 }, steaderr.ErrInvalidArgument},
+		{"negative TTL", func(p *blob.CommitOptions) { p.TTL = -time.Second }, steaderr.ErrInvalidArgument},
+		{"TTL of a nanosecond", func(p *blob.CommitOptions) { p.TTL = time.Nanosecond }, steaderr.ErrInvalidArgument},
+		{"TTL not whole microseconds", func(p *blob.CommitOptions) { p.TTL = time.Second + time.Nanosecond }, steaderr.ErrInvalidArgument},
+		{"instant not a whole microsecond", func(p *blob.CommitOptions) { p.Now = time.Unix(1, 1) }, steaderr.ErrInvalidArgument},
 	} {
 		p := ok
 		c.edit(&p)
-		if err := s.Publish(t.Context(), p); !errors.Is(err, c.want) {
-			t.Errorf("%s: Publish = %v, want an error wrapping %v", c.name, err, c.want)
+		if _, err := u.Commit(t.Context(), p); !errors.Is(err, c.want) {
+			t.Errorf("%s: Commit = %v, want an error wrapping %v", c.name, err, c.want)
 		}
+	}
+	if size := u.Size(); size != 0 {
+		t.Fatalf("Size after refused commits = %d, want 0", size)
+	}
+	if _, err := s.ResumeUpload(t.Context(), u.ID(), blob.UploadOptions{}); err != nil {
+		t.Fatalf("ResumeUpload after refused commits: %v", err)
 	}
 }
 

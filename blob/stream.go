@@ -26,10 +26,10 @@ type Streamer interface {
 	// written (replacing a name a writer that never finished left there:
 	// the last writer at an offset wins, and the one it replaced fails
 	// with an error wrapping steaderr.ErrConflict), streams p.Value into
-	// that object, renewing the upload's lease to p.Lease as it goes, and,
-	// once the object is completely and durably written, commits the
-	// chunk's size, the upload's new size and state p.State() in one
-	// transaction, and returns the bytes written. An upload gone is an
+	// that object, renewing the upload's lease to p.Lease from p.Now as
+	// it goes, and, once the object is completely and durably written,
+	// commits the chunk's size, the upload's new size, state p.State()
+	// and lease in one transaction, and returns the bytes written. An upload gone is an
 	// error wrapping steaderr.ErrLost, an offset other than its size one
 	// wrapping steaderr.ErrConflict; an error reading p.Value comes back
 	// wrapped, as an error of the source's. On error the upload's size and
@@ -54,6 +54,10 @@ type WriteValueParams struct {
 	Off   int64
 	Value io.Reader
 	Lease time.Duration
+	// Now returns the instant each renewal of the lease, and the commit's,
+	// runs from, a whole microsecond; nil, or the zero instant: the
+	// engine's clock (as BeginUploadParams.Now and WriteChunkParams.Now).
+	Now func() time.Time
 	// State returns the upload's state once Value is read to its end; it
 	// is called once, after the last read of Value, at most
 	// MaxUploadState bytes.

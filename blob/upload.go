@@ -83,7 +83,10 @@ func (s *Store) ResumeUpload(ctx context.Context, id string, opts UploadOptions)
 	if err != nil {
 		return nil, fmt.Errorf("blob resume upload %s: %w", id, err)
 	}
-	if err := u.refresh(ctx); err != nil {
+	if err := u.refresh(ctx); errors.Is(err, steaderr.ErrLost) {
+		// One answer for every upload not to be had, whoever's it is.
+		return nil, fmt.Errorf("blob resume upload %s: %w: no such upload", id, steaderr.ErrLost)
+	} else if err != nil {
 		return nil, fmt.Errorf("blob resume upload %s: %w", id, err)
 	}
 	return u, nil
@@ -241,6 +244,15 @@ func (u *Upload) appendChunks(ctx context.Context, r io.Reader, limit int64) err
 // reading goroutine a chunk ahead of the bucket's write.
 func (u *Upload) appendObject(ctx context.Context, r io.Reader, limit int64) error {
 	s := u.s
+	// An object chunk holds at least a byte: empty content appends none.
+	var first [1]byte
+	switch n, err := io.ReadFull(r, first[:]); {
+	case n == 0 && err == io.EOF:
+		return nil
+	case err != nil:
+		return fmt.Errorf("read content: %w", err)
+	}
+	r = io.MultiReader(bytes.NewReader(first[:]), r)
 	base, err := u.hash.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
 		return err
@@ -250,7 +262,7 @@ func (u *Upload) appendObject(ctx context.Context, r io.Reader, limit int64) err
 	defer stop()
 	src := &chunkSource{chunks: chunks}
 	var stateErr error
-	n, err := s.eng.WriteValue(ctx, WriteValueParams{Set: u.set, Off: u.size, Value: src, Lease: u.lease, State: func() []byte {
+	n, err := s.eng.WriteValue(ctx, WriteValueParams{Set: u.set, Off: u.size, Value: src, Lease: u.lease, Now: s.pins.engineNow, State: func() []byte {
 		stop() // the hash has seen every byte once the reading goroutine is done
 		state, err := u.hash.(encoding.BinaryMarshaler).MarshalBinary()
 		stateErr = err
@@ -377,6 +389,16 @@ func (u *Upload) readInline(ctx context.Context) (value []byte, ok bool, err err
 			return nil, false, fmt.Errorf("%w: the upload's chunk at %d is [%d, %d)", steaderr.ErrCorrupt, len(value), c.Start, c.Start+int64(len(c.Data)))
 		}
 		value = append(value, c.Data...)
+	}
+	// Another writer may have appended since this Upload's last step; its
+	// bytes are not to be dropped by a publish of fewer.
+	st, err := u.s.eng.UploadStatus(ctx, u.set)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case st.Size != u.size:
+		u.stale = true
+		return nil, false, fmt.Errorf("%w: the upload holds %d bytes, not %d (another writer appended)", steaderr.ErrConflict, st.Size, u.size)
 	}
 	return value, true, nil
 }

@@ -84,6 +84,12 @@ type Harness struct {
 	// failed: the suite then checks that every error comes back as it
 	// was. nil: the fault tests are skipped.
 	Faulty func(t *testing.T, fail func(op string) error) engine.Engine
+	// OneConn returns a fresh, migrated, empty engine as New does but
+	// whose connection pool holds one connection, closed in t.Cleanup: the
+	// upload tests then check that no call holds a connection while it
+	// waits on its caller (an append streaming its source) or on another
+	// call. nil: the engine has no pool, and those tests are skipped.
+	OneConn func(t *testing.T) engine.Engine
 	// ChunkSize is the chunk size of the chunked runs (BlobChunked,
 	// GCChunked); 0 means a tiny one. An engine that pays a round trip per
 	// chunk (the remote one) sets it larger to keep the suite short; every

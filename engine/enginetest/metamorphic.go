@@ -272,6 +272,7 @@ const (
 	classLeased          = "ErrLeased"
 	classInvalidName     = "ErrInvalidName"
 	classProtected       = "ErrProtected"
+	classLost            = "ErrLost"
 	classOther           = "other error"
 )
 
@@ -301,6 +302,8 @@ func errClass(err error) string {
 		return classLeased
 	case errors.Is(err, steaderr.ErrInvalidName):
 		return classInvalidName
+	case errors.Is(err, steaderr.ErrLost):
+		return classLost
 	}
 	return classOther
 }

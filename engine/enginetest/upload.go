@@ -33,6 +33,8 @@ func testUpload(t *testing.T, h Harness) {
 		{"OffsetOverflow", uploadOffsetOverflow},
 		{"Reap", uploadReap},
 	})
+	runTests(t, h, testUploadStore())
+	runTests(t, h, testUploadTier())
 }
 
 // uploadRaceChunk is the chunk size of the upload races: large enough that

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/steadkit/stead/blob"
@@ -11,41 +12,48 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// The chunked tier (docs/decisions/0011-large-blobs.md). Writes run on the
-// single writer connection, each in its own short transaction, so chunk
-// writes, publishing and reaping never interleave; reads use the reader
-// pool, one statement each.
+// The chunked tier (docs/decisions/0011-large-blobs.md) and its durable
+// uploads (docs/decisions/0045-durable-uploads.md). Writes run on the
+// single writer connection, each in its own short transaction, so appends,
+// publishing and reaping never interleave; reads use the reader pool, one
+// statement each. A chunk is committed when it is a data chunk (object
+// NULL) or an object chunk written whole (len set); an object chunk whose
+// len is NULL is unfinished: no part of the value, replaced by the next
+// append at its offset, deleted with its set.
 const (
 	// sqlBeginUpload starts an upload under the random id ?1, unless that
 	// id is taken: by a live upload, or by a published set (which holds
 	// chunks and no upload).
-	sqlBeginUpload = `INSERT INTO blob_uploads (id, expires_at) SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1) ON CONFLICT (id) DO NOTHING`
-	sqlUploadLive  = `SELECT EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?)`
-	// sqlRenewUpload extends a lease only once a third of it has passed, so
-	// most chunk writes change no upload row.
-	sqlRenewUpload = `UPDATE blob_uploads SET expires_at = ?1 WHERE id = ?2 AND expires_at < ?3`
-	// sqlInsertChunk stores a chunk only while its upload exists (a
-	// reaped upload takes no chunk) and only if it overlaps no chunk of
-	// the set: neither the one starting at or before it nor one starting
-	// inside it.
-	sqlInsertChunk = `INSERT INTO blob_chunks (chunks, off, data) SELECT ?1, ?2, ?3
-WHERE EXISTS (SELECT 1 FROM blob_uploads WHERE id = ?1)
-AND NOT EXISTS (
-	SELECT 1 FROM (SELECT off, length(data) AS len FROM blob_chunks WHERE chunks = ?1 AND off <= ?2 ORDER BY off DESC LIMIT 1)
-	WHERE off + len > ?2
-)
-AND NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1 AND off > ?2 AND off < ?2 + length(?3))`
+	sqlBeginUpload = `INSERT INTO blob_uploads (id, expires_at, owner, size, state) SELECT ?1, ?2, ?3, 0, ?4
+WHERE NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1) ON CONFLICT (id) DO NOTHING`
+	sqlUploadStatus = `SELECT owner, size, state FROM blob_uploads WHERE id = ?`
+	sqlUploadSize   = `SELECT size FROM blob_uploads WHERE id = ?`
+	// sqlUploadAppended commits an append's size, state and lease.
+	sqlUploadAppended = `UPDATE blob_uploads SET size = ?1, state = ?2, expires_at = ?3 WHERE id = ?4`
+	// sqlDropUnfinished deletes the unfinished object chunk at (?1, ?2),
+	// if any, answering its object.
+	sqlDropUnfinished = `DELETE FROM blob_chunks WHERE chunks = ?1 AND off = ?2 AND object IS NOT NULL AND len IS NULL RETURNING object`
+	sqlInsertChunk    = `INSERT INTO blob_chunks (chunks, off, data) VALUES (?, ?, ?)`
 	// sqlChunkSpans lists the chunks of a set in order, without their
-	// bytes: length() of a column does not read a blob's content, where
-	// length() under a window function reads every chunk whole.
-	sqlChunkSpans   = `SELECT off, length(data) FROM blob_chunks WHERE chunks = ? ORDER BY off`
-	sqlEndUpload    = `DELETE FROM blob_uploads WHERE id = ?`
-	sqlPublishBlob  = `INSERT INTO blobs (key, size, value, chunks) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
-	sqlDeleteChunks = `DELETE FROM blob_chunks WHERE chunks = ?`
-	sqlReapChunks   = `DELETE FROM blob_chunks WHERE chunks IN (SELECT id FROM blob_uploads WHERE expires_at <= ?)`
-	sqlReapUploads  = `DELETE FROM blob_uploads WHERE expires_at <= ?`
-	sqlReadChunk    = `SELECT off, data FROM blob_chunks WHERE chunks = ? AND off <= ? ORDER BY off DESC LIMIT 1`
-	sqlGet          = `SELECT size, value, chunks, object FROM blobs WHERE key = ?`
+	// bytes: length() of a column does not read a blob's content, and a
+	// data chunk's object and len are NULL, known from the record's header
+	// (where length() under a window function reads every chunk whole).
+	sqlChunkSpans = `SELECT off, coalesce(len, length(data)), object, object IS NOT NULL AND len IS NULL FROM blob_chunks WHERE chunks = ? ORDER BY off`
+	// sqlSetObjects answers the objects of set ?1's chunks, finished or
+	// not.
+	sqlSetObjects        = `SELECT object FROM blob_chunks WHERE chunks = ? AND object IS NOT NULL`
+	sqlEndUpload         = `DELETE FROM blob_uploads WHERE id = ?`
+	sqlPublishBlob       = `INSERT INTO blobs (key, size, value, chunks) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
+	sqlPublishObject     = `INSERT INTO blobs (key, size, value, object) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
+	sqlDeleteChunks      = `DELETE FROM blob_chunks WHERE chunks = ?`
+	sqlDropAllUnfinished = `DELETE FROM blob_chunks WHERE chunks = ? AND object IS NOT NULL AND len IS NULL`
+	sqlReapObjects       = `SELECT object FROM blob_chunks WHERE chunks IN (SELECT id FROM blob_uploads WHERE expires_at <= ?1) AND object IS NOT NULL`
+	sqlReapChunks        = `DELETE FROM blob_chunks WHERE chunks IN (SELECT id FROM blob_uploads WHERE expires_at <= ?)`
+	sqlReapUploads       = `DELETE FROM blob_uploads WHERE expires_at <= ?`
+	// sqlReadChunk answers the committed chunk at or before ?2.
+	sqlReadChunk = `SELECT off, data, object, len FROM blob_chunks WHERE chunks = ?1 AND off <= ?2 AND (object IS NULL OR len IS NOT NULL)
+ORDER BY off DESC LIMIT 1`
+	sqlGet = `SELECT size, value, chunks, object FROM blobs WHERE key = ?`
 )
 
 // errUploadLost reports a chunk set with no live upload: never begun,
@@ -103,71 +111,160 @@ func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob
 	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
 		expires := clock.OrNow(p.Now).Add(p.Lease).UnixNano()
 		id, err = chunkid.Draw(func(id int64) (bool, error) {
-			return changed(ctx, tx, sqlBeginUpload, id, expires)
+			return changed(ctx, tx, sqlBeginUpload, id, expires, p.Owner, p.State)
 		})
 		return err
 	})
 	return blob.ChunkSet(id), err
 }
 
-// WriteChunk stores a chunk only while its upload's row exists, which
-// only BeginUpload creates: an ended upload takes no chunk.
+func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.UploadStatus, error) {
+	if err := b.e.check(ctx); err != nil {
+		return blob.UploadStatus{}, err
+	}
+	var st blob.UploadStatus
+	err := b.e.reader.QueryRowContext(ctx, sqlUploadStatus, int64(set)).Scan(&st.Owner, &st.Size, &st.State)
+	if err = readError(ctx, err); errors.Is(err, steaderr.ErrNotFound) {
+		return blob.UploadStatus{}, errUploadLost
+	}
+	return st, err
+}
+
+// appendAt checks, in tx, that the upload set is live (else
+// errUploadLost) and holds off bytes, so that an append at off may
+// commit; another size is an error wrapping steaderr.ErrConflict naming
+// it.
+func appendAt(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, off int64) error {
+	size, err := uploadSize(ctx, tx, set)
+	if err == nil && size != off {
+		err = fmt.Errorf("%w: upload %d holds %d bytes: an append starts there, not at %d (another writer appended first)", steaderr.ErrConflict, set, size, off)
+	}
+	return err
+}
+
+// uploadSize reads the live upload set's size in tx; errUploadLost when
+// there is none.
+func uploadSize(ctx context.Context, tx *sql.Tx, set blob.ChunkSet) (int64, error) {
+	var size int64
+	err := tx.QueryRowContext(ctx, sqlUploadSize, int64(set)).Scan(&size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, errUploadLost
+	}
+	return size, err
+}
+
+// dropUnfinished deletes the unfinished object chunk at (set, off), in
+// tx, and returns its object ("" for none), to delete once tx commits.
+func dropUnfinished(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, off int64) (string, error) {
+	names, err := queryNames(ctx, tx, sqlDropUnfinished, int64(set), off)
+	if err != nil || len(names) == 0 {
+		return "", err
+	}
+	return names[0], nil
+}
+
+// WriteChunk appends a data chunk, with the upload's new size, state and
+// lease, in one write transaction; an unfinished object chunk at its
+// offset is replaced, its object deleted once the append commits.
 func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
-	set, off, data, lease := p.Set, p.Off, p.Data, p.Lease
-	if err := chunkid.CheckSpan(off, len(data)); err != nil {
+	if err := chunkid.CheckSpan(p.Off, len(p.Data)); err != nil {
 		return err
 	}
-	return b.writeTx(ctx, func(tx *sql.Tx) error {
-		now := clock.OrNow(p.Now)
-		if _, err := tx.ExecContext(ctx, sqlRenewUpload, now.Add(lease).UnixNano(), int64(set), now.Add(lease*2/3).UnixNano()); err != nil {
+	if len(p.Data) == 0 {
+		return fmt.Errorf("%w: an empty chunk at offset %d", steaderr.ErrInvalidArgument, p.Off)
+	}
+	var replaced string
+	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
+		if err := appendAt(ctx, tx, p.Set, p.Off); err != nil {
 			return err
 		}
-		stored, err := changed(ctx, tx, sqlInsertChunk, int64(set), off, data)
-		if err != nil || stored {
+		if replaced, err = dropUnfinished(ctx, tx, p.Set, p.Off); err != nil {
 			return err
 		}
-		var live bool
-		if err := tx.QueryRowContext(ctx, sqlUploadLive, int64(set)).Scan(&live); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertChunk, int64(p.Set), p.Off, p.Data); err != nil {
 			return err
 		}
-		if !live {
-			return errUploadLost
-		}
-		return fmt.Errorf("%w: a chunk of %d bytes at offset %d overlaps a chunk of set %d", steaderr.ErrConflict, len(data), off, set)
+		expires := clock.OrNow(p.Now).Add(p.Lease).UnixNano()
+		_, err = tx.ExecContext(ctx, sqlUploadAppended, p.Off+int64(len(p.Data)), p.State, expires, int64(p.Set))
+		return err
 	})
+	if err == nil && replaced != "" {
+		b.e.dropObjects(ctx, []string{replaced})
+	}
+	return err
+}
+
+// span is one chunk of a set, as sqlChunkSpans lists it.
+type span struct {
+	off, size  int64
+	object     string
+	unfinished bool
+}
+
+// chunkSpans lists set's chunks in offset order, in tx.
+func chunkSpans(ctx context.Context, tx *sql.Tx, set blob.ChunkSet) ([]span, error) {
+	rows, err := tx.QueryContext(ctx, sqlChunkSpans, int64(set))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var spans []span
+	for rows.Next() {
+		var s span
+		var size sql.NullInt64
+		var object sql.NullString
+		if err := rows.Scan(&s.off, &size, &object, &s.unfinished); err != nil {
+			return nil, err
+		}
+		s.size, s.object = size.Int64, object.String
+		spans = append(spans, s)
+	}
+	return spans, rows.Err()
 }
 
 // publish stores the chunked value p names and its pin in one write
-// transaction: the upload ends (none: reaped, nothing happens), its chunks
-// must cover p.Size bytes exactly (not: nothing happens), the blob
-// row names the chunk set unless the key was already stored, in which case
-// the staged chunks are deleted, and the pin is upserted as a put's is.
+// transaction: the upload must be live and hold p.Size bytes, its
+// committed chunks must cover them exactly (else nothing happens), the
+// upload ends, and the blob row names its one object chunk's object (the
+// chunk row goes) or else the chunk set, unless the key was already
+// stored, in which case the chunks are deleted. Unfinished chunks are
+// deleted in any case; every object of a chunk row deleted is deleted
+// once the transaction commits.
 func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 	putPin, err := b.putPin.get(ctx)
 	if err != nil {
 		return interpretError(ctx, err)
 	}
-	var redundant string
+	var doomed []string
 	err = b.writeTx(ctx, func(tx *sql.Tx) error {
-		object, objectSize, err := uploadObject(ctx, tx, p.Chunks)
+		doomed = nil
+		size, err := uploadSize(ctx, tx, p.Chunks)
 		if err != nil {
 			return err
 		}
-		found, err := changed(ctx, tx, sqlEndUpload, int64(p.Chunks))
+		if size != p.Size {
+			return fmt.Errorf("%w: upload %d holds %d bytes, not the %d to publish (another writer appended since)", steaderr.ErrConflict, p.Chunks, size, p.Size)
+		}
+		spans, err := chunkSpans(ctx, tx, p.Chunks)
 		if err != nil {
 			return err
 		}
-		if !found {
-			return errUploadLost
-		}
-		tiled := false
-		if object == "" {
-			if tiled, err = chunksTile(ctx, tx, p.Chunks, p.Size); err != nil {
-				return err
+		var t chunkid.Tiling
+		var committed []span
+		var unfinished []string
+		for _, s := range spans {
+			if s.unfinished {
+				unfinished = append(unfinished, s.object)
+				continue
 			}
+			t.Add(s.off, s.size)
+			committed = append(committed, s)
 		}
-		if object == "" && !tiled {
-			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
+		if !t.Covers(p.Size) {
+			return fmt.Errorf("%w: the committed chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
+		}
+		if _, err := tx.ExecContext(ctx, sqlEndUpload, int64(p.Chunks)); err != nil {
+			return err
 		}
 		if len(p.Children) > 0 {
 			refused, err := addEdges(ctx, tx, p.Key.String(), keyTexts(p.Children))
@@ -178,46 +275,62 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 				return err
 			}
 		}
-		inserted := false
-		if object != "" {
-			redundant, err = publishObject(ctx, tx, p, object, objectSize)
+		whole := len(committed) == 1 && committed[0].object != ""
+		var inserted bool
+		if whole {
+			inserted, err = changed(ctx, tx, sqlPublishObject, p.Key.String(), p.Size, committed[0].object)
 		} else {
 			inserted, err = changed(ctx, tx, sqlPublishBlob, p.Key.String(), p.Size, int64(p.Chunks))
 		}
 		if err != nil {
 			return err
 		}
-		if object == "" && !inserted {
-			if _, err := tx.ExecContext(ctx, sqlDeleteChunks, int64(p.Chunks)); err != nil {
-				return err
+		doomed = unfinished
+		switch {
+		case whole && inserted:
+			_, err = tx.ExecContext(ctx, sqlDeleteChunks, int64(p.Chunks))
+		case inserted:
+			if len(unfinished) > 0 {
+				_, err = tx.ExecContext(ctx, sqlDropAllUnfinished, int64(p.Chunks))
 			}
+		default: // the key was stored: its chunks are redundant
+			for _, s := range committed {
+				if s.object != "" {
+					doomed = append(doomed, s.object)
+				}
+			}
+			_, err = tx.ExecContext(ctx, sqlDeleteChunks, int64(p.Chunks))
+		}
+		if err != nil {
+			return err
 		}
 		expiry := clock.OrNow(p.Now).Add(p.TTL).UnixMicro()
 		_, err = tx.StmtContext(ctx, putPin).ExecContext(ctx, p.Key.String(), p.Owner, expiry)
 		return err
 	})
-	if err == nil && redundant != "" {
-		b.e.dropObjects(ctx, []string{redundant})
+	if err == nil {
+		b.e.dropObjects(ctx, doomed)
 	}
 	return err
 }
 
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
-	var object string
+	var objects []string
 	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
-		if object, _, err = uploadObject(ctx, tx, set); err != nil {
-			return err
-		}
+		objects = nil
 		// An upload already published has no row and keeps its chunks.
 		found, err := changed(ctx, tx, sqlEndUpload, int64(set))
 		if err != nil || !found {
 			return err
 		}
+		if objects, err = queryNames(ctx, tx, sqlSetObjects, int64(set)); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, sqlDeleteChunks, int64(set))
 		return err
 	})
-	if err == nil && object != "" {
-		b.e.dropObjects(ctx, []string{object})
+	if err == nil {
+		b.e.dropObjects(ctx, objects)
 	}
 	return err
 }
@@ -246,37 +359,24 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 	return int(n), listError(ctx, err)
 }
 
-func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (blob.Chunk, error) {
 	if err := b.e.check(ctx); err != nil {
-		return 0, nil, err
+		return blob.Chunk{}, err
 	}
 	s, err := b.readChunk.get(ctx)
 	if err != nil {
-		return 0, nil, readError(ctx, err)
+		return blob.Chunk{}, readError(ctx, err)
 	}
-	var start int64
-	var data []byte
-	if err := s.QueryRowContext(ctx, int64(set), off).Scan(&start, &data); err != nil {
-		return 0, nil, readError(ctx, err)
+	var c blob.Chunk
+	var object sql.NullString
+	var size sql.NullInt64
+	if err := s.QueryRowContext(ctx, int64(set), off).Scan(&c.Start, &c.Data, &object, &size); err != nil {
+		return blob.Chunk{}, readError(ctx, err)
 	}
-	return start, data, nil
-}
-
-// chunksTile reports whether the chunks of set cover [0, size) exactly,
-// each byte once (chunkid.Tiling).
-func chunksTile(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, size int64) (bool, error) {
-	rows, err := tx.QueryContext(ctx, sqlChunkSpans, int64(set))
-	if err != nil {
-		return false, err
+	if object.Valid {
+		c.Object, c.Size, c.Data = object.String, size.Int64, nil
+	} else {
+		c.Size = int64(len(c.Data))
 	}
-	defer rows.Close()
-	var t chunkid.Tiling
-	for rows.Next() {
-		var off, n int64
-		if err := rows.Scan(&off, &n); err != nil {
-			return false, err
-		}
-		t.Add(off, n)
-	}
-	return t.Covers(size), rows.Err()
+	return c, nil
 }

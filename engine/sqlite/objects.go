@@ -13,37 +13,45 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/internal/bytestier"
+	"github.com/steadkit/stead/engine/internal/chunkid"
 	"github.com/steadkit/stead/engine/internal/sqlengine"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // The bytes tier (docs/decisions/0027-bytes-tier.md): values over the
-// inline limit written to one bucket object each, named by their upload
-// before a byte is written and by their blob row once published. Objects
-// are deleted only after the deletion of the row naming them committed.
+// inline limit written to bucket objects, each the one chunk of an append
+// (docs/decisions/0045-durable-uploads.md), named by its chunk row before a
+// byte is written and, for a value of one object, by its blob row once
+// published. Objects are deleted only after the deletion of the row naming
+// them committed.
 const (
 	sqlTierRead    = `SELECT store_id, bucket, claimed FROM bytes_tier WHERE id = 1`
 	sqlTierAnyBlob = `SELECT EXISTS (SELECT 1 FROM blobs)`
 	sqlTierInsert  = `INSERT INTO bytes_tier (id, store_id, bucket) VALUES (1, ?1, ?2) ON CONFLICT (id) DO NOTHING`
 	sqlTierClaimed = `UPDATE bytes_tier SET claimed = 1 WHERE id = 1`
-	// sqlUploadNameObject names the upload's object, unless the upload has
-	// a chunk or an object already.
-	sqlUploadNameObject = `UPDATE blob_uploads SET object = ?1 WHERE id = ?2 AND object IS NULL
-AND NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?2)`
-	sqlUploadRenewObject = `UPDATE blob_uploads SET expires_at = max(expires_at, ?1) WHERE id = ?2 AND object = ?3`
-	sqlUploadObjectSize  = `UPDATE blob_uploads SET object_size = ?1 WHERE id = ?2 AND object = ?3`
-	sqlUploadObject      = `SELECT object, object_size FROM blob_uploads WHERE id = ?`
-	sqlPublishObject     = `INSERT INTO blobs (key, size, value, object) VALUES (?, ?, x'', ?) ON CONFLICT (key) DO NOTHING`
-	sqlReapObjects       = `SELECT object FROM blob_uploads WHERE expires_at <= ? AND object IS NOT NULL`
-	sqlDoomedObjects     = `SELECT object FROM blobs WHERE key IN (SELECT value FROM json_each(?1)) AND object IS NOT NULL`
-	sqlOrphanCursor      = `SELECT token FROM gc_orphans WHERE id = 1`
-	sqlOrphanCursorSet   = `UPDATE gc_orphans SET token = ?1 WHERE id = 1`
+	// sqlNameObject names the object of an unfinished chunk at (?1, ?2).
+	sqlNameObject = `INSERT INTO blob_chunks (chunks, off, data, object) VALUES (?1, ?2, x'', ?3)`
+	// sqlRenewObject extends the upload's lease while its chunk row at
+	// (?2, ?3) still names the object ?4 being written.
+	sqlRenewObject = `UPDATE blob_uploads SET expires_at = max(expires_at, ?1) WHERE id = ?2
+AND EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?2 AND off = ?3 AND object = ?4)`
+	sqlObjectNamed = `SELECT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1 AND off = ?2 AND object = ?3 AND len IS NULL)`
+	sqlObjectLen   = `UPDATE blob_chunks SET len = ?1 WHERE chunks = ?2 AND off = ?3 AND object = ?4`
+	sqlObjectDrop  = `DELETE FROM blob_chunks WHERE chunks = ?1 AND off = ?2 AND object = ?3`
+	// sqlDoomedObjects answers the objects of the blobs in the JSON array
+	// ?1: their own, and their chunks'.
+	sqlDoomedObjects = `SELECT object FROM blobs WHERE key IN (SELECT value FROM json_each(?1)) AND object IS NOT NULL
+UNION ALL SELECT c.object FROM blobs b JOIN blob_chunks c ON c.chunks = b.chunks
+WHERE b.key IN (SELECT value FROM json_each(?1)) AND c.object IS NOT NULL`
+	sqlOrphanCursor    = `SELECT token FROM gc_orphans WHERE id = 1`
+	sqlOrphanCursorSet = `UPDATE gc_orphans SET token = ?1 WHERE id = 1`
 	// sqlOrphanNames answers those of the names in the JSON array ?1 that
-	// no blob row and no upload names.
+	// no blob row and no chunk row names.
 	sqlOrphanNames = `SELECT j.value FROM json_each(?1) AS j
 WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.object = j.value)
-AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.object = j.value)`
+AND NOT EXISTS (SELECT 1 FROM blob_chunks c WHERE c.object = j.value)`
 	// dropTimeout bounds the deletion of objects whose rows are gone,
 	// which runs even when the caller's context has ended: an object left
 	// is an orphan the sweep removes later.
@@ -132,35 +140,40 @@ func (b *blobs) tierCheck(ctx context.Context) error {
 }
 
 // WriteValue implements blob.Streamer: the object's name is committed in
-// the upload's row before the write begins, so a crash mid-write leaves an
-// object an upload names (reaped with it) or an orphan, never a blob row
-// without its object.
+// an unfinished chunk row before the write begins, so a crash mid-write
+// leaves an object a chunk row names (deleted with its upload, or when the
+// next append at its offset replaces the row) or an orphan, never a
+// committed chunk without its object. A value of no bytes appends nothing
+// (its object is deleted) and commits the state and lease.
 func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64, error) {
 	if err := b.tierCheck(ctx); err != nil {
 		return 0, err
 	}
+	if err := chunkid.CheckSpan(p.Off, 0); err != nil {
+		return 0, err
+	}
 	name := bytestier.NewName()
-	err := b.writeTx(ctx, func(tx *sql.Tx) error {
-		named, err := changed(ctx, tx, sqlUploadNameObject, name, int64(p.Set))
-		if err != nil || named {
+	var replaced string
+	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
+		if err := appendAt(ctx, tx, p.Set, p.Off); err != nil {
 			return err
 		}
-		var live bool
-		if err := tx.QueryRowContext(ctx, sqlUploadLive, int64(p.Set)).Scan(&live); err != nil {
+		if replaced, err = dropUnfinished(ctx, tx, p.Set, p.Off); err != nil {
 			return err
 		}
-		if !live {
-			return errUploadLost
-		}
-		return fmt.Errorf("%w: upload %d has chunks or an object already", steaderr.ErrConflict, p.Set)
+		_, err = tx.ExecContext(ctx, sqlNameObject, int64(p.Set), p.Off, name)
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
+	if replaced != "" {
+		b.e.dropObjects(ctx, []string{replaced})
+	}
 	renew := func(ctx context.Context) error {
-		n, err := b.e.execWrite(ctx, sqlUploadRenewObject, time.Now().Add(p.Lease).UnixNano(), int64(p.Set), name)
+		n, err := b.e.execWrite(ctx, sqlRenewObject, leaseEnd(p), int64(p.Set), p.Off, name)
 		if err == nil && n == 0 {
-			err = errUploadLost
+			err = b.unnamedError(ctx, p)
 		}
 		return err
 	}
@@ -172,14 +185,68 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		}
 		return 0, err
 	}
-	n, err := b.e.execWrite(ctx, sqlUploadObjectSize, size, int64(p.Set), name)
-	if err == nil && n == 0 {
-		// Reaped while it was written: the upload no longer names the
-		// object, which is deleted here (or, failing that, swept).
-		b.e.dropObjects(ctx, []string{name})
-		err = errUploadLost
+	var state []byte
+	if p.State != nil {
+		state = p.State()
 	}
-	return size, err
+	unnamed := false
+	err = b.writeTx(ctx, func(tx *sql.Tx) error {
+		var named bool
+		if err := tx.QueryRowContext(ctx, sqlObjectNamed, int64(p.Set), p.Off, name).Scan(&named); err != nil {
+			return err
+		}
+		if !named {
+			unnamed = true
+			return nil
+		}
+		if err := appendAt(ctx, tx, p.Set, p.Off); err != nil {
+			return err
+		}
+		query, args := sqlObjectLen, []any{size, int64(p.Set), p.Off, name}
+		if size == 0 {
+			// An append of nothing: the chunk goes, the state and lease
+			// commit.
+			query, args = sqlObjectDrop, args[1:]
+		}
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, sqlUploadAppended, p.Off+size, state, leaseEnd(p), int64(p.Set))
+		return err
+	})
+	if err == nil && (unnamed || size == 0) {
+		// Replaced, or ended, while it was written, or empty: no row names
+		// the object, which is deleted here (or, failing that, swept).
+		b.e.dropObjects(ctx, []string{name})
+		if unnamed {
+			err = b.unnamedError(ctx, p)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return size, nil
+}
+
+// leaseEnd is when the lease of an upload p appends to ends if renewed
+// now, on p.Now's clock (nil: the engine's), in Unix nanoseconds.
+func leaseEnd(p blob.WriteValueParams) int64 {
+	var now time.Time
+	if p.Now != nil {
+		now = p.Now()
+	}
+	return clock.OrNow(now).Add(p.Lease).UnixNano()
+}
+
+// unnamedError is the error of a WriteValue whose chunk row no longer
+// names its object: errUploadLost when the upload is gone, else an error
+// wrapping steaderr.ErrConflict (another writer's append replaced it).
+func (b *blobs) unnamedError(ctx context.Context, p blob.WriteValueParams) error {
+	_, err := b.UploadStatus(ctx, p.Set)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the append at offset %d of upload %d was replaced by another writer's", steaderr.ErrConflict, p.Off, p.Set)
 }
 
 // execWrite runs one write statement on the writer and reports how many
@@ -216,38 +283,6 @@ func (e *Engine) dropObjects(ctx context.Context, names []string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
 	defer cancel()
 	_ = e.tier.Delete(dctx, names) // an object left is an orphan: swept
-}
-
-// uploadObject reads the object an upload names, in tx: "" for none, and
-// its size once it was written whole (-1 before).
-func uploadObject(ctx context.Context, tx *sql.Tx, set blob.ChunkSet) (string, int64, error) {
-	var name sql.NullString
-	var size sql.NullInt64
-	err := tx.QueryRowContext(ctx, sqlUploadObject, int64(set)).Scan(&name, &size)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", -1, nil
-	}
-	if !size.Valid {
-		size.Int64 = -1
-	}
-	return name.String, size.Int64, err
-}
-
-// publishObject publishes the upload's object as p.Key's value in tx (the
-// upload already ended in it). It reports the object to delete once tx
-// commits: the upload's, when the key was stored already.
-func publishObject(ctx context.Context, tx *sql.Tx, p blob.PutParams, object string, size int64) (redundant string, err error) {
-	if size != p.Size {
-		if size < 0 {
-			return "", fmt.Errorf("%w: the object of upload %d is not written whole yet", steaderr.ErrInvalidArgument, p.Chunks)
-		}
-		return "", fmt.Errorf("%w: the object of upload %d holds %d bytes, not %d", steaderr.ErrInvalidArgument, p.Chunks, size, p.Size)
-	}
-	inserted, err := changed(ctx, tx, sqlPublishObject, p.Key.String(), p.Size, object)
-	if err != nil || inserted {
-		return "", err
-	}
-	return object, nil
 }
 
 // queryNames runs a query whose one column is an object name.

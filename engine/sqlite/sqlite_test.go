@@ -17,6 +17,11 @@ func TestConformance(t *testing.T) {
 	enginetest.Run(t, enginetest.Harness{
 		New:    func(t *testing.T) engine.Engine { return newEngine(t) },
 		Virgin: func(t *testing.T) engine.Engine { return openEngine(t, tempPath(t)) },
+		OneConn: func(t *testing.T) engine.Engine {
+			e := openConfig(t, sqlite.Config{Path: migratedPath(t), ReadConns: 1})
+			mustMigrate(t, e)
+			return e
+		},
 	})
 }
 
@@ -29,6 +34,11 @@ func TestConformanceBytesTier(t *testing.T) {
 		Areas: enginetest.TierAreas,
 		New: func(t *testing.T) engine.Engine {
 			e := openConfig(t, sqlite.Config{Path: migratedPath(t), Bytes: "file://" + filepath.ToSlash(t.TempDir())})
+			mustMigrate(t, e)
+			return e
+		},
+		OneConn: func(t *testing.T) engine.Engine {
+			e := openConfig(t, sqlite.Config{Path: migratedPath(t), Bytes: "file://" + filepath.ToSlash(t.TempDir()), ReadConns: 1})
 			mustMigrate(t, e)
 			return e
 		},

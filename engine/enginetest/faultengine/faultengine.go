@@ -111,6 +111,16 @@ type Injector interface {
 	Inject(op Op) error
 }
 
+// AfterInjector is an Injector that may also fail a call after it reached
+// the wrapped engine and took effect, as a connection lost before the
+// answer came back would: a non-nil InjectAfter(op), asked once the call
+// returned without error, is returned in its place. The blob writes
+// (Put, BeginUpload, WriteChunk, WriteValue, AbortUpload) ask it.
+type AfterInjector interface {
+	Injector
+	InjectAfter(op Op) error
+}
+
 // Func is an Injector that asks a function: a non-nil Func(op) fails the
 // call with that error.
 type Func func(op Op) error
@@ -123,7 +133,30 @@ func (f Func) Inject(op Op) error { return f(op) }
 type Switch struct {
 	mu    sync.Mutex
 	armed map[Op]int // calls left to fail; < 0: every call
+	after map[Op]int // calls left to fail once they took effect
 	calls map[Op]int
+}
+
+// FailNextAfter makes the next n calls of op that succeed fail all the
+// same, having taken effect (an AfterInjector's fault), until Heal.
+func (s *Switch) FailNextAfter(op Op, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.after == nil {
+		s.after = map[Op]int{}
+	}
+	s.after[op] = n
+}
+
+// InjectAfter implements AfterInjector.
+func (s *Switch) InjectAfter(op Op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.after[op] <= 0 {
+		return nil
+	}
+	s.after[op]--
+	return Injected(op)
 }
 
 // Fail makes every later call of op fail, until Heal.
@@ -139,11 +172,12 @@ func (s *Switch) FailNext(op Op, n int) {
 	s.armed[op] = n
 }
 
-// Heal makes op succeed again.
+// Heal makes op succeed again, before and after the call.
 func (s *Switch) Heal(op Op) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.armed, op)
+	delete(s.after, op)
 }
 
 // Calls returns how many times op was called, failed or not.
@@ -314,11 +348,20 @@ type blobs struct {
 	inj   Injector
 }
 
+// after is err, or, when the call succeeded, the fault an AfterInjector
+// injects after it.
+func (b *blobs) after(op Op, err error) error {
+	if a, ok := b.inj.(AfterInjector); ok && err == nil {
+		return a.InjectAfter(op)
+	}
+	return err
+}
+
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if err := b.inj.Inject(BlobPut); err != nil {
 		return err
 	}
-	return b.inner.Put(ctx, p)
+	return b.after(BlobPut, b.inner.Put(ctx, p))
 }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
@@ -367,7 +410,8 @@ func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob
 	if err := b.inj.Inject(BlobBeginUpload); err != nil {
 		return 0, err
 	}
-	return b.inner.BeginUpload(ctx, p)
+	set, err := b.inner.BeginUpload(ctx, p)
+	return set, b.after(BlobBeginUpload, err)
 }
 
 func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.UploadStatus, error) {
@@ -381,14 +425,14 @@ func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	if err := b.inj.Inject(BlobWriteChunk); err != nil {
 		return err
 	}
-	return b.inner.WriteChunk(ctx, p)
+	return b.after(BlobWriteChunk, b.inner.WriteChunk(ctx, p))
 }
 
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
 	if err := b.inj.Inject(BlobAbortUpload); err != nil {
 		return err
 	}
-	return b.inner.AbortUpload(ctx, set)
+	return b.after(BlobAbortUpload, b.inner.AbortUpload(ctx, set))
 }
 
 func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int, error) {
@@ -412,7 +456,8 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 	if err := b.inj.Inject(BlobWriteValue); err != nil {
 		return 0, err
 	}
-	return b.inner.WriteValue(ctx, p)
+	n, err := b.inner.WriteValue(ctx, p)
+	return n, b.after(BlobWriteValue, err)
 }
 
 func (b *blobs) ReadValue(ctx context.Context, p blob.ReadValueParams) (io.ReadCloser, error) {

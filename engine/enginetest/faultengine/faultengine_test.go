@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/enginetest/faultengine"
 	"github.com/steadkit/stead/engine/memory"
@@ -187,6 +188,45 @@ func TestSaveAllFails(t *testing.T) {
 			if res.Err != nil {
 				t.Fatalf("record %d of the batch, healed: %v", i, res.Err)
 			}
+		}
+	})
+}
+
+// FailNextAfter fails a call that took effect: the upload's chunk is
+// committed, the caller told otherwise, once; Heal ends it.
+func TestFailNextAfter(t *testing.T) {
+	t.Parallel()
+	eachEngine(t, func(t *testing.T, e *faultengine.Engine, faults *faultengine.Switch) {
+		ctx := t.Context()
+		blobs := e.Blobs()
+		set, err := blobs.BeginUpload(ctx, blob.BeginUploadParams{State: []byte("0"), Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		faults.FailNextAfter(faultengine.BlobWriteChunk, 1)
+		err = blobs.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: []byte("abc"), State: []byte("3"), Lease: time.Minute})
+		if !errors.Is(err, faultengine.ErrInjected) || !errors.Is(err, steaderr.ErrUnavailable) {
+			t.Fatalf("WriteChunk failed after the call = %v, want an injected ErrUnavailable", err)
+		}
+		st, err := blobs.UploadStatus(ctx, set)
+		if err != nil || st.Size != 3 || string(st.State) != "3" {
+			t.Fatalf("UploadStatus after a write failed after its commit = %+v, %v; want the chunk committed", st, err)
+		}
+		if err := blobs.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: 3, Data: []byte("d"), State: []byte("4"), Lease: time.Minute}); err != nil {
+			t.Fatalf("the next WriteChunk: %v, want the fault spent", err)
+		}
+		faults.FailNextAfter(faultengine.BlobWriteChunk, 5)
+		faults.Heal(faultengine.BlobWriteChunk)
+		if err := blobs.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: 4, Data: []byte("e"), State: []byte("5"), Lease: time.Minute}); err != nil {
+			t.Fatalf("WriteChunk after Heal: %v", err)
+		}
+		// A call that fails on its own is not failed again after it.
+		faults.FailNextAfter(faultengine.BlobWriteChunk, 1)
+		if err := blobs.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: 0, Data: []byte("x"), State: []byte("x"), Lease: time.Minute}); !errors.Is(err, steaderr.ErrConflict) || errors.Is(err, faultengine.ErrInjected) {
+			t.Fatalf("WriteChunk at a wrong offset = %v, want the engine's ErrConflict", err)
+		}
+		if err := blobs.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: 5, Data: []byte("f"), State: []byte("6"), Lease: time.Minute}); !errors.Is(err, faultengine.ErrInjected) {
+			t.Fatalf("WriteChunk with the fault still armed = %v, want it injected", err)
 		}
 	})
 }

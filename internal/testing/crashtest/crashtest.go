@@ -2,7 +2,9 @@
 // the two points where the database and the bucket part: after an object
 // is written and before it is published, and after a row's deletion
 // committed and before its object is deleted. Either leaves an orphan
-// object, never a row without its object, and the orphan step removes it.
+// object, never a row without its object, and the orphan step removes it,
+// and only it: the object chunks an upload in progress or a stored chunk
+// set names are kept.
 package crashtest
 
 import (
@@ -102,6 +104,96 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		defer rd.Close()
 		if got, err := io.ReadAll(rd); err != nil || !bytes.Equal(got, keep) {
 			t.Fatalf("the kept blob reads %d bytes, %v", len(got), err)
+		}
+	})
+	t.Run("ChunkObjects", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		ctx := t.Context()
+		eng := h.Open(t)
+		opts := blob.Options{InlineLimit: 16, ChunkSize: 1000, PinTTL: time.Millisecond}
+		store := blob.NewStore(eng.Blobs(), opts)
+		// Rows within the inline limit, then two object chunks.
+		parts := [][]byte{randomValue(10), randomValue(3000), randomValue(2000)}
+		appendParts := func(u *blob.Upload) []byte {
+			var value []byte
+			for _, p := range parts {
+				if _, err := u.Append(ctx, bytes.NewReader(p)); err != nil {
+					t.Fatal(err)
+				}
+				value = append(value, p...)
+			}
+			return value
+		}
+		open, err := store.BeginUpload(ctx, blob.UploadOptions{Owner: "crash"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		staged := appendParts(open)
+		var keys []blob.Key
+		for range 2 {
+			parts[0] = randomValue(10 + len(keys)) // another value each time
+			u, err := store.BeginUpload(ctx, blob.UploadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendParts(u)
+			key, err := u.Commit(ctx, blob.CommitOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, key)
+		}
+		if got := h.Objects(t); len(got) != 6 {
+			t.Fatalf("bucket holds %q, want the 2 object chunks of each of 3 uploads", got)
+		}
+		// The orphan step leaves what an upload in progress and a stored
+		// chunk set name.
+		sweep(t, eng)
+		if got := h.Objects(t); len(got) != 6 {
+			t.Fatalf("bucket holds %q after the orphan step, want the 6 chunk objects kept", got)
+		}
+		time.Sleep(2 * time.Millisecond) // the commits' pins lapse
+		h.Crash(eng, true)
+		if err := store.Delete(ctx, keys[1]); err != nil {
+			t.Fatal(err)
+		}
+		eng.Close()
+		next := h.Open(t)
+		if got := h.Objects(t); len(got) != 6 {
+			t.Fatalf("bucket holds %q, want the deleted chunk set's objects too, orphans now", got)
+		}
+		sweep(t, next)
+		if got := h.Objects(t); len(got) != 4 {
+			t.Fatalf("bucket holds %q after the orphan step, want the 4 objects still named", got)
+		}
+		// The upload continues in the next process, and both values read.
+		nextStore := blob.NewStore(next.Blobs(), opts)
+		u, err := nextStore.ResumeUpload(ctx, open.ID(), blob.UploadOptions{Owner: "crash"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tail := randomValue(1500)
+		if _, err := u.Append(ctx, bytes.NewReader(tail)); err != nil {
+			t.Fatal(err)
+		}
+		key, err := u.Commit(ctx, blob.CommitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []blob.Key{key, keys[0]} {
+			rd, err := nextStore.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(rd)
+			rd.Close()
+			if err != nil || blob.KeyOf(got) != k {
+				t.Fatalf("%s reads %d bytes, %v", k, len(got), err)
+			}
+		}
+		if want := blob.KeyOf(append(staged, tail...)); key != want {
+			t.Fatalf("the resumed upload committed %s, want %s", key, want)
 		}
 	})
 }
