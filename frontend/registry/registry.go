@@ -73,8 +73,8 @@ type Options struct {
 // Registry serves the distribution spec over one store. It is safe for
 // concurrent use, and holds nothing of a push in memory: a chunked
 // upload's state is the store's, so each of its requests may reach any
-// Registry over the same database, and one restarted meanwhile. The
-// requests in progress are bounded by the server it is mounted on
+// Registry over the same database, one started since included. Mounted
+// on a server, its requests in progress are bounded by the server's
 // (server.Options.MaxUploads).
 type Registry struct {
 	st   *stead.Store

@@ -12,12 +12,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/frontend/registry"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/testing/fronttest"
 	"github.com/steadkit/stead/server"
 )
@@ -257,5 +259,42 @@ func TestChunkedPushTiered(t *testing.T) {
 	}
 	if n := bucketBytes(t, bucket); n < total {
 		t.Fatalf("the bucket holds %d bytes; want the layers' %d", n, total)
+	}
+}
+
+// TestUploadIdleReaped: an upload's lease is UploadIdle from its last
+// chunk: a reap before it lapses keeps the upload, which a chunk renews;
+// once UploadIdle passes without one, the store reaps it and every
+// server answers BLOB_UPLOAD_UNKNOWN.
+func TestUploadIdleReaped(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	const idle = time.Minute
+	st, addr := serveRegistry(t, "mem://", registry.Options{UploadIdle: idle}, stead.WithClock(clk.Now))
+	c := &client{t: t, base: "http://" + addr, st: st}
+	reap := func(want int) {
+		t.Helper()
+		if n, err := st.Blobs.ReapUploads(t.Context()); err != nil || n != want {
+			t.Fatalf("ReapUploads = %d, %v; want %d", n, err, want)
+		}
+	}
+	resp, _ := c.do("POST", "/v2/r/blobs/uploads/", nil, nil)
+	loc := resp.Header.Get("Location")
+	clk.Advance(idle / 2)
+	resp, body := c.do("PATCH", loc, nil, []byte("part"))
+	wantRange(t, "a chunk within the lease", resp, body, http.StatusAccepted, 3)
+	clk.Advance(idle * 3 / 4)
+	reap(0) // renewed by the chunk
+	resp, body = c.do("GET", loc, nil, nil)
+	wantRange(t, "status within the renewed lease", resp, body, http.StatusNoContent, 3)
+	clk.Advance(idle / 2)
+	reap(1)
+	for _, method := range []string{"GET", "PATCH", "PUT", "DELETE"} {
+		path := loc
+		if method == "PUT" {
+			path += "?digest=" + digestOf([]byte("part"))
+		}
+		resp, body := c.do(method, path, nil, nil)
+		wantError(t, method+" of a reaped upload", resp, body, http.StatusNotFound, "BLOB_UPLOAD_UNKNOWN")
 	}
 }
