@@ -52,7 +52,7 @@ type fleet struct {
 }
 
 type fleetHook struct {
-	body func(r *http.Request, slot func() int, body io.ReadCloser) io.ReadCloser
+	body func(slot func() int, body io.ReadCloser) io.ReadCloser
 	done func(r *http.Request, slot int, resp *http.Response)
 }
 
@@ -99,7 +99,7 @@ func startFleet(t *testing.T, db string, n int, flags ...string) (*fleet, string
 			f.chunks.Add(1)
 		}
 		if h := f.hook.Load(); h != nil && h.body != nil && isUpload(r) && r.Body != nil {
-			r.Body = h.body(r, func() int { return slot }, r.Body)
+			r.Body = h.body(func() int { return slot }, r.Body)
 		}
 		if r.Body != nil {
 			b := &heldBody{r: r.Body}
@@ -185,7 +185,7 @@ func (f *fleet) killMidBody(after int64) *atomic.Int64 {
 	killed := &atomic.Int64{}
 	killed.Store(-1)
 	var once atomic.Bool
-	f.hook.Store(&fleetHook{body: func(r *http.Request, slot func() int, body io.ReadCloser) io.ReadCloser {
+	f.hook.Store(&fleetHook{body: func(slot func() int, body io.ReadCloser) io.ReadCloser {
 		return &tripBody{ReadCloser: body, after: after, trip: func() {
 			if once.CompareAndSwap(false, true) {
 				s := slot()
