@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -46,7 +47,8 @@ type Upload struct {
 type UploadOptions struct {
 	// Owner is who may continue the upload (a registry's repository):
 	// ResumeUpload naming another owner finds none. At most
-	// MaxUploadOwner bytes of UTF-8; "" is an owner like any other.
+	// MaxUploadOwner bytes of UTF-8 without NUL (a database's text);
+	// "" is an owner like any other.
 	Owner string
 	// Lease is how long the upload lasts without an append, in whole
 	// microseconds, at most MaxUploadLease; zero: Options.UploadLease.
@@ -97,8 +99,8 @@ func (s *Store) newUpload(ctx context.Context, set ChunkSet, opts UploadOptions)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if len(opts.Owner) > MaxUploadOwner || !utf8.ValidString(opts.Owner) {
-		return nil, fmt.Errorf("%w: upload owner: want at most %d bytes of UTF-8", steaderr.ErrInvalidArgument, MaxUploadOwner)
+	if len(opts.Owner) > MaxUploadOwner || !utf8.ValidString(opts.Owner) || strings.IndexByte(opts.Owner, 0) >= 0 {
+		return nil, fmt.Errorf("%w: upload owner: want at most %d bytes of UTF-8, no NUL", steaderr.ErrInvalidArgument, MaxUploadOwner)
 	}
 	lease := opts.Lease
 	switch {

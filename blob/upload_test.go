@@ -60,6 +60,7 @@ func TestUploadRefusesBadOptions(t *testing.T) {
 		{"owner of multi-byte characters too long", blob.UploadOptions{Owner: strings.Repeat("仓", blob.MaxUploadOwner/3+1)}},
 		{"owner not UTF-8", blob.UploadOptions{Owner: "repo\xff"}},
 		{"owner cut inside a character", blob.UploadOptions{Owner: "仓"[:2]}},
+		{"owner with a NUL", blob.UploadOptions{Owner: "library/a\x00b"}},
 		{"negative lease", blob.UploadOptions{Lease: -time.Second}},
 		{"lease of a nanosecond", blob.UploadOptions{Lease: time.Nanosecond}},
 		{"lease not whole microseconds", blob.UploadOptions{Lease: time.Second + time.Nanosecond}},

@@ -69,9 +69,6 @@ type chunk struct {
 	data []byte
 }
 
-// end is the offset just past c.
-func (c chunk) end() int64 { return c.off + int64(len(c.data)) }
-
 func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -104,7 +101,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if p.Chunks != 0 {
 		u, ok := b.uploads[p.Chunks]
 		if !ok {
-			return steaderr.ErrLost
+			return lostUpload(p.Chunks)
 		}
 		if u.size != p.Size {
 			return fmt.Errorf("%w: upload %d holds %d bytes, not %d (another writer appended)", steaderr.ErrConflict, p.Chunks, u.size, p.Size)

@@ -213,8 +213,12 @@ func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	if err := chunkid.CheckSpan(p.Off, len(p.Data)); err != nil {
 		return err
 	}
+	data := p.Data
+	if data == nil {
+		data = []byte{} // nil is NULL, no bytes
+	}
 	args := pgx.StrictNamedArgs{
-		"set": int64(p.Set), "off": p.Off, "data": p.Data, "state": p.State, "lease_us": p.Lease.Microseconds(), "now": nowArg(p.Now),
+		"set": int64(p.Set), "off": p.Off, "data": data, "state": p.State, "lease_us": p.Lease.Microseconds(), "now": nowArg(p.Now),
 	}
 	return b.appendRow(ctx, sqlWriteChunk, p.Set, p.Off, args)
 }

@@ -40,12 +40,13 @@ var (
 
 	// sqlNameChunk commits the object @object as the unfinished chunk at
 	// @off of the upload @set when its size is @off, renewing its lease
-	// to at least @lease_us microseconds from now: sqlWriteChunk's shape
+	// to at least @lease_us microseconds from @now (NULL: now()):
+	// sqlWriteChunk's shape
 	// (engine/postgres/chunks.go), replacing an unfinished chunk left at
 	// @off and answering its object, but without moving the size.
 	sqlNameChunk = declare("sqlNameChunk", `WITH up AS (
     UPDATE {schema}.blob_uploads
-    SET expires_at = greatest(expires_at, now() + @lease_us::bigint * interval '1 microsecond')
+    SET expires_at = greatest(expires_at, coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond')
     WHERE id = @set AND size = @off
     RETURNING id
 ), unfinished AS (
@@ -59,12 +60,16 @@ var (
 )
 SELECT EXISTS (SELECT FROM up), (SELECT object FROM unfinished)`)
 
-	// sqlRenewChunk renews the upload's lease while its unfinished chunk
-	// at @off still names @object.
+	// sqlRenewChunk renews the upload's lease, as sqlNameChunk does, while
+	// its unfinished chunk at @off still names @object.
 	sqlRenewChunk = declare("sqlRenewChunk", `UPDATE {schema}.blob_uploads
-SET expires_at = greatest(expires_at, now() + @lease_us::bigint * interval '1 microsecond')
+SET expires_at = greatest(expires_at, coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond')
 WHERE id = @set
 AND EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = @set AND off = @off AND object = @object AND len IS NULL)`)
+
+	// sqlChunkNamed answers whether the unfinished chunk at $2 of set $1
+	// names the object $3.
+	sqlChunkNamed = declare("sqlChunkNamed", `SELECT EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = $1 AND off = $2 AND object = $3 AND len IS NULL)`)
 
 	// sqlLockUpload locks an upload's row and answers its size, as of its
 	// newest version.
@@ -75,7 +80,7 @@ AND EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = @set AND off = @off 
 	// the object @object, written whole with @len bytes, as the chunk at
 	// @off when the unfinished chunk there still names it: its size, the
 	// upload's new size, its state @state and a lease of @lease_us
-	// microseconds from now. An empty object makes no chunk: its row goes,
+	// microseconds from @now (NULL: now()). An empty object makes no chunk: its row goes,
 	// the upload's size stays. It answers whether the chunk still named
 	// the object.
 	sqlFinishChunk = declare("sqlFinishChunk", `WITH fin AS (
@@ -88,7 +93,7 @@ AND EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = @set AND off = @off 
     RETURNING 1
 ), up AS (
     UPDATE {schema}.blob_uploads
-    SET size = @off + @len, state = @state, expires_at = now() + @lease_us::bigint * interval '1 microsecond'
+    SET size = @off + @len, state = @state, expires_at = coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond'
     WHERE id = @set AND EXISTS (SELECT FROM fin UNION ALL SELECT FROM empty)
 )
 SELECT EXISTS (SELECT FROM fin UNION ALL SELECT FROM empty)`)
@@ -242,29 +247,36 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		return 0, err
 	}
 	name := bytestier.NewName()
-	args := pgx.StrictNamedArgs{"set": int64(p.Set), "off": p.Off, "object": name, "lease_us": p.Lease.Microseconds()}
-	if err := b.appendRow(ctx, sqlNameChunk, p.Set, p.Off, args); err != nil {
+	args := func() pgx.StrictNamedArgs {
+		return pgx.StrictNamedArgs{"set": int64(p.Set), "off": p.Off, "object": name, "lease_us": p.Lease.Microseconds(), "now": valueNow(p)}
+	}
+	if err := b.appendRow(ctx, sqlNameChunk, p.Set, p.Off, args()); err != nil {
 		return 0, err
 	}
 	renew := func(ctx context.Context) error {
-		tag, err := e.pool.Exec(ctx, e.sql(sqlRenewChunk), args)
+		tag, err := e.pool.Exec(ctx, e.sql(sqlRenewChunk), args())
 		switch {
 		case err != nil:
 			return interpretError(err)
 		case tag.RowsAffected() == 1:
 			return nil
 		}
-		if _, err := b.UploadStatus(ctx, p.Set); err != nil {
-			return err
-		}
-		return errReplaced(p.Set, p.Off)
+		return b.chunkGone(ctx, p.Set, p.Off)
 	}
 	size, err := e.tier.tier.Write(ctx, name, p.Value, p.Lease/3, renew)
-	if err != nil {
-		var src *bytestier.ErrSource
-		if errors.As(err, &src) {
-			return 0, src.Err
+	var src *bytestier.ErrSource
+	switch {
+	case errors.As(err, &src):
+		return 0, src.Err
+	case err != nil && ctx.Err() == nil:
+		// A write that failed because another writer replaced the chunk
+		// (and deleted its object) says so.
+		var named bool
+		if qerr := e.pool.QueryRow(ctx, e.sql(sqlChunkNamed), int64(p.Set), p.Off, name).Scan(&named); qerr == nil && !named {
+			return 0, fmt.Errorf("%w (the object's write: %v)", b.chunkGone(ctx, p.Set, p.Off), err)
 		}
+		return 0, err
+	case err != nil:
 		return 0, err
 	}
 	if hook := e.tier.beforeFinish.Load(); hook != nil {
@@ -315,7 +327,7 @@ func (b *blobs) finishChunk(ctx context.Context, p blob.WriteValueParams, name s
 		}
 		var named bool
 		if err := tx.QueryRow(ctx, b.e.sql(sqlFinishChunk), pgx.StrictNamedArgs{
-			"set": int64(p.Set), "off": p.Off, "object": name, "len": size, "state": state, "lease_us": p.Lease.Microseconds(),
+			"set": int64(p.Set), "off": p.Off, "object": name, "len": size, "state": state, "lease_us": p.Lease.Microseconds(), "now": valueNow(p),
 		}).Scan(&named); err != nil {
 			return err
 		}
@@ -332,6 +344,24 @@ func (b *blobs) finishChunk(ctx context.Context, p blob.WriteValueParams, name s
 // replaced while the object was written.
 func errReplaced(set blob.ChunkSet, off int64) error {
 	return fmt.Errorf("%w: upload %d: another writer replaced the chunk at offset %d while it was written", steaderr.ErrConflict, set, off)
+}
+
+// chunkGone is the error of an object chunk at off whose row no longer
+// names its object: ErrLost when the upload is gone, else errReplaced.
+func (b *blobs) chunkGone(ctx context.Context, set blob.ChunkSet, off int64) error {
+	if _, err := b.UploadStatus(ctx, set); err != nil {
+		return err
+	}
+	return errReplaced(set, off)
+}
+
+// valueNow is the "now" argument of p's statements: p.Now's instant, or
+// NULL (the database's clock).
+func valueNow(p blob.WriteValueParams) any {
+	if p.Now == nil {
+		return nil
+	}
+	return nowArg(p.Now())
 }
 
 // ReadValue implements blob.Streamer.

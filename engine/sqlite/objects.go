@@ -161,7 +161,12 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		if replaced, err = dropUnfinished(ctx, tx, p.Set, p.Off); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, sqlNameObject, int64(p.Set), p.Off, name)
+		if _, err := tx.ExecContext(ctx, sqlNameObject, int64(p.Set), p.Off, name); err != nil {
+			return err
+		}
+		// The lease runs from the append's start, not from its upload's
+		// last step: the first renewal is a third of it away.
+		_, err = tx.ExecContext(ctx, sqlRenewObject, leaseEnd(p), int64(p.Set), p.Off, name)
 		return err
 	})
 	if err != nil {

@@ -27,8 +27,9 @@ ON CONFLICT (chunks, off) DO NOTHING;
 
 -- An upload's size is where its committed chunks stop tiling it from 0
 -- (the chunks of an upload written out of order before this migration
--- may leave a gap). Uploads begun before this migration record no state:
--- they can be aborted or reaped, not continued.
+-- may leave a gap), and the chunk rows past it go: an upload's finished
+-- chunks are [0, size). Uploads begun before this migration record no
+-- state: they can be aborted or reaped, not continued.
 UPDATE blob_uploads u SET size = s.size
 FROM (
     SELECT chunks, max(off + len) AS size
@@ -42,6 +43,8 @@ FROM (
     GROUP BY chunks
 ) s
 WHERE u.id = s.chunks;
+DELETE FROM blob_chunks c USING blob_uploads u
+WHERE c.chunks = u.id AND c.off >= u.size AND c.len IS NOT NULL;
 
 -- Dropping the columns drops their index (blob_uploads_object).
 ALTER TABLE blob_uploads DROP COLUMN object, DROP COLUMN object_size;

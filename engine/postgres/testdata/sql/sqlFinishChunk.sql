@@ -8,7 +8,7 @@ WITH fin AS (
     RETURNING 1
 ), up AS (
     UPDATE "St""ead. sch;ema-ñ".blob_uploads
-    SET size = @off + @len, state = @state, expires_at = now() + @lease_us::bigint * interval '1 microsecond'
+    SET size = @off + @len, state = @state, expires_at = coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond'
     WHERE id = @set AND EXISTS (SELECT FROM fin UNION ALL SELECT FROM empty)
 )
 SELECT EXISTS (SELECT FROM fin UNION ALL SELECT FROM empty)

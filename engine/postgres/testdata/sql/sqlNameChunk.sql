@@ -1,6 +1,6 @@
 WITH up AS (
     UPDATE "St""ead. sch;ema-ñ".blob_uploads
-    SET expires_at = greatest(expires_at, now() + @lease_us::bigint * interval '1 microsecond')
+    SET expires_at = greatest(expires_at, coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond')
     WHERE id = @set AND size = @off
     RETURNING id
 ), unfinished AS (
