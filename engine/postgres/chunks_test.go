@@ -96,7 +96,7 @@ func TestChunkReapRacesChunkWrite(t *testing.T) {
 	}
 }
 
-// TestChunkRaces races chunk writes, publishes (of uploads of the same
+// TestChunkRaces races appends, publishes (of uploads of the same
 // content among them), aborts and reaps over two engines, then checks the
 // rows: once every upload ended, no upload row and no chunk outside a
 // published blob's set is left, and every blob reads back bytes that hash
@@ -106,14 +106,13 @@ func TestChunkRaces(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	engs := []blob.Backend{open(t, db, "&pool_max_conns=1").Blobs(), open(t, db, "").Blobs()}
-	opts := blob.Options{InlineLimit: 16, ChunkSize: 64}
-	stores := []*blob.Store{blob.NewStore(engs[0], opts), blob.NewStore(engs[1], opts)}
+	store := blob.NewStore(engs[0], blob.Options{InlineLimit: 16, ChunkSize: 64})
 	var wg sync.WaitGroup
 	for i := range 40 {
 		content := bytes.Repeat([]byte{byte('a' + i%5)}, 64*3) // 5 contents, 8 uploads each
 		key := blob.KeyOf(content)
-		publish := func(s *blob.Store, set blob.ChunkSet) {
-			_ = s.Publish(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
+		publish := func(eng blob.Backend, set blob.ChunkSet) {
+			_ = eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
 		}
 		wg.Go(func() {
 			set, err := engs[i%2].BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Hour})
@@ -128,16 +127,18 @@ func TestChunkRaces(t *testing.T) {
 			var in sync.WaitGroup
 			for c := 1; c < 3; c++ {
 				in.Go(func() {
+					// The second append conflicts unless the first
+					// committed before it.
 					_ = engs[(i+c)%2].WriteChunk(ctx, blob.WriteChunkParams{Set: set, Off: int64(64 * c), Data: content[64*c : 64*(c+1)], Lease: time.Hour})
 				})
 			}
-			in.Go(func() { publish(stores[(i+1)%2], set) })
+			in.Go(func() { publish(engs[(i+1)%2], set) })
 			if i%3 == 0 {
 				in.Go(func() { _ = engs[i%2].AbortUpload(ctx, set) })
 			}
 			in.Go(func() { _, _ = engs[(i+1)%2].ReapUploads(ctx, blob.ReapUploadsParams{}) })
 			in.Wait()
-			publish(stores[i%2], set)
+			publish(engs[i%2], set)
 			if err := engs[(i+1)%2].AbortUpload(ctx, set); err != nil {
 				t.Error(err)
 			}
@@ -166,7 +167,7 @@ func TestChunkRaces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd, err := stores[0].Get(ctx, key)
+		rd, err := store.Get(ctx, key)
 		if err != nil {
 			t.Fatalf("Get %s: %v", k, err)
 		}

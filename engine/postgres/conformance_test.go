@@ -57,11 +57,13 @@ func TestConformance(t *testing.T) {
 	}
 	t.Run("bytes", func(t *testing.T) {
 		t.Parallel()
+		tiered := func(t *testing.T, params string) engine.Engine {
+			return open(t, pgtest.Stead(t, false), "&bytes="+url.QueryEscape("file://"+filepath.ToSlash(t.TempDir()))+params)
+		}
 		enginetest.Run(t, enginetest.Harness{
-			Areas: enginetest.TierAreas,
-			New: func(t *testing.T) engine.Engine {
-				return open(t, pgtest.Stead(t, false), "&bytes="+url.QueryEscape("file://"+filepath.ToSlash(t.TempDir())))
-			},
+			Areas:    enginetest.TierAreas,
+			New:      func(t *testing.T) engine.Engine { return tiered(t, "") },
+			OneConn:  func(t *testing.T) engine.Engine { return tiered(t, "&pool_max_conns=1") },
 			RefTable: refTable,
 		})
 	})
@@ -89,6 +91,9 @@ func harness(nsDB *pgtest.DB, params string, via func(testing.TB, *pgtest.DB) *p
 		},
 		Virgin: func(t *testing.T) engine.Engine {
 			return openVirgin(t, via(t, pgtest.New(t)), params)
+		},
+		OneConn: func(t *testing.T) engine.Engine {
+			return open(t, via(t, pgtest.Stead(t, false)), params+"&pool_max_conns=1")
 		},
 		RefTable: refTable,
 		Namespace: func(t *testing.T, name string) (engine.Engine, error) {

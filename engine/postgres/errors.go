@@ -115,11 +115,11 @@ func isForeignKey(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == sqlstateForeignKeyViolation
 }
 
-// isUniqueViolation reports whether err is a unique (or primary key)
-// violation.
-func isUniqueViolation(err error) bool {
+// isChunkKeyViolation reports whether err is a unique violation of
+// blob_chunks' primary key: a chunk at that offset of its set exists.
+func isChunkKeyViolation(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation && pgErr.ConstraintName == "blob_chunks_pkey"
 }
 
 // isTransient reports whether err is a deadlock (40P01) or serialization

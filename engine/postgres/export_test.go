@@ -102,3 +102,13 @@ func MigrateTo(ctx context.Context, e *Engine, version int) error {
 // InterpretError is the engine's error policy, for tests that provoke a
 // driver error on a connection of their own.
 var InterpretError = interpretError
+
+// SetBeforeFinish makes e's WriteValue run hook once an object is
+// written, before its chunk is finished (nil: nothing).
+func SetBeforeFinish(e *Engine, hook func()) {
+	if hook == nil {
+		e.tier.beforeFinish.Store(nil)
+		return
+	}
+	e.tier.beforeFinish.Store(&hook)
+}

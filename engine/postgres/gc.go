@@ -60,13 +60,21 @@ UNION SELECT child FROM {schema}.blob_edges WHERE child = ANY ($1::text[])`)
 	sqlArbReferenced = declare("sqlArbReferenced", `SELECT DISTINCT k FROM {schema}.gc_referenced($1::text[])`)
 	// sqlArbDelete deletes the blobs with their window rows, pins and
 	// refs (expired or weak, all of them) and their own edges, whose
-	// children a later sweep may then collect.
+	// children a later sweep may then collect; a trigger deletes their
+	// chunks (migration 9). It answers, for each blob deleted, the
+	// objects its rows named, to delete after the commit: its own, or its
+	// chunks' (read before the trigger runs; a published set's chunks
+	// never change).
 	sqlArbDelete = declare("sqlArbDelete", `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
 p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[])),
 r AS (DELETE FROM {schema}.refs WHERE key = ANY ($1::text[])),
 e AS (DELETE FROM {schema}.blob_edges WHERE parent = ANY ($1::text[]))
-DELETE FROM {schema}.blobs WHERE key = ANY ($1::text[])
-RETURNING coalesce(object, '')`)
+DELETE FROM {schema}.blobs AS b WHERE key = ANY ($1::text[])
+RETURNING CASE
+    WHEN b.object IS NOT NULL THEN ARRAY[b.object]
+    WHEN b.chunks IS NOT NULL THEN ARRAY(SELECT c.object FROM {schema}.blob_chunks c WHERE c.chunks = b.chunks AND c.object IS NOT NULL)
+    ELSE '{}'::text[]
+END`)
 
 	// sqlArbitrateNaive is the known-unsafe one-statement arbitration of a
 	// batch, for tests that prove the torture test sees the race: its pin
@@ -394,11 +402,11 @@ func (g *gcMech) arbitrateTx(ctx context.Context, tx pgx.Tx, keys []blob.Key, te
 	if err != nil {
 		return nil, nil, err
 	}
-	objects, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err == nil && len(objects) != len(locked) {
-		err = fmt.Errorf("postgres: deleted %d of %d locked blobs", len(objects), len(locked))
+	perBlob, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+	if err == nil && len(perBlob) != len(locked) {
+		err = fmt.Errorf("postgres: deleted %d of %d locked blobs", len(perBlob), len(locked))
 	}
-	return verdicts, nonEmpty(objects), err
+	return verdicts, slices.Concat(perBlob...), err
 }
 
 // naiveLock is the advisory lock the naive arbitration waits for.

@@ -1,5 +1,5 @@
-INSERT INTO "St""ead. sch;ema-ñ".blob_uploads (id, expires_at)
-SELECT $1, coalesce($3::timestamptz, now()) + $2::bigint * interval '1 microsecond'
-WHERE NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".blob_chunks WHERE chunks = $1)
+INSERT INTO "St""ead. sch;ema-ñ".blob_uploads (id, expires_at, owner, state)
+SELECT @id, coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond', @owner, @state
+WHERE NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".blob_chunks WHERE chunks = @id)
 ON CONFLICT (id) DO NOTHING
 RETURNING id

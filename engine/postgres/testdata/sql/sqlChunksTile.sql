@@ -1,6 +1,7 @@
-SELECT coalesce(min(off) = 0 AND bool_and(len > 0 AND off + len = coalesce(next, $2)), false)
+SELECT coalesce(min(off) = 0 AND bool_and(len > 0 AND off + len = coalesce(next, $2)), false),
+    count(*), coalesce(min(object), '')
 FROM (
-    SELECT off, octet_length(data) AS len, lead(off) OVER (ORDER BY off) AS next
+    SELECT off, len, object, lead(off) OVER (ORDER BY off) AS next
     FROM "St""ead. sch;ema-ñ".blob_chunks
-    WHERE chunks = $1
+    WHERE chunks = $1 AND len IS NOT NULL
 ) c

@@ -1,1 +1,1 @@
-DELETE FROM "St""ead. sch;ema-ñ".blob_uploads WHERE id = $1 RETURNING coalesce(object, ''), coalesce(object_size, -1)
+DELETE FROM "St""ead. sch;ema-ñ".blob_uploads WHERE id = $1 RETURNING size

@@ -6,10 +6,11 @@ WITH b AS (
 ), discard AS (
 	DELETE FROM "St""ead. sch;ema-ñ".blob_chunks
 	WHERE chunks = @chunks AND NOT EXISTS (SELECT FROM b)
+	RETURNING object
 ), pinned AS (
 	INSERT INTO "St""ead. sch;ema-ñ".pins AS p (key, owner, expiry)
 	SELECT @key, @owner, coalesce(@now::timestamptz, now()) + @ttl_us * interval '1 microsecond'
 	WHERE (SELECT count(*) FROM b) = 0
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT EXISTS (SELECT FROM b)
+SELECT EXISTS (SELECT FROM b), ARRAY(SELECT object FROM discard WHERE object IS NOT NULL)

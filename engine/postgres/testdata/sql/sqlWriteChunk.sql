@@ -1,23 +1,16 @@
 WITH up AS (
-    UPDATE "St""ead. sch;ema-ñ".blob_uploads SET expires_at = coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond'
-    WHERE id = @set
+    UPDATE "St""ead. sch;ema-ñ".blob_uploads
+    SET size = @off + octet_length(@data::bytea), state = @state,
+        expires_at = coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond'
+    WHERE id = @set AND size = @off
     RETURNING id
+), unfinished AS (
+    DELETE FROM "St""ead. sch;ema-ñ".blob_chunks
+    WHERE chunks = (SELECT id FROM up) AND off = @off AND len IS NULL AND octet_length(@data::bytea) > 0
+    RETURNING object
 ), ins AS (
-    INSERT INTO "St""ead. sch;ema-ñ".blob_chunks (chunks, off, data)
-    SELECT id, @off, @data FROM up
-    WHERE NOT EXISTS (
-        SELECT FROM (
-            SELECT off, octet_length(data) AS len FROM "St""ead. sch;ema-ñ".blob_chunks
-            WHERE chunks = @set AND off <= @off
-            ORDER BY off DESC
-            LIMIT 1
-        ) prev
-        WHERE prev.off + prev.len > @off
-    )
-    AND NOT EXISTS (
-        SELECT FROM "St""ead. sch;ema-ñ".blob_chunks
-        WHERE chunks = @set AND off > @off AND off < @off + octet_length(@data::bytea)
-    )
-    RETURNING 1
+    INSERT INTO "St""ead. sch;ema-ñ".blob_chunks (chunks, off, data, len)
+    SELECT id, @off, @data, octet_length(@data::bytea) FROM up
+    WHERE octet_length(@data::bytea) > 0 AND (SELECT count(*) FROM unfinished) >= 0
 )
-SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM up)
+SELECT EXISTS (SELECT FROM up), (SELECT object FROM unfinished)

@@ -1,1 +1,0 @@
-SELECT object FROM "St""ead. sch;ema-ñ".blob_uploads WHERE expires_at < coalesce($1::timestamptz, now()) AND object IS NOT NULL
