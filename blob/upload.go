@@ -134,6 +134,16 @@ func (u *Upload) refresh(ctx context.Context) error {
 // so that one upload's ID tells nothing of another's.
 func (u *Upload) ID() string { return fmt.Sprintf("%016x", int64(u.set)) }
 
+// HashState returns the running hash of the upload's bytes as of this
+// Upload's last step, as its engine records it with each append
+// (UploadStatus.State): for a server answering a remote engine, whose
+// Uploads continue from it.
+func (u *Upload) HashState() ([]byte, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hash.(encoding.BinaryMarshaler).MarshalBinary()
+}
+
 // Size returns how many bytes the upload holds, as of this Upload's last
 // step (another's appends are seen by the next).
 func (u *Upload) Size() int64 {
