@@ -121,7 +121,8 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 func (b *blobs) Tiered() bool { return true }
 
 // WriteValue implements blob.Streamer: p.Value streams as the body of
-// one append request, which the server hashes as it arrives; p.State is
+// one append request, its lease from p.Now() as the request is sent,
+// which the server hashes as it arrives; p.State is
 // called once the server took it, and its state is ignored (the server
 // keeps its own). A value of no bytes appends nothing. An append whose
 // body broke off (the connection, p.Value failing) may leave the
@@ -142,7 +143,11 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 	body := io.MultiReader(bytes.NewReader(first[:]), p.Value)
 	// Hidden behind a reader of no known length, the body is sent
 	// chunked, as it is read.
-	size, err := b.append(ctx, p.Set, p.Off, struct{ io.Reader }{body}, p.Lease, time.Time{})
+	var now time.Time
+	if p.Now != nil {
+		now = p.Now()
+	}
+	size, err := b.append(ctx, p.Set, p.Off, struct{ io.Reader }{body}, p.Lease, now)
 	if err != nil {
 		return 0, err
 	}
