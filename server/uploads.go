@@ -62,7 +62,7 @@ func (s *Server) uploadStatus(w http.ResponseWriter, r *http.Request) {
 
 // appendUpload streams the body, at least a byte, into the upload after
 // its bytes: {off} must be the upload's size (else 409 conflict naming
-// it), and the upload may not grow past MaxBlobSize. On a store with a
+// it, whatever the offset), and the upload may not grow past MaxBlobSize. On a store with a
 // bytes tier the bytes past the inline limit are one object, committed
 // whole or not at all; without one they are committed a chunk at a time
 // (docs/decisions/0045-durable-uploads.md). It answers the upload's new
@@ -73,8 +73,8 @@ func (s *Server) appendUpload(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &badRequest{fmt.Sprintf("offset %.40q: want a byte offset", r.PathValue("off"))})
 		return
 	}
-	if off < 0 || off >= s.opts.MaxBlobSize {
-		s.fail(w, r, fmt.Errorf("%w: offset %d: want 0 to %d", steaderr.ErrInvalidArgument, off, s.opts.MaxBlobSize-1))
+	if off < 0 {
+		s.fail(w, r, fmt.Errorf("%w: negative offset %d", steaderr.ErrInvalidArgument, off))
 		return
 	}
 	lease, err := leaseOf(r)
@@ -82,17 +82,10 @@ func (s *Server) appendUpload(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		blobs, err = s.blobsAt(r)
 	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	var u *blob.Upload
+	if err == nil {
+		u, err = s.resume(r, blobs, lease)
 	}
-	room := s.opts.MaxBlobSize - off
-	body, done, ok := s.openBody(w, r, room, wire.CodeTooLarge, "append")
-	if !ok {
-		return
-	}
-	defer done()
-	u, err := s.resume(r, blobs, lease)
 	if err == nil && u.Size() != off {
 		err = fmt.Errorf("%w: upload %s holds %d bytes: append at offset %d, not %d", steaderr.ErrConflict, u.ID(), u.Size(), u.Size(), off)
 	}
@@ -100,6 +93,12 @@ func (s *Server) appendUpload(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	room := max(s.opts.MaxBlobSize-off, 0)
+	body, done, ok := s.openBody(w, r, room, wire.CodeTooLarge, "append")
+	if !ok {
+		return
+	}
+	defer done()
 	src := &capped{r: body, left: room}
 	var first [1]byte
 	n, err := io.ReadFull(src, first[:])
@@ -163,10 +162,8 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err != nil:
-	case req.Size < 1:
-		err = fmt.Errorf("%w: size %d: an upload publishes at least one byte", steaderr.ErrInvalidArgument, req.Size)
-	case req.Size > s.opts.MaxBlobSize:
-		err = fmt.Errorf("%w: size %d: the largest value is %d bytes", steaderr.ErrTooLarge, req.Size, s.opts.MaxBlobSize)
+	case req.Size < 0:
+		err = fmt.Errorf("%w: size %d: want the upload's size", steaderr.ErrInvalidArgument, req.Size)
 	}
 	var u *blob.Upload
 	if err == nil {

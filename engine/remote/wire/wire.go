@@ -288,10 +288,13 @@ type SchemaInfo struct {
 	Latest  int `json:"latest"`
 }
 
-// Info is the answer of /v1/info.
+// Info is the answer of /v1/info. Tiered says the server's store keeps
+// large values in a bytes tier, so that a remote store streams its large
+// puts to it whole rather than chunk by chunk.
 type Info struct {
 	Cluster bool   `json:"cluster"`
 	Reason  string `json:"reason"`
+	Tiered  bool   `json:"tiered,omitempty"`
 }
 
 // BytesTier answers POST /v1/bytes-tier/check: the bucket of the server's
