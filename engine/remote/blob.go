@@ -23,8 +23,16 @@ import (
 type blobs struct {
 	e *Engine
 
-	mu     sync.Mutex
-	owners map[blob.ChunkSet]string // the owners of uploads begun here, when not ""
+	mu      sync.Mutex
+	uploads map[blob.ChunkSet]upload // the uploads begun or appended to here
+}
+
+// upload is what the engine last committed to an upload: its owner, and
+// the size and state its caller gave with it.
+type upload struct {
+	owner string
+	size  int64
+	state []byte
 }
 
 // Put uploads the value, or publishes the upload p.Chunks (the server
@@ -115,16 +123,17 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks), Object: st.Object}, nil
 }
 
-// Tiered implements blob.Streamer: a remote store's uploads stream past
-// the inline limit as one append each (WriteValue), which the server
-// stores as its own store does: in its bytes tier when it has one.
-func (b *blobs) Tiered() bool { return true }
+// Tiered implements blob.Streamer: what the server said at Open of its
+// store. Over a tiered store a remote store's uploads stream past the
+// inline limit as one append each (WriteValue), which the server keeps in
+// its bucket; over another they go chunk by chunk, as a local store's do.
+func (b *blobs) Tiered() bool { return b.e.tiered }
 
 // WriteValue implements blob.Streamer: p.Value streams as the body of
 // one append request, its lease from p.Now() as the request is sent,
-// which the server hashes as it arrives; p.State is
-// called once the server took it, and its state is ignored (the server
-// keeps its own). A value of no bytes appends nothing. An append whose
+// which the server hashes as it arrives; p.State is called once the
+// server took it, its state kept for UploadStatus (the server keeps its
+// own, the one it trusts). A value of no bytes appends nothing. An append whose
 // body broke off (the connection, p.Value failing) may leave the
 // upload's size unchanged or, on a server without a bytes tier, grown by
 // whole chunks: UploadStatus tells.
@@ -134,7 +143,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 	switch {
 	case n == 0 && err == io.EOF:
 		if p.State != nil {
-			p.State()
+			b.committed(p.Set, b.owner(p.Set), p.Off, p.State())
 		}
 		return 0, nil
 	case n == 0:
@@ -152,7 +161,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		return 0, err
 	}
 	if p.State != nil {
-		p.State()
+		b.committed(p.Set, b.owner(p.Set), size, p.State())
 	}
 	return size - p.Off, nil
 }
@@ -234,39 +243,38 @@ func (r *rangeBody) Read(p []byte) (int, error) {
 
 func (r *rangeBody) Close() error { return r.body.Close() }
 
-// maxOwners bounds the uploads whose owner the engine remembers.
-const maxOwners = 4096
+// maxUploads bounds the uploads the engine remembers (each at most
+// blob.MaxUploadOwner + blob.MaxUploadState bytes).
+const maxUploads = 1024
 
 // owner returns the owner set was begun for through this engine ("" when
 // it was not, or is forgotten).
 func (b *blobs) owner(set blob.ChunkSet) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.owners[set]
+	return b.uploads[set].owner
 }
 
-// remember records set's owner, forgetting another upload's when full.
-func (b *blobs) remember(set blob.ChunkSet, owner string) {
-	if owner == "" {
-		return
-	}
+// committed records that set holds size bytes with state, as this
+// engine's caller said, forgetting another upload's when full.
+func (b *blobs) committed(set blob.ChunkSet, owner string, size int64, state []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.owners == nil {
-		b.owners = map[blob.ChunkSet]string{}
+	if b.uploads == nil {
+		b.uploads = map[blob.ChunkSet]upload{}
 	}
-	if len(b.owners) >= maxOwners {
-		for s := range b.owners {
-			delete(b.owners, s)
+	if _, ok := b.uploads[set]; !ok && len(b.uploads) >= maxUploads {
+		for s := range b.uploads {
+			delete(b.uploads, s)
 			break
 		}
 	}
-	b.owners[set] = owner
+	b.uploads[set] = upload{owner: owner, size: size, state: bytes.Clone(state)}
 }
 
 func (b *blobs) forget(set blob.ChunkSet) {
 	b.mu.Lock()
-	delete(b.owners, set)
+	delete(b.uploads, set)
 	b.mu.Unlock()
 }
 
@@ -293,31 +301,43 @@ func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob
 	if !ok || up.Size != 0 || up.State != nil {
 		return 0, fmt.Errorf("remote: begin upload: %w: upload %.40q of %d bytes", errMalformed, up.ID, up.Size)
 	}
-	b.remember(set, p.Owner)
+	b.committed(set, p.Owner, 0, p.State)
 	return set, nil
 }
 
 // UploadStatus asks the server for the upload's size and hash state, as
 // the owner it was begun for through this engine (else ""): an upload
-// another process began for another owner is not found.
+// another process began for another owner is not found. While the
+// server's size is the size this engine last committed, the state is the
+// one its caller committed with it (the server keeps its own, hashed from
+// the same bytes); after another process's append, the server's.
 func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.UploadStatus, error) {
 	var up wire.Upload
-	owner := b.owner(set)
+	b.mu.Lock()
+	last, known := b.uploads[set]
+	b.mu.Unlock()
+	owner := last.owner
 	if _, err := b.e.do(ctx, http.MethodGet, uploadPath(set), &request{query: b.uploadQuery(set)}, nil, &up); err != nil {
 		return blob.UploadStatus{}, err
 	}
 	if up.ID != uploadID(set) || up.Size < 0 || len(up.State) == 0 || len(up.State) > blob.MaxUploadState {
 		return blob.UploadStatus{}, fmt.Errorf("remote: upload %s: %w: upload %.40q of %d bytes, a state of %d bytes", uploadID(set), errMalformed, up.ID, up.Size, len(up.State))
 	}
+	if known && last.size == up.Size {
+		up.State = last.state
+	}
 	return blob.UploadStatus{Owner: owner, Size: up.Size, State: up.State}, nil
 }
 
-// WriteChunk appends p.Data to the upload; p.State is ignored (the
-// server hashes the bytes itself).
+// WriteChunk appends p.Data to the upload; p.State is kept for
+// UploadStatus, never sent (the server hashes the bytes itself).
 func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	size, err := b.append(ctx, p.Set, p.Off, bytes.NewReader(p.Data), p.Lease, p.Now)
 	if err == nil && size != p.Off+int64(len(p.Data)) {
 		err = fmt.Errorf("remote: upload %s: %w: %d bytes after %d at %d", uploadID(p.Set), errMalformed, size, len(p.Data), p.Off)
+	}
+	if err == nil {
+		b.committed(p.Set, b.owner(p.Set), size, p.State)
 	}
 	return err
 }
@@ -352,7 +372,7 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 
 // ReadChunk reads the chunk holding off: its bytes (at most wire.MaxChunk
 // of them, whatever the answer's Content-Length says), or the object the
-// server keeps it in, which must hold off and have no body.
+// server keeps it in, with no body; blob.Reader checks that it fits.
 func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (blob.Chunk, error) {
 	resp, err := b.e.send(ctx, http.MethodGet, chunkPath(set, off), nil, nil)
 	if err != nil {
@@ -370,7 +390,7 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (bl
 	if object := h.Get(wire.ChunkObjectHeader); object != "" || h.Get(wire.ChunkSizeHeader) != "" {
 		size, err := strconv.ParseInt(h.Get(wire.ChunkSizeHeader), 10, 64)
 		n, _ := io.ReadFull(resp.Body, make([]byte, 1))
-		if err != nil || size <= 0 || off-start >= size || object == "" || len(object) > wire.MaxObjectName || n != 0 {
+		if err != nil || size <= 0 || start > math.MaxInt64-size || object == "" || len(object) > wire.MaxObjectName || n != 0 {
 			return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: object %.40q of size %.40q at %d", set, off, errMalformed, object, h.Get(wire.ChunkSizeHeader), start)
 		}
 		return blob.Chunk{Start: start, Size: size, Object: object}, nil
@@ -383,8 +403,8 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (bl
 		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: over %d bytes", set, off, errMalformed, wire.MaxChunk)
 	case resp.ContentLength >= 0 && int64(len(data)) != resp.ContentLength:
 		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w", set, off, io.ErrUnexpectedEOF)
-	case off-start >= int64(len(data)):
-		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: %d bytes from %d do not hold it", set, off, errMalformed, len(data), start)
+	case len(data) == 0:
+		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: an empty chunk", set, off, errMalformed)
 	}
 	return blob.Chunk{Start: start, Size: int64(len(data)), Data: data}, nil
 }

@@ -98,13 +98,23 @@ func (g *gcEngine) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.St
 
 // SweepOrphans implements gc.OrphanSweeper: the server's store runs the
 // step on its bytes tier (one without a tier answers that nothing was
-// listed).
+// listed), gc.OrphanPage objects a request, until p.Limit are listed or
+// the walk wraps.
 func (g *gcEngine) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphans, error) {
-	var out wire.GCOrphans
-	if err := g.step(ctx, "/v1/gc/orphans", wire.GCStep{Lease: leaseID(p.Lease), Limit: p.Limit, Grace: wire.Duration(p.Grace), DryRun: p.DryRun}, &out); err != nil {
-		return gc.Orphans{}, err
+	var total gc.Orphans
+	for left := p.Limit; ; {
+		var out wire.GCOrphans
+		n := min(left, gc.OrphanPage)
+		if err := g.step(ctx, "/v1/gc/orphans", wire.GCStep{Lease: leaseID(p.Lease), Limit: n, Grace: wire.Duration(p.Grace), DryRun: p.DryRun}, &out); err != nil {
+			return gc.Orphans{}, err
+		}
+		total.Listed += out.Listed
+		total.Deleted += out.Deleted
+		total.Wrapped = out.Wrapped
+		if left -= n; out.Wrapped || left <= 0 || out.Listed < int64(n) {
+			return total, nil
+		}
 	}
-	return gc.Orphans{Listed: out.Listed, Deleted: out.Deleted, Wrapped: out.Wrapped}, nil
 }
 
 func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {

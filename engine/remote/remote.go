@@ -16,8 +16,9 @@
 // and by the server when it could not deliver the answer.
 //
 // A value over the store's inline limit crosses the wire as an upload:
-// one request begins it, one streams its bytes (Tiered is true, so the
-// Store appends them as one WriteValue), one publishes it; the server
+// one request begins it; over a server whose store has a bytes tier, one
+// streams its bytes (Tiered is true, so the Store appends them as one
+// WriteValue), else one per chunk; one publishes it. The server
 // hashes the bytes as they arrive, keeps the upload's size and hash in its
 // store (so any server over the same database continues it) and publishes
 // it only under the key it hashes to. An upload begun with an owner (a
@@ -79,6 +80,7 @@ type Engine struct {
 	closed  atomic.Bool
 	shared  bool
 	reason  string
+	tiered  bool // the server's store has a bytes tier
 	blobs   blobs
 	locks   locks
 	records records
@@ -117,7 +119,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.Close()
 		return nil, err
 	}
-	e.shared, e.reason = info.Cluster, "server over "+info.Reason
+	e.shared, e.reason, e.tiered = info.Cluster, "server over "+info.Reason, info.Tiered
 	return e, nil
 }
 
