@@ -146,6 +146,5 @@ func serveBench(st *stead.Store) (base string, stop func(), err error) {
 		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			fmt.Println("serve:", err)
 		}
-		reg.Close()
 	}, nil
 }

@@ -86,7 +86,6 @@ func authClient(t *testing.T, url string) *client {
 	reg := registry.New(st, registry.Options{MaxBlobSize: 1 << 20})
 	addr := fronttest.Serve(t, st, server.Options{Access: authority(t, authRules), Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	return &client{t: t, base: "http://" + addr, st: st}

@@ -25,7 +25,6 @@ func serveWithUsers(t *testing.T) string {
 	reg := registry.New(st, registry.Options{})
 	addr := fronttest.Serve(t, st, server.Options{Access: authority(t, authRules), Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	return addr

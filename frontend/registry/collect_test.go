@@ -40,7 +40,6 @@ func collectClient(t *testing.T) (*client, *registry.Registry, *clock.Fake) {
 	reg := registry.New(st, registry.Options{DeleteUntaggedAfter: time.Hour, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	return &client{t: t, base: "http://" + addr, st: st}, reg, clk

@@ -36,7 +36,6 @@ func serveRegistry(t *testing.T, url string, opts registry.Options, storeOpts ..
 	reg := registry.New(st, opts)
 	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	return st, addr

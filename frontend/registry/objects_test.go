@@ -32,7 +32,6 @@ func TestMonolithicPushReadOverV1(t *testing.T) {
 	reg := registry.New(st, registry.Options{MaxBlobSize: 4 << 20})
 	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	c := &client{t: t, base: "http://" + addr, st: st}

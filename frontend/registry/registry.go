@@ -32,10 +32,8 @@ const (
 	// references is kept.
 	DefaultPendingTTL = 24 * time.Hour
 	// DefaultUploadIdle is how long a chunked upload may go without a
-	// request before it is dropped.
+	// chunk before it is dropped.
 	DefaultUploadIdle = 15 * time.Minute
-	// DefaultMaxUploads bounds the chunked uploads in progress at once.
-	DefaultMaxUploads = 10000
 	// MaxManifestSize is the largest manifest accepted, in bytes: the
 	// distribution spec asks registries to accept at least 4 MiB.
 	MaxManifestSize = 4 << 20
@@ -48,14 +46,11 @@ type Options struct {
 	// layers and of its manifest must fit in it. Defaults to
 	// DefaultPendingTTL.
 	PendingTTL time.Duration
-	// UploadIdle is how long a chunked upload may wait between requests
-	// before it is dropped, its staged chunks discarded. It is the lease
-	// of the store's upload too, so it is at most blob.MaxUploadLease.
+	// UploadIdle is how long a chunked upload may go without a chunk
+	// before the store reaps it with its bytes: the lease of its
+	// blob.Upload, in whole microseconds, at most blob.MaxUploadLease.
 	// Defaults to DefaultUploadIdle.
 	UploadIdle time.Duration
-	// MaxUploads bounds the chunked uploads in progress at once; one more
-	// is refused with 429 TOOMANYREQUESTS. Defaults to DefaultMaxUploads.
-	MaxUploads int
 	// MaxBlobSize is the largest blob a push may carry. Defaults to
 	// blob.DefaultMaxSize.
 	MaxBlobSize int64
@@ -76,15 +71,15 @@ type Options struct {
 }
 
 // Registry serves the distribution spec over one store. It is safe for
-// concurrent use. Chunked uploads in progress live in this process: with
-// several servers sharing a store, each upload's requests must reach the
-// server that began it.
+// concurrent use, and holds nothing of a push in memory: a chunked
+// upload's state is the store's, so each of its requests may reach any
+// Registry over the same database, one started since included. Mounted
+// on a server, its requests in progress are bounded by the server's
+// (server.Options.MaxUploads).
 type Registry struct {
-	st      *stead.Store
-	blobEng blob.Backend
-	opts    Options
-	log     *slog.Logger
-	uploads *uploadTable
+	st   *stead.Store
+	opts Options
+	log  *slog.Logger
 }
 
 // New returns a Registry over st, which stays the caller's to close.
@@ -95,10 +90,7 @@ func New(st *stead.Store, opts Options) *Registry {
 	if opts.UploadIdle <= 0 {
 		opts.UploadIdle = DefaultUploadIdle
 	}
-	opts.UploadIdle = min(opts.UploadIdle.Truncate(time.Microsecond), blob.MaxUploadLease)
-	if opts.MaxUploads <= 0 {
-		opts.MaxUploads = DefaultMaxUploads
-	}
+	opts.UploadIdle = max(min(opts.UploadIdle.Truncate(time.Microsecond), blob.MaxUploadLease), time.Microsecond)
 	if opts.MaxBlobSize <= 0 {
 		opts.MaxBlobSize = blob.DefaultMaxSize
 	}
@@ -108,13 +100,8 @@ func New(st *stead.Store, opts Options) *Registry {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	g := &Registry{st: st, blobEng: st.Engine().Blobs(), opts: opts, log: opts.Logger}
-	g.uploads = newUploadTable(g)
-	return g
+	return &Registry{st: st, opts: opts, log: opts.Logger}
 }
-
-// Close aborts the uploads in progress.
-func (g *Registry) Close() { g.uploads.closeAll() }
 
 // ServeHTTP serves a request under Prefix.
 func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {

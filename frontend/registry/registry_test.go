@@ -41,7 +41,6 @@ func newClient(t *testing.T, token string) *client {
 	reg := registry.New(st, registry.Options{MaxBlobSize: 1 << 20})
 	addr := fronttest.Serve(t, st, server.Options{Token: token, Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	return &client{t: t, base: "http://" + addr, st: st, token: token}
@@ -135,7 +134,6 @@ func TestBaseDatabaseDown(t *testing.T) {
 	reg := registry.New(st, registry.Options{Logger: slog.New(slog.DiscardHandler)})
 	addr := fronttest.Serve(t, st, server.Options{Logger: slog.New(slog.DiscardHandler), Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	c := &client{t: t, base: "http://" + addr, st: st}

@@ -88,7 +88,6 @@ func TestRetention(t *testing.T) {
 	reg := registry.New(st, registry.Options{Retention: ret, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	addr := fronttest.Serve(t, st, server.Options{Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	t.Cleanup(func() {
-		reg.Close()
 		st.Close()
 	})
 	c := &client{t: t, base: "http://" + addr, st: st}

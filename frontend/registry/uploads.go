@@ -1,149 +1,35 @@
 package registry
 
 import (
-	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/server/access"
 	"github.com/steadkit/stead/steaderr"
 )
 
-// chunkSize is the most one staged chunk of an upload holds.
-const chunkSize = blob.DefaultChunkSize
+// A chunked upload is the store's (blob.Upload,
+// docs/decisions/0045-durable-uploads.md): its size, running hash and
+// owner (the repository) are committed with each chunk, and every request
+// resumes it by id, so any Registry over the same database continues it,
+// and none keeps anything of it in memory.
 
-// upload is one chunked upload in progress: the bytes [0, size) are
-// staged, in order, under set (0 until the first), and hashed.
-type upload struct {
-	id   string
-	repo string
-	mu   sync.Mutex // held by the request working on it
-	set  blob.ChunkSet
-	size int64
-	hash hash.Hash
-	// used is when a request last ended, under the table's lock.
-	used time.Time
-	busy int  // requests working on it or waiting to, under the table's lock
-	gone bool // ended (finished, cancelled or expired), under the table's lock
-}
+// uploadLocation is the URL of repo's upload id, which the client sends
+// its next request to.
+func uploadLocation(repo, id string) string { return "/v2/" + repo + "/blobs/uploads/" + id }
 
-// uploadTable holds the uploads in progress, each dropped once idle past
-// UploadIdle.
-type uploadTable struct {
-	g  *Registry
-	mu sync.Mutex
-	m  map[string]*upload
-}
-
-func newUploadTable(g *Registry) *uploadTable { return &uploadTable{g: g, m: map[string]*upload{}} }
-
-// start begins an upload to repo; nil when MaxUploads are in progress.
-func (t *uploadTable) start(repo string) *upload {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.expireLocked()
-	if len(t.m) >= t.g.opts.MaxUploads {
-		return nil
-	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	u := &upload{id: hex.EncodeToString(b[:]), repo: repo, hash: sha256.New(), used: time.Now()}
-	t.m[u.id] = u
-	return u
-}
-
-// expireLocked drops the uploads idle past UploadIdle; their staged
-// chunks, whose lease lapses as long, are reaped by the store.
-func (t *uploadTable) expireLocked() {
-	now := time.Now()
-	for id, u := range t.m {
-		if u.busy == 0 && now.Sub(u.used) > t.g.opts.UploadIdle {
-			u.gone = true
-			delete(t.m, id)
-		}
-	}
-}
-
-// take returns repo's upload id for one request, locked, or nil when
-// there is none (never begun, ended, expired, another repository's). A
-// request already working on it makes take wait.
-func (t *uploadTable) take(repo, id string) *upload {
-	t.mu.Lock()
-	t.expireLocked()
-	u := t.m[id]
-	if u == nil || u.repo != repo {
-		t.mu.Unlock()
-		return nil
-	}
-	u.busy++
-	t.mu.Unlock()
-	u.mu.Lock()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if u.gone {
-		u.busy--
-		u.mu.Unlock()
-		return nil
-	}
-	return u
-}
-
-// release ends a request's work on u; ended drops it.
-func (t *uploadTable) release(u *upload, ended bool) {
-	t.mu.Lock()
-	u.busy--
-	u.used = time.Now()
-	if ended {
-		u.gone = true
-		delete(t.m, u.id)
-	}
-	t.mu.Unlock()
-	u.mu.Unlock()
-}
-
-// closeAll aborts every upload in progress.
-func (t *uploadTable) closeAll() {
-	t.mu.Lock()
-	ups := make([]*upload, 0, len(t.m))
-	for id, u := range t.m {
-		u.gone = true
-		delete(t.m, id)
-		ups = append(ups, u)
-	}
-	t.mu.Unlock()
-	for _, u := range ups {
-		if u.set != 0 {
-			_ = t.g.blobEng.AbortUpload(context.Background(), u.set)
-		}
-	}
-}
-
-// location is the URL of u, which the client sends its next request to.
-func (u *upload) location() string {
-	return "/v2/" + u.repo + "/blobs/uploads/" + u.id
-}
-
-// describe sets the headers every answer about u carries.
-func (u *upload) describe(w http.ResponseWriter) {
+// describe sets the headers every answer about repo's upload id, size
+// bytes long, carries.
+func describe(w http.ResponseWriter, repo, id string, size int64) {
 	h := w.Header()
-	h.Set("Location", u.location())
-	h.Set("Docker-Upload-UUID", u.id)
-	end := u.size - 1
-	if end < 0 {
-		end = 0
-	}
-	h.Set("Range", "0-"+strconv.FormatInt(end, 10))
+	h.Set("Location", uploadLocation(repo, id))
+	h.Set("Docker-Upload-UUID", id)
+	h.Set("Range", "0-"+strconv.FormatInt(max(size-1, 0), 10))
 	h.Set("Content-Length", "0")
 }
 
@@ -174,11 +60,11 @@ func (g *Registry) startUpload(w http.ResponseWriter, r *http.Request, rt route)
 		created(w, "/v2/"+rt.name+"/blobs/"+d.String(), d)
 		return nil
 	}
-	u := g.uploads.start(rt.name)
-	if u == nil {
-		return errorf(codeTooManyRequests, "%d uploads in progress: retry later", g.opts.MaxUploads)
+	u, err := g.st.Blobs.BeginUpload(r.Context(), blob.UploadOptions{Owner: rt.name, Lease: g.opts.UploadIdle})
+	if err != nil {
+		return err
 	}
-	u.describe(w)
+	describe(w, rt.name, u.ID(), 0)
 	w.WriteHeader(http.StatusAccepted)
 	return nil
 }
@@ -225,7 +111,7 @@ func (g *Registry) putWhole(r *http.Request, repo string, d blob.Key, body io.Re
 	if body == nil {
 		body = http.NoBody
 	}
-	if err := g.st.Blobs.PutExpect(r.Context(), d, body); err != nil {
+	if err := g.st.Blobs.PutExpect(r.Context(), d, g.limitBody(body, 0)); err != nil {
 		return g.storeError(r, err, codeBlobUnknown)
 	}
 	return g.linkBlob(r.Context(), repo, d)
@@ -240,23 +126,23 @@ func created(w http.ResponseWriter, loc string, d blob.Key) {
 	w.WriteHeader(http.StatusCreated)
 }
 
-// session takes the upload a request names, answering
-// BLOB_UPLOAD_UNKNOWN when there is none.
-func (g *Registry) session(rt route) (*upload, error) {
-	u := g.uploads.take(rt.name, rt.item)
-	if u == nil {
+// resume continues the upload a request names, answering
+// BLOB_UPLOAD_UNKNOWN when there is none: an id no upload has, one that
+// ended (finished, cancelled, reaped) or another repository's.
+func (g *Registry) resume(r *http.Request, rt route) (*blob.Upload, error) {
+	u, err := g.st.Blobs.ResumeUpload(r.Context(), rt.item, blob.UploadOptions{Owner: rt.name, Lease: g.opts.UploadIdle})
+	if errors.Is(err, steaderr.ErrLost) {
 		return nil, errorf(codeBlobUploadUnknown, "upload %.80q is not in progress", rt.item)
 	}
-	return u, nil
+	return u, err
 }
 
 func (g *Registry) uploadStatus(w http.ResponseWriter, r *http.Request, rt route) error {
-	u, err := g.session(rt)
+	u, err := g.resume(r, rt)
 	if err != nil {
 		return err
 	}
-	defer g.uploads.release(u, false)
-	u.describe(w)
+	describe(w, rt.name, u.ID(), u.Size())
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -264,37 +150,25 @@ func (g *Registry) uploadStatus(w http.ResponseWriter, r *http.Request, rt route
 // patchUpload appends a chunk: the body, at the offset Content-Range
 // names when it is given, which must be where the upload ends.
 func (g *Registry) patchUpload(w http.ResponseWriter, r *http.Request, rt route) error {
-	u, err := g.session(rt)
+	u, err := g.resume(r, rt)
 	if err != nil {
 		return err
 	}
-	defer g.uploads.release(u, false)
-	if err := g.checkRange(w, r, u); err != nil {
+	if err := checkRange(w, r, rt, u); err != nil {
 		return err
 	}
-	if err := g.appendBody(r, u); err != nil {
-		if errors.Is(err, steaderr.ErrLost) {
-			g.dropLost(u)
-		}
+	if err := g.appendBody(w, r, rt, u); err != nil {
 		return err
 	}
-	u.describe(w)
+	describe(w, rt.name, u.ID(), u.Size())
 	w.WriteHeader(http.StatusAccepted)
 	return nil
-}
-
-// dropLost forgets an upload whose staged chunks the store reaped.
-func (g *Registry) dropLost(u *upload) {
-	g.uploads.mu.Lock()
-	u.gone = true
-	delete(g.uploads.m, u.id)
-	g.uploads.mu.Unlock()
 }
 
 // checkRange checks a chunk's Content-Range, "<start>-<end>", against the
 // upload's end and the body's declared length; a chunk that does not
 // start where the upload ends is answered 416 with the upload's Range.
-func (g *Registry) checkRange(w http.ResponseWriter, r *http.Request, u *upload) error {
+func checkRange(w http.ResponseWriter, r *http.Request, rt route, u *blob.Upload) error {
 	cr := r.Header.Get("Content-Range")
 	if cr == "" {
 		return nil
@@ -303,9 +177,9 @@ func (g *Registry) checkRange(w http.ResponseWriter, r *http.Request, u *upload)
 	if !ok {
 		return errorf(codeBlobUploadInvalid, "Content-Range %.80q: want <start>-<end>", cr)
 	}
-	if start != u.size {
-		u.describe(w)
-		return errorf(codeRangeInvalid, "chunk starts at %d, the upload ends at %d", start, u.size)
+	if size := u.Size(); start != size {
+		describe(w, rt.name, u.ID(), size)
+		return errorf(codeRangeInvalid, "chunk starts at %d, the upload ends at %d", start, size)
 	}
 	if r.ContentLength >= 0 && r.ContentLength != end-start+1 {
 		return errorf(codeBlobUploadInvalid, "Content-Range %s is %d bytes, the body %d", cr, end-start+1, r.ContentLength)
@@ -329,41 +203,37 @@ func parseContentRange(s string) (start, end int64, ok bool) {
 	return start, end, true
 }
 
-// appendBody stages the request body after the upload's bytes, a chunk
-// at a time, hashing it. A body cut short keeps what arrived whole in
-// chunks: the client resumes from the Range it is told.
-func (g *Registry) appendBody(r *http.Request, u *upload) error {
-	if r.Body == nil {
+// hasBody reports whether r carries a body that may not be empty.
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
+// appendBody appends the request body, if any, to u. A body cut short
+// keeps what the upload committed of it (its whole chunks; on a bytes
+// tier, nothing past the inline limit): the client resumes from the
+// Range it is told. An append another request committed first is
+// answered 416 with the upload's Range as it now is.
+func (g *Registry) appendBody(w http.ResponseWriter, r *http.Request, rt route, u *blob.Upload) error {
+	if !hasBody(r) {
 		return nil
 	}
-	ctx := r.Context()
-	buf := make([]byte, chunkSize)
-	for {
-		n, rerr := io.ReadFull(r.Body, buf)
-		if n > 0 {
-			if u.size > g.opts.MaxBlobSize-int64(n) {
-				return &regError{code: codeSizeInvalid, msg: fmt.Sprintf("blob over the limit of %d bytes", g.opts.MaxBlobSize), status: http.StatusRequestEntityTooLarge}
-			}
-			if u.set == 0 {
-				set, err := g.blobEng.BeginUpload(ctx, blob.BeginUploadParams{Lease: g.opts.UploadIdle})
-				if err != nil {
-					return err
-				}
-				u.set = set
-			}
-			if err := g.blobEng.WriteChunk(ctx, blob.WriteChunkParams{Set: u.set, Off: u.size, Data: buf[:n], Lease: g.opts.UploadIdle}); err != nil {
-				return err
-			}
-			u.hash.Write(buf[:n])
-			u.size += int64(n)
-		}
-		switch {
-		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
-			return nil
-		case rerr != nil:
-			return errorf(codeBlobUploadInvalid, "reading the chunk: %v", rerr)
-		}
+	_, err := u.Append(r.Context(), g.limitBody(r.Body, u.Size()))
+	if errors.Is(err, steaderr.ErrConflict) {
+		return g.conflict(w, r, rt)
 	}
+	return err
+}
+
+// conflict answers a step another request's append beat (the upload no
+// longer ends where this one started): 416 with the upload's Range as it
+// now is.
+func (g *Registry) conflict(w http.ResponseWriter, r *http.Request, rt route) error {
+	u, err := g.resume(r, rt)
+	if err != nil {
+		return err
+	}
+	describe(w, rt.name, u.ID(), u.Size())
+	return errorf(codeRangeInvalid, "another request appended to the upload first: it ends at %d", u.Size())
 }
 
 // finishUpload answers PUT ?digest=: the body, if any, is the last chunk;
@@ -373,69 +243,94 @@ func (g *Registry) finishUpload(w http.ResponseWriter, r *http.Request, rt route
 	if e != nil {
 		return e
 	}
-	u, err := g.session(rt)
+	u, err := g.resume(r, rt)
 	if err != nil {
 		return err
 	}
-	ended := false
-	defer func() { g.uploads.release(u, ended) }()
-	if u.set == 0 {
-		// Nothing staged: the body is the whole blob.
-		if err := g.checkRange(w, r, u); err != nil {
-			return err
-		}
+	if err := checkRange(w, r, rt, u); err != nil {
+		return err
+	}
+	loc := "/v2/" + rt.name + "/blobs/" + d.String()
+	if u.Size() == 0 && hasBody(r) {
+		// Nothing appended (oras's and regctl's push): the body is the
+		// whole blob, stored as a monolithic POST's is, and the empty
+		// upload goes.
 		if err := g.putWhole(r, rt.name, d, r.Body); err != nil {
 			return err
 		}
-		ended = true
-		created(w, "/v2/"+rt.name+"/blobs/"+d.String(), d)
+		if err := u.Abort(r.Context()); err != nil {
+			g.log.Warn("registry: discarding an empty upload failed (its lease reaps it)", "upload", u.ID(), "err", err)
+		}
+		created(w, loc, d)
 		return nil
 	}
-	if err := g.checkRange(w, r, u); err != nil {
+	if err := g.appendBody(w, r, rt, u); err != nil {
 		return err
 	}
-	if err := g.appendBody(r, u); err != nil {
-		if errors.Is(err, steaderr.ErrLost) {
-			ended = true
-		}
-		return err
-	}
-	var got blob.Key
-	if err := got.UnmarshalText([]byte("sha256:" + hex.EncodeToString(u.hash.Sum(nil)))); err != nil {
-		return err
-	}
-	if got != d {
-		// The upload stays: the client may cancel it, or it expires.
-		return errorf(codeDigestInvalid, "the upload's %d bytes hash to %s, not %s", u.size, got, d)
-	}
-	err = g.st.Blobs.PublishHashed(r.Context(), blob.PutParams{Key: d, Chunks: u.set, Size: u.size, Owner: g.st.InstanceID(), TTL: g.st.Blobs.PinTTL()}, got)
-	if err != nil {
-		if errors.Is(err, steaderr.ErrLost) {
-			ended = true
+	if _, err := u.Commit(r.Context(), blob.CommitOptions{Expect: d}); err != nil {
+		switch {
+		case errors.Is(err, steaderr.ErrDigestMismatch):
+			// The upload stays: the client may cancel it, or it expires.
+			return errorf(codeDigestInvalid, "the upload's %d bytes do not hash to %s", u.Size(), d)
+		case errors.Is(err, steaderr.ErrConflict):
+			return g.conflict(w, r, rt)
 		}
 		return g.storeError(r, err, codeBlobUploadUnknown)
 	}
-	ended = true
 	if err := g.linkBlob(r.Context(), rt.name, d); err != nil {
 		return err
 	}
-	created(w, "/v2/"+rt.name+"/blobs/"+d.String(), d)
+	created(w, loc, d)
 	return nil
 }
 
-// cancelUpload answers DELETE of an upload: its staged chunks go.
+// cancelUpload answers DELETE of an upload: its bytes go.
 func (g *Registry) cancelUpload(w http.ResponseWriter, r *http.Request, rt route) error {
-	u, err := g.session(rt)
+	u, err := g.resume(r, rt)
 	if err != nil {
 		return err
 	}
-	defer g.uploads.release(u, true)
-	if u.set != 0 {
-		if err := g.blobEng.AbortUpload(r.Context(), u.set); err != nil {
-			return err
-		}
+	if err := u.Abort(r.Context()); err != nil {
+		return err
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// limitBody reads body for a blob that holds size bytes already: at most
+// what MaxBlobSize leaves (one byte more is SIZE_INVALID), its read errors
+// told as the client's (BLOB_UPLOAD_INVALID).
+func (g *Registry) limitBody(body io.Reader, size int64) io.Reader {
+	return &blobBody{r: body, room: g.opts.MaxBlobSize - size, limit: g.opts.MaxBlobSize}
+}
+
+type blobBody struct {
+	r     io.Reader
+	room  int64
+	limit int64
+}
+
+func (b *blobBody) Read(p []byte) (int, error) {
+	if b.room <= 0 {
+		// Only the end of the body may follow the limit.
+		var one [1]byte
+		switch n, err := io.ReadFull(b.r, one[:]); {
+		case n == 1:
+			return 0, &regError{code: codeSizeInvalid, msg: fmt.Sprintf("blob over the limit of %d bytes", b.limit), status: http.StatusRequestEntityTooLarge}
+		case err == io.EOF:
+			return 0, io.EOF
+		default:
+			return 0, errorf(codeBlobUploadInvalid, "reading the request body: %v", err)
+		}
+	}
+	if int64(len(p)) > b.room {
+		p = p[:b.room]
+	}
+	n, err := b.r.Read(p)
+	b.room -= int64(n)
+	if err != nil && err != io.EOF {
+		err = errorf(codeBlobUploadInvalid, "reading the request body: %v", err)
+	}
+	return n, err
 }

@@ -39,7 +39,6 @@ func newConsoleFixture(t *testing.T, token string) *consoleFixture {
 		t.Fatal(err)
 	}
 	reg := registry.New(st, registry.Options{Retention: ret, Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(reg.Close)
 	h := server.New(st, server.Options{Token: token, Logger: slog.New(slog.DiscardHandler),
 		Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Collect: registryCollect(reg), Preview: registryPreview(reg)}}})
 	srv := httptest.NewServer(h)

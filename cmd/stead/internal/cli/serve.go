@@ -126,7 +126,6 @@ a flag overrides the environment, which overrides the file.`,
 			if registryOn {
 				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log,
 					DeleteUntaggedAfter: collect.untaggedAfter, Retention: retention})
-				defer reg.Close()
 				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg,
 					Collect: registryCollect(reg), Preview: registryPreview(reg)})
 			}

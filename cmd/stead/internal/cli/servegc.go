@@ -98,7 +98,6 @@ their period. Prints one line per deletion; --dry-run deletes nothing.`,
 			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				reg := registry.New(st, registry.Options{Retention: r, DeleteUntaggedAfter: untaggedAfter, Logger: e.log})
-				defer reg.Close()
 				got, err := reg.Collect(cmd.Context(), registry.CollectOptions{DryRun: dryRun})
 				w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "REPOSITORY\tTAG\tDIGEST\tPUSHED\tREASON")

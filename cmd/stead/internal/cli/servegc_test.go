@@ -100,7 +100,6 @@ func TestRetentionCommand(t *testing.T) {
 		put("PUT", "/v2/app/manifests/"+tag, "application/vnd.oci.image.manifest.v1+json", []byte(man))
 	}
 	srv.Close()
-	reg.Close()
 	st.Close()
 
 	policy := filepath.Join(dir, "retention.yaml")
