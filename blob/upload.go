@@ -312,6 +312,11 @@ type CommitOptions struct {
 	Owner string
 	TTL   time.Duration
 	Now   time.Time
+	// Chunked publishes the upload's chunks as they are, even within the
+	// inline limit: for a server publishing a remote engine's upload as
+	// that engine's Put with Chunks does, its own Store having chosen the
+	// value's form.
+	Chunked bool
 }
 
 // Commit stores the upload's bytes under their key, pinned as a put's
@@ -355,7 +360,7 @@ func (u *Upload) commit(ctx context.Context, opts CommitOptions) (Key, error) {
 		}
 		p.Owner, p.TTL, p.Now = opts.Owner, opts.TTL, opts.Now
 	}
-	if u.size <= s.inline {
+	if u.size <= s.inline && !opts.Chunked {
 		inline, ok, err := u.readInline(ctx)
 		if err != nil {
 			return Key{}, err
