@@ -141,9 +141,11 @@ func (c *capped) Read(p []byte) (int, error) {
 
 // publishUpload commits the upload under the key the body claims, pinned
 // for the owner and ttl the query names (as putPinned), once its size is
-// the size claimed (else 409 conflict: another append came first) and its
+// the size claimed (else 409 conflict: another append came first; an
+// upload of no bytes is 400 invalid_argument) and its
 // bytes, hashed as they arrived, hash to the key (else 400
-// digest_mismatch, the upload kept).
+// digest_mismatch, the upload kept). The chunks are published as they
+// are, as the remote engine's Put with Chunks does: its Store chose to.
 func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 	var req wire.Publish
 	if err := s.readJSONLimit(w, r, &req, maxPublishBody); err != nil {
@@ -169,11 +171,15 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		u, err = s.resume(r, s.blobs, 0)
 	}
-	if err == nil && u.Size() != req.Size {
+	switch {
+	case err != nil:
+	case u.Size() != req.Size:
 		err = fmt.Errorf("%w: upload %s holds %d bytes, not %d", steaderr.ErrConflict, u.ID(), u.Size(), req.Size)
+	case req.Size == 0:
+		err = fmt.Errorf("%w: upload %s holds no byte to publish", steaderr.ErrInvalidArgument, u.ID())
 	}
 	if err == nil {
-		_, err = u.Commit(r.Context(), blob.CommitOptions{Expect: key, Children: children, Owner: owner, TTL: ttl, Now: now})
+		_, err = u.Commit(r.Context(), blob.CommitOptions{Expect: key, Children: children, Owner: owner, TTL: ttl, Now: now, Chunked: true})
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -138,6 +138,9 @@ func (b *blobs) Tiered() bool { return b.e.tiered }
 // upload's size unchanged or, on a server without a bytes tier, grown by
 // whole chunks: UploadStatus tells.
 func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64, error) {
+	if p.Off < 0 {
+		return 0, fmt.Errorf("%w: negative offset %d", steaderr.ErrInvalidArgument, p.Off)
+	}
 	var first [1]byte
 	n, err := io.ReadFull(p.Value, first[:])
 	switch {
@@ -332,6 +335,9 @@ func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.Uploa
 // WriteChunk appends p.Data to the upload; p.State is kept for
 // UploadStatus, never sent (the server hashes the bytes itself).
 func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	if p.Off < 0 || p.Off > math.MaxInt64-int64(len(p.Data)) {
+		return fmt.Errorf("%w: a chunk of %d bytes at offset %d ends outside the largest value", steaderr.ErrInvalidArgument, len(p.Data), p.Off)
+	}
 	size, err := b.append(ctx, p.Set, p.Off, bytes.NewReader(p.Data), p.Lease, p.Now)
 	if err == nil && size != p.Off+int64(len(p.Data)) {
 		err = fmt.Errorf("remote: upload %s: %w: %d bytes after %d at %d", uploadID(p.Set), errMalformed, size, len(p.Data), p.Off)
