@@ -194,6 +194,28 @@ func (u *Upload) Append(ctx context.Context, r io.Reader) (int64, error) {
 	return u.size - before, err
 }
 
+// AppendObject is Append with r's content one object chunk on an engine
+// with a bytes tier, whatever the inline limit: for a server appending
+// what a remote engine's Store wrote as one (Streamer.WriteValue).
+// Without a tier it is Append.
+func (u *Upload) AppendObject(ctx context.Context, r io.Reader) (int64, error) {
+	if err := u.start(ctx); err != nil {
+		return 0, fmt.Errorf("blob upload %s: append: %w", u.ID(), err)
+	}
+	defer u.mu.Unlock()
+	before := u.size
+	var err error
+	if u.s.eng.Tiered() {
+		err = u.appendObject(ctx, r, u.s.maxSize-u.size)
+	} else {
+		err = u.appendChunks(ctx, r, u.s.maxSize-u.size)
+	}
+	if err != nil {
+		err = fmt.Errorf("blob upload %s: append at %d: %w", u.ID(), u.size, err)
+	}
+	return u.size - before, err
+}
+
 func (u *Upload) append(ctx context.Context, r io.Reader) error {
 	s := u.s
 	limit := s.maxSize - u.size
