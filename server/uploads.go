@@ -65,8 +65,9 @@ func (s *Server) uploadStatus(w http.ResponseWriter, r *http.Request) {
 // it, whatever the offset), and the upload may not grow past MaxBlobSize. On a store with a
 // bytes tier the bytes past the inline limit are one object, committed
 // whole or not at all; without one they are committed a chunk at a time
-// (docs/decisions/0045-durable-uploads.md). It answers the upload's new
-// size.
+// (docs/decisions/0045-durable-uploads.md); object=true asks for the
+// whole body as one object (the remote engine's WriteValue). It answers
+// the upload's new size.
 func (s *Server) appendUpload(w http.ResponseWriter, r *http.Request) {
 	off, err := strconv.ParseInt(r.PathValue("off"), 10, 64)
 	if err != nil {
@@ -110,7 +111,11 @@ func (s *Server) appendUpload(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if _, err := u.Append(r.Context(), io.MultiReader(bytes.NewReader(first[:]), src)); err != nil {
+	add := u.Append
+	if r.URL.Query().Get("object") == "true" {
+		add = u.AppendObject
+	}
+	if _, err := add(r.Context(), io.MultiReader(bytes.NewReader(first[:]), src)); err != nil {
 		s.fail(w, r, err)
 		return
 	}

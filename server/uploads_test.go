@@ -371,3 +371,29 @@ func remoteStore(t *testing.T, base string) *stead.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestUploadAppendObject: on a tiered store an append with object=true is
+// one bucket object however small (the remote engine's WriteValue), and
+// one without is rows within the inline limit.
+func TestUploadAppendObject(t *testing.T) {
+	t.Parallel()
+	st, bucket := tieredStore(t)
+	srv := httptest.NewServer(apicheck.Load(t).Wrap(t, server.New(st, server.Options{Logger: quiet})))
+	t.Cleanup(srv.Close)
+	id := beginUpload(t, srv.URL, "")
+	appendAt(t, srv.URL, id, 0, []byte("rows"), "")
+	appendAt(t, srv.URL, id, 4, []byte("an object"), "&object=true")
+	n, _ := strconv.ParseUint(id, 16, 64)
+	eng := st.Engine().Blobs()
+	for off, object := range map[int64]bool{0: false, 4: true} {
+		c, err := eng.ReadChunk(t.Context(), blob.ChunkSet(n), off)
+		if err != nil || (c.Object != "") != object {
+			t.Fatalf("the chunk at %d is %+v (%v), want an object: %v", off, c, err, object)
+		}
+		if object {
+			if _, err := os.Stat(filepath.Join(bucket, filepath.FromSlash(c.Object))); err != nil {
+				t.Fatalf("the bucket lacks %s: %v", c.Object, err)
+			}
+		}
+	}
+}

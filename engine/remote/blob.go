@@ -130,7 +130,7 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 func (b *blobs) Tiered() bool { return b.e.tiered }
 
 // WriteValue implements blob.Streamer: p.Value streams as the body of
-// one append request, its lease from p.Now() as the request is sent,
+// one append request, one object on the server's tier, its lease from p.Now() as the request is sent,
 // which the server hashes as it arrives; p.State is called once the
 // server took it, its state kept for UploadStatus (the server keeps its
 // own, the one it trusts). A value of no bytes appends nothing. An append whose
@@ -159,7 +159,7 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 	if p.Now != nil {
 		now = p.Now()
 	}
-	size, err := b.append(ctx, p.Set, p.Off, struct{ io.Reader }{body}, p.Lease, now)
+	size, err := b.append(ctx, p.Set, p.Off, struct{ io.Reader }{body}, p.Lease, now, "object", "true")
 	if err != nil {
 		return 0, err
 	}
@@ -350,9 +350,9 @@ func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 
 // append sends body as the append at off to set's upload and returns the
 // upload's size the server answers, which must be past off.
-func (b *blobs) append(ctx context.Context, set blob.ChunkSet, off int64, body io.Reader, lease time.Duration, now time.Time) (int64, error) {
+func (b *blobs) append(ctx context.Context, set blob.ChunkSet, off int64, body io.Reader, lease time.Duration, now time.Time, kv ...string) (int64, error) {
 	var up wire.Upload
-	req := &request{body: body, query: b.uploadQuery(set, "lease", lease.String(), "now", timeText(now))}
+	req := &request{body: body, query: b.uploadQuery(set, append([]string{"lease", lease.String(), "now", timeText(now)}, kv...)...)}
 	if _, err := b.e.do(ctx, http.MethodPut, uploadPath(set)+"/"+strconv.FormatInt(off, 10), req, nil, &up); err != nil {
 		return 0, err
 	}
