@@ -11,6 +11,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // gcEngine drives the server's garbage-collection mechanics, so a
@@ -99,8 +100,21 @@ func (g *gcEngine) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.St
 // SweepOrphans implements gc.OrphanSweeper: the server's store runs the
 // step on its bytes tier (one without a tier answers that nothing was
 // listed), gc.OrphanPage objects a request, until p.Limit are listed or
-// the walk wraps.
+// the walk wraps. A step that deletes and names no sweep lease takes the
+// server's for itself (one another sweep holds is an error wrapping
+// steaderr.ErrLeased): the server deletes only under one.
 func (g *gcEngine) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphans, error) {
+	if p.Lease == nil && !p.DryRun {
+		l, ok, err := g.AcquireSweep(ctx, "orphan step")
+		if err != nil {
+			return gc.Orphans{}, err
+		}
+		if !ok {
+			return gc.Orphans{}, fmt.Errorf("%w: the orphan step takes the sweep lease, which another sweep holds", steaderr.ErrLeased)
+		}
+		defer l.Release(context.WithoutCancel(ctx))
+		p.Lease = l
+	}
 	var total gc.Orphans
 	for left := p.Limit; ; {
 		var out wire.GCOrphans
