@@ -134,6 +134,16 @@ func (u *Upload) refresh(ctx context.Context) error {
 // so that one upload's ID tells nothing of another's.
 func (u *Upload) ID() string { return fmt.Sprintf("%016x", int64(u.set)) }
 
+// HashState returns the running hash of the upload's bytes as of this
+// Upload's last step, as its engine records it with each append
+// (UploadStatus.State): for a server answering a remote engine, whose
+// Uploads continue from it.
+func (u *Upload) HashState() ([]byte, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hash.(encoding.BinaryMarshaler).MarshalBinary()
+}
+
 // Size returns how many bytes the upload holds, as of this Upload's last
 // step (another's appends are seen by the next).
 func (u *Upload) Size() int64 {
@@ -178,6 +188,28 @@ func (u *Upload) Append(ctx context.Context, r io.Reader) (int64, error) {
 	defer u.mu.Unlock()
 	before := u.size
 	err := u.append(ctx, r)
+	if err != nil {
+		err = fmt.Errorf("blob upload %s: append at %d: %w", u.ID(), u.size, err)
+	}
+	return u.size - before, err
+}
+
+// AppendObject is Append with r's content one object chunk on an engine
+// with a bytes tier, whatever the inline limit: for a server appending
+// what a remote engine's Store wrote as one (Streamer.WriteValue).
+// Without a tier it is Append.
+func (u *Upload) AppendObject(ctx context.Context, r io.Reader) (int64, error) {
+	if err := u.start(ctx); err != nil {
+		return 0, fmt.Errorf("blob upload %s: append: %w", u.ID(), err)
+	}
+	defer u.mu.Unlock()
+	before := u.size
+	var err error
+	if u.s.eng.Tiered() {
+		err = u.appendObject(ctx, r, u.s.maxSize-u.size)
+	} else {
+		err = u.appendChunks(ctx, r, u.s.maxSize-u.size)
+	}
 	if err != nil {
 		err = fmt.Errorf("blob upload %s: append at %d: %w", u.ID(), u.size, err)
 	}
@@ -302,6 +334,11 @@ type CommitOptions struct {
 	Owner string
 	TTL   time.Duration
 	Now   time.Time
+	// Chunked publishes the upload's chunks as they are, even within the
+	// inline limit: for a server publishing a remote engine's upload as
+	// that engine's Put with Chunks does, its own Store having chosen the
+	// value's form.
+	Chunked bool
 }
 
 // Commit stores the upload's bytes under their key, pinned as a put's
@@ -345,7 +382,7 @@ func (u *Upload) commit(ctx context.Context, opts CommitOptions) (Key, error) {
 		}
 		p.Owner, p.TTL, p.Now = opts.Owner, opts.TTL, opts.Now
 	}
-	if u.size <= s.inline {
+	if u.size <= s.inline && !opts.Chunked {
 		inline, ok, err := u.readInline(ctx)
 		if err != nil {
 			return Key{}, err

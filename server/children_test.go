@@ -54,13 +54,13 @@ func TestChildrenOverHTTP(t *testing.T) {
 	// A publish body holds MaxChildren keys: the answer is about them
 	// (404, the first missing named), not about the body's size.
 	value := "a parent of many"
-	set := uploadChunks(t, srv, []byte(value), len(value))
+	id := uploadChunks(t, srv, []byte(value), len(value))
 	many := make([]string, blob.MaxChildren)
 	for i := range many {
 		many[i] = blob.KeyOf(fmt.Appendf(nil, "absent %d", i)).String()
 	}
 	body, _ := json.Marshal(map[string]any{"key": blob.KeyOf([]byte(value)).String(), "size": len(value), "children": many})
-	a := do(t, "POST", srv.URL+"/v1/uploads/"+set+"/publish?owner=o&ttl=1m", string(body), nil)
+	a := do(t, "POST", srv.URL+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m", string(body), nil)
 	if a.status != http.StatusNotFound || a.errCode(t) != "not_found" {
 		t.Fatalf("publish naming %d absent children (%d bytes) = %d %s; want 404", len(many), len(body), a.status, a.body)
 	}

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -220,18 +219,16 @@ func TestSourcesOverHTTP(t *testing.T) {
 func TestSweepReportsUploads(t *testing.T) {
 	t.Parallel()
 	_, srv, clk := gcServer(t, "mem://")
-	a := do(t, "POST", srv.URL+"/v1/uploads?lease=1ms", "", nil)
-	var up struct{ Chunks int64 }
-	mustJSON(t, a.body, &up)
-	if a := do(t, "PUT", fmt.Sprintf("%s/v1/chunks/%d/0?lease=1ms", srv.URL, up.Chunks), "abandoned", nil); a.status != 204 {
-		t.Fatalf("chunk = %d %s", a.status, a.body)
+	id := beginUpload(t, srv.URL, "")
+	if a := do(t, "PUT", srv.URL+"/v1/uploads/"+id+"/0?lease=1ms", "abandoned", nil); a.status != 200 {
+		t.Fatalf("append = %d %s", a.status, a.body)
 	}
 	clk.Advance(time.Second) // the upload's lease lapses, on the store's clock
 	if rep := sweepOver(t, srv.URL, `{"all_unreferenced":true}`); rep.Uploads != 1 {
 		t.Fatalf("sweep report %+v, want uploads 1", rep)
 	}
-	if a := do(t, "PUT", fmt.Sprintf("%s/v1/chunks/%d/9?lease=1m", srv.URL, up.Chunks), "more", nil); a.status != 409 {
-		t.Fatalf("a chunk of the reaped upload = %d %s, want 409", a.status, a.body)
+	if a := do(t, "PUT", srv.URL+"/v1/uploads/"+id+"/9?lease=1m", "more", nil); a.status != 409 || a.errCode(t) != "lost" {
+		t.Fatalf("an append to the reaped upload = %d %s, want 409 lost", a.status, a.body)
 	}
 }
 

@@ -166,11 +166,18 @@ func (s *Server) stageRange(w http.ResponseWriter, r *http.Request) {
 // sweepOrphans: POST /v1/gc/orphans. A store without a bytes tier has no
 // orphans: its answer is an empty listing that wrapped.
 func (s *Server) sweepOrphans(w http.ResponseWriter, r *http.Request) {
-	req, lease, ok := s.readStep(w, r, true)
+	// A dry run, which deletes nothing, needs no lease.
+	req, lease, ok := s.readStep(w, r, false)
 	if !ok {
 		return
 	}
-	err := gc.CheckLimit(req.Limit, gc.OrphanPage)
+	var err error
+	if lease == nil && !req.DryRun {
+		_, err = s.leases.renew(r.Context(), "")
+	}
+	if err == nil {
+		err = gc.CheckLimit(req.Limit, gc.OrphanPage)
+	}
 	out := gc.Orphans{Wrapped: true}
 	if o, tiered := s.eng.GC().(gc.OrphanSweeper); err == nil && tiered {
 		out, err = o.SweepOrphans(r.Context(), gc.OrphanParams{Limit: req.Limit, Grace: time.Duration(req.Grace), DryRun: req.DryRun, Lease: lease})

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"testing"
 
@@ -46,54 +45,6 @@ func TestHostileJSON(t *testing.T) {
 	// A well-formed pair is a character, not a lone surrogate.
 	if a := do(t, "POST", srv.URL+"/v1/locks/l/acquire", `{"owner":"\ud83d\ude00","ttl":"1m"}`, nil); a.status != http.StatusOK {
 		t.Fatalf("acquire by an owner with a surrogate pair = %d %s", a.status, a.body)
-	}
-}
-
-// TestPublishAnswers checks publish's refusals against the document: a
-// size over the largest blob is 413 too_large, a size of zero or less
-// 400, and a publish after its upload was aborted 409 lost.
-func TestPublishAnswers(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t, server.Options{})
-	value := "published after abort"
-	key := blob.KeyOf([]byte(value))
-	begin := func() string {
-		t.Helper()
-		a := do(t, "POST", srv.URL+"/v1/uploads?lease=1m", "", nil)
-		if a.status != http.StatusCreated {
-			t.Fatalf("begin = %d %s", a.status, a.body)
-		}
-		var up struct{ Chunks int64 }
-		mustJSON(t, a.body, &up)
-		return fmt.Sprint(up.Chunks)
-	}
-	set := begin()
-	publish := func(set string, size int64) answer {
-		return do(t, "POST", srv.URL+"/v1/uploads/"+set+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, size), nil)
-	}
-	if a := publish(set, 1<<62); a.status != http.StatusRequestEntityTooLarge || a.errCode(t) != "too_large" {
-		t.Errorf("publish of 2^62 bytes = %d %s, want 413 too_large", a.status, a.body)
-	}
-	for _, size := range []int64{0, -1} {
-		if a := publish(set, size); a.status != http.StatusBadRequest || a.errCode(t) != "invalid_argument" {
-			t.Errorf("publish of %d bytes = %d %s, want 400 invalid_argument", size, a.status, a.body)
-		}
-	}
-	if a := do(t, "PUT", srv.URL+"/v1/chunks/"+set+"/0?lease=1m", value, nil); a.status != http.StatusNoContent {
-		t.Fatalf("chunk write = %d %s", a.status, a.body)
-	}
-	if a := do(t, "DELETE", srv.URL+"/v1/uploads/"+set, "", nil); a.status != http.StatusNoContent {
-		t.Fatalf("abort = %d %s", a.status, a.body)
-	}
-	if a := publish(set, int64(len(value))); a.status != http.StatusConflict || a.errCode(t) != "lost" {
-		t.Errorf("publish after abort = %d %s, want 409 lost", a.status, a.body)
-	}
-	// An upload whose first chunk never came is as good as lost too.
-	if a := publish(begin(), int64(len(value))); a.status != http.StatusConflict || a.errCode(t) != "lost" {
-		t.Errorf("publish of an upload without chunks = %d %s, want 409 lost", a.status, a.body)
-	}
-	if a := do(t, "GET", srv.URL+"/v1/blobs/"+key.String(), "", nil); a.status != http.StatusNotFound {
-		t.Fatalf("after refused publishes, GET = %d", a.status)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -15,13 +14,11 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/steadkit/stead"
-	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/server"
 )
 
@@ -153,107 +150,4 @@ func sampleHeap(t *testing.T) func() int64 {
 	}
 	t.Cleanup(func() { stop() })
 	return stop
-}
-
-// TestUploadEndpoints drives the chunked-put endpoints the remote engine
-// uses: hostile input is refused with 400/413 and stores nothing, and a
-// publish whose chunks do not hash to the claimed key publishes nothing.
-func TestUploadEndpoints(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t, server.Options{MaxBlobSize: 1 << 20})
-	a := do(t, http.MethodPost, srv.URL+"/v1/uploads?lease=1m", "", nil)
-	var up struct{ Chunks int64 }
-	if err := json.Unmarshal([]byte(a.body), &up); a.status != http.StatusCreated || err != nil || up.Chunks <= 0 {
-		t.Fatalf("POST /v1/uploads = %d %q", a.status, a.body)
-	}
-	set := fmt.Sprint(up.Chunks)
-	bad := []struct {
-		name, method, path, body string
-		status                   int
-	}{
-		{"begin with no lease", http.MethodPost, "/v1/uploads", "", http.StatusBadRequest},
-		{"begin with a lease over a day", http.MethodPost, "/v1/uploads?lease=25h", "", http.StatusBadRequest},
-		{"begin with a lease under a microsecond", http.MethodPost, "/v1/uploads?lease=999ns", "", http.StatusBadRequest},
-		{"zero set", http.MethodPut, "/v1/chunks/0/0?lease=1m", "x", http.StatusBadRequest},
-		{"set not a number", http.MethodPut, "/v1/chunks/x/0?lease=1m", "x", http.StatusBadRequest},
-		{"negative offset", http.MethodPut, "/v1/chunks/" + set + "/-1?lease=1m", "x", http.StatusBadRequest},
-		{"offset past MaxBlobSize", http.MethodPut, "/v1/chunks/" + set + "/1048576?lease=1m", "x", http.StatusBadRequest},
-		{"no lease", http.MethodPut, "/v1/chunks/" + set + "/0", "x", http.StatusBadRequest},
-		{"negative lease", http.MethodPut, "/v1/chunks/" + set + "/0?lease=-1s", "x", http.StatusBadRequest},
-		{"empty chunk", http.MethodPut, "/v1/chunks/" + set + "/0?lease=1m", "", http.StatusBadRequest},
-		{"chunk over the wire limit", http.MethodPut, "/v1/chunks/" + set + "/0?lease=1m", strings.Repeat("x", 16<<20+1), http.StatusRequestEntityTooLarge},
-		{"read of a negative offset", http.MethodGet, "/v1/chunks/" + set + "/-1", "", http.StatusBadRequest},
-		{"publish of a zero set", http.MethodPost, "/v1/uploads/0/publish", `{"key":"` + blob.KeyOf([]byte("x")).String() + `","size":1}`, http.StatusBadRequest},
-		{"publish of a bad key", http.MethodPost, "/v1/uploads/" + set + "/publish", `{"key":"sha256:nope","size":1}`, http.StatusBadRequest},
-	}
-	for _, c := range bad {
-		if a := do(t, c.method, srv.URL+c.path, c.body, nil); a.status != c.status {
-			t.Errorf("%s: %s %s = %d %q, want %d", c.name, c.method, c.path, a.status, a.body, c.status)
-		}
-	}
-	if a := do(t, http.MethodGet, srv.URL+"/v1/chunks/"+set+"/0", "", nil); a.status != http.StatusNotFound {
-		t.Fatalf("after refused writes, the upload holds a chunk: %d %q", a.status, a.body)
-	}
-
-	if a := do(t, http.MethodPut, fmt.Sprintf("%s/v1/chunks/%d/0?lease=1m", srv.URL, up.Chunks^1), "x", nil); a.status != http.StatusConflict || a.errCode(t) != "lost" {
-		t.Fatalf("chunk write to a set never begun = %d %q, want 409 lost", a.status, a.body)
-	}
-	value := "hello, chunks"
-	if a := do(t, http.MethodPut, srv.URL+"/v1/chunks/"+set+"/0?lease=1m", value, nil); a.status != http.StatusNoContent {
-		t.Fatalf("chunk write = %d %q", a.status, a.body)
-	}
-	lie := blob.KeyOf([]byte("something else"))
-	a = do(t, http.MethodPost, srv.URL+"/v1/uploads/"+set+"/publish?owner=tester&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, lie, len(value)), nil)
-	if a.status != http.StatusBadRequest || a.errCode(t) != "digest_mismatch" {
-		t.Fatalf("publish under a lie = %d %q, want 400 digest_mismatch", a.status, a.body)
-	}
-	if a := do(t, http.MethodGet, srv.URL+"/v1/blobs/"+lie.String(), "", nil); a.status != http.StatusNotFound {
-		t.Fatalf("the lie was published: %d", a.status)
-	}
-	key := blob.KeyOf([]byte(value))
-	a = do(t, http.MethodPost, srv.URL+"/v1/uploads/"+set+"/publish?owner=tester&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil)
-	if a.status != http.StatusOK {
-		t.Fatalf("publish = %d %q", a.status, a.body)
-	}
-	if a := do(t, http.MethodGet, srv.URL+"/v1/blobs/"+key.String(), "", nil); a.status != http.StatusOK || a.body != value {
-		t.Fatalf("GET of the published blob = %d %q", a.status, a.body)
-	}
-	a = do(t, http.MethodGet, srv.URL+"/v1/chunks/"+set+"/5", "", nil)
-	if a.status != http.StatusOK || a.body != value || a.header.Get("Stead-Chunk-Start") != "0" {
-		t.Fatalf("chunk read = %d %q start %q", a.status, a.body, a.header.Get("Stead-Chunk-Start"))
-	}
-	if a := do(t, http.MethodPut, srv.URL+"/v1/chunks/"+set+"/13?lease=1m", "more", nil); a.status != http.StatusConflict {
-		t.Fatalf("a chunk after the publish = %d %q, want 409 lost", a.status, a.body)
-	}
-	if a := do(t, http.MethodDelete, srv.URL+"/v1/uploads/"+set, "", nil); a.status != http.StatusNoContent {
-		t.Fatalf("abort of a published upload = %d %q, want 204", a.status, a.body)
-	}
-}
-
-// TestUploadChunkEndPastMaxBlobSize checks that a chunk whose end is past
-// MaxBlobSize, or past the largest int64 (where offset plus length wraps
-// around), is refused with 400 and stores nothing.
-func TestUploadChunkEndPastMaxBlobSize(t *testing.T) {
-	t.Parallel()
-	for _, max := range []int64{1 << 20, math.MaxInt64} {
-		srv := newServer(t, server.Options{MaxBlobSize: max})
-		a := do(t, http.MethodPost, srv.URL+"/v1/uploads?lease=1m", "", nil)
-		var up struct{ Chunks int64 }
-		if err := json.Unmarshal([]byte(a.body), &up); a.status != http.StatusCreated || err != nil {
-			t.Fatalf("POST /v1/uploads = %d %q", a.status, a.body)
-		}
-		for _, off := range []int64{max - 9, max - 5, max - 2} {
-			path := fmt.Sprintf("%s/v1/chunks/%d/%d?lease=1m", srv.URL, up.Chunks, off)
-			if a := do(t, http.MethodPut, path, "0123456789", nil); a.status != http.StatusBadRequest {
-				t.Errorf("MaxBlobSize %d: chunk of 10 bytes at %d = %d %q, want 400", max, off, a.status, a.body)
-			}
-			if a := do(t, http.MethodGet, path, "", nil); a.status != http.StatusNotFound {
-				t.Errorf("MaxBlobSize %d: after the refused chunk at %d, GET = %d, want 404", max, off, a.status)
-			}
-		}
-		path := fmt.Sprintf("%s/v1/chunks/%d/%d?lease=1m", srv.URL, up.Chunks, max-10)
-		if a := do(t, http.MethodPut, path, "0123456789", nil); a.status != http.StatusNoContent {
-			t.Errorf("MaxBlobSize %d: chunk of 10 bytes ending at it = %d %q, want 204", max, a.status, a.body)
-		}
-	}
 }

@@ -39,7 +39,7 @@ func schemaMessage(current, latest int) string {
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	shared, reason := s.eng.Cluster()
-	writeJSON(w, http.StatusOK, wire.Info{Cluster: shared, Reason: reason})
+	writeJSON(w, http.StatusOK, wire.Info{Cluster: shared, Reason: reason, Tiered: s.blobEng.Tiered()})
 }
 
 func (s *Server) schema(w http.ResponseWriter, r *http.Request) {

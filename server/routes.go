@@ -70,9 +70,10 @@ func (s *Server) table() []route {
 
 		{"POST /v1/uploads", false, s.beginUpload},
 		{"POST /v1/uploads/reap", false, s.reapUploads},
-		{"POST /v1/uploads/{chunks}/publish", false, s.publishUpload},
-		{"DELETE /v1/uploads/{chunks}", false, s.abortUpload},
-		{"PUT /v1/chunks/{chunks}/{off}", false, s.writeChunk},
+		{"GET /v1/uploads/{id}", false, s.uploadStatus},
+		{"PUT /v1/uploads/{id}/{off}", false, s.appendUpload},
+		{"POST /v1/uploads/{id}/publish", false, s.publishUpload},
+		{"DELETE /v1/uploads/{id}", false, s.abortUpload},
 		{"GET /v1/chunks/{chunks}/{off}", false, s.readChunk},
 
 		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},

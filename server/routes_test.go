@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,12 +39,16 @@ func TestEveryRoute(t *testing.T) {
 	value := "every route"
 	key := blob.KeyOf([]byte(value)).String()
 	absent := blob.KeyOf([]byte("never stored")).String()
-	var set string // the upload of the chunk cases
+	var set, setnum string // the upload of the upload cases, its id and its chunk set
 	upload := func(t *testing.T) {
 		a := do(t, "POST", srv.URL+"/v1/uploads?lease=1m", "", auth)
-		var up struct{ Chunks int64 }
+		var up struct{ ID string }
 		mustJSON(t, a.body, &up)
-		set = fmt.Sprint(up.Chunks)
+		n, err := strconv.ParseUint(up.ID, 16, 64)
+		if err != nil {
+			t.Fatalf("begin = %s", a.body)
+		}
+		set, setnum = up.ID, strconv.FormatUint(n, 10)
 	}
 	var lease string // the sweep lease of the GC step cases
 	takeLease := func(t *testing.T) {
@@ -154,16 +159,22 @@ func TestEveryRoute(t *testing.T) {
 
 		{op: "POST /v1/uploads", method: "POST", path: "/v1/uploads?lease=1m", header: auth, status: 201},
 		{op: "POST /v1/uploads", method: "POST", path: "/v1/uploads?lease=banana", header: auth, status: 400},
-		{op: "PUT /v1/chunks/{chunks}/{off}", before: upload, method: "PUT", path: "/v1/chunks/{set}/0?lease=1m", header: auth, body: value, status: 204},
-		{op: "PUT /v1/chunks/{chunks}/{off}", method: "PUT", path: "/v1/chunks/{set}/0?lease=1m", header: auth, body: value, status: 409},
-		{op: "PUT /v1/chunks/{chunks}/{off}", method: "PUT", path: "/v1/chunks/{set}/x?lease=1m", header: auth, body: value, status: 400},
-		{op: "GET /v1/chunks/{chunks}/{off}", method: "GET", path: "/v1/chunks/{set}/0", header: auth, status: 200},
+		{op: "PUT /v1/uploads/{id}/{off}", before: upload, method: "PUT", path: "/v1/uploads/{set}/0?lease=1m", header: auth, body: value, status: 200},
+		{op: "PUT /v1/uploads/{id}/{off}", method: "PUT", path: "/v1/uploads/{set}/0?lease=1m", header: auth, body: value, status: 409},
+		{op: "PUT /v1/uploads/{id}/{off}", method: "PUT", path: "/v1/uploads/{set}/x?lease=1m", header: auth, body: value, status: 400},
+		{op: "PUT /v1/uploads/{id}/{off}", method: "PUT", path: "/v1/uploads/{set}/11?lease=1m", header: auth, body: strings.Repeat("x", 1<<20), status: 413},
+		{op: "GET /v1/uploads/{id}", method: "GET", path: "/v1/uploads/{set}", header: auth, status: 200},
+		{op: "GET /v1/uploads/{id}", method: "GET", path: "/v1/uploads/{set}?upload_owner=other", header: auth, status: 409},
+		{op: "GET /v1/uploads/{id}", method: "GET", path: "/v1/uploads/{set}?upload_owner=%FF", header: auth, status: 400},
+		{op: "GET /v1/chunks/{chunks}/{off}", method: "GET", path: "/v1/chunks/{setnum}/0", header: auth, status: 200},
 		{op: "GET /v1/chunks/{chunks}/{off}", method: "GET", path: "/v1/chunks/1/0", header: auth, status: 404},
-		{op: "POST /v1/uploads/{chunks}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, absent, len(value)), status: 400},
-		{op: "POST /v1/uploads/{chunks}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, key, 1<<40), status: 413},
-		{op: "POST /v1/uploads/{chunks}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), status: 200},
-		{op: "DELETE /v1/uploads/{chunks}", method: "DELETE", path: "/v1/uploads/{set}", header: auth, status: 204},
-		{op: "POST /v1/uploads/{chunks}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), status: 409},
+		{op: "GET /v1/chunks/{chunks}/{off}", method: "GET", path: "/v1/chunks/x/0", header: auth, status: 400},
+		{op: "POST /v1/uploads/{id}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, absent, len(value)), status: 400},
+		{op: "POST /v1/uploads/{id}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, key, 1<<40), status: 409},
+		{op: "POST /v1/uploads/{id}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)+1), status: 409},
+		{op: "POST /v1/uploads/{id}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), status: 200},
+		{op: "DELETE /v1/uploads/{id}", method: "DELETE", path: "/v1/uploads/{set}", header: auth, status: 204},
+		{op: "POST /v1/uploads/{id}/publish", method: "POST", path: "/v1/uploads/{set}/publish?owner=o&ttl=1m", header: auth, body: fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), status: 409},
 		{op: "POST /v1/uploads/reap", method: "POST", path: "/v1/uploads/reap", header: auth, status: 200},
 
 		{op: "POST /v1/locks/{name}/acquire", method: "POST", path: "/v1/locks/job%2Fone/acquire", header: auth, body: `{"owner":"a","ttl":"1m"}`, status: 200},
@@ -225,7 +236,7 @@ func TestEveryRoute(t *testing.T) {
 			c.before(t)
 		}
 		covered[c.op] = true
-		path := strings.NewReplacer("{set}", set, "{lease}", lease).Replace(c.path)
+		path := strings.NewReplacer("{setnum}", setnum, "{set}", set, "{lease}", lease).Replace(c.path)
 		a := do(t, c.method, srv.URL+path, strings.ReplaceAll(c.body, "{lease}", lease), c.header)
 		if a.status != c.status {
 			t.Errorf("%s %s = %d %s, want %d", c.method, path, a.status, a.body, c.status)
@@ -360,7 +371,7 @@ func TestEveryRouteRefuses(t *testing.T) {
 	absent := blob.KeyOf([]byte("never stored")).String()
 	// Each path parameter's value in a well-formed request, and in one
 	// the server must refuse.
-	good := map[string]string{"key": absent, "chunks": "1", "off": "0"}
+	good := map[string]string{"key": absent, "chunks": "1", "off": "0", "id": "0123456789abcdef"}
 	bad := map[string]string{"key": "sha256:bad", "chunks": "x", "off": "x", "name": "%FF", "owner": "%FF", "id": "%FF", "group": "%FF"}
 	fill := func(path string, values map[string]string) string {
 		segs := strings.Split(path, "/")

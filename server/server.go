@@ -141,7 +141,7 @@ type Server struct {
 	st      *stead.Store
 	eng     engine.Engine
 	blobs   *blob.Store
-	blobEng blob.Backend // under blobs, for stores on a client's clock
+	blobEng blob.Backend // under blobs: stored forms and chunks for remote reads, stores on a client's clock
 	records *record.Store
 	refs    *ref.Store
 	gc      *gc.Collector
@@ -153,7 +153,6 @@ type Server struct {
 	gather  prometheus.Gatherer
 	access  *access.Authority
 	uploads admission
-	hashes  uploadHashes // of uploads in progress
 	// recordBytes is what the record saves in flight hold of
 	// recordBodyBudget.
 	recordBytes *semaphore.Weighted

@@ -1,15 +1,12 @@
 package server
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -17,108 +14,144 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// The chunk endpoints expose the engine's chunked-put seam, so that a
-// remote engine (engine/remote) streams values of any size: begin an
-// upload, write its chunks, publish them under their key or abort; read a
-// published value's chunks. The server takes no client's hash on trust:
-// it hashes an upload's chunks as they arrive, in order, so that a
-// publish checks the key at once; an upload it cannot vouch for (chunks
-// out of order, a write that failed, one written through another server)
-// is re-read and hashed at publish.
+// The upload endpoints are blob.Upload over HTTP, so that a remote engine
+// (engine/remote) streams values of any size: begin an upload, append to
+// it at its size, publish it under the key its bytes hash to, or abort
+// it; read a stored value's chunks. An upload's size and running hash are
+// the store's (docs/decisions/0045-durable-uploads.md): each request
+// resumes the upload by id, so any server over the same database
+// continues it, and the server hashes the bytes as they arrive, taking no
+// client's hash on trust. An upload is continued only by the owner it was
+// begun for (the upload_owner parameter); an id that is malformed, never
+// begun, ended or another owner's is answered alike, as unknown.
 
-// beginUpload starts an upload with the lease the lease query parameter
-// names (a Go duration), from now (the now parameter, when the server
-// allows client clocks), and answers its chunk set id, a random one.
+// beginUpload starts an upload owned by upload_owner, with the lease the
+// lease query parameter names (a Go duration) that each append renews,
+// from now (the now parameter, when the server allows client clocks), and
+// answers its id, drawn at random.
 func (s *Server) beginUpload(w http.ResponseWriter, r *http.Request) {
 	lease, err := leaseOf(r)
+	var blobs *blob.Store
+	if err == nil {
+		blobs, err = s.blobsAt(r)
+	}
+	var u *blob.Upload
+	if err == nil {
+		u, err = blobs.BeginUpload(r.Context(), blob.UploadOptions{Owner: uploadOwner(r), Lease: lease})
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	now, err := s.queryNow(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	set, err := s.blobEng.BeginUpload(r.Context(), blob.BeginUploadParams{Lease: lease, Now: now.Truncate(time.Microsecond)})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, wire.Upload{Chunks: int64(set)})
+	writeJSON(w, http.StatusCreated, wire.Upload{ID: u.ID(), Size: u.Size()})
 }
 
-// writeChunk stores the body, at most wire.MaxChunk bytes, as the chunk at
-// byte {off} of the upload {chunks}, with the lease the lease query
-// parameter names (a Go duration). A chunk ending past MaxBlobSize is
-// refused.
-func (s *Server) writeChunk(w http.ResponseWriter, r *http.Request) {
-	set, err := chunkSetOf(r)
+// uploadStatus answers the upload's size and running hash state.
+func (s *Server) uploadStatus(w http.ResponseWriter, r *http.Request) {
+	u, err := s.resume(r, s.blobs, 0)
+	var state []byte
+	if err == nil {
+		state, err = u.HashState()
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, wire.Upload{ID: u.ID(), Size: u.Size(), State: state})
+}
+
+// appendUpload streams the body, at least a byte, into the upload after
+// its bytes: {off} must be the upload's size (else 409 conflict naming
+// it, whatever the offset), and the upload may not grow past MaxBlobSize. On a store with a
+// bytes tier the bytes past the inline limit are one object, committed
+// whole or not at all; without one they are committed a chunk at a time
+// (docs/decisions/0045-durable-uploads.md); object=true asks for the
+// whole body as one object (the remote engine's WriteValue). It answers
+// the upload's new size.
+func (s *Server) appendUpload(w http.ResponseWriter, r *http.Request) {
 	off, err := strconv.ParseInt(r.PathValue("off"), 10, 64)
 	if err != nil {
-		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want a byte offset", r.PathValue("off"))})
+		s.fail(w, r, &badRequest{fmt.Sprintf("offset %.40q: want a byte offset", r.PathValue("off"))})
 		return
 	}
-	if off < 0 || off >= s.opts.MaxBlobSize {
-		s.fail(w, r, fmt.Errorf("%w: offset %d: want 0 to %d", steaderr.ErrInvalidArgument, off, s.opts.MaxBlobSize-1))
+	if off < 0 {
+		s.fail(w, r, fmt.Errorf("%w: negative offset %d", steaderr.ErrInvalidArgument, off))
 		return
 	}
 	lease, err := leaseOf(r)
+	var blobs *blob.Store
+	if err == nil {
+		blobs, err = s.blobsAt(r)
+	}
+	var u *blob.Upload
+	if err == nil {
+		u, err = s.resume(r, blobs, lease)
+	}
+	if err == nil && u.Size() != off {
+		err = fmt.Errorf("%w: upload %s holds %d bytes: append at offset %d, not %d", steaderr.ErrConflict, u.ID(), u.Size(), u.Size(), off)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	now, err := s.queryNow(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	body, done, ok := s.openBody(w, r, wire.MaxChunk, wire.CodeBodyTooLarge, "chunk")
+	room := max(s.opts.MaxBlobSize-off, 0)
+	body, done, ok := s.openBody(w, r, room, wire.CodeTooLarge, "append")
 	if !ok {
 		return
 	}
 	defer done()
-	data, err := io.ReadAll(io.LimitReader(body, wire.MaxChunk+1))
+	src := &capped{r: body, left: room}
+	var first [1]byte
+	n, err := io.ReadFull(src, first[:])
 	switch {
-	case err != nil:
-		s.fail(w, r, err)
+	case n == 0 && err == io.EOF:
+		s.fail(w, r, &badRequest{"empty append: send at least one byte"})
 		return
-	case len(data) > wire.MaxChunk:
-		writeError(w, wire.CodeBodyTooLarge, fmt.Sprintf("chunk over the limit of %d bytes", wire.MaxChunk))
-		return
-	case len(data) == 0:
-		s.fail(w, r, &badRequest{"empty chunk"})
-		return
-	case off > s.opts.MaxBlobSize-int64(len(data)):
-		s.fail(w, r, fmt.Errorf("%w: a chunk of %d bytes at offset %d ends past the largest value, %d bytes", steaderr.ErrInvalidArgument, len(data), off, s.opts.MaxBlobSize))
-		return
-	}
-	u := s.hashes.at(set, off)
-	if u != nil {
-		u.mu.Lock()
-		defer u.mu.Unlock()
-	}
-	err = s.blobEng.WriteChunk(r.Context(), blob.WriteChunkParams{Set: set, Off: off, Data: data, Lease: lease, Now: now.Truncate(time.Microsecond)})
-	u.wrote(off, data, lease, err)
-	if err != nil {
+	case n == 0:
 		s.fail(w, r, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	add := u.Append
+	if r.URL.Query().Get("object") == "true" {
+		add = u.AppendObject
+	}
+	if _, err := add(r.Context(), io.MultiReader(bytes.NewReader(first[:]), src)); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.Upload{ID: u.ID(), Size: u.Size()})
 }
 
-// publishUpload publishes the upload's chunks under a key, pinned for the
-// owner and ttl the query names (as putPinned), once the server has re-read them and they hash to it.
-func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
-	set, err := chunkSetOf(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+// capped reads r, refusing more than left bytes with an error wrapping
+// ErrTooLarge.
+type capped struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, fmt.Errorf("%w: an upload past the largest value", steaderr.ErrTooLarge)
 	}
+	if int64(len(p))-1 > c.left {
+		p = p[:c.left+1]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	if c.left < 0 {
+		return n, fmt.Errorf("%w: an upload past the largest value", steaderr.ErrTooLarge)
+	}
+	return n, err
+}
+
+// publishUpload commits the upload under the key the body claims, pinned
+// for the owner and ttl the query names (as putPinned), once its size is
+// the size claimed (else 409 conflict: another append came first; an
+// upload of no bytes is 400 invalid_argument) and its
+// bytes, hashed as they arrived, hash to the key (else 400
+// digest_mismatch, the upload kept). The chunks are published as they
+// are, as the remote engine's Put with Chunks does: its Store chose to.
+func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 	var req wire.Publish
 	if err := s.readJSONLimit(w, r, &req, maxPublishBody); err != nil {
 		s.fail(w, r, err)
@@ -134,17 +167,24 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		children, err = parseKeyList(req.Children)
 	}
+	switch {
+	case err != nil:
+	case req.Size < 0:
+		err = fmt.Errorf("%w: size %d: want the upload's size", steaderr.ErrInvalidArgument, req.Size)
+	}
+	var u *blob.Upload
 	if err == nil {
-		p := blob.PutParams{Key: key, Chunks: set, Size: req.Size, Owner: owner, TTL: ttl, Now: now, Children: children}
-		if digest := s.hashes.take(set, req.Size); !digest.IsZero() {
-			err = s.blobs.PublishHashed(r.Context(), p, digest)
-		} else {
-			if req.Size > 0 && req.Size <= s.opts.MaxBlobSize {
-				// Re-reading takes as long as the value is large.
-				s.wait(w, time.Duration(req.Size/minRereadRate)*time.Second)
-			}
-			err = s.blobs.Publish(r.Context(), p)
-		}
+		u, err = s.resume(r, s.blobs, 0)
+	}
+	switch {
+	case err != nil:
+	case u.Size() != req.Size:
+		err = fmt.Errorf("%w: upload %s holds %d bytes, not %d", steaderr.ErrConflict, u.ID(), u.Size(), req.Size)
+	case req.Size == 0:
+		err = fmt.Errorf("%w: upload %s holds no byte to publish", steaderr.ErrInvalidArgument, u.ID())
+	}
+	if err == nil {
+		_, err = u.Commit(r.Context(), blob.CommitOptions{Expect: key, Children: children, Owner: owner, TTL: ttl, Now: now, Chunked: true})
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -153,18 +193,28 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.BlobInfo{Key: key.String(), Size: req.Size})
 }
 
+// abortUpload discards the upload and its bytes; an upload unknown
+// (ended, or another owner's) is not an error.
 func (s *Server) abortUpload(w http.ResponseWriter, r *http.Request) {
-	set, err := chunkSetOf(r)
+	u, err := s.resume(r, s.blobs, 0)
 	if err == nil {
-		s.hashes.drop(set)
-		err = s.blobEng.AbortUpload(r.Context(), set)
+		err = u.Abort(r.Context())
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, steaderr.ErrLost) {
 		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// resume continues the upload {id} of the owner upload_owner names
+// through blobs, appending with lease (zero: the store's).
+func (s *Server) resume(r *http.Request, blobs *blob.Store, lease time.Duration) (*blob.Upload, error) {
+	return blobs.ResumeUpload(r.Context(), r.PathValue("id"), blob.UploadOptions{Owner: uploadOwner(r), Lease: lease})
+}
+
+// uploadOwner is the owner the request names for its upload.
+func uploadOwner(r *http.Request) string { return r.URL.Query().Get(wire.UploadOwnerParam) }
 
 // reapUploads discards the uploads whose lease lapsed at now (the now
 // parameter, when the server allows client clocks).
@@ -182,8 +232,11 @@ func (s *Server) reapUploads(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.Reaped{Reaped: n})
 }
 
-// readChunk answers the chunk of {chunks} holding byte {off}: its bytes,
-// and its first byte's offset in the wire.ChunkStartHeader header.
+// readChunk answers the chunk of {chunks} holding byte {off}, its first
+// byte's offset in the wire.ChunkStartHeader header: its bytes, or, for a
+// chunk kept as a bucket object, no body and the chunk's size and object
+// in wire.ChunkSizeHeader and wire.ChunkObjectHeader (the remote engine
+// reads its bytes as a range of the value).
 func (s *Server) readChunk(w http.ResponseWriter, r *http.Request) {
 	set, err := chunkSetOf(r)
 	if err != nil {
@@ -192,20 +245,45 @@ func (s *Server) readChunk(w http.ResponseWriter, r *http.Request) {
 	}
 	off, err := strconv.ParseInt(r.PathValue("off"), 10, 64)
 	if err != nil || off < 0 {
-		s.fail(w, r, &badRequest{fmt.Sprintf("offset %q: want a byte offset", r.PathValue("off"))})
+		s.fail(w, r, &badRequest{fmt.Sprintf("offset %.40q: want a byte offset", r.PathValue("off"))})
 		return
 	}
-	start, data, err := s.blobEng.ReadChunk(r.Context(), set, off)
+	c, err := s.blobEng.ReadChunk(r.Context(), set, off)
+	switch {
+	case err != nil:
+	case c.Object != "" && (len(c.Object) > wire.MaxObjectName || !headerSafe(c.Object)):
+		err = fmt.Errorf("chunk %d@%d: an object name the wire cannot carry (%d bytes)", set, off, len(c.Object))
+	case c.Object == "" && len(c.Data) > wire.MaxChunk:
+		err = fmt.Errorf("chunk %d@%d: a chunk over the wire's limit (%d bytes)", set, off, len(c.Data))
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	h := w.Header()
-	h.Set(wire.ChunkStartHeader, strconv.FormatInt(start, 10))
+	h.Set(wire.ChunkStartHeader, strconv.FormatInt(c.Start, 10))
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Content-Length", strconv.Itoa(len(data)))
+	if c.Object != "" {
+		h.Set(wire.ChunkSizeHeader, strconv.FormatInt(c.Size, 10))
+		h.Set(wire.ChunkObjectHeader, c.Object)
+		h.Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(c.Data)))
 	w.WriteHeader(http.StatusOK)
-	w.Write(data)
+	w.Write(c.Data)
+}
+
+// headerSafe reports whether s is printable ASCII, as a header value
+// carries it unchanged.
+func headerSafe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // storedBlob answers a blob's stored form (wire.Stored), which a remote
@@ -228,124 +306,21 @@ func (s *Server) storedBlob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks), Object: st.Object})
 }
 
-// leaseOf parses the lease query parameter, a Go duration up to
-// blob.MaxUploadLease.
+// leaseOf parses the lease query parameter, a Go duration from 1µs up to
+// blob.MaxUploadLease, cut to whole microseconds.
 func leaseOf(r *http.Request) (time.Duration, error) {
 	lease, err := time.ParseDuration(r.URL.Query().Get("lease"))
 	if err != nil || lease < time.Microsecond || lease > blob.MaxUploadLease {
-		return 0, &badRequest{fmt.Sprintf("lease %q: want a duration from 1µs up to %s", r.URL.Query().Get("lease"), blob.MaxUploadLease)}
+		return 0, &badRequest{fmt.Sprintf("lease %.40q: want a duration from 1µs up to %s", r.URL.Query().Get("lease"), blob.MaxUploadLease)}
 	}
-	return lease, nil
+	return lease.Truncate(time.Microsecond), nil
 }
 
 // chunkSetOf parses the {chunks} path value, a positive chunk set id.
 func chunkSetOf(r *http.Request) (blob.ChunkSet, error) {
 	n, err := strconv.ParseInt(r.PathValue("chunks"), 10, 64)
 	if err != nil || n <= 0 {
-		return 0, &badRequest{fmt.Sprintf("chunk set %q: want a positive integer", r.PathValue("chunks"))}
+		return 0, &badRequest{fmt.Sprintf("chunk set %.40q: want a positive integer", r.PathValue("chunks"))}
 	}
 	return blob.ChunkSet(n), nil
-}
-
-// minRereadRate is the slowest a publish may re-read an upload, in bytes
-// per second: the publish's deadlines grow with the value by it.
-const minRereadRate = 4 << 20
-
-// maxHashedUploads bounds the uploads the server hashes as they arrive
-// (about 200 bytes each); past it, a new upload is re-read at publish.
-const maxHashedUploads = 4096
-
-// uploadHashes holds the running hash of each upload whose chunks have
-// arrived in order.
-type uploadHashes struct {
-	mu sync.Mutex
-	m  map[blob.ChunkSet]*uploadHash
-}
-
-// uploadHash is one upload's running hash: the chunks at [0, next) were
-// written through this server in order, each once, and hashed.
-type uploadHash struct {
-	mu      sync.Mutex // held across a chunk's write and hashing
-	h       hash.Hash
-	next    int64
-	broken  bool      // a chunk out of order, or a write that failed
-	expires time.Time // the upload's lease, as of its last chunk
-}
-
-// at returns the running hash a chunk at off of set goes into: a new one
-// for the first chunk, nil when the set has none (the server is not
-// hashing it).
-func (t *uploadHashes) at(set blob.ChunkSet, off int64) *uploadHash {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if u := t.m[set]; u != nil {
-		return u
-	}
-	if off != 0 {
-		return nil
-	}
-	if len(t.m) >= maxHashedUploads {
-		now := time.Now()
-		for s, u := range t.m {
-			if u.mu.TryLock() {
-				if now.After(u.expires) {
-					delete(t.m, s)
-				}
-				u.mu.Unlock()
-			}
-		}
-		if len(t.m) >= maxHashedUploads {
-			return nil
-		}
-	}
-	if t.m == nil {
-		t.m = map[blob.ChunkSet]*uploadHash{}
-	}
-	u := &uploadHash{h: sha256.New(), expires: time.Now().Add(blob.MaxUploadLease)}
-	t.m[set] = u
-	return u
-}
-
-// wrote hashes a chunk written at off under lease, or breaks the hash when the write
-// failed (it may have landed or not) or came out of order. u's mu is
-// held; a nil u does nothing.
-func (u *uploadHash) wrote(off int64, data []byte, lease time.Duration, err error) {
-	switch {
-	case u == nil:
-	case err != nil || off != u.next:
-		u.broken = true
-	default:
-		u.h.Write(data)
-		u.next += int64(len(data))
-		u.expires = time.Now().Add(lease)
-	}
-}
-
-// take forgets set's running hash and returns its digest when it covers
-// exactly size bytes written in order, else the zero key.
-func (t *uploadHashes) take(set blob.ChunkSet, size int64) blob.Key {
-	t.mu.Lock()
-	u := t.m[set]
-	delete(t.m, set)
-	t.mu.Unlock()
-	if u == nil {
-		return blob.Key{}
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.broken || u.next != size {
-		return blob.Key{}
-	}
-	key, err := blob.ParseKey("sha256:" + hex.EncodeToString(u.h.Sum(nil)))
-	if err != nil {
-		return blob.Key{}
-	}
-	return key
-}
-
-// drop forgets set's running hash.
-func (t *uploadHashes) drop(set blob.ChunkSet) {
-	t.mu.Lock()
-	delete(t.m, set)
-	t.mu.Unlock()
 }

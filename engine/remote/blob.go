@@ -6,21 +6,37 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/steaderr"
 )
 
-type blobs struct{ e *Engine }
+type blobs struct {
+	e *Engine
+
+	mu      sync.Mutex
+	uploads map[blob.ChunkSet]upload // the uploads begun or appended to here
+}
+
+// upload is what the engine last committed to an upload: its owner, and
+// the size and state its caller gave with it.
+type upload struct {
+	owner string
+	size  int64
+	state []byte
+}
 
 // Put uploads the value, or publishes the upload p.Chunks (the server
-// checks that its chunks hash to p.Key first), pinned for p.Owner and p.TTL from p.Now
+// checks that the bytes it hashed as they arrived hash to p.Key first), pinned for p.Owner and p.TTL from p.Now
 // (zero: the server's clock): the server takes exactly the pin asked for,
 // so the portable store's hot-key skip, which trusts its own pin
 // deadlines, stays safe over HTTP.
@@ -37,8 +53,14 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		return b.putThroughUpload(ctx, p)
 	}
 	if p.Chunks != 0 {
-		_, err := b.e.do(ctx, http.MethodPost, chunkSetPath(p.Chunks)+"/publish", &request{query: q},
+		if owner := b.owner(p.Chunks); owner != "" {
+			q.Set(wire.UploadOwnerParam, owner)
+		}
+		_, err := b.e.do(ctx, http.MethodPost, uploadPath(p.Chunks)+"/publish", &request{query: q},
 			wire.Publish{Key: p.Key.String(), Size: p.Size, Children: keyTexts(p.Children)}, nil)
+		if err == nil {
+			b.forget(p.Chunks)
+		}
 		return err
 	}
 	req := &request{body: bytes.NewReader(p.Value), query: q}
@@ -101,30 +123,79 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	return blob.Stored{Size: st.Size, Value: st.Value, Chunks: blob.ChunkSet(st.Chunks), Object: st.Object}, nil
 }
 
-// Tiered implements blob.Streamer: a remote store's puts stage chunks on
-// the server, which keeps any bytes tier behind its own store.
-func (b *blobs) Tiered() bool { return false }
+// Tiered implements blob.Streamer: what the server said at Open of its
+// store. Over a tiered store a remote store's uploads stream past the
+// inline limit as one append each (WriteValue), which the server keeps in
+// its bucket; over another they go chunk by chunk, as a local store's do.
+func (b *blobs) Tiered() bool { return b.e.tiered }
 
-// WriteValue implements blob.Streamer: refused, the client has no bucket.
-func (b *blobs) WriteValue(context.Context, blob.WriteValueParams) (int64, error) {
-	return 0, fmt.Errorf("%w: a remote store writes no bucket object of its own", steaderr.ErrInvalidArgument)
+// WriteValue implements blob.Streamer: p.Value streams as the body of
+// one append request, one object on the server's tier, its lease from p.Now() as the request is sent,
+// which the server hashes as it arrives; p.State is called once the
+// server took it, its state kept for UploadStatus (the server keeps its
+// own, the one it trusts). A value of no bytes appends nothing. An append whose
+// body broke off (the connection, p.Value failing) may leave the
+// upload's size unchanged or, on a server without a bytes tier, grown by
+// whole chunks: UploadStatus tells.
+func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64, error) {
+	if p.Off < 0 {
+		return 0, fmt.Errorf("%w: negative offset %d", steaderr.ErrInvalidArgument, p.Off)
+	}
+	var first [1]byte
+	n, err := io.ReadFull(p.Value, first[:])
+	switch {
+	case n == 0 && err == io.EOF:
+		if p.State != nil {
+			b.committed(p.Set, b.owner(p.Set), p.Off, p.State())
+		}
+		return 0, nil
+	case n == 0:
+		return 0, err
+	}
+	body := io.MultiReader(bytes.NewReader(first[:]), p.Value)
+	// Hidden behind a reader of no known length, the body is sent
+	// chunked, as it is read.
+	var now time.Time
+	if p.Now != nil {
+		now = p.Now()
+	}
+	size, err := b.append(ctx, p.Set, p.Off, struct{ io.Reader }{body}, p.Lease, now, "object", "true")
+	if err != nil {
+		return 0, err
+	}
+	if p.State != nil {
+		b.committed(p.Set, b.owner(p.Set), size, p.State())
+	}
+	return size - p.Off, nil
 }
 
 // ReadValue implements blob.Streamer: the server reads the object it
-// named in the stored form and streams its bytes as a range of GET
-// /v1/blobs/{key}. An answer that breaks off before its end is an error
-// wrapping steaderr.ErrUnavailable.
+// named (in the stored form, or a chunk read's answer) and streams its
+// bytes as a range of GET /v1/blobs/{key}: the object's bytes [p.Off,
+// p.Off+p.N) are the value's from p.At+p.Off. An answer that breaks off
+// before its end is an error wrapping steaderr.ErrUnavailable; one whose
+// value is shorter than the object's end, steaderr.ErrCorrupt.
 func (b *blobs) ReadValue(ctx context.Context, p blob.ReadValueParams) (io.ReadCloser, error) {
-	if p.Off < 0 {
-		return nil, fmt.Errorf("%w: negative offset %d", steaderr.ErrInvalidArgument, p.Off)
+	if p.Off < 0 || p.At < 0 || p.Size < 0 || p.At > math.MaxInt64-p.Size {
+		return nil, fmt.Errorf("%w: object range at %d, offset %d, size %d", steaderr.ErrInvalidArgument, p.At, p.Off, p.Size)
 	}
-	spec := "bytes=" + strconv.FormatInt(p.Off, 10) + "-"
-	if p.N >= 0 {
-		if p.N == 0 {
-			return io.NopCloser(strings.NewReader("")), nil
+	from := p.At + p.Off
+	spec := "bytes=" + strconv.FormatInt(from, 10) + "-"
+	var want int64
+	switch {
+	case p.N == 0:
+		return io.NopCloser(strings.NewReader("")), nil
+	case p.N > 0:
+		if p.N-1 > math.MaxInt64-from {
+			return nil, fmt.Errorf("%w: object range of %d bytes from %d", steaderr.ErrInvalidArgument, p.N, from)
 		}
-		spec += strconv.FormatInt(p.Off+p.N-1, 10)
+		want = p.N
+	case p.Off >= p.Size:
+		return io.NopCloser(strings.NewReader("")), nil
+	default:
+		want = p.Size - p.Off
 	}
+	spec += strconv.FormatInt(from+want-1, 10)
 	resp, err := b.e.send(ctx, http.MethodGet, "/v1/blobs/"+p.Key.String(), &request{header: http.Header{"Range": {spec}}}, nil)
 	if err != nil {
 		return nil, err
@@ -138,14 +209,13 @@ func (b *blobs) ReadValue(ctx context.Context, p blob.ReadValueParams) (io.ReadC
 	}
 	var first, last, size int64
 	n, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-%d/%d", &first, &last, &size)
-	want := last - first + 1
-	if err != nil || n != 3 || first != p.Off || last < first || last >= size || (p.N >= 0 && want != p.N) || (p.N < 0 && last != size-1) || resp.ContentLength != want {
+	if err != nil || n != 3 || first != from || last != from+want-1 || last >= size || resp.ContentLength != want {
 		resp.Body.Close()
 		return nil, fmt.Errorf("remote: blob %s: %w: Content-Range %q, %d bytes, to %s", p.Key, errMalformed, resp.Header.Get("Content-Range"), resp.ContentLength, spec)
 	}
-	if size != p.Size {
+	if size < p.At+p.Size {
 		resp.Body.Close()
-		return nil, fmt.Errorf("remote: blob %s: %w: the server serves %d bytes, not the value's %d", p.Key, steaderr.ErrCorrupt, size, p.Size)
+		return nil, fmt.Errorf("remote: blob %s: %w: the server serves %d bytes, short of the object's end at %d", p.Key, steaderr.ErrCorrupt, size, p.At+p.Size)
 	}
 	return &rangeBody{key: p.Key, body: resp.Body, left: want}, nil
 }
@@ -176,29 +246,127 @@ func (r *rangeBody) Read(p []byte) (int, error) {
 
 func (r *rangeBody) Close() error { return r.body.Close() }
 
-func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
-	var up wire.Upload
-	req := &request{query: query("lease", p.Lease.String(), "now", timeText(p.Now))}
-	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", req, nil, &up); err != nil {
-		return 0, err
-	}
-	if up.Chunks <= 0 {
-		return 0, fmt.Errorf("remote: begin upload: %w: chunk set %d", errMalformed, up.Chunks)
-	}
-	return blob.ChunkSet(up.Chunks), nil
+// maxUploads bounds the uploads the engine remembers (each at most
+// blob.MaxUploadOwner + blob.MaxUploadState bytes).
+const maxUploads = 1024
+
+// owner returns the owner set was begun for through this engine ("" when
+// it was not, or is forgotten).
+func (b *blobs) owner(set blob.ChunkSet) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.uploads[set].owner
 }
 
-func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
-	if len(p.Data) > wire.MaxChunk {
-		return fmt.Errorf("%w: a chunk of %d bytes; a server takes at most %d", steaderr.ErrInvalidArgument, len(p.Data), wire.MaxChunk)
+// committed records that set holds size bytes with state, as this
+// engine's caller said, forgetting another upload's when full.
+func (b *blobs) committed(set blob.ChunkSet, owner string, size int64, state []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.uploads == nil {
+		b.uploads = map[blob.ChunkSet]upload{}
 	}
-	req := &request{body: bytes.NewReader(p.Data), query: query("lease", p.Lease.String(), "now", timeText(p.Now))}
-	_, err := b.e.do(ctx, http.MethodPut, chunkPath(p.Set, p.Off), req, nil, nil)
+	if _, ok := b.uploads[set]; !ok && len(b.uploads) >= maxUploads {
+		for s := range b.uploads {
+			delete(b.uploads, s)
+			break
+		}
+	}
+	b.uploads[set] = upload{owner: owner, size: size, state: bytes.Clone(state)}
+}
+
+func (b *blobs) forget(set blob.ChunkSet) {
+	b.mu.Lock()
+	delete(b.uploads, set)
+	b.mu.Unlock()
+}
+
+// uploadQuery is the query of a request about set's upload: its owner,
+// and kv.
+func (b *blobs) uploadQuery(set blob.ChunkSet, kv ...string) url.Values {
+	q := query(kv...)
+	if owner := b.owner(set); owner != "" {
+		q.Set(wire.UploadOwnerParam, owner)
+	}
+	return q
+}
+
+// BeginUpload starts an upload on the server, owned by p.Owner, which the
+// engine remembers (up to maxOwners uploads) to name on the upload's
+// later requests. p.State is the server's to choose.
+func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob.ChunkSet, error) {
+	var up wire.Upload
+	q := query("lease", p.Lease.String(), "now", timeText(p.Now), wire.UploadOwnerParam, p.Owner)
+	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", &request{query: q}, nil, &up); err != nil {
+		return 0, err
+	}
+	set, ok := parseUploadID(up.ID)
+	if !ok || up.Size != 0 || up.State != nil {
+		return 0, fmt.Errorf("remote: begin upload: %w: upload %.40q of %d bytes", errMalformed, up.ID, up.Size)
+	}
+	b.committed(set, p.Owner, 0, p.State)
+	return set, nil
+}
+
+// UploadStatus asks the server for the upload's size and hash state, as
+// the owner it was begun for through this engine (else ""): an upload
+// another process began for another owner is not found. While the
+// server's size is the size this engine last committed, the state is the
+// one its caller committed with it (the server keeps its own, hashed from
+// the same bytes); after another process's append, the server's.
+func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.UploadStatus, error) {
+	var up wire.Upload
+	b.mu.Lock()
+	last, known := b.uploads[set]
+	b.mu.Unlock()
+	owner := last.owner
+	if _, err := b.e.do(ctx, http.MethodGet, uploadPath(set), &request{query: b.uploadQuery(set)}, nil, &up); err != nil {
+		return blob.UploadStatus{}, err
+	}
+	if up.ID != uploadID(set) || up.Size < 0 || len(up.State) == 0 || len(up.State) > blob.MaxUploadState {
+		return blob.UploadStatus{}, fmt.Errorf("remote: upload %s: %w: upload %.40q of %d bytes, a state of %d bytes", uploadID(set), errMalformed, up.ID, up.Size, len(up.State))
+	}
+	if known && last.size == up.Size {
+		up.State = last.state
+	}
+	return blob.UploadStatus{Owner: owner, Size: up.Size, State: up.State}, nil
+}
+
+// WriteChunk appends p.Data to the upload; p.State is kept for
+// UploadStatus, never sent (the server hashes the bytes itself).
+func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
+	if p.Off < 0 || p.Off > math.MaxInt64-int64(len(p.Data)) {
+		return fmt.Errorf("%w: a chunk of %d bytes at offset %d ends outside the largest value", steaderr.ErrInvalidArgument, len(p.Data), p.Off)
+	}
+	size, err := b.append(ctx, p.Set, p.Off, bytes.NewReader(p.Data), p.Lease, p.Now)
+	if err == nil && size != p.Off+int64(len(p.Data)) {
+		err = fmt.Errorf("remote: upload %s: %w: %d bytes after %d at %d", uploadID(p.Set), errMalformed, size, len(p.Data), p.Off)
+	}
+	if err == nil {
+		b.committed(p.Set, b.owner(p.Set), size, p.State)
+	}
 	return err
 }
 
+// append sends body as the append at off to set's upload and returns the
+// upload's size the server answers, which must be past off.
+func (b *blobs) append(ctx context.Context, set blob.ChunkSet, off int64, body io.Reader, lease time.Duration, now time.Time, kv ...string) (int64, error) {
+	var up wire.Upload
+	req := &request{body: body, query: b.uploadQuery(set, append([]string{"lease", lease.String(), "now", timeText(now)}, kv...)...)}
+	if _, err := b.e.do(ctx, http.MethodPut, uploadPath(set)+"/"+strconv.FormatInt(off, 10), req, nil, &up); err != nil {
+		return 0, err
+	}
+	if up.ID != uploadID(set) || up.Size <= off {
+		return 0, fmt.Errorf("remote: upload %s: %w: upload %.40q of %d bytes after an append at %d", uploadID(set), errMalformed, up.ID, up.Size, off)
+	}
+	return up.Size, nil
+}
+
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {
-	_, err := b.e.do(ctx, http.MethodDelete, chunkSetPath(set), nil, nil, nil)
+	_, err := b.e.do(ctx, http.MethodDelete, uploadPath(set), &request{query: b.uploadQuery(set)}, nil, nil)
+	if err == nil {
+		b.forget(set)
+	}
 	return err
 }
 
@@ -208,37 +376,59 @@ func (b *blobs) ReapUploads(ctx context.Context, p blob.ReapUploadsParams) (int,
 	return r.Reaped, err
 }
 
-// ReadChunk reads at most wire.MaxChunk bytes of the answer, whatever its
-// Content-Length says.
-func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (int64, []byte, error) {
+// ReadChunk reads the chunk holding off: its bytes (at most wire.MaxChunk
+// of them, whatever the answer's Content-Length says), or the object the
+// server keeps it in, with no body; blob.Reader checks that it fits.
+func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (blob.Chunk, error) {
 	resp, err := b.e.send(ctx, http.MethodGet, chunkPath(set, off), nil, nil)
 	if err != nil {
-		return 0, nil, err
+		return blob.Chunk{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, nil, errorOf(resp)
+		return blob.Chunk{}, errorOf(resp)
 	}
-	start, err := strconv.ParseInt(resp.Header.Get(wire.ChunkStartHeader), 10, 64)
+	h := resp.Header
+	start, err := strconv.ParseInt(h.Get(wire.ChunkStartHeader), 10, 64)
 	if err != nil || start < 0 || start > off {
-		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w: chunk start %q", set, off, errMalformed, resp.Header.Get(wire.ChunkStartHeader))
+		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: chunk start %.40q", set, off, errMalformed, h.Get(wire.ChunkStartHeader))
+	}
+	if object := h.Get(wire.ChunkObjectHeader); object != "" || h.Get(wire.ChunkSizeHeader) != "" {
+		size, err := strconv.ParseInt(h.Get(wire.ChunkSizeHeader), 10, 64)
+		n, _ := io.ReadFull(resp.Body, make([]byte, 1))
+		if err != nil || size <= 0 || start > math.MaxInt64-size || object == "" || len(object) > wire.MaxObjectName || n != 0 {
+			return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: object %.40q of size %.40q at %d", set, off, errMalformed, object, h.Get(wire.ChunkSizeHeader), start)
+		}
+		return blob.Chunk{Start: start, Size: size, Object: object}, nil
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxChunk+1))
 	switch {
 	case err != nil:
-		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w", set, off, err)
+		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w", set, off, err)
 	case len(data) > wire.MaxChunk:
-		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w: over %d bytes", set, off, errMalformed, wire.MaxChunk)
+		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: over %d bytes", set, off, errMalformed, wire.MaxChunk)
 	case resp.ContentLength >= 0 && int64(len(data)) != resp.ContentLength:
-		return 0, nil, fmt.Errorf("remote: chunk %d@%d: %w", set, off, io.ErrUnexpectedEOF)
+		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w", set, off, io.ErrUnexpectedEOF)
+	case len(data) == 0:
+		return blob.Chunk{}, fmt.Errorf("remote: chunk %d@%d: %w: an empty chunk", set, off, errMalformed)
 	}
-	return start, data, nil
+	return blob.Chunk{Start: start, Size: int64(len(data)), Data: data}, nil
 }
 
-// The paths of an upload and of one of its chunks.
-func chunkSetPath(set blob.ChunkSet) string {
-	return "/v1/uploads/" + strconv.FormatInt(int64(set), 10)
+// uploadID is set's upload id, as blob.Upload.ID writes it.
+func uploadID(set blob.ChunkSet) string { return fmt.Sprintf("%016x", int64(set)) }
+
+// parseUploadID reads an upload id: 16 hex digits of a positive set.
+func parseUploadID(id string) (blob.ChunkSet, bool) {
+	n, err := strconv.ParseUint(id, 16, 63)
+	if err != nil || len(id) != 16 || n == 0 || strings.ToLower(id) != id {
+		return 0, false
+	}
+	return blob.ChunkSet(n), true
 }
+
+// The paths of an upload and of one chunk of a stored value.
+func uploadPath(set blob.ChunkSet) string { return "/v1/uploads/" + uploadID(set) }
 
 func chunkPath(set blob.ChunkSet, off int64) string {
 	return "/v1/chunks/" + strconv.FormatInt(int64(set), 10) + "/" + strconv.FormatInt(off, 10)

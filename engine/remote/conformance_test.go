@@ -27,6 +27,7 @@ import (
 	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/server"
+	"github.com/steadkit/stead/steaderr"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -148,8 +149,12 @@ func TestConformance(t *testing.T) {
 			CancelMayCommit: true,
 			ChunkSize:       remoteChunk,
 			NoFuncSources:   noFuncSources,
-			New:             func(t *testing.T) engine.Engine { return serve(t, path(t), false) },
-			Virgin:          func(t *testing.T) engine.Engine { return serve(t, path(t), true) },
+			New: func(t *testing.T) engine.Engine {
+				eng := serve(t, path(t), false)
+				objectsPastInline(t, eng)
+				return eng
+			},
+			Virgin: func(t *testing.T) engine.Engine { return serve(t, path(t), true) },
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -195,4 +200,51 @@ func TestTLS(t *testing.T) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidArgument without the URL's secrets", bad, err)
 		}
 	}
+}
+
+// objectsPastInline checks, once t is done, that every value the tiered
+// store behind eng's server holds keeps its bytes past the inline limit
+// in bucket objects, however it came (a remote store's put, appends
+// through the engine seam): no chunk row holds a byte past the limit.
+func objectsPastInline(t *testing.T, eng engine.Engine) {
+	t.Helper()
+	v, _ := behind.Load(eng)
+	st := v.(*stead.Store)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		b := st.Engine().Blobs()
+		var large []blob.Info
+		if err := b.List(ctx, blob.Key{}, blob.MaxDeleteBatch, func(info blob.Info) bool {
+			if info.Size > blob.InlineLimit {
+				large = append(large, info)
+			}
+			return true
+		}); err != nil {
+			if !errors.Is(err, steaderr.ErrClosed) {
+				t.Errorf("listing the server's blobs: %v", err)
+			}
+			return
+		}
+		for _, info := range large {
+			stored, err := b.Get(ctx, info.Key)
+			if err != nil || stored.Object != "" {
+				continue // deleted since, or one object
+			}
+			if stored.Chunks == 0 {
+				t.Errorf("%s (%d bytes) is stored inline on a tiered server", info.Key, info.Size)
+				continue
+			}
+			for off := int64(0); off < stored.Size; {
+				c, err := b.ReadChunk(ctx, stored.Chunks, off)
+				if err != nil {
+					break
+				}
+				if c.Object == "" && c.Start+int64(len(c.Data)) > blob.InlineLimit {
+					t.Errorf("%s (%d bytes) keeps [%d, %d) in a chunk row on a tiered server, past the inline limit", info.Key, info.Size, c.Start, c.Start+int64(len(c.Data)))
+					break
+				}
+				off = c.Start + max(c.Size, int64(len(c.Data)))
+			}
+		}
+	})
 }

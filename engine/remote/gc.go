@@ -11,6 +11,7 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // gcEngine drives the server's garbage-collection mechanics, so a
@@ -98,13 +99,36 @@ func (g *gcEngine) StageRange(ctx context.Context, p gc.StageRangeParams) (gc.St
 
 // SweepOrphans implements gc.OrphanSweeper: the server's store runs the
 // step on its bytes tier (one without a tier answers that nothing was
-// listed).
+// listed), gc.OrphanPage objects a request, until p.Limit are listed or
+// the walk wraps. A step that deletes and names no sweep lease takes the
+// server's for itself (one another sweep holds is an error wrapping
+// steaderr.ErrLeased): the server deletes only under one.
 func (g *gcEngine) SweepOrphans(ctx context.Context, p gc.OrphanParams) (gc.Orphans, error) {
-	var out wire.GCOrphans
-	if err := g.step(ctx, "/v1/gc/orphans", wire.GCStep{Lease: leaseID(p.Lease), Limit: p.Limit, Grace: wire.Duration(p.Grace), DryRun: p.DryRun}, &out); err != nil {
-		return gc.Orphans{}, err
+	if p.Lease == nil && !p.DryRun {
+		l, ok, err := g.AcquireSweep(ctx, "orphan step")
+		if err != nil {
+			return gc.Orphans{}, err
+		}
+		if !ok {
+			return gc.Orphans{}, fmt.Errorf("%w: the orphan step takes the sweep lease, which another sweep holds", steaderr.ErrLeased)
+		}
+		defer l.Release(context.WithoutCancel(ctx))
+		p.Lease = l
 	}
-	return gc.Orphans{Listed: out.Listed, Deleted: out.Deleted, Wrapped: out.Wrapped}, nil
+	var total gc.Orphans
+	for left := p.Limit; ; {
+		var out wire.GCOrphans
+		n := min(left, gc.OrphanPage)
+		if err := g.step(ctx, "/v1/gc/orphans", wire.GCStep{Lease: leaseID(p.Lease), Limit: n, Grace: wire.Duration(p.Grace), DryRun: p.DryRun}, &out); err != nil {
+			return gc.Orphans{}, err
+		}
+		total.Listed += out.Listed
+		total.Deleted += out.Deleted
+		total.Wrapped = out.Wrapped
+		if left -= n; out.Wrapped || left <= 0 || out.Listed < int64(n) {
+			return total, nil
+		}
+	}
 }
 
 func (g *gcEngine) Take(ctx context.Context, p gc.TakeParams) ([]blob.Key, error) {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/remote"
@@ -184,4 +186,98 @@ func TestObjectFormsDistrusted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUploadAnswersDistrusted: an upload's answers that do not fit what
+// was asked (another id, a size that is not past the append, a state too
+// large) and chunk reads that do not hold the byte asked for, or name an
+// object with a body, no size or a name too long, are errors.
+func TestUploadAnswersDistrusted(t *testing.T) {
+	t.Parallel()
+	json := func(body string) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	chunk := func(headers, body string) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s", headers, len(body), body)
+	}
+	const id = "0123456789abcdef"
+	set := blob.ChunkSet(0x0123456789abcdef)
+	state := `"` + strings.Repeat("A", 2000) + `"`
+	for name, tc := range map[string]struct {
+		answer string
+		call   func(ctx context.Context, b blob.Backend) error
+	}{
+		"begin: id malformed":   {json(`{"id":"xyz","size":0}`), begin},
+		"begin: id zero":        {json(`{"id":"0000000000000000","size":0}`), begin},
+		"begin: id upper case":  {json(`{"id":"0123456789ABCDEF","size":0}`), begin},
+		"begin: not empty":      {json(`{"id":"` + id + `","size":5}`), begin},
+		"status: another id":    {json(`{"id":"0123456789abcdee","size":5,"state":"AA=="}`), status(set)},
+		"status: size < 0":      {json(`{"id":"` + id + `","size":-1,"state":"AA=="}`), status(set)},
+		"status: no state":      {json(`{"id":"` + id + `","size":5}`), status(set)},
+		"status: state huge":    {json(`{"id":"` + id + `","size":5,"state":` + state + `}`), status(set)},
+		"append: size short":    {json(`{"id":"` + id + `","size":3}`), writeChunk(set)},
+		"append: size long":     {json(`{"id":"` + id + `","size":6}`), writeChunk(set)},
+		"append: another id":    {json(`{"id":"0123456789abcdee","size":5}`), writeChunk(set)},
+		"append: not past off":  {json(`{"id":"` + id + `","size":10}`), writeValue(set)},
+		"append: before off":    {json(`{"id":"` + id + `","size":4}`), writeValue(set)},
+		"chunk: start past off": {chunk("Stead-Chunk-Start: 200\r\n", "0123456789"), readChunk},
+		"chunk: start < 0":      {chunk("Stead-Chunk-Start: -1\r\n", "0123456789"), readChunk},
+		"chunk: empty":          {chunk("Stead-Chunk-Start: 100\r\n", ""), readChunk},
+		"object: no size":       {chunk("Stead-Chunk-Start: 0\r\nStead-Chunk-Object: o/ab/cd\r\n", ""), readChunk},
+		"object: size 0":        {chunk("Stead-Chunk-Start: 100\r\nStead-Chunk-Size: 0\r\nStead-Chunk-Object: o/ab/cd\r\n", ""), readChunk},
+		"object: no name":       {chunk("Stead-Chunk-Start: 0\r\nStead-Chunk-Size: 500\r\n", ""), readChunk},
+		"object: name huge":     {chunk("Stead-Chunk-Start: 0\r\nStead-Chunk-Size: 500\r\nStead-Chunk-Object: "+strings.Repeat("o", 2000)+"\r\n", ""), readChunk},
+		"object: with a body":   {chunk("Stead-Chunk-Start: 0\r\nStead-Chunk-Size: 500\r\nStead-Chunk-Object: o/ab/cd\r\n", "bytes"), readChunk},
+		"object: size overflow": {chunk("Stead-Chunk-Start: 50\r\nStead-Chunk-Size: 9223372036854775807\r\nStead-Chunk-Object: o/ab/cd\r\n", ""), readChunkFar},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e, err := remote.Open(ctx, remote.Config{URL: hostileServer(t, tc.answer)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if err := tc.call(ctx, e.Blobs()); err == nil {
+				t.Fatal("the call succeeded; want a malformed-answer error")
+			}
+		})
+	}
+}
+
+func begin(ctx context.Context, b blob.Backend) error {
+	_, err := b.BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Minute})
+	return err
+}
+
+func status(set blob.ChunkSet) func(context.Context, blob.Backend) error {
+	return func(ctx context.Context, b blob.Backend) error {
+		_, err := b.UploadStatus(ctx, set)
+		return err
+	}
+}
+
+func writeChunk(set blob.ChunkSet) func(context.Context, blob.Backend) error {
+	return func(ctx context.Context, b blob.Backend) error {
+		return b.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: []byte("hello"), Lease: time.Minute})
+	}
+}
+
+func writeValue(set blob.ChunkSet) func(context.Context, blob.Backend) error {
+	return func(ctx context.Context, b blob.Backend) error {
+		_, err := b.WriteValue(ctx, blob.WriteValueParams{Set: set, Off: 10, Value: strings.NewReader("hello"), Lease: time.Minute})
+		return err
+	}
+}
+
+func readChunk(ctx context.Context, b blob.Backend) error {
+	_, err := b.ReadChunk(ctx, 7, 100)
+	return err
+}
+
+// readChunkFar reads the chunk holding byte MaxInt64-1, whose object's
+// start plus size overflows.
+func readChunkFar(ctx context.Context, b blob.Backend) error {
+	_, err := b.ReadChunk(ctx, 7, math.MaxInt64-1)
+	return err
 }

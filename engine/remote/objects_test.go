@@ -195,7 +195,8 @@ func TestObjectsThroughServer(t *testing.T) {
 			})
 
 			t.Run("put over /v1 streams into the bucket", func(t *testing.T) {
-				big := randomValue(2, 2*blob.InlineLimit+5)
+				rows := ts.chunkRows(t)
+				big := randomValue(2, 1<<20)
 				bigKey := blob.KeyOf(big)
 				req, err := http.NewRequest(http.MethodPut, srv.URL+"/v1/blobs/"+bigKey.String(), bytes.NewReader(big))
 				if err != nil {
@@ -211,8 +212,8 @@ func TestObjectsThroughServer(t *testing.T) {
 					t.Fatalf("PUT = %d, want 201", resp.StatusCode)
 				}
 				ts.object(t, bigKey)
-				if n := ts.chunkRows(t); n != 0 {
-					t.Fatalf("the database holds %d chunk rows after a put into the bucket, want 0", n)
+				if n := ts.chunkRows(t); n != rows {
+					t.Fatalf("the database holds %d chunk rows after a put into the bucket, want the %d before", n, rows)
 				}
 				rd, err := rst.Blobs.Get(t.Context(), bigKey)
 				if err != nil {
@@ -222,6 +223,72 @@ func TestObjectsThroughServer(t *testing.T) {
 				rd.Close()
 				if err != nil || !bytes.Equal(got, big) {
 					t.Fatalf("remote read of the put = %d bytes (%v)", len(got), err)
+				}
+			})
+
+			t.Run("a remote store's large put lands in the bucket", func(t *testing.T) {
+				rows := ts.chunkRows(t)
+				big := randomValue(5, 3<<20+11)
+				bigKey, err := rst.Blobs.Put(t.Context(), bytes.NewReader(big))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ts.object(t, bigKey)
+				if n := ts.chunkRows(t); n != rows {
+					t.Fatalf("the database holds %d chunk rows after a remote put into the bucket, want the %d before", n, rows)
+				}
+				rd, err := rst.Blobs.Get(t.Context(), bigKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(rd)
+				rd.Close()
+				if err != nil || !bytes.Equal(got, big) {
+					t.Fatalf("remote read of the remote put = %d bytes (%v)", len(got), err)
+				}
+			})
+
+			t.Run("missing chunk object", func(t *testing.T) {
+				// A chunk set of rows and two objects, appended through
+				// the library; then one object goes.
+				value := randomValue(6, 100<<10+600<<10)
+				u, err := ts.st.Blobs.BeginUpload(t.Context(), blob.UploadOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, part := range [][]byte{value[:100<<10], value[100<<10 : 400<<10], value[400<<10:]} {
+					if _, err := u.Append(t.Context(), bytes.NewReader(part)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				key, err := u.Commit(t.Context(), blob.CommitOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				stored, err := ts.st.Engine().Blobs().Get(t.Context(), key)
+				if err != nil || stored.Chunks == 0 {
+					t.Fatalf("stored as %+v (%v), want a chunk set", stored, err)
+				}
+				c, err := ts.st.Engine().Blobs().ReadChunk(t.Context(), stored.Chunks, 500<<10)
+				if err != nil || c.Object == "" {
+					t.Fatalf("the chunk at 500 KiB is %+v (%v), want an object", c, err)
+				}
+				for name, st := range map[string]*stead.Store{"direct": ts.st, "remote": rst} {
+					if err := st.Blobs.Verify(t.Context(), key); err != nil {
+						t.Fatalf("%s Verify of a chunk set with objects: %v", name, err)
+					}
+				}
+				resp, body, err := get(t, "/v1/blobs/"+key.String(), map[string]string{"Range": fmt.Sprintf("bytes=%d-%d", 100<<10-5, 400<<10+4)})
+				if err != nil || resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, value[100<<10-5:400<<10+5]) {
+					t.Fatalf("GET of a range across rows and objects = %d, %d bytes (%v)", resp.StatusCode, len(body), err)
+				}
+				if err := os.Remove(filepath.Join(ts.bucket, filepath.FromSlash(c.Object))); err != nil {
+					t.Fatal(err)
+				}
+				for name, st := range map[string]*stead.Store{"direct": ts.st, "remote": rst} {
+					if err := st.Blobs.Verify(t.Context(), key); !errors.Is(err, stead.ErrCorrupt) || !strings.Contains(err.Error(), "missing") {
+						t.Errorf("%s Verify of a chunk set whose object is gone = %v, want ErrCorrupt saying it is missing", name, err)
+					}
 				}
 			})
 

@@ -15,15 +15,21 @@
 // released by lock.Store, which lets an attempt finish past its context,
 // and by the server when it could not deliver the answer.
 //
-// A value over the store's inline limit crosses the wire chunk by chunk;
-// the server hashes the chunks as they arrive and publishes them only
-// under the key they hash to.
-// Two steps of that chunked put are not safe to retry: a WriteChunk retried
-// after its first attempt landed answers an error wrapping ErrConflict (its
-// offset is taken: the chunk is stored), and a retried BeginUpload leaves
-// the first upload to be reaped once its lease lapses. A Store's put
-// retries neither: on an error it aborts its upload and returns the error,
-// and the put as a whole is safe to retry.
+// A value over the store's inline limit crosses the wire as an upload:
+// one request begins it; over a server whose store has a bytes tier, one
+// streams its bytes (Tiered is true, so the Store appends them as one
+// WriteValue), else one per chunk; one publishes it. The server
+// hashes the bytes as they arrive, keeps the upload's size and hash in its
+// store (so any server over the same database continues it) and publishes
+// it only under the key it hashes to. An upload begun with an owner (a
+// registry's repository) is continued through this engine only: the
+// engine remembers the owner to name it on the upload's later requests.
+// Two steps of an upload are not safe to retry: an append retried after
+// its first attempt landed answers an error wrapping ErrConflict (its
+// offset is taken: the bytes are stored), and a retried BeginUpload
+// leaves the first upload to be reaped once its lease lapses. A Store's
+// put retries neither: on an error it aborts its upload and returns the
+// error, and the put as a whole is safe to retry.
 package remote
 
 import (
@@ -74,6 +80,7 @@ type Engine struct {
 	closed  atomic.Bool
 	shared  bool
 	reason  string
+	tiered  bool // the server's store has a bytes tier
 	blobs   blobs
 	locks   locks
 	records records
@@ -112,7 +119,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.Close()
 		return nil, err
 	}
-	e.shared, e.reason = info.Cluster, "server over "+info.Reason
+	e.shared, e.reason, e.tiered = info.Cluster, "server over "+info.Reason, info.Tiered
 	return e, nil
 }
 

@@ -288,10 +288,13 @@ type SchemaInfo struct {
 	Latest  int `json:"latest"`
 }
 
-// Info is the answer of /v1/info.
+// Info is the answer of /v1/info. Tiered says the server's store keeps
+// large values in a bytes tier, so that a remote store streams its large
+// puts to it whole rather than chunk by chunk.
 type Info struct {
 	Cluster bool   `json:"cluster"`
 	Reason  string `json:"reason"`
+	Tiered  bool   `json:"tiered,omitempty"`
 }
 
 // BytesTier answers POST /v1/bytes-tier/check: the bucket of the server's
@@ -425,21 +428,40 @@ func ParseETag(v string) (int64, error) {
 	return n, nil
 }
 
-// MaxChunk bounds one chunk on the wire, written or read, and so the
-// memory one chunk request holds on either side.
+// MaxChunk bounds a chunk's bytes in the answer of a chunk read, and so
+// the memory one chunk read holds on either side.
 const MaxChunk = 16 << 20
 
-// ChunkStartHeader carries the offset of a chunk's first byte in the
-// answer of a chunk read.
-const ChunkStartHeader = "Stead-Chunk-Start"
+// The headers of a chunk read's answer: the offset of the chunk's first
+// byte in its value; and, for a chunk kept as a bucket object (the answer
+// then has no body), its size and the object's name, whose bytes are
+// ranges of GET /v1/blobs/{key}.
+const (
+	ChunkStartHeader  = "Stead-Chunk-Start"
+	ChunkSizeHeader   = "Stead-Chunk-Size"
+	ChunkObjectHeader = "Stead-Chunk-Object"
+)
 
-// Upload names an upload's chunk set: the answer of POST /v1/uploads.
+// UploadOwnerParam is the query parameter naming an upload's owner on
+// every upload endpoint (absent: the owner ""); an upload is continued
+// only by its owner, and another's is as unknown.
+const UploadOwnerParam = "upload_owner"
+
+// Upload is an upload's state as the server has it: the answer of POST
+// /v1/uploads (begin), GET /v1/uploads/{id} (status, with State) and PUT
+// /v1/uploads/{id}/{off} (append). ID is 16 hex digits; Size the bytes
+// its committed chunks hold; State the running hash of those bytes
+// (docs/decisions/0045-durable-uploads.md), which a remote store's
+// Upload continues from. The server never takes a client's state.
 type Upload struct {
-	Chunks int64 `json:"chunks"`
+	ID    string `json:"id"`
+	Size  int64  `json:"size"`
+	State []byte `json:"state,omitempty"`
 }
 
-// Publish is the body of POST /v1/uploads/{chunks}/publish: the key and
-// size the staged chunks are published as.
+// Publish is the body of POST /v1/uploads/{id}/publish: the key the
+// client claims the upload's bytes hash to and the size it claims they
+// have.
 type Publish struct {
 	Key  string `json:"key"`
 	Size int64  `json:"size"`

@@ -144,3 +144,63 @@ func TestScrubMissingObject(t *testing.T) {
 		}
 	}
 }
+
+// TestScrubMissingChunkObject removes one object of a value stored as a
+// chunk set of rows and bucket objects (appended in parts), and checks
+// that stead scrub reports it, directly and through a server, and exits
+// 5, and that gc explain and get see the value the same both ways.
+func TestScrubMissingChunkObject(t *testing.T) {
+	t.Parallel()
+	bucket := t.TempDir()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "stead.db") + "?bytes=" + neturl.QueryEscape("file://"+filepath.ToSlash(bucket))
+	st := openStore(t, url)
+	value := make([]byte, 100<<10+700<<10)
+	_, _ = rand.NewChaCha8([32]byte{9}).Read(value)
+	u, err := st.Blobs.BeginUpload(t.Context(), blob.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range [][]byte{value[:100<<10], value[100<<10 : 450<<10], value[450<<10:]} {
+		if _, err := u.Append(t.Context(), bytes.NewReader(part)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key, err := u.Commit(t.Context(), blob.CommitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Blobs.Put(t.Context(), strings.NewReader("intact")); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := st.Engine().Blobs().Get(t.Context(), key)
+	if err != nil || stored.Chunks == 0 {
+		t.Fatalf("the value is stored as %+v (%v), want a chunk set", stored, err)
+	}
+	c, err := st.Engine().Blobs().ReadChunk(t.Context(), stored.Chunks, 600<<10)
+	if err != nil || c.Object == "" {
+		t.Fatalf("the chunk at 600 KiB is %+v (%v), want an object", c, err)
+	}
+	srv := httptest.NewServer(server.New(st, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	for _, db := range []string{url, srv.URL} {
+		out := filepath.Join(t.TempDir(), "value")
+		if r := runCLI(t, "--db", db, "get", key.String(), "-o", out); r.code != 0 {
+			t.Errorf("get --db %s = exit %d, %q", db, r.code, r.stderr)
+		} else if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, value) {
+			t.Errorf("get --db %s wrote %d bytes (%v), want the value's %d", db, len(got), err, len(value))
+		}
+		if r := runCLI(t, "--db", db, "scrub"); r.code != 0 {
+			t.Errorf("scrub --db %s of intact blobs = exit %d, %q", db, r.code, r.stderr)
+		}
+	}
+	if err := os.Remove(filepath.Join(bucket, filepath.FromSlash(c.Object))); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []string{url, srv.URL} {
+		r := runCLI(t, "--db", db, "scrub")
+		if r.code != exitCorrupt || strings.TrimSpace(r.stdout.String()) != key.String() ||
+			!strings.Contains(r.stderr.String(), "missing") || !strings.Contains(r.stderr.String(), "1 corrupt") {
+			t.Errorf("scrub --db %s of a value whose chunk object is gone = exit %d, stdout %q, stderr %q; want exit %d listing %s", db, r.code, r.stdout, r.stderr, exitCorrupt, key)
+		}
+	}
+}
