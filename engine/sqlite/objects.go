@@ -188,6 +188,13 @@ func (b *blobs) WriteValue(ctx context.Context, p blob.WriteValueParams) (int64,
 		if errors.As(err, &src) {
 			return 0, src.Err
 		}
+		var named bool
+		if nerr := b.e.reader.QueryRowContext(ctx, sqlObjectNamed, int64(p.Set), p.Off, name).Scan(&named); nerr == nil && !named {
+			// Replaced while it was written: the writer that replaced it
+			// deleted the object under it, which is why the write failed.
+			b.e.dropObjects(ctx, []string{name})
+			return 0, b.unnamedError(ctx, p)
+		}
 		return 0, err
 	}
 	var state []byte
