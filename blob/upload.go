@@ -231,9 +231,8 @@ func (u *Upload) append(ctx context.Context, r io.Reader) error {
 			case errors.Is(err, errOverLimit):
 				return u.appendObject(ctx, io.MultiReader(bytes.NewReader(head), r), limit)
 			case err != nil:
-				if werr := u.appendChunks(ctx, bytes.NewReader(head), limit); werr != nil {
-					return werr
-				}
+				// Less than a chunk arrived: like a failed object
+				// append, it commits nothing.
 				return fmt.Errorf("read content: %w", err)
 			}
 			return u.appendChunks(ctx, bytes.NewReader(head), limit)
