@@ -42,8 +42,11 @@ type Reader struct {
 	streamObj string
 	streamAt  int64
 
-	mu    sync.Mutex // guards chunk, chunkBuf, cur and the stream
-	chunk struct {
+	mu sync.Mutex // guards chunk, buffered, chunkBuf, cur and the stream
+	// chunk is the data chunk last fetched (its bytes never change), and
+	// buffered the object bytes last read into chunkBuf, which the next
+	// object read overwrites: only sequential reads use it.
+	chunk, buffered struct {
 		start int64
 		data  []byte
 	}
@@ -172,38 +175,50 @@ func (r *Reader) span(off int64) ([]byte, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if b := &r.buffered; b.data != nil && off >= b.start && off < b.start+int64(len(b.data)) {
+		return b.data[off-b.start:], nil
+	}
+	o, data, err := r.locate(off)
+	if err != nil || o.name == "" {
+		return data, err
+	}
+	return r.objectSpan(o, off)
+}
+
+// locate returns the object holding byte off, or the rest of the data
+// chunk holding it (a slice of bytes that never change), fetching the
+// chunk when it is not the one last fetched. r.mu is held.
+func (r *Reader) locate(off int64) (objRef, []byte, error) {
+	if r.object.name != "" {
+		return r.object, nil, nil
+	}
 	c := &r.chunk
 	if c.data != nil && off >= c.start && off < c.start+int64(len(c.data)) {
-		return c.data[off-c.start:], nil
-	}
-	if r.object.name != "" {
-		return r.objectSpan(r.object, off)
+		return objRef{}, c.data[off-c.start:], nil
 	}
 	if r.cur.holds(off) {
-		return r.objectSpan(r.cur, off)
+		return r.cur, nil, nil
 	}
 	ch, err := r.eng.ReadChunk(r.ctx, r.set, off)
 	if err != nil {
-		c.data = nil
 		if errors.Is(err, steaderr.ErrNotFound) {
-			return nil, fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
+			return objRef{}, nil, fmt.Errorf("blob read %s at %d: deleted while being read: %w", r.key, off, err)
 		}
-		return nil, fmt.Errorf("blob read %s at %d: %w", r.key, off, err)
+		return objRef{}, nil, fmt.Errorf("blob read %s at %d: %w", r.key, off, err)
 	}
 	size := int64(len(ch.Data))
 	if ch.Object != "" {
 		size = ch.Size
 	}
 	if size <= 0 || off < ch.Start || off >= ch.Start+size || ch.Start+size > r.size {
-		c.data = nil
-		return nil, fmt.Errorf("blob read %s at %d: %w: stored chunk [%d, %d) does not fit a %d-byte value", r.key, off, r.mismatch, ch.Start, ch.Start+size, r.size)
+		return objRef{}, nil, fmt.Errorf("blob read %s at %d: %w: stored chunk [%d, %d) does not fit a %d-byte value", r.key, off, r.mismatch, ch.Start, ch.Start+size, r.size)
 	}
 	if ch.Object != "" {
 		r.cur = objRef{name: ch.Object, at: ch.Start, size: size}
-		return r.objectSpan(r.cur, off)
+		return r.cur, nil, nil
 	}
 	c.start, c.data = ch.Start, ch.Data
-	return c.data[off-c.start:], nil
+	return objRef{}, c.data[off-c.start:], nil
 }
 
 // objRef is a bucket object holding the value's bytes [at, at+size).
@@ -223,7 +238,7 @@ const objectBuf = 256 << 10
 // buffer, continuing the open ranged read when it stands at off and
 // opening one from off to o's end otherwise. r.mu is held.
 func (r *Reader) objectSpan(o objRef, off int64) ([]byte, error) {
-	c := &r.chunk
+	c := &r.buffered
 	c.data = nil
 	if r.stream != nil && (r.streamObj != o.name || r.streamAt != off) {
 		_ = r.stream.Close()
@@ -293,43 +308,51 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("blob read %s: %w: negative offset %d", r.key, steaderr.ErrInvalidArgument, off)
 	}
-	if r.object.name != "" && len(p) > 0 {
-		return r.readObjectAt(p, off)
-	}
 	n := 0
 	for n < len(p) {
 		if off >= r.size {
 			return n, io.EOF
 		}
-		span, err := r.span(off)
+		var o objRef
+		var data []byte
+		var err error
+		if r.set == 0 && r.object.name == "" {
+			data = r.inline[off:]
+		} else {
+			r.mu.Lock()
+			o, data, err = r.locate(off)
+			r.mu.Unlock()
+		}
 		if err != nil {
 			return n, err
 		}
-		k := copy(p[n:], span)
+		var k int
+		if o.name != "" {
+			k, err = r.readObjectAt(o, p[n:min(int64(len(p)), int64(n)+o.at+o.size-off)], off)
+			if err != nil {
+				return n + k, err
+			}
+		} else {
+			k = copy(p[n:], data)
+		}
 		n += k
 		off += int64(k)
 	}
 	return n, nil
 }
 
-// readObjectAt reads [off, off+len(p)) of an object value with a ranged
-// read of its own, so that concurrent ReadAt calls do not share one.
-func (r *Reader) readObjectAt(p []byte, off int64) (int, error) {
-	if off >= r.size {
-		return 0, io.EOF
-	}
-	want := min(int64(len(p)), r.size-off)
-	rc, err := r.openObject(r.object, off, want)
+// readObjectAt reads len(p) bytes of o, all within it, from the value's
+// byte off with a ranged read of its own, so that concurrent ReadAt calls
+// share neither a ranged read nor a buffer.
+func (r *Reader) readObjectAt(o objRef, p []byte, off int64) (int, error) {
+	rc, err := r.openObject(o, off, int64(len(p)))
 	if err != nil {
 		return 0, err
 	}
 	defer rc.Close()
-	n, err := io.ReadFull(rc, p[:want])
+	n, err := io.ReadFull(rc, p)
 	if err != nil {
-		return n, r.objectErr(r.object, off+int64(n), err)
-	}
-	if want < int64(len(p)) {
-		return n, io.EOF
+		return n, r.objectErr(o, off+int64(n), err)
 	}
 	return n, nil
 }
@@ -361,7 +384,7 @@ func (r *Reader) Seek(offset int64, whence int) (int64, error) {
 // Close releases the reader. It never fails.
 func (r *Reader) Close() error {
 	r.mu.Lock()
-	r.chunk.data = nil
+	r.chunk.data, r.buffered.data = nil, nil
 	if r.stream != nil {
 		_ = r.stream.Close()
 		r.stream = nil

@@ -87,7 +87,7 @@ for srv in $A $B; do
 done
 objects() { curl -fsS "http://127.0.0.1:18333/stead-soak?list-type=2&prefix=o/" | grep -o '<Size>[0-9]*</Size>' | tr -dc '0-9\n' | awk '{n++; s+=$1} END {printf "%d objects, %d bytes\n", n, s}'; }
 echo "bucket after the push: $(objects)"
-psql "$PGSERVER/$dbname" -Atc "SELECT 'database: ' || (SELECT count(*) FROM blob_chunks) || ' chunk rows, ' ||
+PGOPTIONS=-csearch_path=stead psql "$PGSERVER/$dbname" -Atc "SELECT 'database: ' || (SELECT count(*) FROM blob_chunks) || ' chunk rows, ' ||
 	coalesce((SELECT sum(pg_column_size(c.*)) FROM blob_chunks c), 0) + coalesce((SELECT sum(pg_column_size(b.*)) FROM blobs b), 0) +
 	coalesce((SELECT sum(pg_column_size(u.*)) FROM blob_uploads u), 0) || ' bytes of blob, chunk and upload rows'"
 digest="sha256:$(sha256sum "$dir/manifest" | cut -d' ' -f1)"
@@ -96,6 +96,6 @@ sleep 2 # past --registry-pending-ttl
 for pass in 1 2 3; do
 	"$dir/stead" --db "$db" gc --grace 0 > "$dir/gc-$pass.log" 2>&1 || { cat "$dir/gc-$pass.log"; exit 1; }
 done
-echo "collect: $(tail -1 "$dir/gc-3.log")"
+for pass in 1 2 3; do echo "collect $pass: $(tail -1 "$dir/gc-$pass.log")"; done
 echo "bucket after the collection: $(objects)"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

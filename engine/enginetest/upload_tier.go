@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,8 +132,34 @@ func wantReads(t *testing.T, s *blob.Store, key blob.Key, want []byte, at []int6
 			}
 		}
 	}
+	concurrentReadAt(t, rd, want)
 	if err := s.Verify(ctx, key); err != nil {
 		t.Fatalf("Verify(%s): %v", key, err)
+	}
+}
+
+// concurrentReadAt checks that ReadAt calls of one Reader from several
+// goroutines at once each read their own bytes (io.ReaderAt's contract).
+func concurrentReadAt(t *testing.T, rd *blob.Reader, want []byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				off := (g*977 + i*131) % len(want)
+				p := make([]byte, min(700, len(want)-off))
+				if n, err := rd.ReadAt(p, int64(off)); n != len(p) || err != nil && err != io.EOF || !bytes.Equal(p, want[off:off+len(p)]) {
+					errs <- fmt.Errorf("concurrent ReadAt(%d bytes at %d) = %d, %v, equal %v", len(p), off, n, err, bytes.Equal(p, want[off:off+len(p)]))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 
