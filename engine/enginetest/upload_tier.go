@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -27,6 +28,7 @@ func testUploadTier() []suiteTest {
 		{"TierMixed", uploadTierMixed},
 		{"TierAbandoned", uploadTierAbandoned},
 		{"TierAppendAbandoned", uploadTierAppendAbandoned},
+		{"TierHeadAbandoned", uploadTierHeadAbandoned},
 		{"TierNoObjectLeft", uploadTierNoObjectLeft},
 	}
 }
@@ -362,6 +364,23 @@ func uploadTierAppendAbandoned(t *testing.T, h Harness) {
 	mustResume(t, secondStore(b, uploadOpts), u.ID(), "tier", 3000)
 	mustAppend(t, u, value[3000:])
 	mustCommit(t, b, u, value)
+}
+
+// uploadTierHeadAbandoned checks that an append whose source fails before
+// it passed the inline limit (its bytes would be rows) commits none of
+// them, as an object append that fails commits none: on a tier an append
+// is whole or nothing.
+func uploadTierHeadAbandoned(t *testing.T, h Harness) {
+	b := setupTiered(t, h, uploadOpts)
+	s := secondStore(b, blob.Options{InlineLimit: 4096, ChunkSize: 1000, UploadLease: time.Minute})
+	u := mustBegin(t, s, "tier")
+	src := io.MultiReader(bytes.NewReader(testValue("head", 2500)), iotest.ErrReader(errSource))
+	if n, err := u.Append(t.Context(), src); n != 0 || !errors.Is(err, errSource) {
+		t.Fatalf("an append whose source fails within the inline limit = %d, %v; want 0 bytes and the source's error", n, err)
+	}
+	if st, err := b.blobs.UploadStatus(t.Context(), uploadSet(t, u)); err != nil || st.Size != 0 {
+		t.Fatalf("after the failed append the upload is %+v, %v; want size 0", st, err)
+	}
 }
 
 // uploadTierNoObjectLeft checks that no object outlives the rows naming
