@@ -122,6 +122,11 @@ func (u *Upload) refresh(ctx context.Context) error {
 	if subtle.ConstantTimeCompare([]byte(st.Owner), []byte(u.owner)) != 1 {
 		return fmt.Errorf("%w: no such upload", steaderr.ErrLost)
 	}
+	if len(st.State) == 0 {
+		// Begun before uploads kept their state: it cannot be continued,
+		// only aborted or reaped, and its client starts over.
+		return fmt.Errorf("%w: no such upload", steaderr.ErrLost)
+	}
 	h := sha256.New()
 	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(st.State); err != nil {
 		return fmt.Errorf("%w: the upload's recorded hash state: %v", steaderr.ErrCorrupt, err)
