@@ -24,9 +24,23 @@ CREATE UNIQUE INDEX blob_chunks_object ON blob_chunks (object) WHERE object IS N
 INSERT INTO blob_chunks (chunks, off, data, object, len)
 SELECT u.id, 0, x'', u.object, u.object_size FROM blob_uploads u
 WHERE u.object IS NOT NULL AND NOT EXISTS (SELECT 1 FROM blob_chunks c WHERE c.chunks = u.id);
-UPDATE blob_uploads SET size = coalesce(
-    (SELECT sum(coalesce(c.len, length(c.data))) FROM blob_chunks c
-     WHERE c.chunks = blob_uploads.id AND (c.object IS NULL OR c.len IS NOT NULL)), 0);
+-- An upload's size is where its committed chunks stop tiling [0, size)
+-- (an earlier release took chunks at any offset); its chunks past a gap
+-- go.
+WITH RECURSIVE tiled (chunks, stop) AS (
+    SELECT c.chunks, c.off + coalesce(c.len, length(c.data)) FROM blob_chunks c
+    JOIN blob_uploads u ON u.id = c.chunks
+    WHERE c.off = 0 AND (c.object IS NULL OR c.len IS NOT NULL)
+    UNION ALL
+    SELECT c.chunks, c.off + coalesce(c.len, length(c.data)) FROM blob_chunks c
+    JOIN tiled t ON c.chunks = t.chunks AND c.off = t.stop
+    WHERE c.object IS NULL OR c.len IS NOT NULL
+)
+UPDATE blob_uploads SET size = coalesce((SELECT max(stop) FROM tiled WHERE tiled.chunks = blob_uploads.id), 0);
+DELETE FROM blob_chunks
+WHERE chunks IN (SELECT id FROM blob_uploads)
+AND off >= (SELECT size FROM blob_uploads WHERE id = blob_chunks.chunks)
+AND (object IS NULL OR len IS NOT NULL);
 DROP INDEX blob_uploads_object;
 ALTER TABLE blob_uploads DROP COLUMN object;
 ALTER TABLE blob_uploads DROP COLUMN object_size;
