@@ -54,7 +54,7 @@ func (g *Registry) startUpload(w http.ResponseWriter, r *http.Request, rt route)
 		if e != nil {
 			return e
 		}
-		if err := g.putWhole(r, rt.name, d, r.Body); err != nil {
+		if err := g.putWhole(r, rt.name, d, r.Body, -1); err != nil {
 			return err
 		}
 		created(w, "/v2/"+rt.name+"/blobs/"+d.String(), d)
@@ -103,15 +103,16 @@ func (g *Registry) mount(r *http.Request, repo, digest, from string) (mounted bo
 	return err == nil, err
 }
 
-// putWhole stores body as the blob d and links it to repo.
-func (g *Registry) putWhole(r *http.Request, repo string, d blob.Key, body io.Reader) error {
+// putWhole stores body, n bytes when n >= 0, as the blob d and links it
+// to repo.
+func (g *Registry) putWhole(r *http.Request, repo string, d blob.Key, body io.Reader, n int64) error {
 	if r.ContentLength > g.opts.MaxBlobSize {
 		return &regError{code: codeSizeInvalid, msg: fmt.Sprintf("blob of %d bytes, limit %d", r.ContentLength, g.opts.MaxBlobSize), status: http.StatusRequestEntityTooLarge}
 	}
 	if body == nil {
 		body = http.NoBody
 	}
-	if err := g.st.Blobs.PutExpect(r.Context(), d, g.limitBody(body, 0)); err != nil {
+	if err := g.st.Blobs.PutExpect(r.Context(), d, g.limitBody(body, 0, n)); err != nil {
 		return g.storeError(r, err, codeBlobUnknown)
 	}
 	return g.linkBlob(r.Context(), repo, d)
@@ -154,10 +155,11 @@ func (g *Registry) patchUpload(w http.ResponseWriter, r *http.Request, rt route)
 	if err != nil {
 		return err
 	}
-	if err := checkRange(w, r, rt, u); err != nil {
+	n, err := checkRange(w, r, rt, u)
+	if err != nil {
 		return err
 	}
-	if err := g.appendBody(w, r, rt, u); err != nil {
+	if err := g.appendBody(w, r, rt, u, n); err != nil {
 		return err
 	}
 	describe(w, rt.name, u.ID(), u.Size())
@@ -166,25 +168,26 @@ func (g *Registry) patchUpload(w http.ResponseWriter, r *http.Request, rt route)
 }
 
 // checkRange checks a chunk's Content-Range, "<start>-<end>", against the
-// upload's end and the body's declared length; a chunk that does not
-// start where the upload ends is answered 416 with the upload's Range.
-func checkRange(w http.ResponseWriter, r *http.Request, rt route, u *blob.Upload) error {
+// upload's end and the body's declared length, and returns the chunk's
+// length (-1 without a Content-Range); a chunk that does not start where
+// the upload ends is answered 416 with the upload's Range.
+func checkRange(w http.ResponseWriter, r *http.Request, rt route, u *blob.Upload) (int64, error) {
 	cr := r.Header.Get("Content-Range")
 	if cr == "" {
-		return nil
+		return -1, nil
 	}
 	start, end, ok := parseContentRange(cr)
 	if !ok {
-		return errorf(codeBlobUploadInvalid, "Content-Range %.80q: want <start>-<end>", cr)
+		return 0, errorf(codeBlobUploadInvalid, "Content-Range %.80q: want <start>-<end>", cr)
 	}
 	if size := u.Size(); start != size {
 		describe(w, rt.name, u.ID(), size)
-		return errorf(codeRangeInvalid, "chunk starts at %d, the upload ends at %d", start, size)
+		return 0, errorf(codeRangeInvalid, "chunk starts at %d, the upload ends at %d", start, size)
 	}
 	if r.ContentLength >= 0 && r.ContentLength != end-start+1 {
-		return errorf(codeBlobUploadInvalid, "Content-Range %s is %d bytes, the body %d", cr, end-start+1, r.ContentLength)
+		return 0, errorf(codeBlobUploadInvalid, "Content-Range %s is %d bytes, the body %d", cr, end-start+1, r.ContentLength)
 	}
-	return nil
+	return end - start + 1, nil
 }
 
 // parseContentRange parses "<start>-<end>" (a "bytes " unit is allowed),
@@ -213,11 +216,18 @@ func hasBody(r *http.Request) bool {
 // tier, nothing past the inline limit): the client resumes from the
 // Range it is told. An append another request committed first is
 // answered 416 with the upload's Range as it now is.
-func (g *Registry) appendBody(w http.ResponseWriter, r *http.Request, rt route, u *blob.Upload) error {
+func (g *Registry) appendBody(w http.ResponseWriter, r *http.Request, rt route, u *blob.Upload, n int64) error {
 	if !hasBody(r) {
 		return nil
 	}
-	_, err := u.Append(r.Context(), g.limitBody(r.Body, u.Size()))
+	if n < 0 {
+		n = r.ContentLength
+	}
+	if n > g.opts.MaxBlobSize-u.Size() {
+		// Refused before a byte is read, so the upload is as it was.
+		return &regError{code: codeSizeInvalid, msg: fmt.Sprintf("a chunk of %d bytes takes the blob over the limit of %d bytes", n, g.opts.MaxBlobSize), status: http.StatusRequestEntityTooLarge}
+	}
+	_, err := u.Append(r.Context(), g.limitBody(r.Body, u.Size(), n))
 	if errors.Is(err, steaderr.ErrConflict) {
 		return g.conflict(w, r, rt)
 	}
@@ -247,7 +257,8 @@ func (g *Registry) finishUpload(w http.ResponseWriter, r *http.Request, rt route
 	if err != nil {
 		return err
 	}
-	if err := checkRange(w, r, rt, u); err != nil {
+	n, err := checkRange(w, r, rt, u)
+	if err != nil {
 		return err
 	}
 	loc := "/v2/" + rt.name + "/blobs/" + d.String()
@@ -255,7 +266,7 @@ func (g *Registry) finishUpload(w http.ResponseWriter, r *http.Request, rt route
 		// Nothing appended (oras's and regctl's push): the body is the
 		// whole blob, stored as a monolithic POST's is, and the empty
 		// upload goes.
-		if err := g.putWhole(r, rt.name, d, r.Body); err != nil {
+		if err := g.putWhole(r, rt.name, d, r.Body, n); err != nil {
 			return err
 		}
 		if err := u.Abort(r.Context()); err != nil {
@@ -264,11 +275,19 @@ func (g *Registry) finishUpload(w http.ResponseWriter, r *http.Request, rt route
 		created(w, loc, d)
 		return nil
 	}
-	if err := g.appendBody(w, r, rt, u); err != nil {
+	appended := hasBody(r)
+	if err := g.appendBody(w, r, rt, u, n); err != nil {
 		return err
 	}
 	if _, err := u.Commit(r.Context(), blob.CommitOptions{Expect: d}); err != nil {
 		switch {
+		case errors.Is(err, steaderr.ErrDigestMismatch) && appended:
+			// The body is appended: the upload ends, so that the PUT's
+			// retry does not append it twice but starts over.
+			if aerr := u.Abort(r.Context()); aerr != nil {
+				g.log.Warn("registry: discarding an upload of the wrong digest failed (its lease reaps it)", "upload", u.ID(), "err", aerr)
+			}
+			return errorf(codeDigestInvalid, "the upload's %d bytes do not hash to %s: the upload is discarded", u.Size(), d)
 		case errors.Is(err, steaderr.ErrDigestMismatch):
 			// The upload stays: the client may cancel it, or it expires.
 			return errorf(codeDigestInvalid, "the upload's %d bytes do not hash to %s", u.Size(), d)
@@ -299,16 +318,24 @@ func (g *Registry) cancelUpload(w http.ResponseWriter, r *http.Request, rt route
 }
 
 // limitBody reads body for a blob that holds size bytes already: at most
-// what MaxBlobSize leaves (one byte more is SIZE_INVALID), its read errors
-// told as the client's (BLOB_UPLOAD_INVALID).
-func (g *Registry) limitBody(body io.Reader, size int64) io.Reader {
-	return &blobBody{r: body, room: g.opts.MaxBlobSize - size, limit: g.opts.MaxBlobSize}
+// what MaxBlobSize leaves (one byte more is SIZE_INVALID), and exactly n
+// bytes when n >= 0 (a Content-Range's: more or fewer is
+// BLOB_UPLOAD_INVALID), its read errors told as the client's
+// (BLOB_UPLOAD_INVALID).
+func (g *Registry) limitBody(body io.Reader, size, n int64) io.Reader {
+	b := &blobBody{r: body, room: g.opts.MaxBlobSize - size, limit: g.opts.MaxBlobSize, exact: n}
+	if n >= 0 {
+		b.room = min(b.room, n)
+	}
+	return b
 }
 
 type blobBody struct {
 	r     io.Reader
 	room  int64
 	limit int64
+	exact int64 // the body's length, -1 for any
+	read  int64
 }
 
 func (b *blobBody) Read(p []byte) (int, error) {
@@ -316,6 +343,8 @@ func (b *blobBody) Read(p []byte) (int, error) {
 		// Only the end of the body may follow the limit.
 		var one [1]byte
 		switch n, err := io.ReadFull(b.r, one[:]); {
+		case n == 1 && b.exact >= 0:
+			return 0, errorf(codeBlobUploadInvalid, "the body is longer than its Content-Range's %d bytes", b.exact)
 		case n == 1:
 			return 0, &regError{code: codeSizeInvalid, msg: fmt.Sprintf("blob over the limit of %d bytes", b.limit), status: http.StatusRequestEntityTooLarge}
 		case err == io.EOF:
@@ -329,7 +358,11 @@ func (b *blobBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.r.Read(p)
 	b.room -= int64(n)
-	if err != nil && err != io.EOF {
+	b.read += int64(n)
+	switch {
+	case err == io.EOF && b.exact >= 0 && b.read < b.exact:
+		err = errorf(codeBlobUploadInvalid, "the body is shorter than its Content-Range's %d bytes", b.exact)
+	case err != nil && err != io.EOF:
 		err = errorf(codeBlobUploadInvalid, "reading the request body: %v", err)
 	}
 	return n, err
