@@ -92,9 +92,10 @@ PGOPTIONS=-csearch_path=stead psql "$PGSERVER/$dbname" -Atc "SELECT 'database: '
 	coalesce((SELECT sum(pg_column_size(u.*)) FROM blob_uploads u), 0) || ' bytes of blob, chunk and upload rows'"
 digest="sha256:$(sha256sum "$dir/manifest" | cut -d' ' -f1)"
 curl -fsS -o /dev/null -X DELETE "$A/v2/soak/app/manifests/$digest"
-sleep 2 # past --registry-pending-ttl
+sleep 62 # past --registry-pending-ttl and the servers' put pins (60 s)
 for pass in 1 2 3; do
-	"$dir/stead" --db "$db" gc --grace 0 > "$dir/gc-$pass.log" 2>&1 || { cat "$dir/gc-$pass.log"; exit 1; }
+	"$dir/stead" --db "$db" gc --grace 1s > "$dir/gc-$pass.log" 2>&1 || { cat "$dir/gc-$pass.log"; exit 1; }
+	sleep 2 # past the grace: the next pass deletes what this one staged
 done
 for pass in 1 2 3; do echo "collect $pass: $(tail -1 "$dir/gc-$pass.log")"; done
 echo "bucket after the collection: $(objects)"
