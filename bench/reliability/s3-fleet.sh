@@ -22,6 +22,8 @@ dbname="stead_s3fleet_$$"
 pids=""
 cleanup() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	sleep 2
+	for p in $pids; do kill -9 "$p" 2>/dev/null || true; done # weed may outlive a TERM
 	wait 2>/dev/null || true
 	psql "$PGSERVER/postgres" -qc "DROP DATABASE IF EXISTS $dbname" >/dev/null 2>&1 || true
 	rm -rf "$dir"
