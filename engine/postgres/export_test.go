@@ -112,3 +112,13 @@ func SetBeforeFinish(e *Engine, hook func()) {
 	}
 	e.tier.beforeFinish.Store(&hook)
 }
+
+// Statements returns every statement e runs, rendered for its schema, by
+// name.
+func Statements(e *Engine) map[string]string {
+	out := make(map[string]string, len(statements))
+	for _, s := range statements {
+		out[s.name] = e.sql(s)
+	}
+	return out
+}

@@ -84,16 +84,16 @@ AND EXISTS (SELECT FROM {schema}.blob_chunks WHERE chunks = @set AND off = @off 
 	// the upload's size stays. It answers whether the chunk still named
 	// the object.
 	sqlFinishChunk = declare("sqlFinishChunk", `WITH fin AS (
-    UPDATE {schema}.blob_chunks SET len = @len
-    WHERE chunks = @set AND off = @off AND object = @object AND len IS NULL AND @len > 0
+    UPDATE {schema}.blob_chunks SET len = @len::bigint
+    WHERE chunks = @set AND off = @off AND object = @object AND len IS NULL AND @len::bigint > 0
     RETURNING 1
 ), empty AS (
     DELETE FROM {schema}.blob_chunks
-    WHERE chunks = @set AND off = @off AND object = @object AND len IS NULL AND @len = 0
+    WHERE chunks = @set AND off = @off AND object = @object AND len IS NULL AND @len::bigint = 0
     RETURNING 1
 ), up AS (
     UPDATE {schema}.blob_uploads
-    SET size = @off + @len, state = @state, expires_at = coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond'
+    SET size = @off::bigint + @len::bigint, state = @state, expires_at = coalesce(@now::timestamptz, now()) + @lease_us::bigint * interval '1 microsecond'
     WHERE id = @set AND EXISTS (SELECT FROM fin UNION ALL SELECT FROM empty)
 )
 SELECT EXISTS (SELECT FROM fin UNION ALL SELECT FROM empty)`)
