@@ -72,7 +72,9 @@ func chunkedPush(tier, chunked bool) setupFunc {
 			}
 			bases, stops = append(bases, base), append(stops, stop)
 		}
-		pool := 4 * *rounds
+		// Enough blobs for the pushes of -duration each round, at 1 GiB
+		// a few seconds each, smaller ones faster.
+		pool := 4 * *rounds * max(1, 1024 / *largeMiB)
 		digests := make([]string, pool)
 		var wg sync.WaitGroup
 		for k := range digests {
