@@ -256,13 +256,25 @@ func TestChunkedUploadRanges(t *testing.T) {
 	other := strings.Replace(loc, "/v2/r/", "/v2/s/", 1)
 	resp, body = c.do("GET", other, nil, nil)
 	wantError(t, "upload through another repository", resp, body, http.StatusNotFound, "BLOB_UPLOAD_UNKNOWN")
-	// A wrong digest at the end keeps the upload, which then finishes.
-	resp, body = c.do("PUT", loc+"?digest="+digestOf([]byte("hello world")), map[string]string{"Content-Range": "5-9"}, []byte(" worl"))
+	// A wrong digest with no body keeps the upload, which then finishes;
+	// one whose body was appended ends it (its retry starts over).
+	resp, body = c.do("PUT", loc+"?digest="+digestOf([]byte("hello world")), nil, nil)
 	wantError(t, "finish with a wrong digest", resp, body, http.StatusBadRequest, "DIGEST_INVALID")
+	resp, body = c.do("PATCH", loc, map[string]string{"Content-Range": "5-9"}, []byte(" worl"))
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Range") != "0-9" {
+		t.Fatalf("PATCH after a refused finish = %d %s %v", resp.StatusCode, body, resp.Header)
+	}
 	resp, body = c.do("PUT", loc+"?digest="+digestOf([]byte("hello world")), nil, []byte("d"))
 	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Docker-Content-Digest") != digestOf([]byte("hello world")) {
 		t.Fatalf("finish = %d %s", resp.StatusCode, body)
 	}
+	resp, _ = c.do("POST", "/v2/r/blobs/uploads/", nil, nil)
+	ended := resp.Header.Get("Location")
+	c.do("PATCH", ended, map[string]string{"Content-Range": "0-4"}, []byte("hullo"))
+	resp, body = c.do("PUT", ended+"?digest="+digestOf([]byte("hello world")), map[string]string{"Content-Range": "5-10"}, []byte(" world"))
+	wantError(t, "finish with a body and a wrong digest", resp, body, http.StatusBadRequest, "DIGEST_INVALID")
+	resp, body = c.do("GET", ended, nil, nil)
+	wantError(t, "an upload a wrong digest ended", resp, body, http.StatusNotFound, "BLOB_UPLOAD_UNKNOWN")
 	resp, body = c.do("GET", "/v2/r/blobs/"+digestOf([]byte("hello world")), map[string]string{"Range": "bytes=6-"}, nil)
 	if resp.StatusCode != http.StatusPartialContent || string(body) != "world" {
 		t.Fatalf("range read = %d %q", resp.StatusCode, body)
