@@ -179,10 +179,11 @@ func (u *Upload) start(ctx context.Context) error {
 }
 
 // Append adds r's content, read to its end, after the upload's bytes, and
-// returns how many bytes it committed. Without a bytes tier (and on one,
-// up to the store's inline limit) the content is committed a chunk at a
-// time, so a source that fails keeps the whole chunks before the failure;
-// on a tier the rest is one object, committed whole or not at all. An
+// returns how many bytes it committed. Without a bytes tier the content
+// is committed a chunk at a time, so a source that fails keeps the whole
+// chunks before the failure; on a tier the bytes within the store's
+// inline limit are rows and the rest one object, and an append is
+// committed whole or not at all. An
 // upload past Options.MaxSize fails with ErrTooLarge, the bytes before
 // that point kept. Another writer's append committed since this Upload's
 // last step fails with ErrConflict: resume to see where the upload ends.
