@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"iter"
 	"slices"
@@ -140,11 +139,6 @@ func (s *Store) Over(eng Backend) *Store {
 	return &o
 }
 
-// PinTTL returns how long this store's puts pin what they store
-// (Options.PinTTL), for a caller that publishes an upload (Publish) with
-// the same pin.
-func (s *Store) PinTTL() time.Duration { return s.pins.ttl }
-
 // Close stops the renewals of every Pin guard, which are then lost. The
 // engine is closed by its owner (stead.Store.Close). Close is idempotent.
 func (s *Store) Close() {
@@ -260,8 +254,7 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	}
 	pb := putBufs.Get().(*putBuf)
 	defer putBufs.Put(pb)
-	pb.hash.Reset()
-	value, err := readAtMost(r, pb.buf[:0], min(s.maxSize, s.inline), pb.hash)
+	value, err := readAtMost(r, pb.buf[:0], min(s.maxSize, s.inline))
 	pb.buf = value[:0]
 	switch {
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
@@ -275,8 +268,7 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	if err := ctx.Err(); err != nil {
 		return Key{}, err
 	}
-	key := Key{valid: true}
-	pb.hash.Sum(key.digest[:0])
+	key := Key{valid: true, digest: sha256.Sum256(value)}
 	if !want.IsZero() && key != want {
 		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
@@ -382,23 +374,17 @@ func (s *Store) readChunks(r io.Reader, limit int64) (<-chan chunk, func()) {
 	return out, func() { close(done); wg.Wait() }
 }
 
-// putBuf is what a put reads into: a buffer for the value and the hash
-// it is fed through as it arrives.
-type putBuf struct {
-	buf  []byte
-	hash hash.Hash
-}
+// putBuf is the buffer a put reads an inline value into; a value past
+// the inline limit is hashed by its Upload.
+type putBuf struct{ buf []byte }
 
-var putBufs = sync.Pool{New: func() any {
-	return &putBuf{buf: make([]byte, 0, 64<<10), hash: sha256.New()}
-}}
+var putBufs = sync.Pool{New: func() any { return &putBuf{buf: make([]byte, 0, 64<<10)} }}
 
 var errOverLimit = errors.New("over limit")
 
-// readAtMost reads r to EOF into buf, growing it up to limit+1 bytes, and
-// writes what it reads to h. It stops with errOverLimit once more than
-// limit bytes have been read.
-func readAtMost(r io.Reader, buf []byte, limit int64, h io.Writer) ([]byte, error) {
+// readAtMost reads r to EOF into buf, growing it up to limit+1 bytes. It
+// stops with errOverLimit once more than limit bytes have been read.
+func readAtMost(r io.Reader, buf []byte, limit int64) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			grown := make([]byte, len(buf), min(max(2*int64(cap(buf)), 4096), limit+1))
@@ -406,7 +392,6 @@ func readAtMost(r io.Reader, buf []byte, limit int64, h io.Writer) ([]byte, erro
 			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
-		h.Write(buf[len(buf) : len(buf)+n])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
 			return buf, errOverLimit

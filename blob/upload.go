@@ -230,7 +230,7 @@ func (u *Upload) append(ctx context.Context, r io.Reader) error {
 		// are; the rest is one object.
 		if room := s.inline - u.size; room > 0 {
 			head := make([]byte, 0, min(room+1, 64<<10))
-			head, err := readAtMost(r, head, min(room, limit), discard{})
+			head, err := readAtMost(r, head, min(room, limit))
 			switch {
 			case errors.Is(err, errOverLimit) && int64(len(head)) > limit:
 				return fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
@@ -247,12 +247,6 @@ func (u *Upload) append(ctx context.Context, r io.Reader) error {
 	}
 	return u.appendChunks(ctx, r, limit)
 }
-
-// discard is a hash.Hash-shaped sink for readAtMost, which hashes as it
-// reads: the upload hashes what it commits, as it commits it.
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // appendChunks commits r's content chunk by chunk, each with the hash
 // state after it, reading the next chunk while the last is written.
