@@ -32,7 +32,7 @@ var (
 	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep, gc-sweep-sqlite, refs-pg, children-pg, oci-sqlite, oci-pg, oci-large-sqlite, oci-large-pg, large-tier, oci-chunked, oci-dist, oci-dist-large, oci-dist-gc, cache-grpc, cache-grpc-large, cache-http); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, large-tier, oci-chunked, sizes-pg, gc-sweep, gc-sweep-sqlite, oci-*, cache-*)")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	settle   = flag.Duration("settle", 5*time.Minute, "before each group, wait up to this long for the 1-minute load average to fall below 2 (0: do not wait)")
+	settle   = flag.Duration("settle", 5*time.Minute, "before each group, wait up to this long for the 1-minute load average to fall to 2 or below (0: do not wait)")
 )
 
 // onDemand are the groups that run only when named in -only: they measure
@@ -305,7 +305,7 @@ func settleLoad(max time.Duration) float64 {
 		if l <= roughLoad || !time.Now().Before(deadline) {
 			return l
 		}
-		fmt.Fprintf(os.Stderr, "loadavg %.2f: waiting for it to fall below %.1f\n", l, roughLoad)
+		fmt.Fprintf(os.Stderr, "loadavg %.2f: waiting for it to fall to %.1f or below\n", l, roughLoad)
 		time.Sleep(10 * time.Second)
 	}
 }

@@ -219,12 +219,11 @@ func uploadOwner(r *http.Request) string { return r.URL.Query().Get(wire.UploadO
 // reapUploads discards the uploads whose lease lapsed at now (the now
 // parameter, when the server allows client clocks).
 func (s *Server) reapUploads(w http.ResponseWriter, r *http.Request) {
-	now, err := s.queryNow(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	blobs, err := s.blobsAt(r)
+	var n int
+	if err == nil {
+		n, err = blobs.ReapUploads(r.Context())
 	}
-	n, err := s.blobStore(now).ReapUploads(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
