@@ -28,8 +28,11 @@ const (
 WHERE NOT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1) ON CONFLICT (id) DO NOTHING`
 	sqlUploadStatus = `SELECT owner, size, state FROM blob_uploads WHERE id = ?`
 	sqlUploadSize   = `SELECT size FROM blob_uploads WHERE id = ?`
-	// sqlUploadAppended commits an append's size, state and lease.
+	// sqlUploadAppended commits an append's size, state and lease;
+	// sqlUploadAppendAt does so only when the upload's size is ?5, where
+	// the append starts.
 	sqlUploadAppended = `UPDATE blob_uploads SET size = ?1, state = ?2, expires_at = ?3 WHERE id = ?4`
+	sqlUploadAppendAt = sqlUploadAppended + ` AND size = ?5`
 	// sqlDropUnfinished deletes the unfinished object chunk at (?1, ?2),
 	// if any, answering its object.
 	sqlDropUnfinished = `DELETE FROM blob_chunks WHERE chunks = ?1 AND off = ?2 AND object IS NOT NULL AND len IS NULL RETURNING object`
@@ -175,17 +178,24 @@ func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	}
 	var replaced string
 	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {
-		if err := appendAt(ctx, tx, p.Set, p.Off); err != nil {
-			return err
-		}
-		if replaced, err = dropUnfinished(ctx, tx, p.Set, p.Off); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlInsertChunk, int64(p.Set), p.Off, p.Data); err != nil {
-			return err
-		}
 		expires := clock.OrNow(p.Now).Add(p.Lease).UnixNano()
-		_, err = tx.ExecContext(ctx, sqlUploadAppended, p.Off+int64(len(p.Data)), p.State, expires, int64(p.Set))
+		appended, err := changed(ctx, tx, sqlUploadAppendAt, p.Off+int64(len(p.Data)), p.State, expires, int64(p.Set), p.Off)
+		switch {
+		case err != nil:
+			return err
+		case !appended:
+			if err := appendAt(ctx, tx, p.Set, p.Off); err != nil {
+				return err // lost, or another writer appended first
+			}
+			return errUploadLost
+		}
+		if b.e.tier != nil {
+			// Only a tier's uploads have object chunks, unfinished or not.
+			if replaced, err = dropUnfinished(ctx, tx, p.Set, p.Off); err != nil {
+				return err
+			}
+		}
+		_, err = tx.ExecContext(ctx, sqlInsertChunk, int64(p.Set), p.Off, p.Data)
 		return err
 	})
 	if err == nil && replaced != "" {
