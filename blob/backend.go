@@ -118,8 +118,9 @@ type Backend interface {
 	// WriteChunk appends p.Data to the upload p.Set as the chunk starting
 	// at byte p.Off, which must be the upload's size, and in the same
 	// commit sets its size to p.Off + len(p.Data), its state to p.State and
-	// its lease to p.Now + p.Lease. p.Data is only valid until WriteChunk
-	// returns. A chunk set with no live upload (never begun, published,
+	// its lease to p.Now + p.Lease. p.Data holds a byte at least (an empty
+	// chunk is refused with steaderr.ErrInvalidArgument) and is only valid
+	// until WriteChunk returns. A chunk set with no live upload (never begun, published,
 	// aborted or reaped: an upload once ended never takes a chunk again)
 	// is an error wrapping steaderr.ErrLost; an offset other than the
 	// upload's size (another writer appended first) an error wrapping

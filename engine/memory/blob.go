@@ -334,7 +334,7 @@ func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	if err := chunkid.CheckSpan(p.Off, len(p.Data)); err != nil {
+	if err := chunkid.CheckChunk(p.Off, p.Data); err != nil {
 		return err
 	}
 	u, ok := b.uploads[p.Set]

@@ -52,8 +52,8 @@ RETURNING id`)
 	// snapshot taken before the lock was awaited: an unfinished chunk a
 	// WriteValue committed meanwhile is not seen, and the insert fails on
 	// the primary key, which rolls the statement back whole; run again, it
-	// sees that chunk (WriteChunk retries). An empty append stores no
-	// chunk. It answers whether the upload took the chunk.
+	// sees that chunk (WriteChunk retries). It answers whether the upload
+	// took the chunk.
 	sqlWriteChunk = declare("sqlWriteChunk", `WITH up AS (
     UPDATE {schema}.blob_uploads
     SET size = @off + octet_length(@data::bytea), state = @state,
@@ -62,12 +62,12 @@ RETURNING id`)
     RETURNING id
 ), unfinished AS (
     DELETE FROM {schema}.blob_chunks
-    WHERE chunks = (SELECT id FROM up) AND off = @off AND len IS NULL AND octet_length(@data::bytea) > 0
+    WHERE chunks = (SELECT id FROM up) AND off = @off AND len IS NULL
     RETURNING object
 ), ins AS (
     INSERT INTO {schema}.blob_chunks (chunks, off, data, len)
     SELECT id, @off, @data, octet_length(@data::bytea) FROM up
-    WHERE octet_length(@data::bytea) > 0 AND (SELECT count(*) FROM unfinished) >= 0
+    WHERE (SELECT count(*) FROM unfinished) >= 0
 )
 SELECT EXISTS (SELECT FROM up), (SELECT object FROM unfinished)`)
 
@@ -210,15 +210,11 @@ func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
 	}
-	if err := chunkid.CheckSpan(p.Off, len(p.Data)); err != nil {
+	if err := chunkid.CheckChunk(p.Off, p.Data); err != nil {
 		return err
 	}
-	data := p.Data
-	if data == nil {
-		data = []byte{} // nil is NULL, no bytes
-	}
 	args := pgx.StrictNamedArgs{
-		"set": int64(p.Set), "off": p.Off, "data": data, "state": p.State, "lease_us": p.Lease.Microseconds(), "now": nowArg(p.Now),
+		"set": int64(p.Set), "off": p.Off, "data": p.Data, "state": p.State, "lease_us": p.Lease.Microseconds(), "now": nowArg(p.Now),
 	}
 	return b.appendRow(ctx, sqlWriteChunk, p.Set, p.Off, args)
 }

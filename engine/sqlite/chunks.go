@@ -170,11 +170,8 @@ func dropUnfinished(ctx context.Context, tx *sql.Tx, set blob.ChunkSet, off int6
 // lease, in one write transaction; an unfinished object chunk at its
 // offset is replaced, its object deleted once the append commits.
 func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
-	if err := chunkid.CheckSpan(p.Off, len(p.Data)); err != nil {
+	if err := chunkid.CheckChunk(p.Off, p.Data); err != nil {
 		return err
-	}
-	if len(p.Data) == 0 {
-		return fmt.Errorf("%w: an empty chunk at offset %d", steaderr.ErrInvalidArgument, p.Off)
 	}
 	var replaced string
 	err := b.writeTx(ctx, func(tx *sql.Tx) (err error) {

@@ -55,6 +55,15 @@ func CheckSpan(off int64, n int) error {
 	return nil
 }
 
+// CheckChunk is CheckSpan for a data chunk a WriteChunk is given, which
+// must also hold a byte at least.
+func CheckChunk(off int64, data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: an empty chunk at offset %d", steaderr.ErrInvalidArgument, off)
+	}
+	return CheckSpan(off, len(data))
+}
+
 // Tiling checks that chunks, given in offset order, cover [0, size)
 // exactly, each byte once: there is one, the first starts at 0, and each
 // ends where the next starts and the last at size. The zero Tiling has
