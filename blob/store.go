@@ -276,7 +276,7 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	if err != nil {
 		return Key{}, err
 	}
-	if err := s.pins.put(ctx, s.eng, p); err != nil {
+	if _, err := s.pins.put(ctx, s.eng, p); err != nil {
 		return Key{}, err
 	}
 	return key, nil

@@ -390,22 +390,23 @@ func (u *Upload) commit(ctx context.Context, opts CommitOptions) (Key, error) {
 			p.Chunks, p.Size, p.Value = 0, 0, inline
 		}
 	}
+	skipped := false
 	if opts.Owner != "" {
 		err = s.eng.Put(ctx, p)
 	} else {
-		err = s.pins.put(ctx, s.eng, p)
+		skipped, err = s.pins.put(ctx, s.eng, p)
 	}
 	if err != nil {
 		u.stale = true
 		return Key{}, err
 	}
-	// An inline publish, or one this store's live pin made needless, left
-	// the upload: end it (after a chunked publish the abort finds nothing).
 	u.ended = true
-	var aerr error
-	s.abortUpload(ctx, u.set, &aerr)
-	if aerr != nil {
-		return key, aerr
+	if p.Chunks == 0 || skipped {
+		// An inline publish, or one this store's live pin made needless,
+		// left the upload: end it. The value is stored whatever the
+		// abort's outcome: an upload it leaves is reaped with its lease.
+		var aerr error
+		s.abortUpload(ctx, u.set, &aerr)
 	}
 	return key, nil
 }
