@@ -77,11 +77,11 @@ func (s *Store) BeginUpload(ctx context.Context, opts UploadOptions) (*Upload, e
 // never begun, has ended (committed, aborted or reaped) or is another
 // owner's is an error wrapping ErrLost, the same for each.
 func (s *Store) ResumeUpload(ctx context.Context, id string, opts UploadOptions) (*Upload, error) {
-	n, err := strconv.ParseUint(id, 16, 63)
-	if err != nil || n == 0 || fmt.Sprintf("%016x", n) != id {
+	set, ok := ParseUploadID(id)
+	if !ok {
 		return nil, fmt.Errorf("blob resume upload %.40q: %w: no such upload", id, steaderr.ErrLost)
 	}
-	u, err := s.newUpload(ctx, ChunkSet(n), opts)
+	u, err := s.newUpload(ctx, set, opts)
 	if err != nil {
 		return nil, fmt.Errorf("blob resume upload %s: %w", id, err)
 	}
@@ -135,9 +135,21 @@ func (u *Upload) refresh(ctx context.Context) error {
 	return nil
 }
 
-// ID names the upload for ResumeUpload: 16 hex digits, drawn at random,
-// so that one upload's ID tells nothing of another's.
-func (u *Upload) ID() string { return fmt.Sprintf("%016x", int64(u.set)) }
+// ID names the upload for ResumeUpload: its chunk set's UploadID, drawn
+// at random, so that one upload's ID tells nothing of another's.
+func (u *Upload) ID() string { return u.set.UploadID() }
+
+// UploadID is the id of the upload of set: 16 lowercase hex digits.
+func (set ChunkSet) UploadID() string { return fmt.Sprintf("%016x", int64(set)) }
+
+// ParseUploadID reads an UploadID, refusing any other spelling.
+func ParseUploadID(id string) (ChunkSet, bool) {
+	n, err := strconv.ParseUint(id, 16, 63)
+	if err != nil || n == 0 || ChunkSet(n).UploadID() != id {
+		return 0, false
+	}
+	return ChunkSet(n), true
+}
 
 // HashState returns the running hash of the upload's bytes as of this
 // Upload's last step, as its engine records it with each append

@@ -300,7 +300,7 @@ func (b *blobs) BeginUpload(ctx context.Context, p blob.BeginUploadParams) (blob
 	if _, err := b.e.do(ctx, http.MethodPost, "/v1/uploads", &request{query: q}, nil, &up); err != nil {
 		return 0, err
 	}
-	set, ok := parseUploadID(up.ID)
+	set, ok := blob.ParseUploadID(up.ID)
 	if !ok || up.Size != 0 || up.State != nil {
 		return 0, fmt.Errorf("remote: begin upload: %w: upload %.40q of %d bytes", errMalformed, up.ID, up.Size)
 	}
@@ -323,8 +323,8 @@ func (b *blobs) UploadStatus(ctx context.Context, set blob.ChunkSet) (blob.Uploa
 	if _, err := b.e.do(ctx, http.MethodGet, uploadPath(set), &request{query: b.uploadQuery(set)}, nil, &up); err != nil {
 		return blob.UploadStatus{}, err
 	}
-	if up.ID != uploadID(set) || up.Size < 0 || len(up.State) == 0 || len(up.State) > blob.MaxUploadState {
-		return blob.UploadStatus{}, fmt.Errorf("remote: upload %s: %w: upload %.40q of %d bytes, a state of %d bytes", uploadID(set), errMalformed, up.ID, up.Size, len(up.State))
+	if up.ID != set.UploadID() || up.Size < 0 || len(up.State) == 0 || len(up.State) > blob.MaxUploadState {
+		return blob.UploadStatus{}, fmt.Errorf("remote: upload %s: %w: upload %.40q of %d bytes, a state of %d bytes", set.UploadID(), errMalformed, up.ID, up.Size, len(up.State))
 	}
 	if known && last.size == up.Size {
 		up.State = last.state
@@ -340,7 +340,7 @@ func (b *blobs) WriteChunk(ctx context.Context, p blob.WriteChunkParams) error {
 	}
 	size, err := b.append(ctx, p.Set, p.Off, bytes.NewReader(p.Data), p.Lease, p.Now)
 	if err == nil && size != p.Off+int64(len(p.Data)) {
-		err = fmt.Errorf("remote: upload %s: %w: %d bytes after %d at %d", uploadID(p.Set), errMalformed, size, len(p.Data), p.Off)
+		err = fmt.Errorf("remote: upload %s: %w: %d bytes after %d at %d", p.Set.UploadID(), errMalformed, size, len(p.Data), p.Off)
 	}
 	if err == nil {
 		b.committed(p.Set, b.owner(p.Set), size, p.State)
@@ -356,8 +356,8 @@ func (b *blobs) append(ctx context.Context, set blob.ChunkSet, off int64, body i
 	if _, err := b.e.do(ctx, http.MethodPut, uploadPath(set)+"/"+strconv.FormatInt(off, 10), req, nil, &up); err != nil {
 		return 0, err
 	}
-	if up.ID != uploadID(set) || up.Size <= off {
-		return 0, fmt.Errorf("remote: upload %s: %w: upload %.40q of %d bytes after an append at %d", uploadID(set), errMalformed, up.ID, up.Size, off)
+	if up.ID != set.UploadID() || up.Size <= off {
+		return 0, fmt.Errorf("remote: upload %s: %w: upload %.40q of %d bytes after an append at %d", set.UploadID(), errMalformed, up.ID, up.Size, off)
 	}
 	return up.Size, nil
 }
@@ -415,20 +415,9 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (bl
 	return blob.Chunk{Start: start, Size: int64(len(data)), Data: data}, nil
 }
 
-// uploadID is set's upload id, as blob.Upload.ID writes it.
-func uploadID(set blob.ChunkSet) string { return fmt.Sprintf("%016x", int64(set)) }
-
-// parseUploadID reads an upload id: 16 hex digits of a positive set.
-func parseUploadID(id string) (blob.ChunkSet, bool) {
-	n, err := strconv.ParseUint(id, 16, 63)
-	if err != nil || len(id) != 16 || n == 0 || strings.ToLower(id) != id {
-		return 0, false
-	}
-	return blob.ChunkSet(n), true
-}
 
 // The paths of an upload and of one chunk of a stored value.
-func uploadPath(set blob.ChunkSet) string { return "/v1/uploads/" + uploadID(set) }
+func uploadPath(set blob.ChunkSet) string { return "/v1/uploads/" + set.UploadID() }
 
 func chunkPath(set blob.ChunkSet, off int64) string {
 	return "/v1/chunks/" + strconv.FormatInt(int64(set), 10) + "/" + strconv.FormatInt(off, 10)
