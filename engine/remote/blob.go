@@ -415,7 +415,6 @@ func (b *blobs) ReadChunk(ctx context.Context, set blob.ChunkSet, off int64) (bl
 	return blob.Chunk{Start: start, Size: int64(len(data)), Data: data}, nil
 }
 
-
 // The paths of an upload and of one chunk of a stored value.
 func uploadPath(set blob.ChunkSet) string { return "/v1/uploads/" + set.UploadID() }
 
