@@ -6,11 +6,11 @@ WITH up AS (
     RETURNING id
 ), unfinished AS (
     DELETE FROM "St""ead. sch;ema-ñ".blob_chunks
-    WHERE chunks = (SELECT id FROM up) AND off = @off AND len IS NULL AND octet_length(@data::bytea) > 0
+    WHERE chunks = (SELECT id FROM up) AND off = @off AND len IS NULL
     RETURNING object
 ), ins AS (
     INSERT INTO "St""ead. sch;ema-ñ".blob_chunks (chunks, off, data, len)
     SELECT id, @off, @data, octet_length(@data::bytea) FROM up
-    WHERE octet_length(@data::bytea) > 0 AND (SELECT count(*) FROM unfinished) >= 0
+    WHERE (SELECT count(*) FROM unfinished) >= 0
 )
 SELECT EXISTS (SELECT FROM up), (SELECT object FROM unfinished)
