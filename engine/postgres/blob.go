@@ -70,37 +70,46 @@ AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
 
 	// sqlPutEdges is sqlPut for a batch in which some puts declare
-	// children (@parents, @children: the edges). First every stored row of
-	// the batch, parents and children alike (@lock), is locked in one pass
-	// in key order, FOR KEY SHARE: writers share that lock, so parents
-	// naming one child (images sharing a base layer) do not queue on its
-	// row, while arbitration's FOR UPDATE conflicts with it and waits, or
-	// is waited for (docs/decisions/0046-shared-child-locks.md). A parent
-	// is refused when one of its children is not stored (missing) or when
-	// it is stored without one of them (fixed: a blob's children are those
-	// it was stored with). A parent another writer stored after this
-	// statement's snapshot (raced: neither locked nor inserted here) cannot
-	// be judged by it. Refused and raced parents are not published or
-	// pinned by this batch, unless a put of one without children is in the
-	// batch too (@blob_plain, @pin_plain say which rows and pins come from
-	// such puts); the edges of the others are inserted; the refused
-	// (parent, child, edgeMissing or edgeFixed) and raced (parent, '',
-	// edgeRaced) rows are answered.
-	sqlPutEdges = declare("sqlPutEdges", `WITH l AS (
-	SELECT key FROM {schema}.blobs WHERE key = ANY (@lock::text[]) ORDER BY key FOR KEY SHARE
+	// children ($9 parents, $10 children: the edges). First every stored
+	// row of the batch, parents and children alike ($8, sorted), is
+	// locked FOR KEY SHARE, one index probe a key, in the array's order:
+	// writers share that lock, so parents naming one child (images sharing
+	// a base layer) do not queue on its row, while arbitration's FOR
+	// UPDATE conflicts with it and waits, or is waited for
+	// (docs/decisions/0046-shared-child-locks.md). A parent is refused
+	// when one of its children is not stored (missing) or when it is
+	// stored without one of them (fixed: a blob's children are those it
+	// was stored with). A parent another writer stored after this
+	// statement's snapshot (raced: neither locked nor inserted here)
+	// cannot be judged by it. Refused and raced parents are not published
+	// or pinned by this batch, unless a put of one without children is in
+	// the batch too ($7, $15 say which rows and pins come from such puts);
+	// the edges of the others are inserted, and the store's declaration of
+	// liveness recorded once (gc_declared); the refused (parent, child,
+	// edgeMissing or edgeFixed) and raced (parent, '', edgeRaced) rows are
+	// answered. Every probe of blobs and blob_edges is a correlated
+	// subquery (the OFFSET 0 keeps the anti-join from being flattened), so
+	// that a plan made while the tables were small, and kept by the
+	// prepared statement, never scans them whole as they grow: a child
+	// costs an index probe and a lock whatever the tables hold
+	// (docs/decisions/0050-put-statement-per-child-cost.md).
+	sqlPutEdges = declare("sqlPutEdges", `WITH probe AS MATERIALIZED (
+	SELECT (SELECT key FROM {schema}.blobs WHERE key = u.k FOR KEY SHARE) AS key FROM unnest($8::text[]) AS u(k)
+), l AS (
+	SELECT key FROM probe WHERE key IS NOT NULL
 ), e AS (
-	SELECT p, c FROM unnest(@parents::text[], @children::text[]) AS u(p, c)
+	SELECT p, c FROM unnest($9::text[], $10::text[]) AS u(p, c)
 ), missing AS (
 	SELECT p, c FROM e WHERE (SELECT count(*) FROM l) >= 0 AND c NOT IN (SELECT key FROM l)
 ), fixed AS (
 	SELECT p, c FROM e WHERE p IN (SELECT key FROM l)
-	AND NOT EXISTS (SELECT FROM {schema}.blob_edges x WHERE x.parent = e.p AND x.child = e.c)
+	AND NOT EXISTS (SELECT FROM {schema}.blob_edges x WHERE x.parent = e.p AND x.child = e.c OFFSET 0)
 ), refused AS (
 	SELECT p FROM missing UNION SELECT p FROM fixed
 ), b AS (
 	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
 	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest(@keys::text[], @sizes::bigint[], @vals::bytea[], @blob_owners::text[], @blob_ttls::bigint[], @blob_nows::timestamptz[], @blob_plain::boolean[]) AS u(k, s, v, o, d, n, plain)
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[], $7::boolean[]) AS u(k, s, v, o, d, n, plain)
 	WHERE plain OR k NOT IN (SELECT p FROM refused)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
@@ -111,10 +120,15 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	INSERT INTO {schema}.blob_edges (parent, child)
 	SELECT p, c FROM e WHERE p NOT IN (SELECT p FROM refused) AND p NOT IN (SELECT p FROM raced)
 	ON CONFLICT DO NOTHING
+	RETURNING 1
+), declared AS (
+	INSERT INTO {schema}.gc_declared (id) SELECT true
+	WHERE EXISTS (SELECT FROM edges) AND NOT EXISTS (SELECT FROM {schema}.gc_declared)
+	ON CONFLICT DO NOTHING
 ), pinned AS (
 	INSERT INTO {schema}.pins AS p (key, owner, expiry)
 	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest(@pin_keys::text[], @pin_owners::text[], @pin_ttls::bigint[], @pin_nows::timestamptz[], @pin_plain::boolean[]) AS u(k, o, d, n, plain)
+	FROM unnest($11::text[], $12::text[], $13::bigint[], $14::timestamptz[], $15::boolean[]) AS u(k, o, d, n, plain)
 	WHERE (SELECT count(*) FROM b) >= 0
 	AND (plain OR k NOT IN (SELECT p FROM refused UNION ALL SELECT p FROM raced))
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
@@ -281,20 +295,16 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 			return err
 		})
 	}
-	args := pgx.StrictNamedArgs{
-		"keys": keys, "sizes": sizes, "vals": values, "blob_owners": blobOwners, "blob_ttls": blobTTLs, "blob_nows": blobNows,
-		"pin_keys": pinKeys, "pin_owners": owners, "pin_ttls": ttls, "pin_nows": nows,
-	}
 	lock := slices.Concat(keys, children)
 	slices.Sort(lock)
 	lock = slices.Compact(lock)
-	args["blob_plain"], args["pin_plain"], args["lock"], args["parents"], args["children"] = blobPlain, pinPlain, lock, parents, children
+	args := []any{keys, sizes, values, blobOwners, blobTTLs, blobNows, blobPlain, lock, parents, children, pinKeys, owners, ttls, nows, pinPlain}
 	missing, fixed, raced := map[string][]string{}, map[string][]string{}, map[string]bool{}
 	err := b.e.retryTransient(ctx, func() error {
 		clear(missing)
 		clear(fixed)
 		clear(raced)
-		rows, err := b.e.pool.Query(ctx, b.e.sql(sqlPutEdges), args)
+		rows, err := b.e.pool.Query(ctx, b.e.sql(sqlPutEdges), args...)
 		if err != nil {
 			return err
 		}

@@ -142,8 +142,15 @@ SELECT object FROM d WHERE object IS NOT NULL`)
 	// sqlNewChildren answers the children $2 that stored $1 has no edge to.
 	sqlNewChildren = declare("sqlNewChildren", `SELECT c FROM unnest($2::text[]) AS c
 WHERE NOT EXISTS (SELECT FROM {schema}.blob_edges WHERE parent = $1 AND child = c)`)
-	// sqlInsertEdges records that $1 references each of $2.
-	sqlInsertEdges = declare("sqlInsertEdges", `INSERT INTO {schema}.blob_edges (parent, child) SELECT $1, c FROM unnest($2::text[]) AS c ON CONFLICT DO NOTHING`)
+	// sqlInsertEdges records that $1 references each of $2, and, once,
+	// that the store declared liveness (gc_declared, as sqlPutEdges does).
+	sqlInsertEdges = declare("sqlInsertEdges", `WITH edges AS (
+	INSERT INTO {schema}.blob_edges (parent, child) SELECT $1, c FROM unnest($2::text[]) AS c ON CONFLICT DO NOTHING
+	RETURNING 1
+)
+INSERT INTO {schema}.gc_declared (id) SELECT true
+WHERE EXISTS (SELECT FROM edges) AND NOT EXISTS (SELECT FROM {schema}.gc_declared)
+ON CONFLICT DO NOTHING`)
 
 	// sqlReadChunk answers the finished chunk of set $1 holding byte $2:
 	// the last one starting at or before it.
