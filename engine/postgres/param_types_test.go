@@ -15,7 +15,7 @@ import (
 // smallParams are the int4 parameters that are small by construction,
 // by statement and position: a page size bounded by MaxDeleteBatch, a
 // migration's number, a 0/1 flag.
-var smallParams = map[string]int{"sqlStageRange": 2, "sqlInsertVersion": 1, "sqlRefSet": 7}
+var smallParams = map[string]int{"sqlStageRange": 2, "sqlInsertVersion": 1}
 
 // namedParam is a pgx named argument in a statement's text.
 var namedParam = regexp.MustCompile(`@[a-z_]+`)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -27,49 +28,53 @@ import (
 var (
 	// sqlRefSet locks the key's blob row, then the ref's row if any (after
 	// the blob row, as every write of a ref), then inserts or replaces the
-	// ref (@cond 0), or only replaces an expired one (@cond 1,
-	// create-only), and records, once, that the store declared liveness
-	// (gc_declared: in the statement, not a trigger, whose call cost as
-	// much as the rest of it; migration 15). It answers whether the blob
-	// was stored and the ref written, if it was, and whether that created
-	// the name: no row, or an expired one, once locked. A row the
-	// statement's snapshot did not see (inserted meanwhile) is replaced,
-	// not inserted: xmax = 0 tells the insert of a new row.
+	// ref ($6 0), or only replaces an expired one ($6 1, create-only), and
+	// records, once, that the store declared liveness (gc_declared: in the
+	// statement, not a trigger, whose call cost as much as the rest of it;
+	// migration 15), unless $7 says this engine saw it recorded already. It
+	// answers whether the blob was stored and the ref written, if it was,
+	// and whether that created the name: no row, or an expired one, once
+	// locked. A row the statement's snapshot did not see (inserted
+	// meanwhile) is replaced, not inserted: xmax = 0 tells the insert of a
+	// new row. $1 name, $2 key, $3 annotation, $4 TTL in µs, $5 now, $8
+	// weak. Positional: pgx rewrites a named statement's text on every
+	// call.
 	sqlRefSet = declare("sqlRefSet", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = @key FOR KEY SHARE
+	SELECT key FROM {schema}.blobs WHERE key = $2 FOR KEY SHARE
 ), cur AS (
-	SELECT expiry FROM {schema}.refs WHERE name = @name AND EXISTS (SELECT FROM b) FOR NO KEY UPDATE
+	SELECT expiry FROM {schema}.refs WHERE name = $1 AND EXISTS (SELECT FROM b) FOR NO KEY UPDATE
 ), w AS (
 	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry, weak)
-	SELECT @name, b.key, nextval('{schema}.ref_versions'), @annotation,
-	       CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END,
-	       @weak::boolean
+	SELECT $1, b.key, nextval('{schema}.ref_versions'), $3,
+	       CASE WHEN $4::bigint > 0 THEN coalesce($5::timestamptz, clock_timestamp()) + ($4::bigint / 1000000) * interval '1 second' + ($4::bigint % 1000000) * interval '1 microsecond' END,
+	       $8::boolean
 	FROM b LEFT JOIN cur ON true
 	ON CONFLICT (name) DO UPDATE
 	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak
-	WHERE @cond::int = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce(@now::timestamptz, now())
+	WHERE $6::bigint = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce($5::timestamptz, now())
 	RETURNING name, key, version, annotation, expiry, weak, xmax = 0 AS inserted
 ), d AS (
 	INSERT INTO {schema}.gc_declared (id) SELECT true FROM w
-	WHERE NOT EXISTS (SELECT FROM {schema}.gc_declared) LIMIT 1
+	WHERE NOT $7::boolean AND NOT EXISTS (SELECT FROM {schema}.gc_declared) LIMIT 1
 	ON CONFLICT DO NOTHING
 )
 SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
-	coalesce(w.inserted OR cur.expiry <= coalesce(@now::timestamptz, now()), false)
+	coalesce(w.inserted OR cur.expiry <= coalesce($5::timestamptz, now()), false)
 FROM (SELECT) AS one LEFT JOIN w ON true LEFT JOIN cur ON true`)
 
 	// sqlRefSwap locks the key's blob row, then replaces the live ref whose
-	// version is @version (a compare-and-swap: never an insert, so never a
-	// creation). It answers as sqlRefSet does.
+	// version is $6 (a compare-and-swap: never an insert, so never a
+	// creation). It answers as sqlRefSet does; its other parameters are
+	// sqlRefSet's.
 	sqlRefSwap = declare("sqlRefSwap", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = @key FOR KEY SHARE
+	SELECT key FROM {schema}.blobs WHERE key = $2 FOR KEY SHARE
 ), w AS (
 	UPDATE {schema}.refs AS r
-	SET key = @key, version = nextval('{schema}.ref_versions'), annotation = @annotation,
-	    expiry = CASE WHEN @ttl::bigint > 0 THEN coalesce(@now::timestamptz, clock_timestamp()) + (@ttl::bigint / 1000000) * interval '1 second' + (@ttl::bigint % 1000000) * interval '1 microsecond' END,
-	    weak = @weak::boolean
-	WHERE (SELECT count(*) FROM b) = 1 AND r.name = @name AND r.version = @version::bigint
-	  AND (r.expiry IS NULL OR r.expiry > coalesce(@now::timestamptz, now()))
+	SET key = $2, version = nextval('{schema}.ref_versions'), annotation = $3,
+	    expiry = CASE WHEN $4::bigint > 0 THEN coalesce($5::timestamptz, clock_timestamp()) + ($4::bigint / 1000000) * interval '1 second' + ($4::bigint % 1000000) * interval '1 microsecond' END,
+	    weak = $7::boolean
+	WHERE (SELECT count(*) FROM b) = 1 AND r.name = $1 AND r.version = $6::bigint
+	  AND (r.expiry IS NULL OR r.expiry > coalesce($5::timestamptz, now()))
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry, r.weak
 )
 SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
@@ -127,6 +132,9 @@ ORDER BY name LIMIT @lim`)
 
 type refs struct {
 	e *Engine
+	// declared is set once a Set of this engine committed, so the store's
+	// declaration of liveness is recorded: later Sets skip the check.
+	declared atomic.Bool
 }
 
 func (r *refs) init(e *Engine) {
@@ -161,19 +169,16 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	args := pgx.StrictNamedArgs{
-		"name": p.Name, "key": p.Key.String(), "annotation": p.Annotation, "ttl": p.TTL.Microseconds(), "now": nowArg(p.Now), "weak": p.Weak,
-	}
 	stmt := r.e.sql(sqlRefSet)
+	args := []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak}
 	if p.Cond == ref.IfVersion {
-		stmt, args["version"] = r.e.sql(sqlRefSwap), p.Version
-	} else {
-		args["cond"] = int(p.Cond)
+		stmt = r.e.sql(sqlRefSwap)
+		args = []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), p.Version, p.Weak}
 	}
 	var stored, created bool
 	var rr refRow
 	err := r.e.retryTransient(ctx, func() error {
-		return r.e.pool.QueryRow(ctx, stmt, args).Scan(append(append([]any{&stored}, rr.dest()...), &created)...)
+		return r.e.pool.QueryRow(ctx, stmt, args...).Scan(append(append([]any{&stored}, rr.dest()...), &created)...)
 	})
 	switch {
 	case err != nil:
@@ -182,6 +187,12 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		return ref.Ref{}, fmt.Errorf("%w: blob %s is not stored", steaderr.ErrNotFound, p.Key)
 	case !rr.name.Valid:
 		return ref.Ref{}, refConflict(p)
+	}
+	if p.Cond != ref.IfVersion {
+		// The statement committed a ref, so gc_declared holds its row,
+		// which nothing deletes (gc.Backend.Declared: once declared,
+		// always).
+		r.declared.Store(true)
 	}
 	out, err := rr.ref()
 	out.Created = created
