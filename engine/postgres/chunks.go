@@ -137,11 +137,15 @@ SELECT EXISTS (SELECT FROM b), ARRAY(SELECT object FROM discard WHERE object IS 
 SELECT object FROM d WHERE object IS NOT NULL`)
 
 	// sqlLockKeys locks the stored ones of the sorted keys $1, in key
-	// order, as a pin does, and answers them.
-	sqlLockKeys = declare("sqlLockKeys", `SELECT key FROM {schema}.blobs WHERE key = ANY ($1::text[]) ORDER BY key FOR NO KEY UPDATE`)
-	// sqlNewChildren answers the children $2 that stored $1 has no edge to.
+	// order, FOR KEY SHARE as a pin does, and answers them: one index
+	// probe a key, as sqlPutEdges's lock pass.
+	sqlLockKeys = declare("sqlLockKeys", `SELECT key FROM (
+	SELECT (SELECT key FROM {schema}.blobs WHERE key = u.k FOR KEY SHARE) AS key FROM unnest($1::text[]) AS u(k) OFFSET 0
+) AS l WHERE key IS NOT NULL`)
+	// sqlNewChildren answers the children $2 that stored $1 has no edge
+	// to, probing the edges' index a child (OFFSET 0, as in sqlPutEdges).
 	sqlNewChildren = declare("sqlNewChildren", `SELECT c FROM unnest($2::text[]) AS c
-WHERE NOT EXISTS (SELECT FROM {schema}.blob_edges WHERE parent = $1 AND child = c)`)
+WHERE NOT EXISTS (SELECT FROM {schema}.blob_edges WHERE parent = $1 AND child = c OFFSET 0)`)
 	// sqlInsertEdges records that $1 references each of $2, and, once,
 	// that the store declared liveness (gc_declared, as sqlPutEdges does).
 	sqlInsertEdges = declare("sqlInsertEdges", `WITH edges AS (
