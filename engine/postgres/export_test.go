@@ -122,3 +122,16 @@ func Statements(e *Engine) map[string]string {
 	}
 	return out
 }
+
+// SweepSessionSetting reads a setting on e's sweep lease connection, ""
+// when e has none open.
+func SweepSessionSetting(ctx context.Context, e *Engine, name string) (string, error) {
+	e.gc.sweepMu.Lock()
+	defer e.gc.sweepMu.Unlock()
+	if e.gc.sweep == nil {
+		return "", nil
+	}
+	var v string
+	err := e.gc.sweep.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}

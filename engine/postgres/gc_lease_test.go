@@ -390,3 +390,40 @@ func TestStageRefusedAfterRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepLeaseSessionSettings: while the lease is held its session ends
+// once idle for the lease's idle time; the release puts both timeouts back
+// to the session's defaults, those of the engine's pooled sessions.
+func TestSweepLeaseSessionSettings(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	postgres.SetSweepIdle(e, 7*time.Second)
+	ctx := context.Background()
+	names := []string{"idle_session_timeout", "idle_in_transaction_session_timeout"}
+	defaults := map[string]string{}
+	for _, n := range names {
+		var v string
+		if err := e.Pool().QueryRow(ctx, "SELECT current_setting($1)", n).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		defaults[n] = v
+	}
+	lease, ok, err := e.GC().AcquireSweep(ctx, "settings")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	for _, n := range names {
+		if v, err := postgres.SweepSessionSetting(ctx, e, n); err != nil || v != "7s" {
+			t.Errorf("held lease: %s = %q, %v; want 7s", n, v, err)
+		}
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if v, err := postgres.SweepSessionSetting(ctx, e, n); err != nil || v != defaults[n] {
+			t.Errorf("released lease: %s = %q, %v; want the default %q", n, v, err, defaults[n])
+		}
+	}
+}
