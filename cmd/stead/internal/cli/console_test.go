@@ -40,7 +40,7 @@ func newConsoleFixture(t *testing.T, token string) *consoleFixture {
 	}
 	reg := registry.New(st, registry.Options{Retention: ret, Logger: slog.New(slog.DiscardHandler)})
 	h := server.New(st, server.Options{Token: token, Logger: slog.New(slog.DiscardHandler),
-		Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Collect: registryCollect(reg), Preview: registryPreview(reg)}}})
+		Mounts: []server.Mount{registryMount(reg)}})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	f := &consoleFixture{base: srv.URL, st: st}

@@ -1,0 +1,101 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// nextRepository returns the first repository under "oci/"+prefix with a
+// ref whose name sorts after after: one store query. ok is false when
+// there is none.
+func (g *Registry) nextRepository(ctx context.Context, prefix, after string) (repo string, ok bool, err error) {
+	page, err := g.st.Refs.List(ctx, "oci/"+prefix, after, 1)
+	if err != nil || len(page) == 0 {
+		return "", false, err
+	}
+	repo, _, ok = strings.Cut(strings.TrimPrefix(page[0].Name, "oci/"), "/_")
+	// A ref not a repository's: none under prefix sorts after a
+	// repository's, so the list ends here.
+	return repo, ok, nil
+}
+
+// Repositories lists up to n repositories whose names sort after after
+// ("": from the first), in the catalog's order, one store query each,
+// whatever the caller may pull: for an operator's console.
+func (g *Registry) Repositories(ctx context.Context, after string, n int) ([]string, error) {
+	cursor := ""
+	if after != "" {
+		if e := checkName(after); e != nil {
+			return nil, fmt.Errorf("%w: %s", steaderr.ErrInvalidName, e.msg)
+		}
+		cursor = repoPrefix(after) + lastRune
+	}
+	var repos []string
+	for len(repos) < n {
+		repo, ok, err := g.nextRepository(ctx, "", cursor)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		repos = append(repos, repo)
+		cursor = repoPrefix(repo) + lastRune
+	}
+	return repos, nil
+}
+
+// RepositoryView is one repository as an operator's console shows it.
+type RepositoryView struct {
+	// RefPrefix begins the name of every ref the registry keeps for the
+	// repository.
+	RefPrefix string
+	// Tags and Manifests are a page each in name order, each ref named
+	// by its tag or its manifest's digest; More* report that more follow.
+	Tags, Manifests         []ref.Ref
+	MoreTags, MoreManifests bool
+	// Usage is what the repository's refs hold (stead.Store.Usage).
+	Usage stead.Usage
+}
+
+// Repository answers repository name: up to n of its tags after the tag
+// tagsAfter and of its manifests after the digest manifestsAfter ("":
+// from the first), and its usage. A name the spec refuses is an error
+// wrapping steaderr.ErrInvalidName.
+func (g *Registry) Repository(ctx context.Context, name, tagsAfter, manifestsAfter string, n int) (RepositoryView, error) {
+	if e := checkName(name); e != nil {
+		return RepositoryView{}, fmt.Errorf("%w: %s", steaderr.ErrInvalidName, e.msg)
+	}
+	v := RepositoryView{RefPrefix: repoPrefix(name)}
+	page := func(prefix, after string) ([]ref.Ref, bool, error) {
+		if after != "" {
+			after = prefix + after
+		}
+		refs, err := g.st.Refs.List(ctx, prefix, after, n+1)
+		if err != nil {
+			return nil, false, err
+		}
+		more := len(refs) > n
+		refs = refs[:min(len(refs), n)]
+		for i := range refs {
+			refs[i].Name = strings.TrimPrefix(refs[i].Name, prefix)
+		}
+		return refs, more, nil
+	}
+	var err error
+	if v.Tags, v.MoreTags, err = page(tagPrefix(name), tagsAfter); err != nil {
+		return RepositoryView{}, err
+	}
+	if v.Manifests, v.MoreManifests, err = page(manifestPrefix(name), manifestsAfter); err != nil {
+		return RepositoryView{}, err
+	}
+	if v.Usage, err = g.st.Usage(ctx, v.RefPrefix); err != nil {
+		return RepositoryView{}, err
+	}
+	return v, nil
+}
