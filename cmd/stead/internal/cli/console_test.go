@@ -27,6 +27,8 @@ type consoleFixture struct {
 	base                    string
 	st                      *stead.Store
 	manifest, layer, config string
+	// bytes is what the image's blobs hold.
+	bytes int64
 }
 
 const consoleToken = "console-secret"
@@ -72,6 +74,7 @@ func newConsoleFixture(t *testing.T, token string) *consoleFixture {
 	man := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":%q,"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":%d}]}`,
 		mt, f.config, len(cfg), f.layer, len(layer)))
 	f.manifest = digest(man)
+	f.bytes = int64(len(cfg) + len(layer) + len(man))
 	push("PUT", "/v2/team/app/manifests/v1", mt, man)
 	push("PUT", "/v2/team/app/manifests/scratch", mt, man)
 	return f
@@ -126,7 +129,7 @@ func TestConsolePages(t *testing.T) {
 		want   []string
 	}{
 		{"/ui/", 200, []string{`href="/ui/repository?name=team%2fapp"`, ">team/app<"}},
-		{"/ui/repository?name=team/app", 200, []string{">v1<", ">scratch<", f.manifest, "Last push"}},
+		{"/ui/repository?name=team/app", 200, []string{">v1<", ">scratch<", f.manifest, "Last push", `href="/ui/refs?prefix=oci%2fteam%2fapp%2f_"`}},
 		{"/ui/keys/" + f.layer, 200, []string{`href="/ui/keys/` + f.manifest + `"`, "parent blob", "oci/team/app/_blobs/" + f.layer, "<svg"}},
 		{"/ui/keys/" + f.manifest, 200, []string{"oci/team/app/_tags/v1", "keeps it"}},
 		{"/ui/refs?prefix=oci/team/app/_tags/", 200, []string{"oci/team/app/_tags/scratch", "oci/team/app/_tags/v1"}},
@@ -135,8 +138,8 @@ func TestConsolePages(t *testing.T) {
 		{"/ui/refs?prefix=hostile/", 200, []string{"hostile/&lt;script&gt;alert(1)&lt;/script&gt;"}},
 		{"/ui/keys/sha256:nothex", 400, []string{"400"}},
 		{"/ui/keys/%3Cscript%3E", 400, []string{"&lt;script&gt;"}},
-		{"/ui/repository?name=", 400, []string{"not a repository name"}},
-		{"/ui/repository?name=%3Cscript%3E/_x", 400, []string{"not a repository name"}},
+		{"/ui/repository?name=", 400, []string{"repository name"}},
+		{"/ui/repository?name=%3Cscript%3E/_x", 400, []string{"repository name"}},
 		{"/ui/refs?prefix=" + strings.Repeat("a", 5000), 400, []string{"prefix too long"}},
 		{"/ui/refs?prefix=%ff", 400, []string{"not UTF-8"}},
 		{"/ui/?after=%ff", 400, []string{"not a page cursor"}},
@@ -204,9 +207,14 @@ func TestConsolePages(t *testing.T) {
 			t.Errorf("GET %s without credentials = %d %q, want 401 asking for Basic and nothing shown", p, status, hdr.Get("WWW-Authenticate"))
 		}
 	}
-	// A sweep shows in the chart.
+	// A sweep shows in the charts, with what the store held after it:
+	// the image's three blobs, none pending (their pins last).
 	f.sweep(t)
-	if status, _, body := f.get(t, "/ui/gc", true); status != 200 || !strings.Contains(body, `id="chart-freed"`) || !strings.Contains(body, ">done<") {
-		t.Errorf("GET /ui/gc after a sweep = %d %.1000s", status, body)
+	status, _, body := f.get(t, "/ui/gc", true)
+	for _, w := range []string{`id="chart-freed"`, `id="chart-stored"`, ">done<", `<circle class="stored"`, `<circle class="pending"`,
+		fmt.Sprintf("<b>%d B</b> in 3 blobs", f.bytes), "<b>0 B</b> in 0 blobs"} {
+		if status != 200 || !strings.Contains(body, w) {
+			t.Errorf("GET /ui/gc after a sweep = %d, lacks %q: %.3000s", status, w, body)
+		}
 	}
 }
