@@ -10,23 +10,25 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// nextRepository returns the first repository under "oci/"+prefix with a
-// ref whose name sorts after after: one store query. ok is false when
-// there is none.
-func (g *Registry) nextRepository(ctx context.Context, prefix, after string) (repo string, ok bool, err error) {
+// nextRepository reads the first ref under "oci/"+prefix whose name
+// sorts after after, in one store query: name is "" when there is none,
+// repo is "" when it is no repository's.
+func (g *Registry) nextRepository(ctx context.Context, prefix, after string) (repo, name string, err error) {
 	page, err := g.st.Refs.List(ctx, "oci/"+prefix, after, 1)
 	if err != nil || len(page) == 0 {
-		return "", false, err
+		return "", "", err
 	}
-	repo, _, ok = strings.Cut(strings.TrimPrefix(page[0].Name, "oci/"), "/_")
-	// A ref not a repository's: none under prefix sorts after a
-	// repository's, so the list ends here.
-	return repo, ok, nil
+	repo, _, ok := strings.Cut(strings.TrimPrefix(page[0].Name, "oci/"), "/_")
+	if !ok {
+		return "", page[0].Name, nil
+	}
+	return repo, page[0].Name, nil
 }
 
 // Repositories lists up to n repositories whose names sort after after
 // ("": from the first), in the catalog's order, one store query each,
-// whatever the caller may pull: for an operator's console.
+// whatever the caller may pull: for an operator's console. A ref under
+// "oci/" that is no repository's is skipped, at most n of them a call.
 func (g *Registry) Repositories(ctx context.Context, after string, n int) ([]string, error) {
 	cursor := ""
 	if after != "" {
@@ -36,13 +38,17 @@ func (g *Registry) Repositories(ctx context.Context, after string, n int) ([]str
 		cursor = repoPrefix(after) + lastRune
 	}
 	var repos []string
-	for len(repos) < n {
-		repo, ok, err := g.nextRepository(ctx, "", cursor)
-		if err != nil {
+	for skipped := 0; len(repos) < n && skipped <= n; {
+		repo, name, err := g.nextRepository(ctx, "", cursor)
+		switch {
+		case err != nil:
 			return nil, err
-		}
-		if !ok {
-			break
+		case name == "":
+			return repos, nil
+		case repo == "":
+			skipped++
+			cursor = name
+			continue
 		}
 		repos = append(repos, repo)
 		cursor = repoPrefix(repo) + lastRune
