@@ -107,6 +107,22 @@ type Backend interface {
 	// Window calls yield for each staged candidate in key order until it
 	// returns false.
 	Window(ctx context.Context, yield func(Candidate) bool) error
+	// Stored reads what the store holds (Stored) from one snapshot, in
+	// one aggregate over the blobs and the window: its cost grows with
+	// the number of blobs, not their bytes.
+	Stored(ctx context.Context) (Stored, error)
+}
+
+// Stored is what a store holds, as Backend.Stored reads it.
+type Stored struct {
+	// Blobs counts the stored blobs and Bytes sums their sizes: a blob
+	// kept in chunks or as a bytes-tier object counts once, by its size.
+	// Chunks of uploads not published yet are not counted.
+	Blobs, Bytes int64
+	// PendingBlobs counts the stored blobs staged in the window (found
+	// unprotected, deleted by a sweep once overdue unless something
+	// protects them again) and PendingBytes sums their sizes.
+	PendingBlobs, PendingBytes int64
 }
 
 // Lease is a held sweep lease.

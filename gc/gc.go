@@ -159,6 +159,10 @@ type Report struct {
 	// ObjectsListed counts the bytes tier's objects the orphan step
 	// listed, Orphans those it deleted (no blob and no upload names them).
 	ObjectsListed, Orphans int64
+	// Stored is what the store held when the sweep ended (Backend.Stored),
+	// nil when the sweep did not run or its engine cannot tell
+	// (errors.ErrUnsupported).
+	Stored *Stored
 	// Duration is how long the sweep ran.
 	Duration time.Duration
 }
@@ -185,8 +189,12 @@ func (r Report) String() string {
 	if r.ObjectsListed > 0 {
 		orphans = fmt.Sprintf("; %d orphan objects deleted of %d listed", r.Orphans, r.ObjectsListed)
 	}
-	return fmt.Sprintf("%sreaped %d pins, %d refs and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; %s%s; in %v",
-		prefix, r.Reaped, r.ReapedRefs, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, staging, orphans, r.Duration.Round(time.Millisecond))
+	stored := ""
+	if r.Stored != nil {
+		stored = fmt.Sprintf("; stored %d blobs (%d bytes), %d pending (%d bytes)", r.Stored.Blobs, r.Stored.Bytes, r.Stored.PendingBlobs, r.Stored.PendingBytes)
+	}
+	return fmt.Sprintf("%sreaped %d pins, %d refs and %d uploads, took %d candidates: deleted %d (%d bytes), rescued %d, absent %d; %s%s%s; in %v",
+		prefix, r.Reaped, r.ReapedRefs, r.Uploads, r.Taken, r.Deleted, r.BytesFreed, r.Rescued, r.Absent, staging, orphans, stored, r.Duration.Round(time.Millisecond))
 }
 
 // SweepOptions are the options of one sweep.
@@ -209,8 +217,9 @@ type SweepOptions struct {
 // batch in one short transaction, deleting only what no live pin and no
 // source protects; (3) continue the staging pass from its durable cursor,
 // a range at a time, staging what nothing protects, visible after now +
-// Grace. A new pass begins at most once per Grace. Another sweep holding
-// the lease is not an error: the report says Aborted: SweeperBusy.
+// Grace; (4) read what the store holds then (Report.Stored). A new pass
+// begins at most once per Grace. Another sweep holding the lease is not
+// an error: the report says Aborted: SweeperBusy.
 func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, err error) {
 	start := time.Now()
 	rep.DryRun = opts.DryRun
@@ -267,7 +276,24 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 	if err := c.sweepOrphans(ctx, held, opts.DryRun, &rep, progress); err != nil {
 		return rep, err
 	}
+	st, err := c.eng.Stored(ctx)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+	case err != nil:
+		return rep, fmt.Errorf("gc sweep: reading what the store holds: %w", err)
+	default:
+		rep.Stored = &st
+	}
 	return rep, nil
+}
+
+// Stored reads what the store holds now (Backend.Stored).
+func (c *Collector) Stored(ctx context.Context) (Stored, error) {
+	st, err := c.eng.Stored(ctx)
+	if err != nil {
+		return Stored{}, fmt.Errorf("gc stored: %w", err)
+	}
+	return st, nil
 }
 
 // heldLease is a sweep's lease and when it was last renewed.
@@ -692,3 +718,4 @@ func (unsupported) Explain(context.Context, ExplainParams) (Explanation, error) 
 }
 func (unsupported) Pins(context.Context, PinsParams, func(PinInfo) bool) error { return errNoGC }
 func (unsupported) Window(context.Context, func(Candidate) bool) error         { return errNoGC }
+func (unsupported) Stored(context.Context) (Stored, error)                     { return Stored{}, errNoGC }

@@ -134,3 +134,20 @@ func TestCheckStage(t *testing.T) {
 		}
 	}
 }
+
+// TestReportStored: a report names what the store held after the sweep
+// when it was read, and says nothing of it otherwise; a collector over no
+// backend cannot tell (errors.ErrUnsupported).
+func TestReportStored(t *testing.T) {
+	t.Parallel()
+	rep := gc.Report{Stored: &gc.Stored{Blobs: 3, Bytes: 300, PendingBlobs: 1, PendingBytes: 10}}
+	if s := rep.String(); !strings.Contains(s, "; stored 3 blobs (300 bytes), 1 pending (10 bytes); in ") {
+		t.Errorf("Report.String() = %q, want what is stored named", s)
+	}
+	if s := (gc.Report{}).String(); strings.Contains(s, "stored") {
+		t.Errorf("Report.String() without Stored = %q, names it", s)
+	}
+	if _, err := gc.New(nil, gc.Options{}).Stored(t.Context()); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Stored over no backend = %v, want ErrUnsupported", err)
+	}
+}

@@ -52,9 +52,14 @@ func (s *Server) sweepNow(ctx context.Context) {
 	case rep.Aborted != "":
 		s.log.Debug("gc: another server is sweeping", "aborted", rep.Aborted)
 	default:
-		s.log.Info("gc: swept", slog.Int64("reaped_pins", rep.Reaped), slog.Int64("reaped_refs", rep.ReapedRefs),
+		attrs := []any{slog.Int64("reaped_pins", rep.Reaped), slog.Int64("reaped_refs", rep.ReapedRefs),
 			slog.Int64("uploads", rep.Uploads), slog.Int64("taken", rep.Taken), slog.Int64("deleted", rep.Deleted),
 			slog.Int64("bytes_freed", rep.BytesFreed), slog.Int64("rescued", rep.Rescued), slog.Int64("staged", rep.Staged),
-			slog.Int64("covered", rep.Covered), slog.Int64("orphans", rep.Orphans), slog.Duration("duration", rep.Duration))
+			slog.Int64("covered", rep.Covered), slog.Int64("orphans", rep.Orphans)}
+		if st := rep.Stored; st != nil {
+			attrs = append(attrs, slog.Int64("stored_blobs", st.Blobs), slog.Int64("stored_bytes", st.Bytes),
+				slog.Int64("pending_blobs", st.PendingBlobs), slog.Int64("pending_bytes", st.PendingBytes))
+		}
+		s.log.Info("gc: swept", append(attrs, slog.Duration("duration", rep.Duration))...)
 	}
 }

@@ -126,6 +126,13 @@ func TestBackgroundSweeps(t *testing.T) {
 	if got := gathered(t, reg, "stead_gc_staged_total", ""); got != 1 {
 		t.Fatalf("stead_gc_staged_total = %v after the pins lapsed, want 1", got)
 	}
+	// What the store holds after it: both blobs, the garbage pending.
+	for name, want := range map[string]float64{"stead_gc_stored_blobs": 2, "stead_gc_stored_bytes": float64(len(garbage) + len("kept")),
+		"stead_gc_pending_blobs": 1, "stead_gc_pending_bytes": float64(len(garbage))} {
+		if got := gathered(t, reg, name, ""); got != want {
+			t.Errorf("%s = %v after staging, want %v", name, got, want)
+		}
+	}
 	sweep() // within the grace: nothing goes
 	if got := gathered(t, reg, "stead_gc_deletions_total", ""); got != 0 {
 		t.Fatalf("stead_gc_deletions_total = %v within the grace, want 0", got)
@@ -145,6 +152,10 @@ func TestBackgroundSweeps(t *testing.T) {
 		{"stead_gc_staged_total", "", 1},
 		{"stead_gc_orphans_deleted_total", "", 0},
 		{"stead_gc_sweep_duration_seconds", "", 3},
+		{"stead_gc_stored_blobs", "", 1},
+		{"stead_gc_stored_bytes", "", float64(len("kept"))},
+		{"stead_gc_pending_blobs", "", 0},
+		{"stead_gc_pending_bytes", "", 0},
 	} {
 		if got := gathered(t, reg, c.name, c.result); got != c.want {
 			t.Errorf("%s{result=%q} = %v, want %v", c.name, c.result, got, c.want)
@@ -162,7 +173,8 @@ func TestBackgroundSweeps(t *testing.T) {
 	if collections != 5 {
 		t.Errorf("%d collections for 5 sweeps", collections)
 	}
-	if !strings.Contains(logs.String(), "front end failed") || !strings.Contains(logs.String(), "gc: swept") || !strings.Contains(logs.String(), "deleted=1") {
+	if !strings.Contains(logs.String(), "front end failed") || !strings.Contains(logs.String(), "gc: swept") || !strings.Contains(logs.String(), "deleted=1") ||
+		!strings.Contains(logs.String(), "stored_bytes=4 pending_blobs=0") {
 		t.Errorf("the sweeps were not logged:\n%s", logs.String())
 	}
 }

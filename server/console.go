@@ -55,6 +55,10 @@ type sweepPoint struct {
 	Result                      string
 	Deleted, BytesFreed, Staged int64
 	Duration                    time.Duration
+	// Stored is what the store held after the sweep, when Measured (a
+	// sweep that ran and read it).
+	Stored   gc.Stored
+	Measured bool
 }
 
 // sweepHistory is a bounded ring of the server's recent sweeps.
@@ -202,14 +206,26 @@ type uiRepo struct {
 }
 
 type uiHome struct {
-	Title        string
+	Title string
+	// Browsable reports that a front end lists repositories.
+	Browsable    bool
 	Repositories []uiRepo
 	Next         string
 	Sweeps       int
 }
 
-// uiHome lists the registry's repositories a page of refs at a time:
-// each page reads at most consolePage refs past the last repository shown.
+// browser is the mount that lists repositories for the console, or nil.
+func (s *Server) browser() *Mount {
+	for i, m := range s.opts.Mounts {
+		if m.Repositories != nil && m.Repository != nil {
+			return &s.opts.Mounts[i]
+		}
+	}
+	return nil
+}
+
+// uiHome lists the front end's repositories, consolePage at a time, as
+// the front end answers them (Mount.Repositories).
 func (s *Server) uiHome(w http.ResponseWriter, r *http.Request) {
 	page := uiHome{Title: "Repositories", Sweeps: len(s.sweeps.list())}
 	after := r.URL.Query().Get("after")
@@ -217,29 +233,19 @@ func (s *Server) uiHome(w http.ResponseWriter, r *http.Request) {
 		s.uiError(w, http.StatusBadRequest, "not a page cursor")
 		return
 	}
-	start := "oci/"
-	if after != "" {
-		start = "oci/" + after + "/`" // past every "oci/<after>/_…"
-	}
-	for range consolePage {
-		refs, err := s.refs.List(r.Context(), "oci/", start, 1)
+	if m := s.browser(); m != nil {
+		page.Browsable = true
+		repos, err := m.Repositories(r.Context(), after, consolePage)
 		if err != nil {
 			s.uiFail(w, r, err)
 			return
 		}
-		if len(refs) == 0 {
-			break
+		for _, repo := range repos {
+			page.Repositories = append(page.Repositories, uiRepo{Name: repo})
 		}
-		repo, _, ok := strings.Cut(strings.TrimPrefix(refs[0].Name, "oci/"), "/_")
-		if !ok {
-			start = refs[0].Name // a ref no repository's: skip it
-			continue
+		if len(repos) == consolePage {
+			page.Next = repos[len(repos)-1]
 		}
-		page.Repositories = append(page.Repositories, uiRepo{Name: repo})
-		after, start = repo, "oci/"+repo+"/`"
-	}
-	if len(page.Repositories) == consolePage {
-		page.Next = after
 	}
 	s.render(w, http.StatusOK, "home", page)
 }
@@ -273,6 +279,12 @@ func (s *Server) listUI(ctx context.Context, prefix, after string, sizes bool) (
 		refs = refs[:consolePage]
 		next = refs[consolePage-1].Name
 	}
+	return s.showRefs(ctx, refs, sizes), next, nil
+}
+
+// showRefs shows refs, with their blobs' sizes when sizes is set (-1 for a
+// blob gone).
+func (s *Server) showRefs(ctx context.Context, refs []ref.Ref, sizes bool) []uiRef {
 	out := make([]uiRef, 0, len(refs))
 	for _, rf := range refs {
 		u := uiRef{Name: rf.Name, Key: rf.Key.String(), Weak: rf.Weak, Expiry: rf.Expiry, Size: -1}
@@ -283,7 +295,7 @@ func (s *Server) listUI(ctx context.Context, prefix, after string, sizes bool) (
 		}
 		out = append(out, u)
 	}
-	return out, next, nil
+	return out
 }
 
 // goodCursor reports whether s may be a page's prefix or cursor: valid
@@ -307,46 +319,43 @@ func (s *Server) uiRefs(w http.ResponseWriter, r *http.Request) {
 }
 
 type uiRepoPage struct {
-	Title, Name      string
-	Tags, Manifests  []uiRef
-	NextTag, NextMan string
-	Usage            uiUsage
+	Title, Name, RefPrefix string
+	Tags, Manifests        []uiRef
+	NextTag, NextMan       string
+	Usage                  uiUsage
 }
 
-// uiRepository shows a repository: its usage, a page of tags and one of
-// manifests, with sizes.
+// uiRepository shows a repository as the front end answers it
+// (Mount.Repository): its usage, a page of tags and one of manifests,
+// with sizes.
 func (s *Server) uiRepository(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	name := q.Get("name")
-	if !goodCursor(q.Get("tags_after")) || !goodCursor(q.Get("manifests_after")) {
+	if !goodCursor(name) || !goodCursor(q.Get("tags_after")) || !goodCursor(q.Get("manifests_after")) {
 		s.uiError(w, http.StatusBadRequest, "not a page cursor")
 		return
 	}
-	if name == "" || len(name) > 255 || strings.Contains(name, "/_") || ref.CheckName("oci/"+name+"/_tags") != nil {
-		s.uiError(w, http.StatusBadRequest, "not a repository name")
+	m := s.browser()
+	if m == nil {
+		s.uiError(w, http.StatusNotFound, "no front end of this server lists repositories")
 		return
 	}
-	base := "oci/" + name + "/_"
-	tags, nextTag, err := s.listUI(r.Context(), base+"tags/", q.Get("tags_after"), true)
+	repo, err := m.Repository(r.Context(), RepositoryQuery{Name: name, TagsAfter: q.Get("tags_after"), ManifestsAfter: q.Get("manifests_after"), Limit: consolePage})
 	if err != nil {
 		s.uiFail(w, r, err)
 		return
 	}
-	mans, nextMan, err := s.listUI(r.Context(), base+"manifests/", q.Get("manifests_after"), true)
-	if err != nil {
-		s.uiFail(w, r, err)
-		return
+	p := uiRepoPage{Title: name, Name: name, RefPrefix: repo.RefPrefix,
+		Tags: s.showRefs(r.Context(), repo.Tags, true), Manifests: s.showRefs(r.Context(), repo.Manifests, true)}
+	if repo.MoreTags {
+		p.NextTag = p.Tags[len(p.Tags)-1].Name
 	}
-	for i := range tags {
-		tags[i].Name = strings.TrimPrefix(tags[i].Name, base+"tags/")
+	if repo.MoreManifests {
+		p.NextMan = p.Manifests[len(p.Manifests)-1].Name
 	}
-	u, err := s.st.Usage(r.Context(), base)
-	if err != nil {
-		s.uiFail(w, r, err)
-		return
-	}
-	s.render(w, http.StatusOK, "repository", uiRepoPage{Title: name, Name: name, Tags: tags, Manifests: mans, NextTag: nextTag, NextMan: nextMan,
-		Usage: uiUsage{Refs: u.Refs, Blobs: u.Blobs, Bytes: u.Bytes, DedupSavedBytes: u.DedupSavedBytes, Truncated: u.Truncated, LastPush: u.LastPush, LastPull: u.LastPull}})
+	u := repo.Usage
+	p.Usage = uiUsage{Refs: u.Refs, Blobs: u.Blobs, Bytes: u.Bytes, DedupSavedBytes: u.DedupSavedBytes, Truncated: u.Truncated, LastPush: u.LastPush, LastPull: u.LastPull}
+	s.render(w, http.StatusOK, "repository", p)
 }
 
 // graphNode is one box of an explain graph.
@@ -466,31 +475,51 @@ type uiBar struct {
 	Title      string
 }
 
+// uiDot is one point of a line chart.
+type uiDot struct {
+	X, Y  int
+	Title string
+}
+
 type uiGCPage struct {
-	Title                   string
-	Sweeps                  []sweepPoint
-	Freed, Deleted, Pending []uiBar
-	Width, Height           int
-	MaxFreed                int64
-	MaxDeleted, MaxPending  int64
+	Title          string
+	Sweeps         []sweepPoint
+	Freed, Deleted []uiBar
+	Width, Height  int
+	MaxFreed       int64
+	MaxDeleted     int64
+	MaxStored      int64
+	// Last is what the store held after the last sweep that read it.
+	Last                    *gc.Stored
+	StoredLine, PendingLine string
+	StoredDots, PendingDots []uiDot
 }
 
 // uiGC charts the server's recent sweeps (a ring of the last sweepRing):
-// bytes freed, deletions and the blobs staged (garbage pending) per sweep.
+// stored bytes and garbage pending (the bytes staged for deletion) after
+// each sweep that read them, on one scale, and bytes freed and deletions
+// per sweep.
 func (s *Server) uiGC(w http.ResponseWriter, r *http.Request) {
 	pts := s.sweeps.list()
 	p := uiGCPage{Title: "Collection", Sweeps: pts, Width: 720, Height: 120}
 	for _, pt := range pts {
-		p.MaxFreed, p.MaxDeleted, p.MaxPending = max(p.MaxFreed, pt.BytesFreed), max(p.MaxDeleted, pt.Deleted), max(p.MaxPending, pt.Staged)
+		p.MaxFreed, p.MaxDeleted = max(p.MaxFreed, pt.BytesFreed), max(p.MaxDeleted, pt.Deleted)
+		if pt.Measured {
+			p.MaxStored = max(p.MaxStored, pt.Stored.Bytes)
+			p.Last = &pt.Stored
+		}
+	}
+	bw := p.Width / sweepRing
+	scale := func(v, top int64) int {
+		if top <= 0 {
+			return 0
+		}
+		return int(math.Round(float64(v) / float64(top) * float64(p.Height-10)))
 	}
 	bars := func(val func(sweepPoint) int64, top int64) []uiBar {
 		var out []uiBar
-		bw := p.Width / sweepRing
 		for i, pt := range pts {
-			h := 0
-			if top > 0 {
-				h = int(math.Round(float64(val(pt)) / float64(top) * float64(p.Height-10)))
-			}
+			h := scale(val(pt), top)
 			out = append(out, uiBar{X: i * bw, Y: p.Height - h, W: bw - 2, H: h,
 				Title: fmt.Sprintf("%s: %d", pt.End.UTC().Format(time.RFC3339), val(pt))})
 		}
@@ -498,7 +527,22 @@ func (s *Server) uiGC(w http.ResponseWriter, r *http.Request) {
 	}
 	p.Freed = bars(func(pt sweepPoint) int64 { return pt.BytesFreed }, p.MaxFreed)
 	p.Deleted = bars(func(pt sweepPoint) int64 { return pt.Deleted }, p.MaxDeleted)
-	p.Pending = bars(func(pt sweepPoint) int64 { return pt.Staged }, p.MaxPending)
+	line := func(val func(gc.Stored) int64, what string) (string, []uiDot) {
+		var pts2 []string
+		var dots []uiDot
+		for i, pt := range pts {
+			if !pt.Measured {
+				continue
+			}
+			d := uiDot{X: i*bw + bw/2, Y: p.Height - scale(val(pt.Stored), p.MaxStored),
+				Title: fmt.Sprintf("%s: %s %s", pt.End.UTC().Format(time.RFC3339), humanBytes(val(pt.Stored)), what)}
+			pts2 = append(pts2, fmt.Sprintf("%d,%d", d.X, d.Y))
+			dots = append(dots, d)
+		}
+		return strings.Join(pts2, " "), dots
+	}
+	p.StoredLine, p.StoredDots = line(func(st gc.Stored) int64 { return st.Bytes }, "stored")
+	p.PendingLine, p.PendingDots = line(func(st gc.Stored) int64 { return st.PendingBytes }, "pending")
 	s.render(w, http.StatusOK, "gc", p)
 }
 

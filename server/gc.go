@@ -24,6 +24,9 @@ type gcMetrics struct {
 	orphans     prometheus.Counter
 	duration    prometheus.Histogram
 	lastSuccess prometheus.Gauge
+	// stored* and pending* are what the store held after the last sweep
+	// that read it (gc.Report.Stored).
+	storedBlobs, storedBytes, pendingBlobs, pendingBytes prometheus.Gauge
 	// collectErrors counts the front ends' collections that failed.
 	collectErrors prometheus.Counter
 }
@@ -52,11 +55,24 @@ func newGCMetrics(reg prometheus.Registerer) *gcMetrics {
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stead_gc_last_success_timestamp_seconds", Help: "When this server's last sweep that ran (done) ended, in Unix seconds; 0 before the first.",
 		}),
+		storedBlobs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stead_gc_stored_blobs", Help: "Blobs the store held after this server's last sweep; 0 before the first.",
+		}),
+		storedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stead_gc_stored_bytes", Help: "Bytes of the blobs the store held after this server's last sweep (each blob once, by its size); 0 before the first.",
+		}),
+		pendingBlobs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stead_gc_pending_blobs", Help: "Stored blobs staged for deletion (garbage pending) after this server's last sweep; 0 before the first.",
+		}),
+		pendingBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stead_gc_pending_bytes", Help: "Bytes of the stored blobs staged for deletion (garbage pending) after this server's last sweep; 0 before the first.",
+		}),
 		collectErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stead_gc_collect_errors_total", Help: "Front ends' own collections (the registry's policies) that failed before a background sweep.",
 		}),
 	}
-	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed, m.staged, m.orphans, m.duration, m.lastSuccess, m.collectErrors)
+	reg.MustRegister(m.sweeps, m.deletions, m.bytesFreed, m.staged, m.orphans, m.duration, m.lastSuccess,
+		m.storedBlobs, m.storedBytes, m.pendingBlobs, m.pendingBytes, m.collectErrors)
 	return m
 }
 
@@ -90,6 +106,12 @@ func (m *gcMetrics) sweep(rep gc.Report, err error, end time.Time) {
 		m.duration.Observe(rep.Duration.Seconds())
 		m.lastSuccess.Set(float64(end.UnixNano()) / 1e9)
 	}
+	if st := rep.Stored; err == nil && st != nil {
+		m.storedBlobs.Set(float64(st.Blobs))
+		m.storedBytes.Set(float64(st.Bytes))
+		m.pendingBlobs.Set(float64(st.PendingBlobs))
+		m.pendingBytes.Set(float64(st.PendingBytes))
+	}
 }
 
 // noteSweep counts a sweep that ended at end and keeps it for the
@@ -105,7 +127,11 @@ func (s *Server) noteSweep(rep gc.Report, err error, end time.Time) {
 	case rep.DryRun:
 		result = "dry run"
 	}
-	s.sweeps.add(sweepPoint{End: end, Result: result, Deleted: rep.Deleted, BytesFreed: rep.BytesFreed, Staged: rep.Staged, Duration: rep.Duration})
+	p := sweepPoint{End: end, Result: result, Deleted: rep.Deleted, BytesFreed: rep.BytesFreed, Staged: rep.Staged, Duration: rep.Duration}
+	if err == nil && rep.Stored != nil {
+		p.Stored, p.Measured = *rep.Stored, true
+	}
+	s.sweeps.add(p)
 }
 
 // sweep runs one garbage-collection sweep of the server's store: POST
@@ -127,11 +153,15 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.SweepReport{
+	out := wire.SweepReport{
 		DryRun: rep.DryRun, Aborted: rep.Aborted, Reaped: rep.Reaped, ReapedRefs: rep.ReapedRefs, Uploads: rep.Uploads, Taken: rep.Taken, Deleted: rep.Deleted,
 		Rescued: rep.Rescued, Absent: rep.Absent, BytesFreed: rep.BytesFreed, Staged: rep.Staged,
 		Covered: rep.Covered, Wrapped: rep.Wrapped, NextPass: rep.NextPass, Duration: wire.Duration(rep.Duration),
-	})
+	}
+	if rep.Stored != nil {
+		out.Stored = wireStored(*rep.Stored)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // maxSweep is how long a sweep's answer may take before the connection's

@@ -95,6 +95,20 @@ func (s *Server) declared(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.GCDeclared{Declared: d})
 }
 
+// stored answers what the store holds: GET /v1/gc/stored.
+func (s *Server) stored(w http.ResponseWriter, r *http.Request) {
+	st, err := s.eng.GC().Stored(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireStored(st))
+}
+
+func wireStored(st gc.Stored) *wire.GCStored {
+	return &wire.GCStored{Blobs: st.Blobs, Bytes: st.Bytes, PendingBlobs: st.PendingBlobs, PendingBytes: st.PendingBytes}
+}
+
 // stageKeys stages keys: PUT /v1/gc/window, under the sweep lease (a
 // sweep returns a failed batch to the window this way), visible after a
 // deadline from now to now + gc.MaxGrace (none: now), judged on the

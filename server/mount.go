@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"net/http"
+
+	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/ref"
 )
 
 // Mount is a front end the server serves under a path prefix besides its
@@ -21,6 +24,39 @@ type Mount struct {
 	// Preview, if set, lists what Collect would delete now (a dry run),
 	// for the console's retention page.
 	Preview func(ctx context.Context) ([]Preview, error)
+	// Repositories, if set, lists up to n of the front end's repositories
+	// whose names sort after after ("": from the first), in its order,
+	// for the console, which knows nothing of how the front end names its
+	// refs: fewer than n means the list is complete.
+	Repositories func(ctx context.Context, after string, n int) ([]string, error)
+	// Repository, if set with Repositories, answers one repository as the
+	// console shows it, its tags and manifests a page of at most q.Limit
+	// each; a name the front end refuses is an error wrapping
+	// steaderr.ErrInvalidName.
+	Repository func(ctx context.Context, q RepositoryQuery) (Repository, error)
+}
+
+// RepositoryQuery asks Mount.Repository for a repository and a page of
+// its tags and of its manifests.
+type RepositoryQuery struct {
+	Name string
+	// TagsAfter and ManifestsAfter continue the lists after the tag or
+	// manifest named ("": from the first).
+	TagsAfter, ManifestsAfter string
+	Limit                     int
+}
+
+// Repository is a repository as a front end shows it in the console.
+type Repository struct {
+	// RefPrefix begins the name of every ref the front end keeps for the
+	// repository.
+	RefPrefix string
+	// Tags and Manifests are a page each in name order, each ref's Name
+	// the tag or the manifest's digest; More* report that more follow.
+	Tags, Manifests         []ref.Ref
+	MoreTags, MoreManifests bool
+	// Usage is what the repository's refs hold.
+	Usage stead.Usage
 }
 
 // mount wraps a front end's handler, whose answers (refusals included)

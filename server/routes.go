@@ -59,6 +59,7 @@ func (s *Server) table() []route {
 		{"PUT /v1/gc/window", false, s.stageKeys},
 		{"GET /v1/gc/pass", false, s.stagePass},
 		{"GET /v1/gc/declared", false, s.declared},
+		{"GET /v1/gc/stored", false, s.stored},
 		{"POST /v1/gc/stage", false, s.stageRange},
 		{"POST /v1/gc/take", false, s.takeCandidates},
 		{"POST /v1/gc/arbitrate", false, s.arbitrate},

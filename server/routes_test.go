@@ -143,6 +143,8 @@ func TestEveryRoute(t *testing.T) {
 		{op: "PUT /v1/gc/window", method: "PUT", path: "/v1/gc/window", header: auth, body: `{"keys":["` + absent + `"]}`, status: 400},
 		{op: "GET /v1/gc/pass", method: "GET", path: "/v1/gc/pass", header: auth, status: 200},
 		{op: "GET /v1/gc/declared", method: "GET", path: "/v1/gc/declared", header: auth, status: 200},
+		{op: "GET /v1/gc/stored", method: "GET", path: "/v1/gc/stored", header: auth, status: 200},
+		{op: "GET /v1/gc/stored", method: "GET", path: "/v1/gc/stored", status: 401},
 		{op: "POST /v1/gc/stage", method: "POST", path: "/v1/gc/stage", header: auth, body: `{"lease":"{lease}","dry_run":true,"grace":"1h","limit":10}`, status: 200},
 		{op: "POST /v1/gc/orphans", method: "POST", path: "/v1/gc/orphans", header: auth, body: `{"lease":"{lease}","dry_run":true,"grace":"1h","limit":10}`, status: 200},
 		{op: "POST /v1/gc/orphans", method: "POST", path: "/v1/gc/orphans", header: auth, body: `{"lease":"gone","grace":"1h","limit":10}`, status: 409},

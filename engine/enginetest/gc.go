@@ -38,6 +38,7 @@ func testGC(t *testing.T, h Harness) {
 		{"Lease", gcLease},
 		{"Explain", gcExplain},
 		{"Closed", gcClosed},
+		{"Stored", gcStored},
 		{"ArbitrateBatch", gcArbitrateBatch},
 		{"DeleteMany", gcDeleteMany},
 		{"StageRange", gcStageRange},
@@ -744,5 +745,67 @@ func gcClosed(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrClosed, "Take after Close")
 	_, err = b.col.Explain(ctx, key)
 	wantErr(t, err, steaderr.ErrClosed, "Explain after Close")
+	_, err = g.Stored(ctx)
+	wantErr(t, err, steaderr.ErrClosed, "Stored after Close")
 	wantErr(t, b.store.Delete(ctx, key), steaderr.ErrClosed, "Delete after Close")
+}
+
+// gcStored: Stored counts each stored blob once by its size (chunked or
+// in the bytes tier in the chunked runs: the sizes span several chunks),
+// follows puts and deletes exactly, counts the window's blobs as pending,
+// and a sweep reports what the store holds after it.
+func gcStored(t *testing.T, h Harness) {
+	b := setupGC(t, h)
+	g := b.eng.GC()
+	want := func(what string, got gc.Stored, w gc.Stored) {
+		t.Helper()
+		if got != w {
+			t.Fatalf("%s: Stored = %+v, want %+v", what, got, w)
+		}
+	}
+	stored := func() gc.Stored {
+		t.Helper()
+		st, err := g.Stored(t.Context())
+		if err != nil {
+			t.Fatalf("Stored: %v", err)
+		}
+		return st
+	}
+	want("empty store", stored(), gc.Stored{})
+	small := mustPut(t, b.store, testValue("stored small", 10))
+	mid := mustPut(t, b.store, testValue("stored mid", 2*tinyChunk+1))
+	mustPut(t, b.store, testValue("stored large", 3*tinyChunk+7))
+	mustPut(t, b.store, testValue("stored small", 10)) // the same content: stored once
+	all := int64(10 + 2*tinyChunk + 1 + 3*tinyChunk + 7)
+	want("after puts", stored(), gc.Stored{Blobs: 3, Bytes: all})
+	b.expirePins()
+	if err := b.store.Delete(t.Context(), mid); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	all -= 2*tinyChunk + 1
+	want("after a delete", stored(), gc.Stored{Blobs: 2, Bytes: all})
+	guard, err := b.store.Pin(t.Context(), small)
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	rep := b.sweep(t)
+	if rep.Staged != 1 || rep.Stored == nil {
+		t.Fatalf("sweep = %+v, want the unpinned blob staged and what is stored reported", rep)
+	}
+	pending := gc.Stored{Blobs: 2, Bytes: all, PendingBlobs: 1, PendingBytes: all - 10}
+	want("the sweep's report", *rep.Stored, pending)
+	want("after staging", stored(), pending)
+	if err := guard.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	b.clock.Advance(testGrace)
+	// The sweep deletes the overdue candidate, then its new pass stages
+	// the blob released.
+	rep = b.sweep(t)
+	if rep.Deleted != 1 || rep.Staged != 1 || rep.Stored == nil {
+		t.Fatalf("sweep after the grace = %+v, want 1 deleted, 1 staged and what is stored reported", rep)
+	}
+	left := gc.Stored{Blobs: 1, Bytes: 10, PendingBlobs: 1, PendingBytes: 10}
+	want("the report after a deletion", *rep.Stored, left)
+	want("after the sweep", stored(), left)
 }

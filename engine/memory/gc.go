@@ -346,3 +346,25 @@ func (g gcMech) Window(ctx context.Context, yield func(gc.Candidate) bool) error
 	}
 	return nil
 }
+
+// Stored counts under the read lock, in one pass over the blobs.
+func (g gcMech) Stored(ctx context.Context) (gc.Stored, error) {
+	b := g.b
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.e.check(ctx); err != nil {
+		return gc.Stored{}, err
+	}
+	var st gc.Stored
+	for _, v := range b.values {
+		st.Blobs++
+		st.Bytes += v.Size
+	}
+	for key := range b.window {
+		if v, ok := b.values[key]; ok {
+			st.PendingBlobs++
+			st.PendingBytes += v.Size
+		}
+	}
+	return st, nil
+}

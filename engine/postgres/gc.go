@@ -187,6 +187,14 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 	SELECT key, pin_owner, pin_expiry FROM {schema}.blobs WHERE pin_expiry > coalesce($1::timestamptz, now())
 ) p GROUP BY key, owner ORDER BY key, owner`)
 	sqlListWindow = declare("sqlListWindow", `SELECT key, visible_after FROM {schema}.gc_window ORDER BY key`)
+	// sqlStored reads the blobs' count and bytes (a scan of the blobs
+	// table) and the window's (one index probe per window row: OFFSET 0
+	// keeps the probe a subplan, evaluated once a row, not a hash join
+	// scanning the blobs again), in one statement, so from one snapshot.
+	sqlStored = declare("sqlStored", `SELECT a.n, a.bytes, p.n, p.bytes
+FROM (SELECT count(*), coalesce(sum(size), 0)::bigint FROM {schema}.blobs) AS a (n, bytes),
+(SELECT count(s), coalesce(sum(s), 0)::bigint
+ FROM (SELECT (SELECT b.size FROM {schema}.blobs b WHERE b.key = w.key) FROM {schema}.gc_window w OFFSET 0) AS ws (s)) AS p (n, bytes)`)
 )
 
 const (
@@ -512,6 +520,20 @@ func (g *gcMech) Declared(ctx context.Context) (bool, error) {
 	var declared bool
 	err := g.e.pool.QueryRow(ctx, g.e.sql(sqlDeclared)).Scan(&declared)
 	return declared, listError(err)
+}
+
+// Stored runs sqlStored: one statement whose cost grows with the blobs'
+// count and the window's. Measured roughly on a loaded 2-core machine,
+// at 1M blobs and 10,000 staged it took 0.4 to 0.5 s (a parallel scan of
+// the blobs table, 16k pages, then 10,000 index-only probes), once per
+// sweep.
+func (g *gcMech) Stored(ctx context.Context) (gc.Stored, error) {
+	if err := g.e.check(ctx); err != nil {
+		return gc.Stored{}, err
+	}
+	var st gc.Stored
+	err := g.e.pool.QueryRow(ctx, g.e.sql(sqlStored)).Scan(&st.Blobs, &st.Bytes, &st.PendingBlobs, &st.PendingBytes)
+	return st, listError(err)
 }
 
 func (g *gcMech) Stage(ctx context.Context, p gc.StageParams) error {

@@ -55,6 +55,15 @@ func (g *gcEngine) Declared(ctx context.Context) (bool, error) {
 	return out.Declared, err
 }
 
+// Stored asks the server (GET /v1/gc/stored).
+func (g *gcEngine) Stored(ctx context.Context) (gc.Stored, error) {
+	var out wire.GCStored
+	if _, err := g.e.do(ctx, http.MethodGet, "/v1/gc/stored", nil, nil, &out); err != nil {
+		return gc.Stored{}, err
+	}
+	return gc.Stored{Blobs: out.Blobs, Bytes: out.Bytes, PendingBlobs: out.PendingBlobs, PendingBytes: out.PendingBytes}, nil
+}
+
 func (g *gcEngine) Stage(ctx context.Context, p gc.StageParams) error {
 	_, err := g.e.do(ctx, http.MethodPut, "/v1/gc/window", nil,
 		wire.GCStep{Lease: leaseID(p.Lease), Keys: keyTexts(p.Keys), VisibleAfter: p.VisibleAfter}, nil)

@@ -65,6 +65,10 @@ RETURNING key`
 	sqlExplainParents = `SELECT parent FROM blob_edges WHERE child = ?1 ORDER BY parent`
 	sqlListPins       = `SELECT key, owner, expiry FROM pins ORDER BY key, owner`
 	sqlListWindow     = `SELECT key, visible_after FROM gc_window ORDER BY key`
+	// sqlStored reads the blobs' count and bytes and the window's, one
+	// statement so one snapshot.
+	sqlStored = `SELECT (SELECT count(*) FROM blobs), (SELECT coalesce(sum(size), 0) FROM blobs),
+(SELECT count(*) FROM gc_window w JOIN blobs b ON b.key = w.key), (SELECT coalesce(sum(b.size), 0) FROM gc_window w JOIN blobs b ON b.key = w.key)`
 
 	sqlFuncSourceMark   = `INSERT INTO gc_func_sources (name) VALUES (?1) ON CONFLICT (name) DO NOTHING`
 	sqlFuncSourceUnmark = `DELETE FROM gc_func_sources WHERE name = ?1`
@@ -259,6 +263,17 @@ func (g gcMech) Declared(ctx context.Context) (bool, error) {
 	var declared bool
 	err := e.reader.QueryRowContext(ctx, sqlDeclared).Scan(&declared)
 	return declared, listError(ctx, err)
+}
+
+// Stored scans the blobs table once (sqlStored).
+func (g gcMech) Stored(ctx context.Context) (gc.Stored, error) {
+	e := g.b.e
+	if err := e.check(ctx); err != nil {
+		return gc.Stored{}, err
+	}
+	var st gc.Stored
+	err := e.reader.QueryRowContext(ctx, sqlStored).Scan(&st.Blobs, &st.Bytes, &st.PendingBlobs, &st.PendingBytes)
+	return st, listError(ctx, err)
 }
 
 func (g gcMech) Stage(ctx context.Context, p gc.StageParams) error {

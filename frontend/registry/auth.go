@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/steadkit/stead/server/access"
 )
@@ -130,16 +129,12 @@ func (g *Registry) listCatalog(w http.ResponseWriter, r *http.Request) error {
 	// store query a repository under them, not one for every repository.
 	for _, prefix := range access.ListPrefixes(r.Context(), access.Repository, access.Pull) {
 		for n > 0 && !more {
-			page, err := g.st.Refs.List(r.Context(), "oci/"+prefix, after, 1)
+			repo, _, err := g.nextRepository(r.Context(), prefix, after)
 			if err != nil {
 				return err
 			}
-			if len(page) == 0 {
-				break
-			}
-			repo, _, ok := strings.Cut(strings.TrimPrefix(page[0].Name, "oci/"), "/_")
-			if !ok {
-				break // not a registry ref; none under prefix sorts after a repository's
+			if repo == "" {
+				break // none, or a ref no repository's: none under prefix sorts after a repository's
 			}
 			after = repoPrefix(repo) + lastRune
 			if !access.Listed(r.Context(), access.Repository, repo, access.Pull) {

@@ -51,7 +51,8 @@ func tagPrefix(repo string) string   { return "oci/" + repo + "/_tags/" }
 
 // manifestRef links a manifest to its repository and keeps it, tagged or
 // not, until it is deleted.
-func manifestRef(repo string, d blob.Key) string { return "oci/" + repo + "/_manifests/" + d.String() }
+func manifestRef(repo string, d blob.Key) string { return manifestPrefix(repo) + d.String() }
+func manifestPrefix(repo string) string          { return "oci/" + repo + "/_manifests/" }
 
 // blobRef links a blob to its repository: a weak ref to it, so it says the
 // repository holds the blob without keeping it alive, and goes with the

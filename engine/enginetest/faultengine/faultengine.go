@@ -67,6 +67,7 @@ const (
 	GCExplain          Op = "gc.Explain"
 	GCPins             Op = "gc.Pins"
 	GCWindow           Op = "gc.Window"
+	GCStored           Op = "gc.Stored"
 
 	RefSet    Op = "ref.Set"
 	RefGet    Op = "ref.Get"
@@ -575,6 +576,13 @@ func (g *gcEngine) Window(ctx context.Context, yield func(gc.Candidate) bool) er
 		return err
 	}
 	return g.inner.Window(ctx, yield)
+}
+
+func (g *gcEngine) Stored(ctx context.Context) (gc.Stored, error) {
+	if err := g.inj.Inject(GCStored); err != nil {
+		return gc.Stored{}, err
+	}
+	return g.inner.Stored(ctx)
 }
 
 type locks struct {

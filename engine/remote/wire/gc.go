@@ -27,6 +27,7 @@ type SweepReport struct {
 	Covered    int64     `json:"covered"`
 	Wrapped    bool      `json:"wrapped"`
 	NextPass   time.Time `json:"next_pass,omitzero"`
+	Stored     *GCStored `json:"stored,omitempty"`
 	Duration   Duration  `json:"duration"`
 }
 
@@ -125,6 +126,14 @@ type GCReaped struct {
 // liveness beyond pins (a source, a ref, a blob reference).
 type GCDeclared struct {
 	Declared bool `json:"declared"`
+}
+
+// GCStored answers GET /v1/gc/stored: what the store holds (gc.Stored).
+type GCStored struct {
+	Blobs        int64 `json:"blobs"`
+	Bytes        int64 `json:"bytes"`
+	PendingBlobs int64 `json:"pending_blobs"`
+	PendingBytes int64 `json:"pending_bytes"`
 }
 
 // GCKeys answers a take: the candidates taken, in key order.

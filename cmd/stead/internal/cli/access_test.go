@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
@@ -62,23 +60,7 @@ func TestServeUsers(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--token-file", tokenFile, "--htpasswd", file, "--access", rules}, pw, &stderr)
-		pw.Close()
-	})
-	defer wg.Wait()
-	defer cancel()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve printed nothing: %v; stderr %q", err, stderr.String())
-	}
-	go io.Copy(io.Discard, pr)
-	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	base := startServe(t, nil, "--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--token-file", tokenFile, "--htpasswd", file, "--access", rules).url(t, "http://")
 	for _, c := range []struct {
 		method, user, pass string
 		want               int

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -11,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -27,35 +24,10 @@ import (
 // exit code and standard error.
 func serveGRPC(t *testing.T, args ...string) (conn *grpc.ClientConn, stop func() (code int, stderr string)) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	var errs bytes.Buffer
-	var wg sync.WaitGroup
-	code := -1
-	wg.Go(func() {
-		code = Run(ctx, append([]string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, args...), pw, &errs)
-		pw.Close()
-	})
-	stop = func() (int, string) {
-		cancel()
-		wg.Wait()
-		return code, errs.String()
-	}
-	t.Cleanup(func() { stop() })
-	rd := bufio.NewReader(pr)
-	var addr string
-	for addr == "" {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			_, e := stop()
-			t.Fatalf("serve printed no gRPC address: %v; stderr %q", err, e)
-		}
-		if _, a, ok := strings.Cut(strings.TrimSpace(line), "grpc://"); ok {
-			addr = a
-		}
-	}
-	go io.Copy(io.Discard, rd)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s := startServe(t, func(line string) bool { return strings.Contains(line, "grpc://") },
+		append([]string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, args...)...)
+	stop = s.stop
+	conn, err := grpc.NewClient(s.url(t, "grpc://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,15 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -82,32 +79,14 @@ func TestServeRefusesOpenBindWithoutToken(t *testing.T) {
 // HTTP, and stops it by cancelling its context.
 func TestServe(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	var wg sync.WaitGroup
-	code := -1
-	wg.Go(func() {
-		code = Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, pw, &stderr)
-		pw.Close()
-	})
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve printed nothing: %v; stderr %q", err, stderr.String())
-	}
-	go io.Copy(io.Discard, pr)
-	base := line[strings.Index(line, "http://"):]
-	base = strings.TrimSpace(base)
-	resp, err := http.Post(base+"/v1/blobs", "application/octet-stream", strings.NewReader("hi"))
+	s := startServe(t, nil, "--db", "mem://", "serve", "--addr", "127.0.0.1:0")
+	resp, err := http.Post(s.url(t, "http://")+"/v1/blobs", "application/octet-stream", strings.NewReader("hi"))
 	if err != nil || resp.StatusCode != 201 {
 		t.Fatalf("PUT: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	cancel()
-	wg.Wait()
-	if code != 0 {
-		t.Fatalf("serve exited %d after cancel: %q", code, stderr.String())
+	if code, stderr := s.stop(); code != 0 {
+		t.Fatalf("serve exited %d after cancel: %q", code, stderr)
 	}
 }
 
@@ -175,23 +154,7 @@ func TestErrorsHideSecrets(t *testing.T) {
 // trailing newline does not lock every client out.
 func TestServeTrimsEnvToken(t *testing.T) {
 	t.Setenv("STEAD_TOKEN", "tok\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0"}, pw, &stderr)
-		pw.Close()
-	})
-	defer wg.Wait()
-	defer cancel()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve printed nothing: %v; stderr %q", err, stderr.String())
-	}
-	go io.Copy(io.Discard, pr)
-	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	base := startServe(t, nil, "--db", "mem://", "serve", "--addr", "127.0.0.1:0").url(t, "http://")
 	req, _ := http.NewRequest("GET", base+"/v1/info", nil)
 	req.Header.Set("Authorization", "Bearer tok")
 	resp, err := http.DefaultClient.Do(req)

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/steadkit/stead/internal/testing/fronttest"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/ref"
 )
 
 // TestConsoleBrowser drives the console in Debian's Chromium (one start
@@ -73,7 +76,19 @@ func TestConsoleBrowser(t *testing.T) {
 	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + consoleToken}}); err != nil {
 		t.Fatalf("set the login header: %v", err)
 	}
-	f.sweep(t) // so the collection chart has a bar
+	// Sweeps between pushes, so the collection chart has a line that
+	// rises with what the store holds.
+	f.sweep(t)
+	for i := 1; i <= 3; i++ {
+		key, err := f.st.Blobs.Put(t.Context(), bytes.NewReader(bytes.Repeat([]byte{byte(i)}, i*2048)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.st.Refs.Set(t.Context(), fmt.Sprintf("demo/%d", i), key, ref.SetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.sweep(t)
+	}
 	if err := f.st.Records.RegisterGroup(t.Context(), "workers"); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +104,7 @@ func TestConsoleBrowser(t *testing.T) {
 		{"repository", "/ui/repository?name=team/app", "#tags", []string{"v1", "scratch", f.manifest}},
 		{"explain", "/ui/keys/" + f.layer, "#graph", []string{f.manifest[:23], "parent blob", "oci/team/app/_blobs/"}},
 		{"retention", "/ui/retention", "#deletions", []string{"scratch", "no retention rule keeps the tag"}},
-		{"gc", "/ui/gc", "main", []string{"Collection"}},
+		{"gc", "/ui/gc", "#chart-stored", []string{"Collection", "Stored bytes", "garbage pending", "in 6 blobs"}},
 		{"records", "/ui/records?group=workers", "#records", []string{"job-1", "1 claimable"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,8 @@ type consoleFixture struct {
 	base                    string
 	st                      *stead.Store
 	manifest, layer, config string
+	// bytes is what the image's blobs hold.
+	bytes int64
 }
 
 const consoleToken = "console-secret"
@@ -40,19 +44,30 @@ func newConsoleFixture(t *testing.T, token string) *consoleFixture {
 	}
 	reg := registry.New(st, registry.Options{Retention: ret, Logger: slog.New(slog.DiscardHandler)})
 	h := server.New(st, server.Options{Token: token, Logger: slog.New(slog.DiscardHandler),
-		Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg, Collect: registryCollect(reg), Preview: registryPreview(reg)}}})
+		Mounts: []server.Mount{registryMount(reg)}})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	f := &consoleFixture{base: srv.URL, st: st}
-	push := func(method, path, ct string, body []byte) {
-		t.Helper()
-		req, _ := http.NewRequest(method, srv.URL+path, bytes.NewReader(body))
-		if ct != "" {
-			req.Header.Set("Content-Type", ct)
-		}
+	f.manifest, f.layer, f.config, f.bytes = pushImage(t, srv.URL, func(req *http.Request) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
+	})
+	return f
+}
+
+// pushImage pushes team/app:v1 and team/app:scratch to the registry at
+// base, one manifest of a config and a layer, each request passed to auth
+// first, and returns their digests and the bytes the three hold.
+func pushImage(t *testing.T, base string, auth func(*http.Request)) (manifest, layer, config string, size int64) {
+	t.Helper()
+	push := func(method, path, ct string, body []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, bytes.NewReader(body))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		auth(req)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -64,17 +79,17 @@ func newConsoleFixture(t *testing.T, token string) *consoleFixture {
 		}
 	}
 	digest := func(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
-	cfg, layer := []byte(`{"architecture":"amd64","os":"linux"}`), []byte("a layer's bytes, pretend gzip")
-	f.config, f.layer = digest(cfg), digest(layer)
-	push("POST", "/v2/team/app/blobs/uploads/?digest="+f.config, "", cfg)
-	push("POST", "/v2/team/app/blobs/uploads/?digest="+f.layer, "", layer)
+	cfg, lay := []byte(`{"architecture":"amd64","os":"linux"}`), []byte("a layer's bytes, pretend gzip")
+	config, layer = digest(cfg), digest(lay)
+	push("POST", "/v2/team/app/blobs/uploads/?digest="+config, "", cfg)
+	push("POST", "/v2/team/app/blobs/uploads/?digest="+layer, "", lay)
 	const mt = "application/vnd.oci.image.manifest.v1+json"
 	man := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":%q,"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":%d}]}`,
-		mt, f.config, len(cfg), f.layer, len(layer)))
-	f.manifest = digest(man)
+		mt, config, len(cfg), layer, len(lay)))
+	manifest = digest(man)
 	push("PUT", "/v2/team/app/manifests/v1", mt, man)
 	push("PUT", "/v2/team/app/manifests/scratch", mt, man)
-	return f
+	return manifest, layer, config, int64(len(cfg) + len(lay) + len(man))
 }
 
 // get fetches a console page with the fixture's token when auth is set.
@@ -126,7 +141,7 @@ func TestConsolePages(t *testing.T) {
 		want   []string
 	}{
 		{"/ui/", 200, []string{`href="/ui/repository?name=team%2fapp"`, ">team/app<"}},
-		{"/ui/repository?name=team/app", 200, []string{">v1<", ">scratch<", f.manifest, "Last push"}},
+		{"/ui/repository?name=team/app", 200, []string{">v1<", ">scratch<", f.manifest, "Last push", `href="/ui/refs?prefix=oci%2fteam%2fapp%2f_"`}},
 		{"/ui/keys/" + f.layer, 200, []string{`href="/ui/keys/` + f.manifest + `"`, "parent blob", "oci/team/app/_blobs/" + f.layer, "<svg"}},
 		{"/ui/keys/" + f.manifest, 200, []string{"oci/team/app/_tags/v1", "keeps it"}},
 		{"/ui/refs?prefix=oci/team/app/_tags/", 200, []string{"oci/team/app/_tags/scratch", "oci/team/app/_tags/v1"}},
@@ -135,8 +150,8 @@ func TestConsolePages(t *testing.T) {
 		{"/ui/refs?prefix=hostile/", 200, []string{"hostile/&lt;script&gt;alert(1)&lt;/script&gt;"}},
 		{"/ui/keys/sha256:nothex", 400, []string{"400"}},
 		{"/ui/keys/%3Cscript%3E", 400, []string{"&lt;script&gt;"}},
-		{"/ui/repository?name=", 400, []string{"not a repository name"}},
-		{"/ui/repository?name=%3Cscript%3E/_x", 400, []string{"not a repository name"}},
+		{"/ui/repository?name=", 400, []string{"repository name"}},
+		{"/ui/repository?name=%3Cscript%3E/_x", 400, []string{"repository name"}},
 		{"/ui/refs?prefix=" + strings.Repeat("a", 5000), 400, []string{"prefix too long"}},
 		{"/ui/refs?prefix=%ff", 400, []string{"not UTF-8"}},
 		{"/ui/?after=%ff", 400, []string{"not a page cursor"}},
@@ -204,9 +219,66 @@ func TestConsolePages(t *testing.T) {
 			t.Errorf("GET %s without credentials = %d %q, want 401 asking for Basic and nothing shown", p, status, hdr.Get("WWW-Authenticate"))
 		}
 	}
-	// A sweep shows in the chart.
+	// A sweep shows in the charts, with what the store held after it:
+	// the image's three blobs, none pending (their pins last).
 	f.sweep(t)
-	if status, _, body := f.get(t, "/ui/gc", true); status != 200 || !strings.Contains(body, `id="chart-freed"`) || !strings.Contains(body, ">done<") {
-		t.Errorf("GET /ui/gc after a sweep = %d %.1000s", status, body)
+	status, _, body := f.get(t, "/ui/gc", true)
+	for _, w := range []string{`id="chart-freed"`, `id="chart-stored"`, ">done<", `<circle class="stored"`, `<circle class="pending"`,
+		fmt.Sprintf("<b>%d B</b> in 3 blobs", f.bytes), "<b>0 B</b> in 0 blobs"} {
+		if status != 200 || !strings.Contains(body, w) {
+			t.Errorf("GET /ui/gc after a sweep = %d, lacks %q: %.3000s", status, w, body)
+		}
+	}
+}
+
+// TestConsoleServe: the console of a real `stead serve` with its
+// registry and users from --htpasswd asks for a login, and with one shows
+// the repository just pushed through its /v2/, its tags and the explain
+// graph of its layer naming the manifest that keeps it.
+func TestConsoleServe(t *testing.T) {
+	t.Parallel()
+	htpasswd := filepath.Join(t.TempDir(), "htpasswd")
+	if code := execute(context.Background(), []string{"user", "add", "--htpasswd", htpasswd, "ops"}, &env{stdin: strings.NewReader("pw\n"), stdout: io.Discard, stderr: io.Discard}); code != 0 {
+		t.Fatalf("user add = %d", code)
+	}
+	base := startServe(t, nil, "--db", storeURL(t), "serve", "--addr", "127.0.0.1:0", "--registry", "--htpasswd", htpasswd, "--gc-interval", "0").url(t, "http://")
+	login := func(req *http.Request) { req.SetBasicAuth("ops", "pw") }
+	manifest, layer, _, _ := pushImage(t, base, login)
+	get := func(path string, auth func(*http.Request)) (int, http.Header, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+path, nil)
+		auth(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	if status, hdr, body := get("/ui/", func(*http.Request) {}); status != 401 || !strings.Contains(hdr.Get("WWW-Authenticate"), "Basic") || strings.Contains(body, "team/app") {
+		t.Errorf("GET /ui/ without a login = %d %q, want 401 asking for Basic and nothing shown", status, hdr.Get("WWW-Authenticate"))
+	}
+	if status, _, body := get("/ui/", func(req *http.Request) { req.SetBasicAuth("ops", "wrong") }); status != 401 || strings.Contains(body, "team/app") {
+		t.Errorf("GET /ui/ with a wrong password = %d, want 401 and nothing shown", status)
+	}
+	for _, c := range []struct {
+		path string
+		want []string
+	}{
+		{"/ui/", []string{`href="/ui/repository?name=team%2fapp"`, ">team/app<"}},
+		{"/ui/repository?name=team/app", []string{">v1<", ">scratch<", manifest}},
+		{"/ui/keys/" + layer, []string{`href="/ui/keys/` + manifest + `"`, "parent blob"}},
+	} {
+		status, _, body := get(c.path, login)
+		if status != 200 {
+			t.Errorf("GET %s = %d: %.500s", c.path, status, body)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %s lacks %q: %.2000s", c.path, w, body)
+			}
+		}
 	}
 }

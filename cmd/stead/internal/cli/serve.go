@@ -126,8 +126,7 @@ a flag overrides the environment, which overrides the file.`,
 			if registryOn {
 				reg := registry.New(st, registry.Options{PendingTTL: pendingTTL, MaxBlobSize: maxBlobSize, Logger: e.log,
 					DeleteUntaggedAfter: collect.untaggedAfter, Retention: retention})
-				mounts = append(mounts, server.Mount{Prefix: registry.Prefix, Handler: reg,
-					Collect: registryCollect(reg), Preview: registryPreview(reg)})
+				mounts = append(mounts, registryMount(reg))
 			}
 			var srv *server.Server
 			startGRPC := func() {} // once srv, which checks its credentials, is set

@@ -116,27 +116,33 @@ their period. Prints one line per deletion; --dry-run deletes nothing.`,
 	return cmd
 }
 
-// registryCollect is the registry's collection, run before each sweep.
-func registryCollect(reg *registry.Registry) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := reg.Collect(ctx, registry.CollectOptions{})
-		return err
-	}
-}
-
-// registryPreview is the registry's dry run, for the console's
-// retention page.
-func registryPreview(reg *registry.Registry) func(context.Context) ([]server.Preview, error) {
-	return func(ctx context.Context) ([]server.Preview, error) {
-		done, err := reg.Collect(ctx, registry.CollectOptions{DryRun: true})
-		if err != nil {
-			return nil, err
-		}
-		out := make([]server.Preview, 0, len(done.Deleted))
-		for _, d := range done.Deleted {
-			out = append(out, server.Preview{Repository: d.Repository, Tag: d.Tag, Digest: d.Digest, Reason: d.Reason, Pushed: d.Pushed})
-		}
-		return out, nil
+// registryMount serves reg under /v2/ with its hooks: its collection
+// before each sweep, and its dry run and repositories for the console.
+func registryMount(reg *registry.Registry) server.Mount {
+	return server.Mount{
+		Prefix:  registry.Prefix,
+		Handler: reg,
+		Collect: func(ctx context.Context) error {
+			_, err := reg.Collect(ctx, registry.CollectOptions{})
+			return err
+		},
+		Preview: func(ctx context.Context) ([]server.Preview, error) {
+			done, err := reg.Collect(ctx, registry.CollectOptions{DryRun: true})
+			if err != nil {
+				return nil, err
+			}
+			out := make([]server.Preview, 0, len(done.Deleted))
+			for _, d := range done.Deleted {
+				out = append(out, server.Preview{Repository: d.Repository, Tag: d.Tag, Digest: d.Digest, Reason: d.Reason, Pushed: d.Pushed})
+			}
+			return out, nil
+		},
+		Repositories: reg.Repositories,
+		Repository: func(ctx context.Context, q server.RepositoryQuery) (server.Repository, error) {
+			v, err := reg.Repository(ctx, q.Name, q.TagsAfter, q.ManifestsAfter, q.Limit)
+			return server.Repository{RefPrefix: v.RefPrefix, Tags: v.Tags, Manifests: v.Manifests,
+				MoreTags: v.MoreTags, MoreManifests: v.MoreManifests, Usage: v.Usage}, err
+		},
 	}
 }
 

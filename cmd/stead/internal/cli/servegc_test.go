@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,22 +26,8 @@ func TestServeSweeps(t *testing.T) {
 	if code, _, stderr := run(t, context.Background(), "--db", "mem://", "serve", "--gc-interval", "-1s"); code != 2 || !strings.Contains(stderr, "negative") {
 		t.Fatalf("serve --gc-interval -1s = %d %q, want 2 naming it negative", code, stderr)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	var wg sync.WaitGroup
-	code := -1
-	wg.Go(func() {
-		code = Run(ctx, []string{"--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--gc-interval", "1ms"}, pw, &stderr)
-		pw.Close()
-	})
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve printed nothing: %v", err)
-	}
-	go io.Copy(io.Discard, pr)
-	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	s := startServe(t, nil, "--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--gc-interval", "1ms")
+	base := s.url(t, "http://")
 	// An empty store declares no liveness: its sweeps delete nothing and
 	// are counted so. Wait (bounded) for the first.
 	const want = `stead_gc_sweeps_total{result="no_liveness"}`
@@ -60,13 +44,12 @@ func TestServeSweeps(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancel()
-	wg.Wait()
+	code, stderr := s.stop()
 	if !strings.Contains(body, want) {
 		t.Fatalf("no sweep in /metrics:\n%s", body)
 	}
 	if code != 0 {
-		t.Fatalf("serve exited %d: %s", code, stderr.String())
+		t.Fatalf("serve exited %d: %s", code, stderr)
 	}
 }
 
