@@ -20,10 +20,10 @@ func RecordChannel(e *Engine) string { return e.records.channel }
 // shows it as the listening backend's query.
 func ListenQuery(e *Engine) string { return e.listen.query }
 
-// RecordSQL returns the engine's claimable listing, ClaimNext and Probe
-// statements, for tests to explain.
-func RecordSQL(e *Engine) (list, claimNext, probe string) {
-	return e.sql(sqlRecordList), e.sql(sqlRecordClaimNext), e.sql(sqlRecordProbe)
+// RecordSQL returns the engine's claimable listing, ClaimNext, Probe and
+// leased listing statements, for tests to explain.
+func RecordSQL(e *Engine) (list, claimNext, probe, leased string) {
+	return e.sql(sqlRecordList), e.sql(sqlRecordClaimNext), e.sql(sqlRecordProbe), e.sql(sqlRecordListLeased)
 }
 
 // SetNaivePut makes e's puts use the known-unsafe statement (ON CONFLICT DO
