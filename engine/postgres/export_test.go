@@ -26,6 +26,10 @@ func RecordSQL(e *Engine) (list, claimNext, probe, leased string) {
 	return e.sql(sqlRecordList), e.sql(sqlRecordClaimNext), e.sql(sqlRecordProbe), e.sql(sqlRecordListLeased)
 }
 
+// LockListSQL returns the engine's held-locks listing, for tests to
+// explain.
+func LockListSQL(e *Engine) string { return e.sql(sqlLockList) }
+
 // SetNaivePut makes e's puts use the known-unsafe statement (ON CONFLICT DO
 // NOTHING beside the pin), so tests can prove they see the race it loses.
 func SetNaivePut(e *Engine, on bool) { e.blobs.naive.Store(on) }

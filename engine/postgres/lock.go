@@ -67,10 +67,16 @@ WHERE name = @name AND owner = @owner AND token = @token
 RETURNING CASE WHEN wanted_until > now() THEN pg_notify(@channel, name) END`)
 
 	// sqlLockList reads the primary key over names in [@prefix,
-	// @prefix_end) (no upper bound when @prefix_end is NULL) after @after,
-	// passing over free and expired rows.
+	// @prefix_end) after @after, passing over free and expired rows;
+	// sqlLockListFrom, for a prefix with no end (ref.PrefixEnd), over
+	// names from @prefix on. Two statements, not one with an optional
+	// bound, so that a generic plan bounds its index scan on both sides.
 	sqlLockList = declare("sqlLockList", `SELECT name, owner, token, expiry FROM {schema}.locks
-WHERE name >= @prefix AND (@prefix_end::text IS NULL OR name < @prefix_end) AND name > @after
+WHERE name >= @prefix AND name < @prefix_end AND name > @after
+	AND owner IS NOT NULL AND expiry > coalesce(@now::timestamptz, now())
+ORDER BY name LIMIT @lim`)
+	sqlLockListFrom = declare("sqlLockListFrom", `SELECT name, owner, token, expiry FROM {schema}.locks
+WHERE name >= @prefix AND name > @after
 	AND owner IS NOT NULL AND expiry > coalesce(@now::timestamptz, now())
 ORDER BY name LIMIT @lim`)
 )
@@ -154,16 +160,14 @@ func (l *locks) ListHeld(ctx context.Context, p lock.ListParams) ([]lock.Grant, 
 	if err := l.e.check(ctx); err != nil {
 		return nil, err
 	}
-	var end *string
-	if e, ok := ref.PrefixEnd(p.Prefix); ok {
-		end = &e
+	query, args := sqlLockListFrom, pgx.StrictNamedArgs{"prefix": p.Prefix, "after": p.After, "now": nowArg(p.Now), "lim": p.Limit}
+	if end, ok := ref.PrefixEnd(p.Prefix); ok {
+		query, args["prefix_end"] = sqlLockList, end
 	}
 	var out []lock.Grant
 	err := l.e.retryTransient(ctx, func() error {
 		out = nil
-		rows, err := l.e.pool.Query(ctx, l.e.sql(sqlLockList), pgx.StrictNamedArgs{
-			"prefix": p.Prefix, "prefix_end": end, "after": p.After, "now": nowArg(p.Now), "lim": p.Limit,
-		})
+		rows, err := l.e.pool.Query(ctx, l.e.sql(query), args)
 		if err != nil {
 			return interpretError(err)
 		}

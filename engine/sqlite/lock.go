@@ -19,7 +19,7 @@ import (
 type locks struct {
 	e                       *Engine
 	acquire, renew, release stmt
-	holder, list            stmt
+	holder, list, listFrom  stmt
 }
 
 func (l *locks) init(e *Engine) {
@@ -35,16 +35,20 @@ func (l *locks) init(e *Engine) {
 	l.renew = stmt{db: e.writer, query: "UPDATE locks SET expiry = ?4 WHERE name = ?1 AND owner = ?2 AND token = ?3"}
 	l.release = stmt{db: e.writer, query: "UPDATE locks SET owner = NULL, expiry = NULL WHERE name = ?1 AND owner = ?2 AND token = ?3"}
 	l.holder = stmt{db: e.reader, query: "SELECT owner, token, expiry FROM locks WHERE name = ?1 AND owner IS NOT NULL"}
-	// @prefix_end is NULL when no name past the prefix's range exists:
-	// the primary key is read from the cursor to the prefix's end.
+	// The primary key over names in [@prefix, @prefix_end) after @after,
+	// passing over free and expired rows; listFrom, for a prefix with no
+	// end (ref.PrefixEnd), from @prefix on. Two statements, not one with
+	// an optional bound, so that the scan is bounded on both sides.
 	l.list = stmt{db: e.reader, query: `SELECT name, owner, token, expiry FROM locks
-		WHERE name >= @prefix AND (@prefix_end IS NULL OR name < @prefix_end) AND name > @after
-		AND owner IS NOT NULL AND expiry > @now
+		WHERE name >= @prefix AND name < @prefix_end AND name > @after AND owner IS NOT NULL AND expiry > @now
+		ORDER BY name LIMIT @lim`}
+	l.listFrom = stmt{db: e.reader, query: `SELECT name, owner, token, expiry FROM locks
+		WHERE name >= @prefix AND name > @after AND owner IS NOT NULL AND expiry > @now
 		ORDER BY name LIMIT @lim`}
 }
 
 func (l *locks) close() error {
-	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close(), l.list.close())
+	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close(), l.list.close(), l.listFrom.close())
 }
 
 // Acquire makes a new grant in one statement. When it finds the lock
@@ -128,16 +132,16 @@ func (l *locks) ListHeld(ctx context.Context, p lock.ListParams) (_ []lock.Grant
 	if err := l.e.check(ctx); err != nil {
 		return nil, err
 	}
-	var end any
-	if e, ok := ref.PrefixEnd(p.Prefix); ok {
-		end = e
+	st, args := &l.listFrom, []any{sql.Named("prefix", p.Prefix), sql.Named("after", p.After),
+		sql.Named("now", clock.OrNow(p.Now).UnixMicro()), sql.Named("lim", p.Limit)}
+	if end, ok := ref.PrefixEnd(p.Prefix); ok {
+		st, args = &l.list, append(args, sql.Named("prefix_end", end))
 	}
-	s, err := l.list.get(ctx)
+	s, err := st.get(ctx)
 	if err != nil {
 		return nil, listError(ctx, err)
 	}
-	rows, err := s.QueryContext(ctx, sql.Named("prefix", p.Prefix), sql.Named("prefix_end", end), sql.Named("after", p.After),
-		sql.Named("now", clock.OrNow(p.Now).UnixMicro()), sql.Named("lim", p.Limit))
+	rows, err := s.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, listError(ctx, err)
 	}

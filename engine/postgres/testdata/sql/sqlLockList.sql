@@ -1,4 +1,4 @@
 SELECT name, owner, token, expiry FROM "St""ead. sch;ema-ñ".locks
-WHERE name >= @prefix AND (@prefix_end::text IS NULL OR name < @prefix_end) AND name > @after
+WHERE name >= @prefix AND name < @prefix_end AND name > @after
 	AND owner IS NOT NULL AND expiry > coalesce(@now::timestamptz, now())
 ORDER BY name LIMIT @lim
