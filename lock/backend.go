@@ -42,6 +42,11 @@ type Backend interface {
 	// release, or one not listening yet) the Store polls, and the channel,
 	// possibly nil, only hurries it. stop ends the watch and is never nil.
 	WatchReleases(ctx context.Context, name string) (released <-chan struct{}, live bool, stop func(), err error)
+	// ListHeld returns up to p.Limit grants live at p.Now, those of names
+	// that start with p.Prefix and sort after p.After (bytewise; "": from
+	// the first), in name order, from one snapshot. The prefix is literal:
+	// no character in it is a pattern. p.Limit is at least one.
+	ListHeld(ctx context.Context, p ListParams) ([]Grant, error)
 }
 
 // AcquireParams are the arguments of Backend.Acquire.
@@ -83,6 +88,14 @@ type RenewParams struct {
 	Owner string
 	Token int64
 	TTL   time.Duration
+	// Now is as in AcquireParams.
+	Now time.Time
+}
+
+// ListParams are the arguments of Backend.ListHeld.
+type ListParams struct {
+	Prefix, After string
+	Limit         int
 	// Now is as in AcquireParams.
 	Now time.Time
 }

@@ -112,6 +112,39 @@ func (s *Store) Lock(ctx context.Context, name, owner string, ttl time.Duration)
 	}
 }
 
+// MaxList is the most grants one ListHeld call returns.
+const MaxList = 1000
+
+// ListHeld returns up to limit grants live now (not released, not
+// expired: a grant is expired at exactly its expiry) of the locks whose
+// names start with prefix, literally, and sort after after (bytewise), in
+// name order: pass the last name of one page as after to get the next.
+// Prefix and after are "" or follow the name rules (ErrInvalidName);
+// limit is 1 to MaxList (ErrInvalidArgument).
+func (s *Store) ListHeld(ctx context.Context, prefix, after string, limit int) ([]Grant, error) {
+	var err error
+	for _, n := range []struct{ what, name string }{{"lock prefix", prefix}, {"lock cursor", after}} {
+		if err == nil && n.name != "" {
+			err = validate.Name(n.what, n.name)
+		}
+	}
+	if err == nil && (limit < 1 || limit > MaxList) {
+		err = fmt.Errorf("%w: limit %d, want 1 to %d", steaderr.ErrInvalidArgument, limit, MaxList)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock list: %w", err)
+	}
+	_, now := s.clock()
+	grants, err := s.eng.ListHeld(ctx, ListParams{Prefix: prefix, After: after, Limit: limit, Now: now})
+	if err != nil {
+		return nil, fmt.Errorf("lock list: %w", err)
+	}
+	return grants, nil
+}
+
 // check validates the arguments of a grant and ctx, and returns ttl
 // truncated to whole microseconds.
 func check(ctx context.Context, name, owner string, ttl time.Duration) (time.Duration, error) {

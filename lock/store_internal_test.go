@@ -38,6 +38,8 @@ func (grantingEngine) WatchReleases(context.Context, string) (<-chan struct{}, b
 	return nil, false, func() {}, nil
 }
 
+func (grantingEngine) ListHeld(context.Context, ListParams) ([]Grant, error) { return nil, nil }
+
 // TestHeldReleaseStopsRenewer: Release returns only once the renewer has
 // stopped, even when the release itself cannot run.
 func TestHeldReleaseStopsRenewer(t *testing.T) {

@@ -58,6 +58,13 @@ type Backend interface {
 	// claimable at p.Now (Record.Claimable), in ascending id order (byte
 	// order), from one snapshot. A group never registered has none.
 	ListClaimable(ctx context.Context, p ListParams) ([]Record, error)
+	// ListLeased returns up to p.Limit records of p.Group that are not
+	// parked and whose lease is held at p.Now (Lease.Held): the records
+	// being worked on, which with the claimable ones make up every record
+	// not parked. Only ids after p.After ("": from the first) are listed,
+	// in ascending id order (byte order), from one snapshot; p.Limit is at
+	// least one. A group never registered has none.
+	ListLeased(ctx context.Context, p ListLeasedParams) ([]Record, error)
 	// Claim takes a lease on record p.ID for p.Owner until now+p.TTL,
 	// whatever its status, adding one to its Version and its Incarnation,
 	// and returns the record as stored. It fails with an error wrapping
@@ -121,6 +128,13 @@ type ListParams struct {
 	Group string
 	Now   time.Time
 	Limit int
+}
+
+// ListLeasedParams are ListLeased's parameters.
+type ListLeasedParams struct {
+	Group, After string
+	Now          time.Time
+	Limit        int
 }
 
 // ClaimParams are Claim's parameters.

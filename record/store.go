@@ -204,6 +204,41 @@ func (s *Store) ListClaimable(ctx context.Context, group string, now time.Time, 
 	return recs, nil
 }
 
+// MaxListLeased is the most records one ListLeased call returns.
+const MaxListLeased = 1000
+
+// ListLeased returns up to limit records of group that are not parked and
+// whose lease is held at now (see Lease.Held), the records claimers are
+// working on, with ids after after ("": from the first), in ascending id
+// order: pass the last id of one page as after to get the next. A zero
+// now means the store's clock. Limit is 1 to MaxListLeased. A group never
+// registered has none.
+func (s *Store) ListLeased(ctx context.Context, group, after string, now time.Time, limit int) ([]Record, error) {
+	err := validate.Name("group", group)
+	if err == nil && after != "" {
+		err = validate.Name("record id", after)
+	}
+	if err == nil && (limit < 1 || limit > MaxListLeased) {
+		err = fmt.Errorf("%w: limit %d, want 1 to %d", steaderr.ErrInvalidArgument, limit, MaxListLeased)
+	}
+	if err == nil && !now.IsZero() {
+		err = checkTime("now", now)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record list leased: %w", err)
+	}
+	if now.IsZero() {
+		if now, err = s.now(); err != nil {
+			return nil, fmt.Errorf("record list leased %q: %w", group, err)
+		}
+	}
+	recs, err := s.eng.ListLeased(ctx, ListLeasedParams{Group: group, After: after, Now: timestamp(now), Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("record list leased %q: %w", group, err)
+	}
+	return recs, nil
+}
+
 // Claim takes a lease on record id of group for owner, for ttl, and
 // returns the record as stored: its Version and Lease.Incarnation one
 // higher, the lease expiring ttl from now. It claims whatever the status,

@@ -17,6 +17,8 @@ import (
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server/access"
 	"github.com/steadkit/stead/steaderr"
@@ -129,6 +131,7 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /ui/gc", s.consoleAuth(s.uiGC))
 	mux.Handle("GET /ui/retention", s.consoleAuth(s.uiRetention))
 	mux.Handle("GET /ui/records", s.consoleAuth(s.uiRecords))
+	mux.Handle("GET /ui/locks", s.consoleAuth(s.uiLocks))
 	mux.Handle("GET /ui/", s.consoleAuth(func(w http.ResponseWriter, r *http.Request) {
 		s.uiError(w, http.StatusNotFound, "no such page")
 	}))
@@ -589,14 +592,25 @@ type uiRecordsPage struct {
 	Records           []uiRecord
 	Claimable, Lapsed int
 	Full              bool
+	// Leased is a page of the records leased now; LeasedAfter the cursor
+	// it starts after, LeasedNext the next page's.
+	Leased                  []uiRecord
+	LeasedAfter, LeasedNext string
 }
 
-// uiRecords lists a group's claimable records, the first consolePage in
-// id order, telling those never leased (or released) from those whose
-// lease expired.
+func uiRecordOf(rec record.Record) uiRecord {
+	return uiRecord{ID: rec.ID, Tenant: rec.Tenant, Status: string(rec.Status), Owner: rec.Lease.Owner,
+		Expired: rec.Lease.Owner != "", Expiry: rec.Lease.Expiry, UpdatedAt: rec.UpdatedAt, Size: len(rec.Payload)}
+}
+
+// uiRecords shows a group's records that are not parked: the claimable
+// ones, the first consolePage in id order, telling those never leased (or
+// released) from those whose lease expired; and those leased now, with
+// owner and expiry, consolePage a page from the leased_after cursor.
 func (s *Server) uiRecords(w http.ResponseWriter, r *http.Request) {
-	group := r.URL.Query().Get("group")
-	p := uiRecordsPage{Title: "Records", Group: group, Asked: group != ""}
+	q := r.URL.Query()
+	group := q.Get("group")
+	p := uiRecordsPage{Title: "Records", Group: group, Asked: group != "", LeasedAfter: q.Get("leased_after")}
 	if p.Asked {
 		ok, err := s.records.GroupExists(r.Context(), group)
 		if err != nil {
@@ -613,8 +627,7 @@ func (s *Server) uiRecords(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Full = len(recs) == consolePage
 		for _, rec := range recs {
-			u := uiRecord{ID: rec.ID, Tenant: rec.Tenant, Status: string(rec.Status), Owner: rec.Lease.Owner,
-				Expired: rec.Lease.Owner != "", Expiry: rec.Lease.Expiry, UpdatedAt: rec.UpdatedAt, Size: len(rec.Payload)}
+			u := uiRecordOf(rec)
 			if u.Expired {
 				p.Lapsed++
 			} else {
@@ -622,6 +635,41 @@ func (s *Server) uiRecords(w http.ResponseWriter, r *http.Request) {
 			}
 			p.Records = append(p.Records, u)
 		}
+		leased, err := s.records.ListLeased(r.Context(), group, p.LeasedAfter, time.Time{}, consolePage+1)
+		if err != nil {
+			s.uiFail(w, r, err)
+			return
+		}
+		if len(leased) > consolePage {
+			leased = leased[:consolePage]
+			p.LeasedNext = leased[consolePage-1].ID
+		}
+		for _, rec := range leased {
+			p.Leased = append(p.Leased, uiRecordOf(rec))
+		}
 	}
 	s.render(w, http.StatusOK, "records", p)
+}
+
+type uiLocksPage struct {
+	Title, Prefix, After, Next string
+	Locks                      []lock.Grant
+}
+
+// uiLocks lists the locks held now under a prefix, consolePage a page in
+// name order, with owner, token and expiry.
+func (s *Server) uiLocks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := uiLocksPage{Title: "Locks", Prefix: q.Get("prefix"), After: q.Get("after")}
+	grants, err := s.st.Locks.ListHeld(r.Context(), p.Prefix, p.After, consolePage+1)
+	if err != nil {
+		s.uiFail(w, r, err)
+		return
+	}
+	if len(grants) > consolePage {
+		grants = grants[:consolePage]
+		p.Next = grants[consolePage-1].Name
+	}
+	p.Locks = grants
+	s.render(w, http.StatusOK, "locks", p)
 }

@@ -203,3 +203,35 @@ func (s *Server) releaseLock(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, wire.LockGrant{Released: true, Name: name, Owner: req.Owner, Token: req.Token})
 }
+
+// listLocks answers a page of the live grants of locks whose names start
+// with "prefix", in name order, after the "after" name: limit 1 to
+// lock.MaxList, default defaultRecords.
+func (s *Server) listLocks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := queryInt(q.Get("limit"), defaultRecords)
+	var now time.Time
+	if err == nil {
+		now, err = s.queryNow(r)
+	}
+	var grants []lock.Grant
+	if err == nil {
+		st := lock.NewStore(s.eng.Locks(), lock.Options{})
+		if !now.IsZero() {
+			st = lock.NewStore(s.eng.Locks(), lock.Options{Now: func() time.Time { return now }})
+		}
+		grants, err = st.ListHeld(r.Context(), q.Get("prefix"), q.Get("after"), limit)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := wire.HeldLocks{Locks: make([]wire.HeldLock, len(grants))}
+	for i, g := range grants {
+		out.Locks[i] = wire.HeldLock{Name: g.Name, Owner: g.Owner, Token: g.Token, Expiry: g.Expiry}
+	}
+	if len(grants) == limit {
+		out.Next = grants[len(grants)-1].Name
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/record"
 	"github.com/steadkit/stead/server"
 )
 
@@ -244,5 +246,73 @@ func TestLockWaitGrantAlreadyHeld(t *testing.T) {
 	<-handled
 	if ok, err := bob.Release(t.Context()); err != nil || !ok {
 		t.Fatalf("Release of bob's grant = %v, %v; want it still held", ok, err)
+	}
+}
+
+// TestListingsOverHTTP: the held locks and the leased records a page at
+// a time, next set on a full page; a bad query is a 400 and reaches no
+// engine.
+func TestListingsOverHTTP(t *testing.T) {
+	t.Parallel()
+	st, err := stead.Open(t.Context(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	hs := httptest.NewServer(server.New(st, server.Options{Logger: quiet}))
+	t.Cleanup(hs.Close)
+	for _, name := range []string{"a%1", "a%2", "ab"} {
+		if _, ok, err := st.Locks.TryLock(t.Context(), name, "o", time.Hour); err != nil || !ok {
+			t.Fatalf("TryLock(%q) = %v, %v", name, ok, err)
+		}
+	}
+	if err := st.Records.RegisterGroup(t.Context(), "g"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		if _, err := st.Records.Save(t.Context(), record.Record{ID: id, Group: "g", Status: record.Active}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Records.Claim(t.Context(), "g", id, "w", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for path, want := range map[string][]string{
+		"/v1/locks?prefix=a%25&limit=1":           {`"name":"a%1"`, `"next":"a%1"`},
+		"/v1/locks?prefix=a%25&after=a%251":       {`"name":"a%2"`},
+		"/v1/groups/g/leased?limit=1":             {`"id":"r1"`, `"next":"r1"`},
+		"/v1/groups/g/leased?after=r1":            {`"id":"r2"`},
+		"/v1/groups/never-registered/leased":      {`"records":[]`},
+		"/v1/locks?prefix=nothing":                {`"locks":[]`},
+		"/v1/groups/g/leased?after=r2&limit=1000": {`"records":[]`},
+	} {
+		code, body := get(path)
+		for _, w := range want {
+			if code != http.StatusOK || !strings.Contains(body, w) {
+				t.Errorf("GET %s = %d %s, want 200 with %s", path, code, body, w)
+			}
+		}
+		if strings.Contains(path, "after=") && strings.Contains(body, `"next"`) {
+			t.Errorf("GET %s = %s: a page not full has no next", path, body)
+		}
+	}
+	for _, path := range []string{
+		"/v1/locks?limit=0", "/v1/locks?limit=1001", "/v1/locks?limit=x", "/v1/locks?prefix=%00", "/v1/locks?after=%ff",
+		"/v1/locks?prefix=" + strings.Repeat("x", 256), "/v1/locks?now=2030-01-01T00:00:00Z",
+		"/v1/groups/g/leased?limit=0", "/v1/groups/g/leased?limit=-1", "/v1/groups/g/leased?after=%0a", "/v1/groups/%ff/leased",
+	} {
+		if code, body := get(path); code != http.StatusBadRequest {
+			t.Errorf("GET %s = %d %s, want 400", path, code, body)
+		}
 	}
 }

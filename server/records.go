@@ -188,6 +188,44 @@ func (s *Server) listClaimable(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.Records{Records: wire.FromRecords(recs)})
 }
 
+// listLeased answers a page of the group's records whose lease is held,
+// in id order, after the "after" id: limit 1 to record.MaxListLeased,
+// default defaultRecords.
+func (s *Server) listLeased(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := queryInt(q.Get("limit"), defaultRecords)
+	var now time.Time
+	if err == nil {
+		now, err = s.queryNow(r)
+	}
+	var recs []record.Record
+	if err == nil {
+		recs, err = s.records.ListLeased(r.Context(), r.PathValue("group"), q.Get("after"), now, limit)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := wire.RecordPage{Records: wire.FromRecords(recs)}
+	if len(recs) == limit {
+		out.Next = recs[len(recs)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// queryInt parses a query's number, def when absent; its range is the
+// store's to check.
+func queryInt(text string, def int) (int, error) {
+	if text == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(text)
+	if err != nil {
+		return 0, invalidArgument("%q: want a number", text)
+	}
+	return n, nil
+}
+
 // readClaim reads a claim, claim-next or renew request and returns the
 // record store on its clock, answering any error; ok is false when it did.
 func (s *Server) readClaim(w http.ResponseWriter, r *http.Request) (req wire.ClaimRequest, st *record.Store, ok bool) {

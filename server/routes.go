@@ -77,6 +77,7 @@ func (s *Server) table() []route {
 		{"DELETE /v1/uploads/{id}", false, s.abortUpload},
 		{"GET /v1/chunks/{chunks}/{off}", false, s.readChunk},
 
+		{"GET /v1/locks", false, s.listLocks},
 		{"POST /v1/locks/{name}/acquire", false, s.acquireLock},
 		{"POST /v1/locks/{name}/renew", false, s.renewLock},
 		{"POST /v1/locks/{name}/release", false, s.releaseLock},
@@ -84,6 +85,7 @@ func (s *Server) table() []route {
 		{"PUT /v1/groups/{group}", false, s.registerGroup},
 		{"GET /v1/groups/{group}", false, s.getGroup},
 		{"GET /v1/groups/{group}/claimable", false, s.listClaimable},
+		{"GET /v1/groups/{group}/leased", false, s.listLeased},
 		{"POST /v1/groups/{group}/claim-next", false, s.claimNext},
 		{"GET /v1/groups/{group}/probe", false, s.probe},
 		{"GET /v1/groups/{group}/wait", false, s.waitClaimable},

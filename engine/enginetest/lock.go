@@ -3,6 +3,8 @@ package enginetest
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +34,8 @@ func testLock(t *testing.T, h Harness) {
 		{"Tokens", lockTokens},
 		{"Names", lockNames},
 		{"Validation", lockValidation},
+		{"ListHeld", lockListHeld},
+		{"ListHeldValidation", lockListHeldValidation},
 		{"Closed", lockClosed},
 		{"CloseWakesWaiters", lockCloseWakesWaiters},
 		{"Cancelled", lockCancelled},
@@ -381,6 +385,148 @@ func lockValidation(t *testing.T, h Harness) {
 	wantBusy(t, b.store, name, "someone else")
 }
 
+// listHeld calls b.store.ListHeld, failing the test on an error.
+func (b *lockBundle) listHeld(t *testing.T, prefix, after string, limit int) []lock.Grant {
+	t.Helper()
+	got, err := b.store.ListHeld(t.Context(), prefix, after, limit)
+	if err != nil {
+		t.Fatalf("ListHeld(%q, after %q, %d): %v", prefix, after, limit, err)
+	}
+	return got
+}
+
+// wantNames checks that grants are exactly those of names, in that order.
+func wantNames(t *testing.T, what string, grants []lock.Grant, names ...string) {
+	t.Helper()
+	got := make([]string, len(grants))
+	for i, g := range grants {
+		got[i] = g.Name
+	}
+	if !slices.Equal(got, names) {
+		t.Fatalf("%s = %q, want %q", what, got, names)
+	}
+}
+
+// sameGrant reports whether got is want, its expiry the same instant in
+// UTC.
+func sameGrant(got, want lock.Grant) bool {
+	return got.Name == want.Name && got.Owner == want.Owner && got.Token == want.Token &&
+		got.Expiry.Equal(want.Expiry) && got.Expiry.Location() == time.UTC
+}
+
+// lockListHeld: the live grants, in name order, a page at a time, under a
+// prefix taken literally.
+func lockListHeld(t *testing.T, h Harness) {
+	b := setupLocks(t, h)
+	ctx := t.Context()
+	names := []string{"a%", "a%b", "a_b", "a\\b", "axb", "aXb", "job/a", "job/b", "job/c", "job/d", "jobs", "\U0010FFFFx"}
+	locks := map[string]*lock.Lock{}
+	for _, n := range names {
+		locks[n] = mustTryLock(t, b.store, n, "owner of "+n, 2*ttl)
+	}
+	short := mustTryLock(t, b.store, "job/short", "alice", ttl)
+	released := mustTryLock(t, b.store, "job/released", "alice", ttl)
+	wantReleased(t, released, true)
+	all := slices.Sorted(slices.Values(append(slices.Clone(names), "job/short")))
+	wantNames(t, "ListHeld(all)", b.listHeld(t, "", "", 100), all...)
+	for _, g := range b.listHeld(t, "", "", 100) {
+		lk := locks[g.Name]
+		if g.Name == "job/short" {
+			lk = short
+		}
+		if !sameGrant(g, lk.Grant()) {
+			t.Fatalf("ListHeld listed %+v, want %+v", g, lk.Grant())
+		}
+	}
+	// A grant is not held at exactly its expiry; another's grant of the
+	// name is listed with its token.
+	b.clock.Advance(ttl - time.Microsecond)
+	wantNames(t, "ListHeld(job/, 1µs before job/short expires)", b.listHeld(t, "job/", "", 100), "job/a", "job/b", "job/c", "job/d", "job/short")
+	b.clock.Advance(time.Microsecond)
+	wantNames(t, "ListHeld(job/, as job/short expires)", b.listHeld(t, "job/", "", 100), "job/a", "job/b", "job/c", "job/d")
+	regrant := mustTryLock(t, b.store, "job/short", "bob", ttl)
+	if got := b.listHeld(t, "job/s", "", 100); len(got) != 1 || !sameGrant(got[0], regrant.Grant()) || got[0].Token != 2 {
+		t.Fatalf("ListHeld(job/s) after a new grant = %+v, want %+v (token 2)", got, regrant.Grant())
+	}
+	// Pages of two, each after the last name of the one before.
+	var paged []string
+	for after := ""; ; {
+		page := b.listHeld(t, "job", after, 2)
+		if len(page) > 2 {
+			t.Fatalf("ListHeld(limit 2) returned %d grants", len(page))
+		}
+		for _, g := range page {
+			paged = append(paged, g.Name)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].Name
+	}
+	if want := []string{"job/a", "job/b", "job/c", "job/d", "job/short", "jobs"}; !slices.Equal(paged, want) {
+		t.Fatalf("ListHeld(job) in pages of 2 = %q, want %q", paged, want)
+	}
+	wantNames(t, "ListHeld(job/, after job/b)", b.listHeld(t, "job/", "job/b", 100), "job/c", "job/d", "job/short")
+	wantNames(t, "ListHeld(job/, after an absent name)", b.listHeld(t, "job/", "job/bb", 100), "job/c", "job/d", "job/short")
+	wantNames(t, "ListHeld(job/, after one before the prefix)", b.listHeld(t, "job/", "a", 1), "job/a")
+	wantNames(t, "ListHeld(job/, after one past the prefix)", b.listHeld(t, "job/", "jobz", 100))
+	// No character of a prefix is a pattern.
+	wantNames(t, "ListHeld(a%)", b.listHeld(t, "a%", "", 100), "a%", "a%b")
+	wantNames(t, "ListHeld(a_)", b.listHeld(t, "a_", "", 100), "a_b")
+	wantNames(t, "ListHeld(a\\)", b.listHeld(t, "a\\", "", 100), "a\\b")
+	wantNames(t, "ListHeld(aX)", b.listHeld(t, "aX", "", 100), "aXb")
+	wantNames(t, "ListHeld(\U0010FFFF)", b.listHeld(t, "\U0010FFFF", "", 100), "\U0010FFFFx")
+	wantNames(t, "ListHeld(nothing)", b.listHeld(t, "nothing", "", 100))
+	// Released and expired grants are gone from the list; the grants
+	// renewed are not.
+	for _, n := range []string{"job/a", "job/b"} {
+		wantRenewed(t, locks[n], 2*ttl, true)
+	}
+	wantReleased(t, locks["job/b"], true)
+	b.clock.Advance(ttl)
+	wantNames(t, "ListHeld(job/, after renewals and expiry)", b.listHeld(t, "job/", "", 100), "job/a")
+	if got, err := b.eng.Locks().ListHeld(ctx, lock.ListParams{Prefix: "job/", Limit: 10, Now: b.clock.Now()}); err != nil || len(got) != 1 || !sameGrant(got[0], locks["job/a"].Grant()) {
+		t.Fatalf("engine ListHeld(job/) = %+v, %v; want %+v", got, err, locks["job/a"].Grant())
+	}
+}
+
+// lockListHeldValidation: a bad prefix, cursor or limit is refused
+// before the engine sees it.
+func lockListHeldValidation(t *testing.T, h Harness) {
+	eng := newEngine(t, h)
+	calls := 0
+	spy := &listSpy{Backend: eng.Locks(), calls: &calls}
+	s := lock.NewStore(spy, lock.Options{})
+	long := strings.Repeat("x", 256)
+	for _, bad := range []string{long, "a\x00b", "a\nb", "a\x7f", "a\xffb"} {
+		_, err := s.ListHeld(t.Context(), bad, "", 10)
+		wantErr(t, err, steaderr.ErrInvalidName, fmt.Sprintf("ListHeld(prefix %q)", bad))
+		_, err = s.ListHeld(t.Context(), "", bad, 10)
+		wantErr(t, err, steaderr.ErrInvalidName, fmt.Sprintf("ListHeld(after %q)", bad))
+	}
+	for _, limit := range []int{0, -1, lock.MaxList + 1, math.MaxInt} {
+		_, err := s.ListHeld(t.Context(), "", "", limit)
+		wantErr(t, err, steaderr.ErrInvalidArgument, fmt.Sprintf("ListHeld(limit %d)", limit))
+	}
+	if calls != 0 {
+		t.Fatalf("bad arguments reached the engine %d times", calls)
+	}
+	if got, err := s.ListHeld(t.Context(), "", "", lock.MaxList); err != nil || len(got) != 0 || calls != 1 {
+		t.Fatalf("ListHeld(limit MaxList) on an empty store = %v, %v (%d engine calls); want none", got, err, calls)
+	}
+}
+
+// listSpy counts ListHeld calls.
+type listSpy struct {
+	lock.Backend
+	calls *int
+}
+
+func (s *listSpy) ListHeld(ctx context.Context, p lock.ListParams) ([]lock.Grant, error) {
+	*s.calls++
+	return s.Backend.ListHeld(ctx, p)
+}
+
 // lockClosed checks that every lock call on a closed engine fails with
 // ErrClosed, including a held lock's renewal.
 func lockClosed(t *testing.T, h Harness) {
@@ -408,6 +554,8 @@ func lockClosed(t *testing.T, h Harness) {
 	wantErr(t, err, steaderr.ErrClosed, "Release after Close")
 	_, _, _, err = b.eng.Locks().WatchReleases(ctx, "job")
 	wantErr(t, err, steaderr.ErrClosed, "engine WatchReleases after Close")
+	_, err = b.store.ListHeld(ctx, "", "", 10)
+	wantErr(t, err, steaderr.ErrClosed, "ListHeld after Close")
 	select {
 	case <-hd.Lost():
 	case <-time.After(testkit.Timeout):
@@ -472,6 +620,10 @@ func lockCancelled(t *testing.T, h Harness) {
 	_, _, stop, err := seam.WatchReleases(ctx, "job")
 	wantErr(t, err, context.Canceled, "engine WatchReleases with a cancelled context")
 	stop()
+	_, err = b.store.ListHeld(ctx, "", "", 10)
+	wantErr(t, err, context.Canceled, "ListHeld with a cancelled context")
+	_, err = seam.ListHeld(ctx, lock.ListParams{Limit: 10, Now: b.clock.Now()})
+	wantErr(t, err, context.Canceled, "engine ListHeld with a cancelled context")
 
 	wantGrant(t, mustTryLock(t, b.store, "job", "bob", ttl), 1, b.clock.Now().Add(ttl))
 	wantGrant(t, lk, 1, b.clock.Now().Add(ttl))
@@ -496,6 +648,9 @@ func lockVirgin(t *testing.T, h Harness) {
 	wantSchemaErr(t, err, "engine Renew on a virgin database")
 	_, err = eng.Locks().Release(ctx, lock.ReleaseParams{Name: "job", Owner: "alice", Token: 1})
 	wantSchemaErr(t, err, "engine Release on a virgin database")
+	if got, err := b.store.ListHeld(ctx, "", "", 10); err != nil || len(got) != 0 {
+		t.Fatalf("ListHeld on a virgin database = %v, %v; want none, nil", got, err)
+	}
 	mustMigrate(t, eng, "a virgin database")
 	wantGrant(t, mustTryLock(t, b.store, "job", "alice", ttl), 1, b.clock.Now().Add(ttl))
 }

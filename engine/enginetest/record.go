@@ -32,6 +32,7 @@ func testRecord(t *testing.T, h Harness) {
 		{"Groups", recordGroups},
 		{"Tenants", recordTenants},
 		{"ListClaimable", recordListClaimable},
+		{"ListLeased", recordListLeased},
 		{"Order", recordOrder},
 		{"Claim", recordClaim},
 		{"ClaimNext", recordClaimNext},
@@ -547,6 +548,97 @@ func recordListClaimable(t *testing.T, h Harness) {
 	}
 }
 
+// recordListLeased: the records of a group being worked on (not parked,
+// lease held), a page at a time; with the claimable ones they are every
+// record not parked.
+func recordListLeased(t *testing.T, h Harness) {
+	b := recSetup(t, h)
+	g, other := b.group(t, "g"), b.group(t, "other")
+	now := b.now()
+	held := func(expiry time.Time) record.Lease { return record.Lease{Owner: "o", Incarnation: 1, Expiry: expiry} }
+	rows := []struct {
+		id     string
+		status record.Status
+		lease  record.Lease
+		leased bool
+	}{
+		{"free", record.Active, record.Lease{}, false},
+		{"held-a", record.Active, held(now.Add(time.Microsecond)), true},
+		{"held-b", "retrying", held(now.Add(time.Hour)), true},
+		{"held-c", record.Active, held(now.Add(time.Minute)), true},
+		{"held-d", record.Active, held(now.Add(2 * time.Minute)), true},
+		{"expires-now", record.Active, held(now), false},
+		{"expired", record.Active, held(now.Add(-time.Hour)), false},
+		{"no-owner-future-expiry", record.Active, record.Lease{Expiry: now.Add(time.Hour)}, false},
+		{"suspended-held", record.Suspended, held(now.Add(time.Hour)), false},
+		{"completed-held", record.Completed, held(now.Add(time.Hour)), false},
+	}
+	var want []string
+	for _, r := range rows {
+		rec := newRecord(r.id, g)
+		rec.Status, rec.Lease = r.status, r.lease
+		b.save(t, rec)
+		theirs := newRecord(r.id+"@other", other)
+		theirs.Lease = held(now.Add(time.Hour))
+		b.save(t, theirs)
+		if r.leased {
+			want = append(want, r.id)
+		}
+	}
+	// A claim leases; a save that releases the lease ends it.
+	b.save(t, newRecord("claimed", g))
+	b.save(t, newRecord("released", g))
+	b.claim(t, g, "claimed", "w", time.Minute)
+	rel := b.claim(t, g, "released", "w", time.Minute)
+	rel.Lease.Owner = ""
+	b.save(t, rel)
+	want = sortedPlus(want, "claimed")
+
+	list := func(group, after string, at time.Time, limit int) []record.Record {
+		t.Helper()
+		got, err := b.store.ListLeased(t.Context(), group, after, at, limit)
+		if err != nil {
+			t.Fatalf("ListLeased(%q, after %q, %v, %d): %v", group, after, at, limit, err)
+		}
+		return got
+	}
+	wantIDs(t, "ListLeased(now)", list(g, "", now, 100), want...)
+	wantIDs(t, "ListLeased(zero: the store's clock)", list(g, "", time.Time{}, 100), want...)
+	for _, got := range list(g, "", now, 100) {
+		wantRecord(t, "listed "+got.ID, got, b.load(t, got.ID))
+	}
+	// Claimable and leased are every record not parked, and never overlap.
+	all := append(b.claimable(t, g, now, 100), list(g, "", now, 100)...)
+	slices.SortFunc(all, func(a, b record.Record) int { return strings.Compare(a.ID, b.ID) })
+	wantIDs(t, "ListClaimable + ListLeased", all, "claimed", "expired", "expires-now", "free", "held-a", "held-b", "held-c", "held-d", "no-owner-future-expiry", "released")
+	// Pages of two, each after the last id of the one before.
+	var paged []string
+	for after := ""; ; {
+		page := list(g, after, now, 2)
+		if len(page) > 2 {
+			t.Fatalf("ListLeased(limit 2) returned %d records", len(page))
+		}
+		for _, rec := range page {
+			paged = append(paged, rec.ID)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if !slices.Equal(paged, want) {
+		t.Fatalf("ListLeased in pages of 2 = %q, want %q", paged, want)
+	}
+	wantIDs(t, "ListLeased(after held-b)", list(g, "held-b", now, 100), "held-c", "held-d")
+	wantIDs(t, "ListLeased(after an absent id)", list(g, "held-bb", now, 100), "held-c", "held-d")
+	wantIDs(t, "ListLeased(after the last)", list(g, "held-d", now, 100))
+	// A lease is not held at exactly its expiry.
+	wantIDs(t, "ListLeased(now+1µs)", list(g, "", now.Add(time.Microsecond), 100), sortedMinus(want, "held-a")...)
+	wantIDs(t, "ListLeased(now-1µs)", list(g, "", now.Add(-time.Microsecond), 100), sortedPlus(want, "expires-now")...)
+	wantIDs(t, "ListLeased(group never registered)", list(g+"-never", "", now, 100))
+	wantIDs(t, "ListLeased(other)", list(other, "", now, 3), "completed-held@other", "expired@other", "expires-now@other")
+}
+
 func sortedPlus(ids []string, id string) []string {
 	out := append(slices.Clone(ids), id)
 	slices.Sort(out)
@@ -1052,6 +1144,10 @@ func recordBadInput(t *testing.T, h Harness) {
 		add("RegisterGroup "+label, steaderr.ErrInvalidName, func() error { return b.store.RegisterGroup(ctx, bad) })
 		add("GroupExists "+label, steaderr.ErrInvalidName, func() error { _, err := b.store.GroupExists(ctx, bad); return err })
 		add("ListClaimable "+label, steaderr.ErrInvalidName, func() error { _, err := b.store.ListClaimable(ctx, bad, time.Time{}, 1); return err })
+		add("ListLeased group "+label, steaderr.ErrInvalidName, func() error { _, err := b.store.ListLeased(ctx, bad, "", time.Time{}, 1); return err })
+		if bad != "" { // "" is from the first
+			add("ListLeased after "+label, steaderr.ErrInvalidName, func() error { _, err := b.store.ListLeased(ctx, g, bad, time.Time{}, 1); return err })
+		}
 		add("Claim group "+label, steaderr.ErrInvalidName, func() error { _, err := b.store.Claim(ctx, bad, "r", "o", time.Minute); return err })
 		add("Claim id "+label, steaderr.ErrInvalidName, func() error { _, err := b.store.Claim(ctx, g, bad, "o", time.Minute); return err })
 		add("Claim owner "+label, steaderr.ErrInvalidName, func() error { _, err := b.store.Claim(ctx, g, "r", bad, time.Minute); return err })
@@ -1069,6 +1165,13 @@ func recordBadInput(t *testing.T, h Harness) {
 		add(fmt.Sprint("Renew ttl ", ttl), steaderr.ErrInvalidArgument, func() error { _, err := b.store.Renew(ctx, held, ttl); return err })
 	}
 	add("ListClaimable limit -1", steaderr.ErrInvalidArgument, func() error { _, err := b.store.ListClaimable(ctx, g, time.Time{}, -1); return err })
+	for _, limit := range []int{0, -1, record.MaxListLeased + 1, math.MaxInt} {
+		add(fmt.Sprint("ListLeased limit ", limit), steaderr.ErrInvalidArgument, func() error { _, err := b.store.ListLeased(ctx, g, "", time.Time{}, limit); return err })
+	}
+	add("ListLeased now in year 10000", steaderr.ErrInvalidArgument, func() error {
+		_, err := b.store.ListLeased(ctx, g, "", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), 1)
+		return err
+	})
 	add("ClaimNext n -1", steaderr.ErrInvalidArgument, func() error { _, err := b.store.ClaimNext(ctx, g, "o", time.Minute, -1); return err })
 	add("ListClaimable now in year 10000", steaderr.ErrInvalidArgument, func() error {
 		_, err := b.store.ListClaimable(ctx, g, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), 1)
@@ -1169,6 +1272,7 @@ func recordCalls(s *record.Store, group string, held record.Record) map[string]f
 		"Load":          func(ctx context.Context) error { _, err := s.Load(ctx, held.ID); return err },
 		"Delete":        func(ctx context.Context) error { return s.Delete(ctx, held.ID) },
 		"ListClaimable": func(ctx context.Context) error { _, err := s.ListClaimable(ctx, group, time.Time{}, 10); return err },
+		"ListLeased":    func(ctx context.Context) error { _, err := s.ListLeased(ctx, group, "", time.Time{}, 10); return err },
 		"Claim": func(ctx context.Context) error {
 			_, err := s.Claim(ctx, group, held.ID, held.Lease.Owner, time.Minute)
 			return err
@@ -1208,12 +1312,15 @@ func recordVirgin(t *testing.T, h Harness) {
 		t.Fatalf("GroupExists on a virgin database = %v, %v; want false, nil", ok, err)
 	}
 	wantIDs(t, "ListClaimable on a virgin database", b.claimable(t, "g", time.Time{}, 10))
+	if got, err := b.store.ListLeased(ctx, "g", "", time.Time{}, 10); err != nil || len(got) != 0 {
+		t.Fatalf("ListLeased on a virgin database = %d records, %v; want none, nil", len(got), err)
+	}
 	held := newRecord("r", "g")
 	held.Version = 1
 	held.Lease = record.Lease{Owner: "o", Incarnation: 1}
 	for name, call := range recordCalls(b.store, "g", held) {
 		switch name {
-		case "Load", "GroupExists", "ListClaimable":
+		case "Load", "GroupExists", "ListClaimable", "ListLeased":
 			continue
 		case "WaitClaimable":
 			ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)

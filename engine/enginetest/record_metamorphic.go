@@ -107,6 +107,16 @@ func (g *recGen) next(ctx context.Context) recOp {
 			at = g.clock.Now().Add(time.Duration(g.rng.IntN(240)-120) * time.Second)
 		}
 		limit := g.rng.IntN(5)
+		if g.rng.IntN(2) == 0 {
+			after := ""
+			if g.rng.IntN(2) == 0 {
+				after = id
+			}
+			return recOp{name: fmt.Sprintf("ListLeased(%s, %q, %v, %d)", group, after, at, limit), apply: func(ctx context.Context, t recTarget) outcome {
+				got, err := t.store.ListLeased(ctx, group, after, at, limit)
+				return result(renderRecords(got), err)
+			}}
+		}
 		return recOp{name: fmt.Sprintf("ListClaimable(%s, %v, %d)", group, at, limit), apply: func(ctx context.Context, t recTarget) outcome {
 			got, err := t.store.ListClaimable(ctx, group, at, limit)
 			return result(renderRecords(got), err)

@@ -2,6 +2,8 @@ package memory
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,6 +102,23 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 	}
 	ch, stop := l.released.Subscribe(name)
 	return ch, true, stop, nil
+}
+
+func (l *locks) ListHeld(ctx context.Context, p lock.ListParams) ([]lock.Grant, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.e.check(ctx); err != nil {
+		return nil, err
+	}
+	now := clock.OrNow(p.Now)
+	var out []lock.Grant
+	for name, row := range l.rows {
+		if name > p.After && strings.HasPrefix(name, p.Prefix) && row.owner != "" && now.Before(row.expiry) {
+			out = append(out, row.grant(name))
+		}
+	}
+	slices.SortFunc(out, func(a, b lock.Grant) int { return strings.Compare(a.Name, b.Name) })
+	return out[:min(p.Limit, len(out))], nil
 }
 
 var _ lock.Backend = (*locks)(nil)

@@ -172,6 +172,26 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 	return out, nil
 }
 
+func (r *records) ListLeased(ctx context.Context, p record.ListLeasedParams) ([]record.Record, error) {
+	if err := r.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer r.mu.Unlock()
+	now := clock.OrNow(p.Now)
+	var out []record.Record
+	for _, rec := range r.recs {
+		if rec.Group == p.Group && rec.ID > p.After && !rec.Status.Parked() && rec.Lease.Held(now) {
+			out = append(out, rec)
+		}
+	}
+	slices.SortFunc(out, byID)
+	out = out[:min(p.Limit, len(out))]
+	for i := range out {
+		out[i] = stored(out[i])
+	}
+	return out, nil
+}
+
 // claim leases rec to owner; the caller holds mu.
 func (r *records) claim(rec record.Record, owner string, ttl time.Duration, now time.Time) record.Record {
 	rec.Version++

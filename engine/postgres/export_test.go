@@ -20,11 +20,15 @@ func RecordChannel(e *Engine) string { return e.records.channel }
 // shows it as the listening backend's query.
 func ListenQuery(e *Engine) string { return e.listen.query }
 
-// RecordSQL returns the engine's claimable listing, ClaimNext and Probe
-// statements, for tests to explain.
-func RecordSQL(e *Engine) (list, claimNext, probe string) {
-	return e.sql(sqlRecordList), e.sql(sqlRecordClaimNext), e.sql(sqlRecordProbe)
+// RecordSQL returns the engine's claimable listing, ClaimNext, Probe and
+// leased listing statements, for tests to explain.
+func RecordSQL(e *Engine) (list, claimNext, probe, leased string) {
+	return e.sql(sqlRecordList), e.sql(sqlRecordClaimNext), e.sql(sqlRecordProbe), e.sql(sqlRecordListLeased)
 }
+
+// LockListSQL returns the engine's held-locks listing, for tests to
+// explain.
+func LockListSQL(e *Engine) string { return e.sql(sqlLockList) }
 
 // SetNaivePut makes e's puts use the known-unsafe statement (ON CONFLICT DO
 // NOTHING beside the pin), so tests can prove they see the race it loses.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/ref"
 )
 
 // The lock statements. @now is the caller's clock, NULL for the
@@ -64,6 +65,20 @@ RETURNING expiry`)
 	sqlLockRelease = declare("sqlLockRelease", `UPDATE {schema}.locks SET owner = NULL, expiry = NULL
 WHERE name = @name AND owner = @owner AND token = @token
 RETURNING CASE WHEN wanted_until > now() THEN pg_notify(@channel, name) END`)
+
+	// sqlLockList reads the primary key over names in [@prefix,
+	// @prefix_end) after @after, passing over free and expired rows;
+	// sqlLockListFrom, for a prefix with no end (ref.PrefixEnd), over
+	// names from @prefix on. Two statements, not one with an optional
+	// bound, so that a generic plan bounds its index scan on both sides.
+	sqlLockList = declare("sqlLockList", `SELECT name, owner, token, expiry FROM {schema}.locks
+WHERE name >= @prefix AND name < @prefix_end AND name > @after
+	AND owner IS NOT NULL AND expiry > coalesce(@now::timestamptz, now())
+ORDER BY name LIMIT @lim`)
+	sqlLockListFrom = declare("sqlLockListFrom", `SELECT name, owner, token, expiry FROM {schema}.locks
+WHERE name >= @prefix AND name > @after
+	AND owner IS NOT NULL AND expiry > coalesce(@now::timestamptz, now())
+ORDER BY name LIMIT @lim`)
 )
 
 // locks is the engine's lock.Backend. Each call is one statement, one round
@@ -139,6 +154,38 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 		return nil, false, func() {}, nil
 	}
 	return l.e.listen.watch(l.channel, name)
+}
+
+func (l *locks) ListHeld(ctx context.Context, p lock.ListParams) ([]lock.Grant, error) {
+	if err := l.e.check(ctx); err != nil {
+		return nil, err
+	}
+	query, args := sqlLockListFrom, pgx.StrictNamedArgs{"prefix": p.Prefix, "after": p.After, "now": nowArg(p.Now), "lim": p.Limit}
+	if end, ok := ref.PrefixEnd(p.Prefix); ok {
+		query, args["prefix_end"] = sqlLockList, end
+	}
+	var out []lock.Grant
+	err := l.e.retryTransient(ctx, func() error {
+		out = nil
+		rows, err := l.e.pool.Query(ctx, l.e.sql(query), args)
+		if err != nil {
+			return interpretError(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var g lock.Grant
+			if err := rows.Scan(&g.Name, &g.Owner, &g.Token, &g.Expiry); err != nil {
+				return interpretError(err)
+			}
+			g.Expiry = g.Expiry.UTC()
+			out = append(out, g)
+		}
+		return interpretError(rows.Err())
+	})
+	if err != nil {
+		return nil, listError(err)
+	}
+	return out, nil
 }
 
 var _ lock.Backend = (*locks)(nil)

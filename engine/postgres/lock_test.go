@@ -225,3 +225,70 @@ func TestLockReleaseNotifies(t *testing.T) {
 		t.Fatalf("first notification = %+v, %v; want the release of a, which bob waited for", n, err)
 	}
 }
+
+// TestLockListReadsItsRange shows with EXPLAIN ANALYZE that listing the
+// held locks under a prefix reads the primary key over the prefix's range
+// only, however many names, free or held, lie outside it.
+func TestLockListReadsItsRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	schema := pgx.Identifier{db.Schema}.Sanitize()
+	for _, fill := range []string{
+		`SELECT 'a/' || i, NULL, 1, NULL FROM generate_series(1, 10000) i`,
+		`SELECT 'z/' || i, 'o', 1, now() + interval '1 hour' FROM generate_series(1, 10000) i`,
+		`SELECT 'm/held-' || i, 'o', 1, now() + interval '1 hour' FROM generate_series(1, 5) i`,
+		`SELECT 'm/free-' || i, NULL, 1, NULL FROM generate_series(1, 10) i`,
+	} {
+		if _, err := db.Admin.Exec(ctx, "INSERT INTO "+schema+".locks (name, owner, token, expiry) "+fill); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".locks"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := lockStore(e).ListHeld(ctx, "m/", "", 100)
+	if err != nil || len(got) != 5 {
+		t.Fatalf("ListHeld(m/) = %d grants, %v; want 5", len(got), err)
+	}
+	query, args := positional(t, postgres.LockListSQL(e), pgx.StrictNamedArgs{
+		"prefix": "'m/'", "prefix_end": "'m0'", "after": "''", "now": "NULL", "lim": "100",
+	})
+	conn, err := db.Admin.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		var out []map[string]any
+		_, err := conn.Exec(ctx, "PREPARE explained AS "+query)
+		if err == nil {
+			err = conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained ("+args+")").Scan(&out)
+		}
+		conn.Exec(ctx, "DEALLOCATE explained")
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		read := 0
+		walkPlan(out[0]["Plan"].(map[string]any), func(node map[string]any) {
+			if node["Relation Name"] != "locks" {
+				return
+			}
+			if node["Node Type"] == "Seq Scan" {
+				t.Fatalf("%s: the listing scans locks sequentially:\n%v", mode, out)
+			}
+			rows, _ := node["Actual Rows"].(float64)
+			removed, _ := node["Rows Removed by Filter"].(float64)
+			read += int(rows + removed)
+		})
+		t.Logf("%s read %d rows of locks", mode, read)
+		if read > 15 {
+			t.Fatalf("%s read %d rows of locks, want at most the 15 under m/:\n%v", mode, read, out)
+		}
+	}
+}

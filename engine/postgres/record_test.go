@@ -129,7 +129,8 @@ func TestRecordZombieFencing(t *testing.T) {
 // TestRecordClaimingScansOneGroup shows with EXPLAIN ANALYZE that the
 // claimable listing, ClaimNext and Probe read the claimable records of
 // their own group only: neither other groups' records nor live leases,
-// however many there are.
+// however many there are; and that the leased listing reads the group's
+// live leases only.
 func TestRecordClaimingScansOneGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -171,7 +172,7 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".records"); err != nil {
 		t.Fatal(err)
 	}
-	list, claimNextNamed, probe := postgres.RecordSQL(e)
+	list, claimNextNamed, probe, leased := postgres.RecordSQL(e)
 	conn, err := db.Admin.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +189,7 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 		{"ListClaimable", list, "'small', NULL, 100", claimable},
 		{"ClaimNext", claimNext, claimNextLits, 2 * claimable}, // and each by primary key
 		{"Probe", probe, "'small', NULL", 2},                   // an entry of each index
+		{"ListLeased", leased, "'small', NULL, 'm-live-2', 100", 3000},
 	}
 	for _, tc := range cases {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {

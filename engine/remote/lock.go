@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/steadkit/stead/engine/remote/wire"
@@ -72,4 +73,18 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 		return nil, false, func() {}, err
 	}
 	return nil, false, func() {}, nil
+}
+
+// ListHeld asks for at most lock.MaxList grants, the server's page bound.
+func (l *locks) ListHeld(ctx context.Context, p lock.ListParams) ([]lock.Grant, error) {
+	var out wire.HeldLocks
+	q := query("prefix", p.Prefix, "after", p.After, "limit", strconv.Itoa(min(p.Limit, lock.MaxList)), "now", timeText(p.Now))
+	if _, err := l.e.do(ctx, http.MethodGet, "/v1/locks", &request{query: q}, nil, &out); err != nil {
+		return nil, err
+	}
+	grants := make([]lock.Grant, len(out.Locks))
+	for i, g := range out.Locks {
+		grants[i] = lock.Grant{Name: g.Name, Owner: g.Owner, Token: g.Token, Expiry: g.Expiry.UTC()}
+	}
+	return grants, nil
 }

@@ -85,6 +85,17 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 	return toRecords(out.Records), nil
 }
 
+// ListLeased asks for at most record.MaxListLeased records, the server's
+// page bound.
+func (r *records) ListLeased(ctx context.Context, p record.ListLeasedParams) ([]record.Record, error) {
+	var out wire.RecordPage
+	q := query("after", p.After, "limit", strconv.Itoa(min(p.Limit, record.MaxListLeased)), "now", timeText(p.Now))
+	if _, err := r.e.do(ctx, http.MethodGet, "/v1/groups/"+escape(p.Group)+"/leased", &request{query: q}, nil, &out); err != nil {
+		return nil, err
+	}
+	return toRecords(out.Records), nil
+}
+
 func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Record, error) {
 	var out wire.Record
 	in := wire.ClaimRequest{Group: p.Group, Owner: p.Owner, TTL: wire.Duration(p.TTL), Now: p.Now}

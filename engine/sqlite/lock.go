@@ -8,6 +8,7 @@ import (
 
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/lock"
+	"github.com/steadkit/stead/ref"
 )
 
 // locks is the engine's lock.Backend. Every grant, renewal and release is
@@ -18,7 +19,7 @@ import (
 type locks struct {
 	e                       *Engine
 	acquire, renew, release stmt
-	holder                  stmt
+	holder, list, listFrom  stmt
 }
 
 func (l *locks) init(e *Engine) {
@@ -34,10 +35,20 @@ func (l *locks) init(e *Engine) {
 	l.renew = stmt{db: e.writer, query: "UPDATE locks SET expiry = ?4 WHERE name = ?1 AND owner = ?2 AND token = ?3"}
 	l.release = stmt{db: e.writer, query: "UPDATE locks SET owner = NULL, expiry = NULL WHERE name = ?1 AND owner = ?2 AND token = ?3"}
 	l.holder = stmt{db: e.reader, query: "SELECT owner, token, expiry FROM locks WHERE name = ?1 AND owner IS NOT NULL"}
+	// The primary key over names in [@prefix, @prefix_end) after @after,
+	// passing over free and expired rows; listFrom, for a prefix with no
+	// end (ref.PrefixEnd), from @prefix on. Two statements, not one with
+	// an optional bound, so that the scan is bounded on both sides.
+	l.list = stmt{db: e.reader, query: `SELECT name, owner, token, expiry FROM locks
+		WHERE name >= @prefix AND name < @prefix_end AND name > @after AND owner IS NOT NULL AND expiry > @now
+		ORDER BY name LIMIT @lim`}
+	l.listFrom = stmt{db: e.reader, query: `SELECT name, owner, token, expiry FROM locks
+		WHERE name >= @prefix AND name > @after AND owner IS NOT NULL AND expiry > @now
+		ORDER BY name LIMIT @lim`}
 }
 
 func (l *locks) close() error {
-	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close())
+	return errors.Join(l.acquire.close(), l.renew.close(), l.release.close(), l.holder.close(), l.list.close(), l.listFrom.close())
 }
 
 // Acquire makes a new grant in one statement. When it finds the lock
@@ -115,6 +126,37 @@ func (l *locks) exec(ctx context.Context, st *stmt, args ...any) (bool, error) {
 // the file cannot be seen, so waiters poll.
 func (l *locks) WatchReleases(ctx context.Context, _ string) (<-chan struct{}, bool, func(), error) {
 	return nil, false, func() {}, l.e.check(ctx)
+}
+
+func (l *locks) ListHeld(ctx context.Context, p lock.ListParams) (_ []lock.Grant, err error) {
+	if err := l.e.check(ctx); err != nil {
+		return nil, err
+	}
+	st, args := &l.listFrom, []any{sql.Named("prefix", p.Prefix), sql.Named("after", p.After),
+		sql.Named("now", clock.OrNow(p.Now).UnixMicro()), sql.Named("lim", p.Limit)}
+	if end, ok := ref.PrefixEnd(p.Prefix); ok {
+		st, args = &l.list, append(args, sql.Named("prefix_end", end))
+	}
+	s, err := st.get(ctx)
+	if err != nil {
+		return nil, listError(ctx, err)
+	}
+	rows, err := s.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, listError(ctx, err)
+	}
+	defer func() { err = errors.Join(err, interpretError(ctx, rows.Close())) }()
+	var out []lock.Grant
+	for rows.Next() {
+		var g lock.Grant
+		var expiry int64
+		if err := rows.Scan(&g.Name, &g.Owner, &g.Token, &expiry); err != nil {
+			return nil, interpretError(ctx, err)
+		}
+		g.Expiry = time.UnixMicro(expiry).UTC()
+		out = append(out, g)
+	}
+	return out, interpretError(ctx, rows.Err())
 }
 
 var _ lock.Backend = (*locks)(nil)

@@ -30,7 +30,7 @@ type records struct {
 	// On the writer.
 	registerGroup, ensureTenant, tenantID, create, update, claim, claimNext, renew, del stmt
 	// On the reader pool.
-	groupExists, load, list, probe stmt
+	groupExists, load, list, leased, probe stmt
 }
 
 // The record statements, each whole. Claiming reads a group's records
@@ -100,6 +100,14 @@ FROM (
 ) r JOIN record_tenants t ON t.id = r.tenant_id
 ORDER BY r.id LIMIT ?3`
 
+	// ?1 group, ?2 now, ?3 after, ?4 limit. The group's live leases
+	// through records_leased, a range of it from now on: the group's
+	// held leases are read, never its other records, and sorted by id.
+	sqlRecordListLeased = `SELECT r.id, r.grp, t.name, r.status, r.version, r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload
+FROM records r INDEXED BY records_leased JOIN record_tenants t ON t.id = r.tenant_id
+WHERE r.grp = ?1 AND r.parked = 0 AND r.lease_owner <> '' AND r.lease_expiry > ?2 AND r.id > ?3
+ORDER BY r.id LIMIT ?4`
+
 	// ?1 group. The first unleased record, and the earliest lease:
 	// expired, the group has recovery work; else it is when the next lease
 	// lapses.
@@ -124,13 +132,14 @@ func (r *records) init(e *Engine) {
 	r.groupExists = stmt{db: rd, query: sqlRecordGroupExists}
 	r.load = stmt{db: rd, query: sqlRecordLoad}
 	r.list = stmt{db: rd, query: sqlRecordList}
+	r.leased = stmt{db: rd, query: sqlRecordListLeased}
 	r.probe = stmt{db: rd, query: sqlRecordProbe}
 }
 
 func (r *records) close() error {
 	var errs []error
 	for _, s := range []*stmt{&r.registerGroup, &r.ensureTenant, &r.tenantID, &r.create, &r.update, &r.claim,
-		&r.claimNext, &r.renew, &r.del, &r.groupExists, &r.load, &r.list, &r.probe} {
+		&r.claimNext, &r.renew, &r.del, &r.groupExists, &r.load, &r.list, &r.leased, &r.probe} {
 		errs = append(errs, s.close())
 	}
 	return errors.Join(errs...)
@@ -501,6 +510,14 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 		return nil, err
 	}
 	recs, err := r.queryRecords(ctx, nil, &r.list, p.Group, micros(clock.OrNow(p.Now)), p.Limit)
+	return recs, listError(ctx, err)
+}
+
+func (r *records) ListLeased(ctx context.Context, p record.ListLeasedParams) ([]record.Record, error) {
+	if err := r.e.check(ctx); err != nil {
+		return nil, err
+	}
+	recs, err := r.queryRecords(ctx, nil, &r.leased, p.Group, micros(clock.OrNow(p.Now)), p.After, p.Limit)
 	return recs, listError(ctx, err)
 }
 

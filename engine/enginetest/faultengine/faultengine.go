@@ -79,6 +79,7 @@ const (
 	LockRenew         Op = "lock.Renew"
 	LockRelease       Op = "lock.Release"
 	LockWatchReleases Op = "lock.WatchReleases"
+	LockListHeld      Op = "lock.ListHeld"
 
 	RecordRegisterGroup Op = "record.RegisterGroup"
 	RecordGroupExists   Op = "record.GroupExists"
@@ -87,6 +88,7 @@ const (
 	RecordLoad          Op = "record.Load"
 	RecordDelete        Op = "record.Delete"
 	RecordListClaimable Op = "record.ListClaimable"
+	RecordListLeased    Op = "record.ListLeased"
 	RecordClaim         Op = "record.Claim"
 	RecordClaimNext     Op = "record.ClaimNext"
 	RecordRenew         Op = "record.Renew"
@@ -618,6 +620,13 @@ func (l *locks) WatchReleases(ctx context.Context, name string) (<-chan struct{}
 	return l.inner.WatchReleases(ctx, name)
 }
 
+func (l *locks) ListHeld(ctx context.Context, p lock.ListParams) ([]lock.Grant, error) {
+	if err := l.inj.Inject(LockListHeld); err != nil {
+		return nil, err
+	}
+	return l.inner.ListHeld(ctx, p)
+}
+
 type records struct {
 	inner record.Backend
 	inj   Injector
@@ -663,6 +672,13 @@ func (r *records) ListClaimable(ctx context.Context, p record.ListParams) ([]rec
 		return nil, err
 	}
 	return r.inner.ListClaimable(ctx, p)
+}
+
+func (r *records) ListLeased(ctx context.Context, p record.ListLeasedParams) ([]record.Record, error) {
+	if err := r.inj.Inject(RecordListLeased); err != nil {
+		return nil, err
+	}
+	return r.inner.ListLeased(ctx, p)
 }
 
 func (r *records) Claim(ctx context.Context, p record.ClaimParams) (record.Record, error) {

@@ -392,6 +392,28 @@ type Records struct {
 	Records []Record `json:"records"`
 }
 
+// RecordPage is a page of records in id order: Next, when set, is the
+// after of the next page.
+type RecordPage struct {
+	Records []Record `json:"records"`
+	Next    string   `json:"next,omitempty"`
+}
+
+// HeldLock is a live lock grant.
+type HeldLock struct {
+	Name   string    `json:"name"`
+	Owner  string    `json:"owner"`
+	Token  int64     `json:"token"`
+	Expiry time.Time `json:"expiry"`
+}
+
+// HeldLocks is a page of live lock grants in name order: Next, when set,
+// is the after of the next page.
+type HeldLocks struct {
+	Locks []HeldLock `json:"locks"`
+	Next  string     `json:"next,omitempty"`
+}
+
 // ClaimRequest is the body of claim, claim-next and renew.
 type ClaimRequest struct {
 	Group       string    `json:"group,omitempty"`

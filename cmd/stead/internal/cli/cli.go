@@ -53,6 +53,7 @@ var commands = map[string]func(e *env) *cobra.Command{
 	"ls":        lsCommand,
 	"rm":        rmCommand,
 	"lock":      lockCommand,
+	"locks":     locksCommand,
 	"records":   recordsCommand,
 	"bench":     benchCommand,
 	"gc":        gcCommand,

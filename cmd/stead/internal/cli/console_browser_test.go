@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	cdplog "github.com/chromedp/cdproto/log"
@@ -24,7 +25,8 @@ import (
 // for every subtest): each page loads without a console error or a
 // failed request, shows the repository just pushed, a layer's explain
 // graph names the manifest that keeps it, and the retention dry run lists
-// the tag no rule keeps, the records page a group's claimable record. With STEAD_CONSOLE_SCREENSHOTS=DIR it writes
+// the tag no rule keeps, the records page a group's claimable and leased
+// records, the locks page a held lock. With STEAD_CONSOLE_SCREENSHOTS=DIR it writes
 // the main pages' screenshots there (docs/images/console-*.png).
 func TestConsoleBrowser(t *testing.T) {
 	chromium := fronttest.Tool(t, "chromium", "STEAD_CHROMIUM", "STEAD_REQUIRE_CHROMIUM")
@@ -92,8 +94,16 @@ func TestConsoleBrowser(t *testing.T) {
 	if err := f.st.Records.RegisterGroup(t.Context(), "workers"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.st.Records.Save(t.Context(), record.Record{ID: "job-1", Group: "workers", Status: record.Active, Payload: []byte("{}")}); err != nil {
+	for _, id := range []string{"job-1", "job-2"} {
+		if _, err := f.st.Records.Save(t.Context(), record.Record{ID: id, Group: "workers", Status: record.Active, Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.st.Records.Claim(t.Context(), "workers", "job-2", "worker-1", time.Hour); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok, err := f.st.Locks.TryLock(t.Context(), "reindex/team-app", "node-7", time.Hour); err != nil || !ok {
+		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
 	shots := os.Getenv("STEAD_CONSOLE_SCREENSHOTS")
 	for _, c := range []struct {
@@ -105,7 +115,8 @@ func TestConsoleBrowser(t *testing.T) {
 		{"explain", "/ui/keys/" + f.layer, "#graph", []string{f.manifest[:23], "parent blob", "oci/team/app/_blobs/"}},
 		{"retention", "/ui/retention", "#deletions", []string{"scratch", "no retention rule keeps the tag"}},
 		{"gc", "/ui/gc", "#chart-stored", []string{"Collection", "Stored bytes", "garbage pending", "in 6 blobs"}},
-		{"records", "/ui/records?group=workers", "#records", []string{"job-1", "1 claimable"}},
+		{"records", "/ui/records?group=workers", "#leased", []string{"job-1", "1 claimable", "job-2", "worker-1", "1 leased"}},
+		{"locks", "/ui/locks", "#locks", []string{"reindex/team-app", "node-7"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mu.Lock()

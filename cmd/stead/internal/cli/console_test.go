@@ -177,22 +177,77 @@ func TestConsolePages(t *testing.T) {
 			t.Errorf("GET %.80s: Content-Security-Policy %q", c.path, hdr.Get("Content-Security-Policy"))
 		}
 	}
-	// Records: the claimable one listed, the leased one not.
+	// Records: the claimable one and the leased one, each in its table,
+	// the leased one with its owner; another group's absent.
 	ctx := t.Context()
-	if err := f.st.Records.RegisterGroup(ctx, "workers"); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"job-free", "job-held"} {
-		if _, err := f.st.Records.Save(ctx, record.Record{ID: id, Group: "workers", Status: record.Active, Payload: []byte("{}")}); err != nil {
+	for _, g := range []string{"workers", "others"} {
+		if err := f.st.Records.RegisterGroup(ctx, g); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.st.Records.Claim(ctx, "workers", "job-held", "worker-1", time.Hour); err != nil {
+	for _, id := range []string{"job-free", "job-held", "job-theirs"} {
+		g := "workers"
+		if id == "job-theirs" {
+			g = "others"
+		}
+		if _, err := f.st.Records.Save(ctx, record.Record{ID: id, Group: g, Status: record.Active, Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"job-held", "job-theirs"} {
+		g := map[string]string{"job-held": "workers", "job-theirs": "others"}[id]
+		if _, err := f.st.Records.Claim(ctx, g, id, "worker-1", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status, _, body := f.get(t, "/ui/records?group=workers", true)
+	claimable, leased, _ := strings.Cut(body, `id="leased"`)
+	if status != 200 || !strings.Contains(claimable, "job-free") || strings.Contains(claimable, "job-held") || !strings.Contains(claimable, "1 claimable") ||
+		!strings.Contains(leased, "job-held") || !strings.Contains(leased, "worker-1") || strings.Contains(leased, "job-free") ||
+		strings.Contains(body, "job-theirs") || !strings.Contains(body, "1 leased") {
+		t.Errorf("GET /ui/records?group=workers = %d %.3000s", status, body)
+	}
+	if status, _, body := f.get(t, "/ui/records?group=workers&leased_after=job-held", true); status != 200 || strings.Contains(body, "worker-1") ||
+		!strings.Contains(body, "No record leased after job-held") {
+		t.Errorf("GET /ui/records?group=workers&leased_after=job-held = %d %.3000s", status, body)
+	}
+	if status, _, body := f.get(t, "/ui/records?group=workers&leased_after=%0a", true); status != 400 {
+		t.Errorf("GET /ui/records with a bad cursor = %d %.1000s", status, body)
+	}
+	// Locks: those held, 100 a page under a prefix; a released one is not.
+	for i := range 101 {
+		if _, ok, err := f.st.Locks.TryLock(ctx, fmt.Sprintf("jobs/%03d", i), "node-7", time.Hour); err != nil || !ok {
+			t.Fatalf("TryLock = %v, %v", ok, err)
+		}
+	}
+	lk, ok, err := f.st.Locks.TryLock(ctx, "jobs/released", "node-7", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	if _, err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if status, _, body := f.get(t, "/ui/records?group=workers", true); status != 200 || !strings.Contains(body, "job-free") || strings.Contains(body, "job-held") ||
-		!strings.Contains(body, "1 claimable") {
-		t.Errorf("GET /ui/records?group=workers = %d %.2000s", status, body)
+	if _, _, err := f.st.Locks.TryLock(ctx, "hostile/<script>", "<script>", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := f.get(t, "/ui/locks?prefix=jobs/", true); status != 200 || !strings.Contains(body, "jobs/099") || strings.Contains(body, "jobs/100") ||
+		!strings.Contains(body, "node-7") || !strings.Contains(body, `after=jobs%2f099`) || !strings.Contains(body, `<a href="/ui/locks">Locks</a>`) {
+		t.Errorf("first page of 101 locks: %d %.3000s", status, body)
+	}
+	if status, _, body := f.get(t, "/ui/locks?prefix=jobs/&after=jobs/099", true); status != 200 || !strings.Contains(body, "jobs/100") || strings.Contains(body, "jobs/099") ||
+		strings.Contains(body, "jobs/released") || strings.Contains(body, "Next page") {
+		t.Errorf("second page of 101 locks: %d %.3000s", status, body)
+	}
+	if status, _, body := f.get(t, "/ui/locks?prefix=hostile/", true); status != 200 || !strings.Contains(body, "hostile/&lt;script&gt;") || strings.Contains(body, "<script>") {
+		t.Errorf("GET /ui/locks?prefix=hostile/ = %d %.1000s", status, body)
+	}
+	if status, _, body := f.get(t, "/ui/locks?prefix=nothing/", true); status != 200 || !strings.Contains(body, "No lock held under this prefix") {
+		t.Errorf("GET /ui/locks?prefix=nothing/ = %d %.1000s", status, body)
+	}
+	for _, q := range []string{"prefix=%ff", "after=%00", "prefix=" + strings.Repeat("a", 300)} {
+		if status, _, body := f.get(t, "/ui/locks?"+q, true); status != 400 {
+			t.Errorf("GET /ui/locks?%.40s = %d %.1000s, want 400", q, status, body)
+		}
 	}
 	if status, _, body := f.get(t, "/ui/records?group=nobody", true); status != 200 || !strings.Contains(body, "No group nobody") {
 		t.Errorf("records of an unknown group = %d %.1000s", status, body)
@@ -213,7 +268,7 @@ func TestConsolePages(t *testing.T) {
 	if _, _, body := f.get(t, "/ui/refs?prefix=many/&after=many/099", true); !strings.Contains(body, "many/100") || strings.Contains(body, "many/099") || strings.Contains(body, "Next page") {
 		t.Errorf("second page of 101 refs: %.3000s", body)
 	}
-	for _, p := range []string{"/ui/", "/ui/keys/" + f.layer, "/ui/retention", "/ui/static/console.css"} {
+	for _, p := range []string{"/ui/", "/ui/keys/" + f.layer, "/ui/retention", "/ui/locks", "/ui/static/console.css"} {
 		status, hdr, body := f.get(t, p, false)
 		if status != 401 || !strings.Contains(hdr.Get("WWW-Authenticate"), "Basic") || strings.Contains(body, "team/app") {
 			t.Errorf("GET %s without credentials = %d %q, want 401 asking for Basic and nothing shown", p, status, hdr.Get("WWW-Authenticate"))

@@ -182,6 +182,45 @@ type goldenCase struct {
 	masks []mask
 }
 
+// futureClock: an instant far ahead, for leases held on any run.
+var futureClock = time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// leaseJob1 leases the seeded workers' job-1 to w1 until a minute past
+// futureClock.
+func leaseJob1(t *testing.T, db string) {
+	t.Helper()
+	st, err := stead.Open(t.Context(), db, stead.WithClock(func() time.Time { return futureClock }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Records.Claim(t.Context(), "workers", "job-1", "w1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedLocks grants jobs/a and jobs/b until a minute past futureClock,
+// and grants and releases jobs/c.
+func seedLocks(t *testing.T, db string) {
+	t.Helper()
+	st, err := stead.Open(t.Context(), db, stead.WithClock(func() time.Time { return futureClock }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, name := range []string{"jobs/a", "jobs/b", "jobs/c"} {
+		lk, ok, err := st.Locks.TryLock(t.Context(), name, "node-7", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("TryLock(%q) = %v, %v", name, ok, err)
+		}
+		if name == "jobs/c" {
+			if _, err := lk.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 func goldenCases() []goldenCase {
 	return []goldenCase{
 		{name: "usage", args: nil, local: true},
@@ -227,6 +266,10 @@ func goldenCases() []goldenCase {
 		}},
 		{name: "records-show", args: []string{"records", "show", "job-1"}},
 		{name: "records-show-json", args: []string{"records", "show", "--json", "job-2"}},
+		{name: "records-leased", args: []string{"records", "leased", "workers"}, setup: leaseJob1},
+		{name: "records-leased-json", args: []string{"records", "leased", "--json", "--limit", "1", "workers"}, setup: leaseJob1},
+		{name: "records-leased-after", args: []string{"records", "leased", "--after", "job-1", "workers"}, setup: leaseJob1},
+		{name: "records-leased-unknown-group", args: []string{"records", "leased", "nogroup"}},
 		{name: "records-show-payload", args: []string{"records", "show", "--payload", "job-1"}},
 		{name: "records-show-absent", remoteOwn: true, args: []string{"records", "show", "nobody"}},
 		{name: "records-claim", args: []string{"records", "claim", "job-2", "--group", "workers", "--owner", "operator"}, masks: []mask{maskTimes}},
@@ -240,6 +283,10 @@ func goldenCases() []goldenCase {
 			}
 		}},
 		{name: "lock-no-command", args: []string{"lock", "job"}, local: true},
+		{name: "locks", args: []string{"locks", "jobs/"}, setup: seedLocks},
+		{name: "locks-json", args: []string{"locks", "--json", "--limit", "1", "jobs/"}, setup: seedLocks},
+		{name: "locks-after", args: []string{"locks", "--after", "jobs/a", "jobs/"}, setup: seedLocks},
+		{name: "locks-bad-limit", args: []string{"locks", "--limit", "0"}},
 
 		{name: "put-ref", args: []string{"put", "--ref", "tags/hello", "DIR/hello"}},
 		{name: "put-bad-child", args: []string{"put", "--child", "nope", "DIR/hello"}},

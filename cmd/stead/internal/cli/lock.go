@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/lock"
 )
 
@@ -142,4 +144,49 @@ func runHeld(ctx context.Context, e *env, held *lock.Held, argv []string) error 
 			terminateProcessGroup(cmd)
 		}
 	}
+}
+
+func locksCommand(e *env) *cobra.Command {
+	var (
+		after  string
+		limit  int
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "locks [PREFIX] [--after NAME] [--limit 100] [--json]",
+		Short: "List the locks held now whose names start with PREFIX, in name order",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return e.withStore(cmd.Context(), func(st *stead.Store) error {
+				grants, err := st.Locks.ListHeld(cmd.Context(), prefix, after, limit)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					page := wire.HeldLocks{Locks: make([]wire.HeldLock, len(grants))}
+					for i, g := range grants {
+						page.Locks[i] = wire.HeldLock{Name: g.Name, Owner: g.Owner, Token: g.Token, Expiry: g.Expiry}
+					}
+					if len(grants) == limit {
+						page.Next = grants[len(grants)-1].Name
+					}
+					return writeJSON(e, page)
+				}
+				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tEXPIRY")
+				for _, g := range grants {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", g.Name, g.Owner, g.Token, g.Expiry.UTC().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&after, "after", "", "list the names after this one")
+	cmd.Flags().IntVar(&limit, "limit", 100, fmt.Sprintf("list at most this many (1 to %d)", lock.MaxList))
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
 }

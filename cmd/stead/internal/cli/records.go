@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -16,10 +17,10 @@ import (
 func recordsCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "records",
-		Short: "Inspect and claim records (ls, show, claim)",
+		Short: "Inspect and claim records (ls, leased, show, claim)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageError("want a subcommand: ls, show or claim (see stead records --help)")
+			return usageError("want a subcommand: ls, leased, show or claim (see stead records --help)")
 		},
 	}
 	var asJSON bool
@@ -35,13 +36,8 @@ func recordsCommand(e *env) *cobra.Command {
 					return err
 				}
 				if len(recs) == 0 {
-					// A group never registered lists as empty: say so.
-					known, err := st.Records.GroupExists(cmd.Context(), args[0])
-					if err != nil {
+					if err := knownGroup(cmd.Context(), st, args[0]); err != nil {
 						return err
-					}
-					if !known {
-						return fmt.Errorf("group %q: %w", args[0], stead.ErrUnknownGroup)
 					}
 				}
 				if asJSON {
@@ -54,6 +50,38 @@ func recordsCommand(e *env) *cobra.Command {
 	}
 	ls.Flags().IntVar(&limit, "limit", 100, "list at most this many")
 	ls.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	var after string
+	var leasedLimit int
+	leased := &cobra.Command{
+		Use:   "leased GROUP [--after ID] [--limit 100]",
+		Short: "List a group's records leased now (being worked on), in id order (exit 3: no such group)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return e.withStore(cmd.Context(), func(st *stead.Store) error {
+				recs, err := st.Records.ListLeased(cmd.Context(), args[0], after, time.Time{}, leasedLimit)
+				if err != nil {
+					return err
+				}
+				if len(recs) == 0 {
+					if err := knownGroup(cmd.Context(), st, args[0]); err != nil {
+						return err
+					}
+				}
+				if asJSON {
+					page := wire.RecordPage{Records: wire.FromRecords(recs)}
+					if len(recs) == leasedLimit {
+						page.Next = recs[len(recs)-1].ID
+					}
+					return writeJSON(e, page)
+				}
+				printRecords(e.stdout, recs)
+				return nil
+			})
+		},
+	}
+	leased.Flags().StringVar(&after, "after", "", "list the ids after this one")
+	leased.Flags().IntVar(&leasedLimit, "limit", 100, fmt.Sprintf("list at most this many (1 to %d)", record.MaxListLeased))
+	leased.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	var payload bool
 	show := &cobra.Command{
 		Use:   "show ID",
@@ -111,8 +139,19 @@ func recordsCommand(e *env) *cobra.Command {
 	claim.Flags().StringVar(&owner, "owner", "", "the lease's owner (default HOST:PID, this process)")
 	claim.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "the lease's length")
 	claim.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
-	cmd.AddCommand(ls, show, claim)
+	cmd.AddCommand(ls, leased, show, claim)
 	return cmd
+}
+
+// knownGroup returns an error wrapping stead.ErrUnknownGroup when group
+// is not registered: a group never registered lists as empty, and the
+// commands say so.
+func knownGroup(ctx context.Context, st *stead.Store, group string) error {
+	known, err := st.Records.GroupExists(ctx, group)
+	if err == nil && !known {
+		err = fmt.Errorf("group %q: %w", group, stead.ErrUnknownGroup)
+	}
+	return err
 }
 
 func printRecords(w io.Writer, recs []record.Record) {
