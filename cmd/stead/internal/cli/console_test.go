@@ -277,7 +277,7 @@ func TestConsolePages(t *testing.T) {
 	// A sweep shows in the charts, with what the store held after it:
 	// the image's three blobs, none pending (their pins last).
 	f.sweep(t)
-	status, _, body := f.get(t, "/ui/gc", true)
+	status, _, body = f.get(t, "/ui/gc", true)
 	for _, w := range []string{`id="chart-freed"`, `id="chart-stored"`, ">done<", `<circle class="stored"`, `<circle class="pending"`,
 		fmt.Sprintf("<b>%d B</b> in 3 blobs", f.bytes), "<b>0 B</b> in 0 blobs"} {
 		if status != 200 || !strings.Contains(body, w) {
