@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/internal/groupcommit"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
@@ -43,12 +44,14 @@ type refMech struct{ e *Engine }
 // a few small statements, and preparing them anew each call cost more
 // than running them.
 type refStmts struct {
+	commit                     *groupcommit.Committer[*refSetReq]
 	get                        stmt // on the reader
 	setCheck, nextVer, upsert  stmt // on the writer
 	live, touch, delete, getTx stmt // on the writer
 }
 
 func (s *refStmts) init(e *Engine) {
+	s.commit = groupcommit.NewOnce(1, maxBatchRefSets, maxBatchRefSetBytes, refMech{e}.flushSets)
 	s.get = stmt{db: e.reader, query: sqlRefGet}
 	s.setCheck = stmt{db: e.writer, query: sqlRefSetCheck}
 	s.nextVer = stmt{db: e.writer, query: sqlRefNextVer}
@@ -106,46 +109,90 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := m.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
+	q := &refSetReq{p: p}
+	if err := m.e.refs.commit.Put(ctx, q); err != nil {
+		return ref.Ref{}, interpretError(ctx, err)
+	}
+	return q.out, nil
+}
+
+// refSetReq is one Set in a group commit: concurrent Sets (a registry
+// push sets two refs at once) share a write transaction, each applied in
+// turn as if alone.
+type refSetReq struct {
+	p   ref.SetParams
+	out ref.Ref
+}
+
+func (q *refSetReq) Size() int        { return len(q.p.Name) + len(q.p.Annotation) }
+func (q *refSetReq) BatchKey() string { return "" } // in turn in one transaction, a later Set sees an earlier's
+
+// Group commits of ref Sets.
+const (
+	maxBatchRefSets     = 64
+	maxBatchRefSetBytes = 1 << 20
+)
+
+// flushSets applies a batch of Sets in one write transaction. A Set
+// refused (its key not stored, its condition not met) changes nothing and
+// fails alone; any other error fails the batch, which then changes
+// nothing.
+func (m refMech) flushSets(ctx context.Context, batch []*groupcommit.Request[*refSetReq]) error {
 	rs := &m.e.refs
 	ps, err := prepared(ctx, &rs.setCheck, &rs.nextVer, &rs.upsert)
 	if err != nil {
-		return ref.Ref{}, interpretError(ctx, err)
-	}
-	var out ref.Ref
-	err = m.e.writeTx(ctx, func(tx *sql.Tx) error {
-		now := clock.OrNow(p.Now)
-		var stored bool
-		var liveVersion sql.NullInt64
-		if err := tx.StmtContext(ctx, ps[0]).QueryRowContext(ctx, p.Key.String(), p.Name, now.UnixMicro()).Scan(&stored, &liveVersion); err != nil {
-			return err
-		}
-		if !stored {
-			return fmt.Errorf("%w: blob %s is not stored", steaderr.ErrNotFound, p.Key)
-		}
-		version, live := liveVersion.Int64, liveVersion.Valid
-		switch {
-		case p.Cond == ref.IfAbsent && live:
-			return fmt.Errorf("%w: a live ref has the name", steaderr.ErrConflict)
-		case p.Cond == ref.IfVersion && (!live || version != p.Version):
-			return fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version)
-		}
-		if err := tx.StmtContext(ctx, ps[1]).QueryRowContext(ctx).Scan(&version); err != nil {
-			return err
-		}
-		out = ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation, Weak: p.Weak, Created: !live}
-		var expiry any
-		if p.TTL > 0 {
-			out.Expiry = now.Add(p.TTL)
-			expiry = out.Expiry.UnixMicro()
-		}
-		_, err := tx.StmtContext(ctx, ps[2]).ExecContext(ctx, sql.Named("name", p.Name), sql.Named("key", p.Key.String()),
-			sql.Named("version", version), sql.Named("annotation", p.Annotation), sql.Named("expiry", expiry), sql.Named("weak", p.Weak))
 		return err
-	})
-	if err != nil {
-		return ref.Ref{}, interpretError(ctx, err)
 	}
-	return out, nil
+	return m.e.writeTx(ctx, func(tx *sql.Tx) error {
+		check, nextVer, upsert := tx.StmtContext(ctx, ps[0]), tx.StmtContext(ctx, ps[1]), tx.StmtContext(ctx, ps[2])
+		for _, r := range batch {
+			r.Err = nil
+			out, refused, err := setOne(ctx, check, nextVer, upsert, r.Item.p)
+			switch {
+			case refused != nil:
+				r.Err = refused
+			case err != nil:
+				return err
+			default:
+				r.Item.out = out
+			}
+		}
+		return nil
+	})
+}
+
+// setOne applies one Set in the transaction the statements belong to:
+// refused is why it changed nothing (ErrNotFound, ErrConflict), err a
+// failed statement.
+func setOne(ctx context.Context, check, nextVer, upsert *sql.Stmt, p ref.SetParams) (out ref.Ref, refused, err error) {
+	now := clock.OrNow(p.Now)
+	var stored bool
+	var liveVersion sql.NullInt64
+	if err := check.QueryRowContext(ctx, p.Key.String(), p.Name, now.UnixMicro()).Scan(&stored, &liveVersion); err != nil {
+		return ref.Ref{}, nil, err
+	}
+	if !stored {
+		return ref.Ref{}, fmt.Errorf("%w: blob %s is not stored", steaderr.ErrNotFound, p.Key), nil
+	}
+	version, live := liveVersion.Int64, liveVersion.Valid
+	switch {
+	case p.Cond == ref.IfAbsent && live:
+		return ref.Ref{}, fmt.Errorf("%w: a live ref has the name", steaderr.ErrConflict), nil
+	case p.Cond == ref.IfVersion && (!live || version != p.Version):
+		return ref.Ref{}, fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version), nil
+	}
+	if err := nextVer.QueryRowContext(ctx).Scan(&version); err != nil {
+		return ref.Ref{}, nil, err
+	}
+	out = ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation, Weak: p.Weak, Created: !live}
+	var expiry any
+	if p.TTL > 0 {
+		out.Expiry = now.Add(p.TTL)
+		expiry = out.Expiry.UnixMicro()
+	}
+	_, err = upsert.ExecContext(ctx, sql.Named("name", p.Name), sql.Named("key", p.Key.String()),
+		sql.Named("version", version), sql.Named("annotation", p.Annotation), sql.Named("expiry", expiry), sql.Named("weak", p.Weak))
+	return out, nil, err
 }
 
 func (m refMech) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
