@@ -37,7 +37,6 @@ func TestPragmas(t *testing.T) {
 				"busy_timeout": tt.wantBusyMillis,
 				"foreign_keys": 1,
 				"query_only":   db.queryOnly,
-				"cache_size":   map[string]int{"writer": -writerCacheKiB, "reader": -2000}[db.name],
 			} {
 				var got any
 				if err := db.db.QueryRowContext(t.Context(), "PRAGMA "+pragma).Scan(&got); err != nil {

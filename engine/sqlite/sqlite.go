@@ -28,10 +28,6 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// writerCacheKiB is the writer connection's page cache, in KiB; the
-// reader connections keep SQLite's default (2 MiB).
-const writerCacheKiB = 64 << 10
-
 // Engine is the SQLite engine. It is safe for concurrent use. The zero
 // value is not usable; call Open.
 type Engine struct {
@@ -111,12 +107,8 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	busy := "busy_timeout(" + strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10) + ")"
 	synchronous := "synchronous(" + cfg.Synchronous + ")"
-	// The writer's page cache holds writerCacheKiB: a transaction that
-	// dirties more pages than the cache holds (an arbitration of a
-	// thousand keys spread over a large file's b-trees) spills them to
-	// the WAL before its commit, and reads them back.
 	e.writer, err = sql.Open("sqlite", dsn(path, url.Values{
-		"_pragma": {busy, "journal_mode(WAL)", synchronous, "foreign_keys(1)", "cache_size(-" + strconv.Itoa(writerCacheKiB) + ")"},
+		"_pragma": {busy, "journal_mode(WAL)", synchronous, "foreign_keys(1)"},
 		"_txlock": {"immediate"},
 	}))
 	if err != nil {
