@@ -310,6 +310,15 @@ SELECT coalesce((SELECT wanted_until FROM m), g.wanted_until), now() FROM {schem
 	// transaction.
 	sqlRecordWantLockTimeout = declare("sqlRecordWantLockTimeout", `SELECT set_config('lock_timeout', $1, true)`)
 
+	// sqlRecordGenericPlan makes the rest of its transaction run its
+	// prepared statements' generic plans: sent with sqlRecordClaimNext in
+	// one batch, one transaction. The planner never picks the generic plan
+	// of sqlRecordClaimNext by itself (it costs LIMIT @n as a tenth of the
+	// group), so every claim was planned anew, which took as long as
+	// running it; the generic plan is the custom one's, the same index
+	// scans.
+	sqlRecordGenericPlan = declare("sqlRecordGenericPlan", `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
+
 	// $1 group, $2 now. The first unleased record, and the earliest lease:
 	// expired, the group has recovery work; else it is when the next lease
 	// lapses. Each is read in its index's order, one entry: as EXISTS or
@@ -763,6 +772,12 @@ func (r *records) queryRecordsOnce(ctx context.Context, query string, args ...an
 	if err != nil {
 		return nil, interpretError(err)
 	}
+	return scanRecords(rows)
+}
+
+// scanRecords reads and closes rows of records, and returns them sorted
+// by id.
+func scanRecords(rows pgx.Rows) ([]record.Record, error) {
 	defer rows.Close()
 	var out []record.Record
 	for rows.Next() {
@@ -820,9 +835,27 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	return r.queryRecords(ctx, r.e.sql(sqlRecordClaimNext), pgx.StrictNamedArgs{
-		"owner": p.Owner, "ttl": interval(p.TTL), "now": nowArg(p.Now), "grp": p.Group, "n": p.N,
+	args := pgx.StrictNamedArgs{"owner": p.Owner, "ttl": interval(p.TTL), "now": nowArg(p.Now), "grp": p.Group, "n": p.N}
+	var out []record.Record
+	err := r.e.retryTransient(ctx, func() error {
+		b := &pgx.Batch{}
+		b.Queue(r.e.sql(sqlRecordGenericPlan))
+		b.Queue(r.e.sql(sqlRecordClaimNext), args)
+		br := r.e.pool.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return interpretError(err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return interpretError(err)
+		}
+		if out, err = scanRecords(rows); err != nil {
+			return err
+		}
+		return interpretError(br.Close())
 	})
+	return out, err
 }
 
 func (r *records) Renew(ctx context.Context, p record.RenewParams) (record.Lease, error) {

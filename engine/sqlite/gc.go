@@ -21,7 +21,9 @@ import (
 // interleaves with a put or a pin. A batch of keys is bound as one JSON
 // array, read with json_each.
 const (
-	sqlArbBlobs = `SELECT key, size FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
+	// sqlArbBlobs reads the stored ones of the keys: each with its size,
+	// its object (or NULL) and whether its value is a chunk set.
+	sqlArbBlobs = `SELECT key, size, object, chunks IS NOT NULL FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
 	// sqlArbKept answers the keys a live pin or strong ref, or a parent,
 	// keeps.
 	sqlArbKept = `SELECT key FROM pins WHERE key IN (SELECT value FROM json_each(?1)) AND expiry > ?2
@@ -98,11 +100,12 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 	var verdicts []blob.Verdict
 	var objects []string
 	err := b.e.writeTx(ctx, func(tx *sql.Tx) error {
+		objects = nil
 		if err := b.checkFuncSources(ctx, tx); err != nil {
 			return err
 		}
 		all := keyArray(keys)
-		sizes, err := storedSizes(ctx, tx, all)
+		stored, err := storedRows(ctx, tx, all)
 		if err != nil {
 			return err
 		}
@@ -116,7 +119,7 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		}
 		var ask []blob.Key
 		for _, k := range keys {
-			if _, ok := sizes[k]; ok && !pinned[k] {
+			if _, ok := stored[k]; ok && !pinned[k] {
 				ask = append(ask, k)
 			}
 		}
@@ -126,24 +129,34 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		}
 		verdicts = make([]blob.Verdict, len(keys))
 		var gone []blob.Key
+		chunked := false
 		for i, k := range keys {
-			size, stored := sizes[k]
+			row, ok := stored[k]
 			switch {
-			case !stored:
+			case !ok:
 				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Absent}
 			case pinned[k] || refs[k]:
 				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Protected}
 			default:
-				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Deleted, Size: size}
+				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Deleted, Size: row.size}
 				gone = append(gone, k)
+				if row.object != "" {
+					objects = append(objects, row.object)
+				}
+				chunked = chunked || row.chunked
 			}
 		}
 		if dry || len(gone) == 0 {
+			objects = nil
 			return nil
 		}
 		doomed := keyArray(gone)
-		if objects, err = queryNames(ctx, tx, sqlDoomedObjects, doomed); err != nil {
-			return err
+		if chunked {
+			chunkObjects, err := queryNames(ctx, tx, sqlDoomedChunkObjects, doomed)
+			if err != nil {
+				return err
+			}
+			objects = append(objects, chunkObjects...)
 		}
 		for _, q := range []string{sqlArbDeleteBlobs, sqlArbDeleteStage, sqlArbDeletePins, sqlArbDeleteRefs, sqlArbDeleteEdges} {
 			if _, err := tx.ExecContext(ctx, q, doomed); err != nil {
@@ -158,28 +171,36 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 	return verdicts, err
 }
 
-// storedSizes returns the sizes of the stored ones of the keys in the
-// JSON array all.
-func storedSizes(ctx context.Context, q queryer, all string) (map[blob.Key]int64, error) {
+// storedRow is what an arbitration reads of a stored blob.
+type storedRow struct {
+	size    int64
+	object  string // "" when the value is not one object
+	chunked bool   // the value is a chunk set
+}
+
+// storedRows reads the stored ones of the keys in the JSON array all.
+func storedRows(ctx context.Context, q queryer, all string) (map[blob.Key]storedRow, error) {
 	rows, err := q.QueryContext(ctx, sqlArbBlobs, all)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	sizes := map[blob.Key]int64{}
+	stored := map[blob.Key]storedRow{}
 	for rows.Next() {
 		var text string
-		var size int64
-		if err := rows.Scan(&text, &size); err != nil {
+		var row storedRow
+		var object sql.NullString
+		if err := rows.Scan(&text, &row.size, &object, &row.chunked); err != nil {
 			return nil, err
 		}
 		key, err := blob.ParseKey(text)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: stored key: %w", err)
 		}
-		sizes[key] = size
+		row.object = object.String
+		stored[key] = row
 	}
-	return sizes, rows.Err()
+	return stored, rows.Err()
 }
 
 // queryKeys runs a query whose one column is a stored key.

@@ -40,10 +40,9 @@ AND EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?2 AND off = ?3 AND object 
 	sqlObjectNamed = `SELECT EXISTS (SELECT 1 FROM blob_chunks WHERE chunks = ?1 AND off = ?2 AND object = ?3 AND len IS NULL)`
 	sqlObjectLen   = `UPDATE blob_chunks SET len = ?1 WHERE chunks = ?2 AND off = ?3 AND object = ?4`
 	sqlObjectDrop  = `DELETE FROM blob_chunks WHERE chunks = ?1 AND off = ?2 AND object = ?3`
-	// sqlDoomedObjects answers the objects of the blobs in the JSON array
-	// ?1: their own, and their chunks'.
-	sqlDoomedObjects = `SELECT object FROM blobs WHERE key IN (SELECT value FROM json_each(?1)) AND object IS NOT NULL
-UNION ALL SELECT c.object FROM blobs b JOIN blob_chunks c ON c.chunks = b.chunks
+	// sqlDoomedChunkObjects answers the objects of the chunks of the
+	// blobs in the JSON array ?1 (a blob's own object is read with it).
+	sqlDoomedChunkObjects = `SELECT c.object FROM blobs b JOIN blob_chunks c ON c.chunks = b.chunks
 WHERE b.key IN (SELECT value FROM json_each(?1)) AND c.object IS NOT NULL`
 	sqlOrphanCursor    = `SELECT token FROM gc_orphans WHERE id = 1`
 	sqlOrphanCursorSet = `UPDATE gc_orphans SET token = ?1 WHERE id = 1`

@@ -63,4 +63,14 @@ func TestUploadRefusals(t *testing.T) {
 	if resp, body := c.do("GET", loc, nil, nil); resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "BLOB_UPLOAD_UNKNOWN") {
 		t.Fatalf("after a PUT with a body refused DIGEST_INVALID the upload is %d %s, want 404 BLOB_UPLOAD_UNKNOWN", resp.StatusCode, body)
 	}
+
+	// The same for an upload that took no chunk: its PUT's body is the
+	// whole blob, and the upload ends with the PUT, refused or not.
+	loc = begin()
+	if resp, body := c.do("PUT", loc+"?digest=sha256:"+fmt.Sprintf("%064x", 1), nil, []byte("whole")); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "DIGEST_INVALID") {
+		t.Fatalf("a whole-blob PUT with a wrong digest = %d %s, want 400 DIGEST_INVALID", resp.StatusCode, body)
+	}
+	if resp, body := c.do("GET", loc, nil, nil); resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "BLOB_UPLOAD_UNKNOWN") {
+		t.Fatalf("after a whole-blob PUT refused DIGEST_INVALID the upload is %d %s, want 404 BLOB_UPLOAD_UNKNOWN", resp.StatusCode, body)
+	}
 }

@@ -202,13 +202,17 @@ func (g *Registry) linked(ctx context.Context, name string) (ref.Ref, bool, erro
 }
 
 // linkBlob links the stored blob d to repo, and keeps it for PendingTTL
-// unless a manifest references it meanwhile. The pending ref is set first:
-// once the link is seen, the blob is kept. Either Set fails with
-// ErrNotFound when d was collected first.
+// unless a manifest references it meanwhile. The caller holds d stored
+// and protected (a put's pin, or a live pending ref) while linkBlob runs,
+// so the two refs are set side by side, a round trip instead of two in
+// turn: either fails with ErrNotFound only when d was collected first,
+// and a weak link set then goes with it.
 func (g *Registry) linkBlob(ctx context.Context, repo string, d blob.Key) error {
-	if _, err := g.st.Refs.Set(ctx, pendingRef(repo, d), d, ref.SetOptions{TTL: g.opts.PendingTTL}); err != nil {
-		return err
-	}
+	pending := make(chan error, 1)
+	go func() {
+		_, err := g.st.Refs.Set(ctx, pendingRef(repo, d), d, ref.SetOptions{TTL: g.opts.PendingTTL})
+		pending <- err
+	}()
 	_, err := g.st.Refs.Set(ctx, blobRef(repo, d), d, ref.SetOptions{Weak: true})
-	return err
+	return errors.Join(<-pending, err)
 }

@@ -265,12 +265,16 @@ func (g *Registry) finishUpload(w http.ResponseWriter, r *http.Request, rt route
 	if u.Size() == 0 && hasBody(r) {
 		// Nothing appended (oras's and regctl's push): the body is the
 		// whole blob, stored as a monolithic POST's is, and the empty
-		// upload goes.
-		if err := g.putWhole(r, rt.name, d, r.Body, n); err != nil {
-			return err
+		// upload goes meanwhile, a round trip beside the put's, whether
+		// the put succeeds or not: a retry starts over with a new upload.
+		aborted := make(chan error, 1)
+		go func() { aborted <- u.Abort(r.Context()) }()
+		err := g.putWhole(r, rt.name, d, r.Body, n)
+		if aerr := <-aborted; aerr != nil {
+			g.log.Warn("registry: discarding an empty upload failed (its lease reaps it)", "upload", u.ID(), "err", aerr)
 		}
-		if err := u.Abort(r.Context()); err != nil {
-			g.log.Warn("registry: discarding an empty upload failed (its lease reaps it)", "upload", u.ID(), "err", err)
+		if err != nil {
+			return err
 		}
 		created(w, loc, d)
 		return nil
