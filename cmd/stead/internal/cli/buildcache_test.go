@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,10 +23,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// serveGRPC runs `stead serve` on mem:// with args until the test ends,
-// and dials the gRPC address it prints; stop ends serve and returns its
-// exit code and standard error.
-func serveGRPC(t *testing.T, args ...string) (conn *grpc.ClientConn, stop func() (code int, stderr string)) {
+// startServe runs `stead serve` on mem:// with args until the test ends,
+// and returns the address serve prints after scheme ("http://",
+// "grpc://"); stop ends serve and returns its exit code and standard
+// error.
+func startServe(t *testing.T, scheme string, args ...string) (addr string, stop func() (code int, stderr string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -43,24 +45,93 @@ func serveGRPC(t *testing.T, args ...string) (conn *grpc.ClientConn, stop func()
 	}
 	t.Cleanup(func() { stop() })
 	rd := bufio.NewReader(pr)
-	var addr string
 	for addr == "" {
 		line, err := rd.ReadString('\n')
 		if err != nil {
 			_, e := stop()
-			t.Fatalf("serve printed no gRPC address: %v; stderr %q", err, e)
+			t.Fatalf("serve printed no %s address: %v; stderr %q", scheme, err, e)
 		}
-		if _, a, ok := strings.Cut(strings.TrimSpace(line), "grpc://"); ok {
+		if _, a, ok := strings.Cut(strings.TrimSpace(line), scheme); ok {
 			addr = a
 		}
 	}
 	go io.Copy(io.Discard, rd)
+	return addr, stop
+}
+
+// serveGRPC is startServe dialing the gRPC address serve prints.
+func serveGRPC(t *testing.T, args ...string) (conn *grpc.ClientConn, stop func() (code int, stderr string)) {
+	t.Helper()
+	addr, stop := startServe(t, "grpc://", args...)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn, stop
+}
+
+// TestServeBuildCacheHTTP puts and gets an entry through each of the
+// build cache's HTTP protocols on `stead serve --build-cache`, behind the
+// server's token (bearer, and Gradle's Basic password); without
+// --build-cache the routes are not served.
+func TestServeBuildCacheHTTP(t *testing.T) {
+	t.Parallel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startServe(t, "http://", "--token-file", tokenFile, "--build-cache")
+	base := "http://" + addr
+	do := func(method, path string, body []byte, auth func(*http.Request)) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != nil {
+			auth(req)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok") }
+	basic := func(r *http.Request) { r.SetBasicAuth("token", "tok") }
+	content := []byte("an output of the build")
+	sum := sha256.Sum256(content)
+	digest := hex.EncodeToString(sum[:])
+	for _, c := range []struct {
+		what, path string
+		auth       func(*http.Request)
+	}{
+		{"Bazel's cas/", "/cache/cas/" + digest, bearer},
+		{"Turborepo's", "/v8/artifacts/0123abcd", bearer},
+		{"Nx's", "/nx/v1/cache/4567", bearer},
+		{"Gradle's", "/gradle/abc123", basic},
+	} {
+		if code, _ := do("PUT", c.path, content, nil); code != http.StatusUnauthorized {
+			t.Errorf("%s PUT without credentials = %d, want 401", c.what, code)
+		}
+		if code, b := do("PUT", c.path, content, c.auth); code/100 != 2 {
+			t.Errorf("%s PUT = %d %q", c.what, code, b)
+		}
+		if code, b := do("GET", c.path, nil, c.auth); code != http.StatusOK || !bytes.Equal(b, content) {
+			t.Errorf("%s GET = %d %q, want 200 and the content", c.what, code, b)
+		}
+	}
+	if code, _ := stop(); code != 0 {
+		t.Fatalf("serve exited %d after cancel", code)
+	}
+	addr, _ = startServe(t, "http://", "--token-file", tokenFile)
+	base = "http://" + addr
+	if code, _ := do("GET", "/cache/cas/"+digest, nil, bearer); code != http.StatusNotFound {
+		t.Fatalf("GET /cache/ without --build-cache = %d, want 404", code)
+	}
 }
 
 // TestServeBuildCacheGRPC serves the build cache over gRPC beside HTTP,
