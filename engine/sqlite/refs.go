@@ -109,11 +109,20 @@ func (m refMech) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
 	if err := m.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	r, err := scanRef(m.e.reader.QueryRowContext(ctx, sqlRefGet, p.Name, clock.OrNow(p.Now).UnixMicro()).Scan)
+	r, err := m.read(ctx, p.Name, clock.OrNow(p.Now))
 	if err != nil {
 		return ref.Ref{}, readError(ctx, err)
 	}
 	return r, nil
+}
+
+// read reads the ref name live at now on the reader.
+func (m refMech) read(ctx context.Context, name string, now time.Time) (ref.Ref, error) {
+	s, err := m.e.refGet.get(ctx)
+	if err != nil {
+		return ref.Ref{}, err
+	}
+	return scanRef(s.QueryRowContext(ctx, name, now.UnixMicro()).Scan)
 }
 
 func (m refMech) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) {
@@ -123,7 +132,7 @@ func (m refMech) Touch(ctx context.Context, p ref.TouchParams) (ref.Ref, error) 
 	if p.Lazy {
 		// A read answers a ref with half its TTL left, writing nothing.
 		now := clock.OrNow(p.Now)
-		r, err := scanRef(m.e.reader.QueryRowContext(ctx, sqlRefGet, p.Name, now.UnixMicro()).Scan)
+		r, err := m.read(ctx, p.Name, now)
 		if err != nil {
 			return ref.Ref{}, readError(ctx, err)
 		}

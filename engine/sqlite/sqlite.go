@@ -46,6 +46,9 @@ type Engine struct {
 	blobs   blobs
 	locks   locks
 	records records
+	// refGet is sqlRefGet on the reader: every ref read outside a write
+	// (a build cache's membership test per request) skips the parse.
+	refGet stmt
 	// tier is the bytes tier (nil: none); attachTier sets tierReady once
 	// the store's record and the bucket's marker agree.
 	tier      *bytestier.Tier
@@ -126,6 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.blobs.init(e)
 	e.locks.init(e)
 	e.records.init(e)
+	e.refGet = stmt{db: e.reader, query: sqlRefGet}
 	// The writer connects first: it turns the file into a WAL database
 	// before any reader opens it, and fails fast on a file that is no
 	// database.
@@ -175,7 +179,7 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) close() error {
-	errs := []error{e.blobs.close(), e.locks.close(), e.records.close(), e.releaseInstances()}
+	errs := []error{e.blobs.close(), e.locks.close(), e.records.close(), e.refGet.close(), e.releaseInstances()}
 	// The writer closes last: the last connection to close checkpoints the
 	// WAL into the database file.
 	if e.reader != nil {
