@@ -268,7 +268,6 @@ func startSteadCache(ctx context.Context) (string, string, func(), error) {
 		gs.Stop()
 		cancel()
 		<-errc
-		cache.Close()
 		cleanup()
 	}, nil
 }

@@ -25,7 +25,6 @@ func TestBazelRemoteHit(t *testing.T) {
 	bazel := fronttest.Tool(t, "bazel", "STEAD_BAZEL", "STEAD_REQUIRE_BAZEL")
 	st := openSQLite(t)
 	cache := buildcache.New(st, buildcache.Options{})
-	t.Cleanup(cache.Close)
 	addr := fronttest.Serve(t, st, server.Options{Token: "bz-token", Mounts: []server.Mount{{Prefix: buildcache.Prefix, Handler: cache}}})
 	gln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

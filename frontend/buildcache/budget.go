@@ -101,6 +101,9 @@ func (c *Cache) Evict(ctx context.Context) (EvictReport, error) {
 		if err != nil {
 			return rep, fmt.Errorf("build cache evict: %w", err)
 		}
+		if strings.HasPrefix(rf.Name, uploadPrefix) {
+			continue // an upload in progress, not an entry
+		}
 		blobs, err := c.kept(ctx, rf)
 		if err != nil {
 			return rep, fmt.Errorf("build cache evict: %s: %w", rf.Name, err)

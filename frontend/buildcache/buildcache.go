@@ -70,12 +70,11 @@ type Options struct {
 // Cache serves the HTTP cache protocol over one store. It is safe for
 // concurrent use.
 type Cache struct {
-	st      *stead.Store
-	opts    Options
-	log     *slog.Logger
-	uploads *uploads
-	recent  recency
-	memo    evictMemo
+	st     *stead.Store
+	opts   Options
+	log    *slog.Logger
+	recent recency
+	memo   evictMemo
 }
 
 // New returns a Cache over st, which stays the caller's to close.
@@ -92,7 +91,7 @@ func New(st *stead.Store, opts Options) *Cache {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Cache{st: st, opts: opts, log: opts.Logger, uploads: newUploads(),
+	return &Cache{st: st, opts: opts, log: opts.Logger,
 		memo: evictMemo{kept: map[blob.Key][]blob.Key{}, size: map[blob.Key]int64{}}}
 }
 
@@ -126,10 +125,6 @@ func authorizeAction(w http.ResponseWriter, r *http.Request, action string) bool
 	}
 	return false
 }
-
-// Close ends the gRPC uploads in progress (GRPC); it does not close the
-// store.
-func (c *Cache) Close() { c.uploads.closeAll() }
 
 // ServeHTTP serves a request under Prefix.
 func (c *Cache) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -74,7 +74,6 @@ func newCacheOpts(t *testing.T, opts buildcache.Options) *cacheClient {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	cache := buildcache.New(st, opts)
-	t.Cleanup(cache.Close)
 	addr := fronttest.Serve(t, st, server.Options{Token: "tok", Mounts: []server.Mount{
 		{Prefix: buildcache.Prefix, Handler: cache},
 		{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},

@@ -7,9 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/klauspost/compress/zstd"
@@ -17,19 +14,30 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
 // readChunk is the most data one ByteStream Read answer carries.
 const readChunk = 1 << 20
 
-// Uploads in progress (ByteStream Write) are held in this process's
-// memory: one interrupted can be resumed from its committed size while
-// the process runs, for uploadIdle after its last write; at most
-// maxPendingUploads are in progress at once.
+// A ByteStream Write in progress is a durable upload of the store
+// (blob.Upload), named by a ref under uploadPrefix whose annotation is
+// the upload's id, so any server over the same database answers
+// QueryWriteStatus and resumes it (docs/guides/build-cache.md).
 const (
-	uploadIdle        = 10 * time.Minute
-	maxPendingUploads = 256
+	// uploadPrefix holds the refs naming uploads in progress, by the
+	// SHA-256 of the client's upload name; a ref keeps a blob of that
+	// name and lasts uploadRefTTL, the longest an upload can.
+	uploadPrefix = cachePrefix + "uploads/"
+	uploadRefTTL = blob.MaxUploadLease
+	// uploadOwner owns the cache's uploads: no other owner resumes them.
+	uploadOwner = "stead build cache"
+	// appendSize is the most of a Write one append takes: without a bytes
+	// tier its chunks commit as they fill, on a tier it is one object,
+	// committed whole, so a broken stream loses at most this much.
+	appendSize = 16 << 20
 )
 
 // parseDigest reads "{hash}/{size}" from segs.
@@ -249,111 +257,22 @@ func (g *reapi) readZstd(stream bytestream.ByteStream_ReadServer, d *repb.Digest
 	return nil
 }
 
-// upload is a ByteStream Write in progress: its bytes flow through a
-// pipe into the blob store's streaming put, which runs until the upload
-// is finished or abandoned.
-type upload struct {
-	d      *repb.Digest
-	zstd   bool       // the writes are the blob's zstd compression
-	active sync.Mutex // held by the stream writing it
-	pw     *io.PipeWriter
-	// committed is the bytes the put has taken (compressed ones for
-	// zstd).
-	committed atomic.Int64
-	done      chan struct{}
-	err       error // the put's outcome, once done
-	cancel    context.CancelFunc
-	idle      *time.Timer
-}
-
-// uploads are the Writes in progress, by upload name.
-type uploads struct {
-	mu sync.Mutex
-	m  map[string]*upload
-}
-
-func newUploads() *uploads { return &uploads{m: map[string]*upload{}} }
-
-// get returns the upload named id, starting it when new.
-func (us *uploads) get(c *Cache, id string, res resource) (*upload, error) {
-	d := res.d
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	if u, ok := us.m[id]; ok {
-		return u, nil
-	}
-	if len(us.m) >= maxPendingUploads {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d uploads in progress: finish or abandon one", len(us.m))
-	}
-	if d.GetSizeBytes() > c.opts.MaxBlobSize {
-		return nil, status.Errorf(codes.InvalidArgument, "blob of %d bytes, over %d", d.GetSizeBytes(), c.opts.MaxBlobSize)
-	}
-	k, _ := digestKey(d)
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	u := &upload{d: d, zstd: res.zstd, pw: pw, done: make(chan struct{}), cancel: cancel}
-	go func() {
-		var src io.Reader = pr
-		if res.zstd {
-			dec, err := zstd.NewReader(pr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
-			if err != nil {
-				u.err = err
-				pr.CloseWithError(err)
-				close(u.done)
-				return
-			}
-			defer dec.Close()
-			src = &exactly{r: &zstdErrors{dec}, left: d.GetSizeBytes()}
-		}
-		u.err = c.putContent(ctx, k, src)
-		pr.CloseWithError(errors.Join(u.err, io.ErrClosedPipe))
-		close(u.done)
-	}()
-	us.m[id] = u
-	return u, nil
-}
-
-func (us *uploads) lookup(id string) *upload {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	return us.m[id]
-}
-
-// drop ends the upload named id, if it is u, and its put.
-func (us *uploads) drop(id string, u *upload, why error) {
-	us.mu.Lock()
-	if us.m[id] == u {
-		delete(us.m, id)
-	}
-	us.mu.Unlock()
-	u.pw.CloseWithError(why)
-	u.cancel()
-}
-
-// closeAll ends every upload in progress and waits for their puts.
-func (us *uploads) closeAll() {
-	us.mu.Lock()
-	all := us.m
-	us.m = map[string]*upload{}
-	us.mu.Unlock()
-	for _, u := range all {
-		u.pw.CloseWithError(errors.New("build cache closed"))
-		u.cancel()
-		<-u.done
-	}
-}
-
 // Write stores a blob from a sequence of writes, verified against the
-// digest its resource name carries. An interrupted Write can be resumed
-// from the committed size QueryWriteStatus answers, by a Write whose
-// first write_offset is that size, while this process runs (uploads are
-// held in memory). Content already in the cache is answered at once
-// with its whole size.
+// digest its resource name carries. The writes are appended to a
+// durable upload as they arrive, so an interrupted Write is resumed
+// through any server over the same database by a Write whose first
+// write_offset is the committed size QueryWriteStatus answers; another
+// offset is INVALID_ARGUMENT and leaves the upload as it was. Data past
+// the digest's size, or a finished upload of other content than the
+// digest, is INVALID_ARGUMENT and discards the upload. A compressed
+// upload holds the compressed bytes, decoded and verified once finished.
+// Content already in the cache is answered at once.
 func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 	req, err := stream.Recv()
 	if err != nil {
 		return err
 	}
+	ctx := stream.Context()
 	name := req.GetResourceName()
 	res, id, err := parseWriteName(name)
 	if err != nil {
@@ -361,7 +280,7 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 	}
 	d := res.d
 	k, _ := digestKey(d)
-	if ok, err := g.c.hasContent(stream.Context(), k); err != nil {
+	if ok, err := g.c.hasContent(ctx, k); err != nil {
 		return g.grpcErr(err)
 	} else if ok {
 		// The API's answer for content already stored: its size, or -1
@@ -372,73 +291,60 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 		}
 		return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: committed})
 	}
-	u, err := g.uploads.get(g.c, id, res)
+	if d.GetSizeBytes() > g.c.opts.MaxBlobSize {
+		return status.Errorf(codes.InvalidArgument, "blob of %d bytes, over %d", d.GetSizeBytes(), g.c.opts.MaxBlobSize)
+	}
+	max := d.GetSizeBytes()
+	if res.zstd {
+		max = zstdBound(max)
+	}
+	if req.GetWriteOffset() == 0 && req.GetFinishWrite() {
+		// The whole blob in one message: no upload to resume.
+		src := &writeSource{name: name, max: max, left: max}
+		if err := src.take(req); err != nil {
+			return err
+		}
+		if !res.zstd && int64(len(req.GetData())) != d.GetSizeBytes() {
+			return status.Errorf(codes.InvalidArgument, "finished at %d bytes, the digest says %d", len(req.GetData()), d.GetSizeBytes())
+		}
+		if err := g.c.putWritten(ctx, k, res, src); err != nil {
+			return g.grpcErr(err)
+		}
+		return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: int64(len(req.GetData()))})
+	}
+	up, rf, err := g.c.upload(ctx, id, req.GetWriteOffset())
 	if err != nil {
+		return g.grpcErr(err)
+	}
+	src := &writeSource{stream: stream, name: name, off: up.Size(), max: max}
+	if err := src.take(req); err != nil {
 		return err
 	}
-	if !u.active.TryLock() {
-		return status.Errorf(codes.Aborted, "upload %.200q is being written by another Write", id)
-	}
-	defer u.active.Unlock()
-	if u.idle != nil {
-		u.idle.Stop()
-	}
-	for {
-		if err := g.write(u, name, req); err != nil {
-			g.uploads.drop(id, u, err)
-			return err
-		}
-		if req.GetFinishWrite() {
-			if !u.zstd && u.committed.Load() != d.GetSizeBytes() {
-				err := status.Errorf(codes.InvalidArgument, "finished at %d bytes, the digest says %d", u.committed.Load(), d.GetSizeBytes())
-				g.uploads.drop(id, u, err)
-				return err
+	for !src.finished || len(src.data) > 0 {
+		src.left = appendSize
+		if _, err := up.Append(ctx, src); err != nil || src.closed {
+			if src.tooMuch {
+				g.c.dropUpload(ctx, up, rf)
 			}
-			u.pw.Close()
-			<-u.done
-			g.uploads.drop(id, u, io.ErrClosedPipe)
-			if u.err != nil {
-				return g.grpcErr(u.err)
+			if src.err != nil {
+				return src.err
 			}
-			return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: u.committed.Load()})
-		}
-		if req, err = stream.Recv(); err != nil {
-			// Interrupted (cancelled, or closed unfinished): kept for a
-			// Write that resumes it.
-			u.idle = time.AfterFunc(uploadIdle, func() { g.uploads.drop(id, u, errors.New("upload abandoned")) })
-			if errors.Is(err, io.EOF) {
-				return status.Error(codes.InvalidArgument, "stream closed before finish_write")
-			}
-			return err
+			return g.grpcErr(err)
 		}
 	}
-}
-
-// write hands one WriteRequest's data to u's put.
-func (g *reapi) write(u *upload, name string, req *bytestream.WriteRequest) error {
-	if n := req.GetResourceName(); n != "" && n != name {
-		return status.Errorf(codes.InvalidArgument, "resource name %.200q changed within a Write", n)
+	if size := up.Size(); !res.zstd && size != d.GetSizeBytes() {
+		g.c.dropUpload(ctx, up, rf)
+		return status.Errorf(codes.InvalidArgument, "finished at %d bytes, the digest says %d", size, d.GetSizeBytes())
 	}
-	committed := u.committed.Load()
-	if req.GetWriteOffset() != committed {
-		return status.Errorf(codes.InvalidArgument, "write_offset %d, the committed size is %d", req.GetWriteOffset(), committed)
+	if err := g.c.commitUpload(ctx, up, rf, k, res); err != nil {
+		return g.grpcErr(err)
 	}
-	if max := u.d.GetSizeBytes(); !u.zstd && committed+int64(len(req.GetData())) > max {
-		return status.Errorf(codes.InvalidArgument, "more than the digest's %d bytes", max)
-	} else if max = zstdBound(max); u.zstd && committed+int64(len(req.GetData())) > max {
-		return status.Errorf(codes.InvalidArgument, "more than %d compressed bytes for the digest's %d", max, u.d.GetSizeBytes())
-	}
-	n, err := u.pw.Write(req.GetData())
-	u.committed.Add(int64(n))
-	if err != nil {
-		<-u.done
-		return g.grpcErr(fmt.Errorf("storing the upload: %w", errors.Join(u.err, err)))
-	}
-	return nil
+	return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: up.Size()})
 }
 
 // QueryWriteStatus answers how much of an upload is committed: all of it
-// once the content is in the cache, NOT_FOUND for an upload unknown.
+// once the content is in the cache, NOT_FOUND for an upload unknown or
+// ended.
 func (g *reapi) QueryWriteStatus(ctx context.Context, req *bytestream.QueryWriteStatusRequest) (*bytestream.QueryWriteStatusResponse, error) {
 	res, id, err := parseWriteName(req.GetResourceName())
 	if err != nil {
@@ -454,11 +360,194 @@ func (g *reapi) QueryWriteStatus(ctx context.Context, req *bytestream.QueryWrite
 		}
 		return &bytestream.QueryWriteStatusResponse{CommittedSize: committed, Complete: true}, nil
 	}
-	u := g.uploads.lookup(id)
-	if u == nil {
+	up, _, err := g.c.resumeUpload(ctx, id)
+	if errors.Is(err, steaderr.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "no upload %.200q in progress", id)
 	}
-	return &bytestream.QueryWriteStatusResponse{CommittedSize: u.committed.Load()}, nil
+	if err != nil {
+		return nil, g.grpcErr(err)
+	}
+	return &bytestream.QueryWriteStatusResponse{CommittedSize: up.Size()}, nil
+}
+
+// uploadRef is the name of the ref naming the upload id (a Write's
+// resource name up to its blob), and the key of the blob it keeps, id's
+// bytes.
+func uploadRef(id string) (string, blob.Key) {
+	k := blob.KeyOf([]byte(id))
+	return uploadPrefix + hexOf(k), k
+}
+
+// resumeUpload returns the upload in progress named id and the ref naming
+// it; ErrNotFound when there is none (never begun, ended or reaped).
+func (c *Cache) resumeUpload(ctx context.Context, id string) (*blob.Upload, ref.Ref, error) {
+	name, _ := uploadRef(id)
+	rf, err := c.st.Refs.Get(ctx, name)
+	if err != nil {
+		return nil, rf, err
+	}
+	up, err := c.st.Blobs.ResumeUpload(ctx, string(rf.Annotation), blob.UploadOptions{Owner: uploadOwner})
+	if errors.Is(err, steaderr.ErrLost) {
+		return nil, rf, fmt.Errorf("upload %.200q: %w: %w", id, steaderr.ErrNotFound, err)
+	}
+	return up, rf, err
+}
+
+// upload returns the upload in progress named id, or, for a Write from
+// offset 0, begins one and names it; a Write from another offset with no
+// upload to continue is INVALID_ARGUMENT.
+func (c *Cache) upload(ctx context.Context, id string, off int64) (*blob.Upload, ref.Ref, error) {
+	for range 3 {
+		up, rf, err := c.resumeUpload(ctx, id)
+		if !errors.Is(err, steaderr.ErrNotFound) {
+			return up, rf, err
+		}
+		if off != 0 {
+			return nil, rf, status.Errorf(codes.InvalidArgument, "write_offset %d, the committed size is 0 (no upload %.200q in progress)", off, id)
+		}
+		up, err = c.st.Blobs.BeginUpload(ctx, blob.UploadOptions{Owner: uploadOwner})
+		if err != nil {
+			return nil, rf, err
+		}
+		name, key := uploadRef(id)
+		opts := ref.SetOptions{TTL: uploadRefTTL, Annotation: []byte(up.ID()), IfAbsent: rf.Version == 0, IfVersion: rf.Version}
+		if _, err = c.st.Blobs.Put(ctx, strings.NewReader(id)); err == nil {
+			rf, err = c.st.Refs.Set(ctx, name, key, opts)
+		}
+		if err == nil {
+			return up, rf, nil
+		}
+		_ = up.Abort(context.WithoutCancel(ctx))
+		if !errors.Is(err, steaderr.ErrConflict) {
+			return nil, rf, err
+		}
+		// Another Write named its upload first, or this ref lapsed: look again.
+	}
+	return nil, ref.Ref{}, status.Errorf(codes.Aborted, "upload %.200q is being begun by another Write", id)
+}
+
+// dropUpload ends up, when not nil, and deletes rf, the ref naming it
+// (unless named again meanwhile). Failures are logged: an upload left is
+// reaped with its lease, and its ref lapses.
+func (c *Cache) dropUpload(ctx context.Context, up *blob.Upload, rf ref.Ref) {
+	ctx = context.WithoutCancel(ctx)
+	if up != nil {
+		if err := up.Abort(ctx); err != nil {
+			c.log.Warn("build cache: aborting an upload", "err", err)
+		}
+	}
+	if err := c.st.Refs.Delete(ctx, rf.Name, rf.Version); err != nil && !errors.Is(err, steaderr.ErrNotFound) && !errors.Is(err, steaderr.ErrConflict) {
+		c.log.Warn("build cache: deleting an upload's ref", "ref", rf.Name, "err", err)
+	}
+}
+
+// commitUpload stores up's bytes as the content k (res's blob) and ends
+// the upload named by rf: as they are, verified against k (other bytes
+// discard the upload), or, for a compressed upload, committed and then
+// decoded into k.
+func (c *Cache) commitUpload(ctx context.Context, up *blob.Upload, rf ref.Ref, k blob.Key, res resource) error {
+	if !res.zstd {
+		_, err := up.Commit(ctx, blob.CommitOptions{Expect: k})
+		switch {
+		case errors.Is(err, steaderr.ErrDigestMismatch):
+			c.dropUpload(ctx, up, rf)
+			return err
+		case err != nil:
+			return err
+		}
+		c.dropUpload(ctx, nil, rf)
+		return c.keepContent(ctx, k)
+	}
+	// The compressed bytes are a blob of their own, pinned for a while
+	// and kept by nothing once decoded.
+	zk, err := up.Commit(ctx, blob.CommitOptions{})
+	if err != nil {
+		return err
+	}
+	c.dropUpload(ctx, nil, rf)
+	rd, err := c.st.Blobs.Get(ctx, zk)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	return c.putWritten(ctx, k, res, rd)
+}
+
+// putWritten stores r, res's data as written (zstd-compressed for a
+// compressed resource), as the content k.
+func (c *Cache) putWritten(ctx context.Context, k blob.Key, res resource, r io.Reader) error {
+	if !res.zstd {
+		return c.putContent(ctx, k, r)
+	}
+	dec, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	return c.putContent(ctx, k, &exactly{r: &zstdErrors{dec}, left: res.d.GetSizeBytes()})
+}
+
+// writeSource reads a Write's data from its stream, message by message,
+// each of which must continue where the last ended, at most left bytes
+// (one append) at a time and max in all. Its end is finish_write, or the
+// stream closed (closed) or failed (err).
+type writeSource struct {
+	stream   bytestream.ByteStream_WriteServer
+	name     string
+	data     []byte // the last message's data not yet read
+	off      int64  // the upload's offset past data
+	max      int64
+	left     int64
+	finished bool  // finish_write has been received
+	closed   bool  // the stream was closed before finish_write
+	tooMuch  bool  // the data is past max
+	err      error // the stream's failure or the protocol's refusal
+}
+
+func (s *writeSource) Read(p []byte) (int, error) {
+	for len(s.data) == 0 {
+		switch {
+		case s.err != nil:
+			return 0, s.err
+		case s.finished || s.closed || s.left == 0:
+			return 0, io.EOF
+		}
+		req, err := s.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			// What arrived is committed; the Write answers the error.
+			s.closed = true
+			s.err = status.Error(codes.InvalidArgument, "stream closed before finish_write")
+			return 0, io.EOF
+		}
+		if err == nil {
+			err = s.take(req)
+		}
+		if err != nil {
+			s.err = err
+			return 0, err
+		}
+	}
+	n := copy(p[:min(int64(len(p)), s.left)], s.data)
+	s.data = s.data[n:]
+	s.left -= int64(n)
+	return n, nil
+}
+
+// take checks req and makes its data the next to read.
+func (s *writeSource) take(req *bytestream.WriteRequest) error {
+	if n := req.GetResourceName(); n != "" && n != s.name {
+		return status.Errorf(codes.InvalidArgument, "resource name %.200q changed within a Write", n)
+	}
+	if req.GetWriteOffset() != s.off {
+		return status.Errorf(codes.InvalidArgument, "write_offset %d: the upload continues at %d", req.GetWriteOffset(), s.off)
+	}
+	if s.off+int64(len(req.GetData())) > s.max {
+		s.tooMuch = true
+		return status.Errorf(codes.InvalidArgument, "more than the %d bytes the digest allows", s.max)
+	}
+	s.data, s.finished = req.GetData(), req.GetFinishWrite()
+	s.off += int64(len(s.data))
+	return nil
 }
 
 // zstdErrors marks a zstd stream that does not decode as bad input.

@@ -116,6 +116,11 @@ func (c *Cache) putContent(ctx context.Context, key blob.Key, r io.Reader) error
 	if err := c.st.Blobs.PutExpect(ctx, key, &capped{r: r, max: c.opts.MaxBlobSize}); err != nil {
 		return err
 	}
+	return c.keepContent(ctx, key)
+}
+
+// keepContent makes key, stored and pinned, cache content for TTL.
+func (c *Cache) keepContent(ctx context.Context, key blob.Key) error {
 	if key == emptyKey {
 		return nil
 	}

@@ -84,7 +84,7 @@ func (c *Cache) GRPC(authorize func(header, addr, action string) error, opts ...
 	}
 	opts = append(opts, grpc.MaxRecvMsgSize(maxMessage))
 	s := grpc.NewServer(opts...)
-	g := &reapi{c: c, uploads: c.uploads}
+	g := &reapi{c: c}
 	repb.RegisterCapabilitiesServer(s, g)
 	repb.RegisterContentAddressableStorageServer(s, g)
 	repb.RegisterActionCacheServer(s, g)
@@ -105,8 +105,7 @@ type reapi struct {
 	repb.UnimplementedContentAddressableStorageServer
 	repb.UnimplementedActionCacheServer
 	bytestream.UnimplementedByteStreamServer
-	c       *Cache
-	uploads *uploads
+	c *Cache
 }
 
 // grpcErr returns err as a gRPC status.

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +35,68 @@ func serveGRPC(t *testing.T, args ...string) (conn *grpc.ClientConn, stop func()
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn, stop
+}
+
+// TestServeBuildCacheHTTP puts and gets an entry through each of the
+// build cache's HTTP protocols on `stead serve --build-cache`, behind the
+// server's token (bearer, and Gradle's Basic password); without
+// --build-cache the routes are not served.
+func TestServeBuildCacheHTTP(t *testing.T) {
+	t.Parallel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServe(t, nil, "--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--token-file", tokenFile, "--build-cache")
+	base, stop := srv.url(t, "http://"), srv.stop
+	do := func(method, path string, body []byte, auth func(*http.Request)) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != nil {
+			auth(req)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok") }
+	basic := func(r *http.Request) { r.SetBasicAuth("token", "tok") }
+	content := []byte("an output of the build")
+	sum := sha256.Sum256(content)
+	digest := hex.EncodeToString(sum[:])
+	for _, c := range []struct {
+		what, path string
+		auth       func(*http.Request)
+	}{
+		{"Bazel's cas/", "/cache/cas/" + digest, bearer},
+		{"Turborepo's", "/v8/artifacts/0123abcd", bearer},
+		{"Nx's", "/nx/v1/cache/4567", bearer},
+		{"Gradle's", "/gradle/abc123", basic},
+	} {
+		if code, _ := do("PUT", c.path, content, nil); code != http.StatusUnauthorized {
+			t.Errorf("%s PUT without credentials = %d, want 401", c.what, code)
+		}
+		if code, b := do("PUT", c.path, content, c.auth); code/100 != 2 {
+			t.Errorf("%s PUT = %d %q", c.what, code, b)
+		}
+		if code, b := do("GET", c.path, nil, c.auth); code != http.StatusOK || !bytes.Equal(b, content) {
+			t.Errorf("%s GET = %d %q, want 200 and the content", c.what, code, b)
+		}
+	}
+	if code, _ := stop(); code != 0 {
+		t.Fatalf("serve exited %d after cancel", code)
+	}
+	base = startServe(t, nil, "--db", "mem://", "serve", "--addr", "127.0.0.1:0", "--token-file", tokenFile).url(t, "http://")
+	if code, _ := do("GET", "/cache/cas/"+digest, nil, bearer); code != http.StatusNotFound {
+		t.Fatalf("GET /cache/ without --build-cache = %d, want 404", code)
+	}
 }
 
 // TestServeBuildCacheGRPC serves the build cache over gRPC beside HTTP,

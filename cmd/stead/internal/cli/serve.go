@@ -132,7 +132,6 @@ a flag overrides the environment, which overrides the file.`,
 			startGRPC := func() {} // once srv, which checks its credentials, is set
 			if cacheOn {
 				cache := buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, MaxSize: cacheMaxSize, Logger: e.log})
-				defer cache.Close()
 				mounts = append(mounts,
 					server.Mount{Prefix: buildcache.Prefix, Handler: cache, Collect: cacheCollect(cache)},
 					server.Mount{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
