@@ -25,6 +25,7 @@ import (
 	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/gc"
+	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/record"
 )
@@ -574,5 +575,35 @@ func TestBytesBucket(t *testing.T) {
 	}
 	if _, err := stead.Open(ctx, "mem://", stead.WithBytesBucket(bucket)); !errors.Is(err, stead.ErrInvalidArgument) {
 		t.Fatalf("Open(mem://) with a bucket = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestSweepStoredFailure: a sweep that deleted blobs and then fails only
+// to read what the store holds reports its deletions, with no error and
+// Stored nil.
+func TestSweepStoredFailure(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clk := clock.NewFake(time.Now())
+	sw := &faultengine.Switch{}
+	st, err := stead.New(ctx, faultengine.New(memory.New(), sw), stead.WithClock(clk.Now), stead.WithGCGrace(time.Second), stead.WithGCAllUnreferenced())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, s := range []string{"a", "b", "c"} {
+		if _, err := st.Blobs.Put(ctx, strings.NewReader(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Hour)
+	if rep, err := st.GC.Sweep(ctx, gc.SweepOptions{}); err != nil || rep.Stored == nil {
+		t.Fatalf("first sweep = %v, %v; want what is stored read", rep, err)
+	}
+	clk.Advance(time.Hour)
+	sw.Fail(faultengine.GCStored)
+	rep, err := st.GC.Sweep(ctx, gc.SweepOptions{})
+	if err != nil || rep.Deleted != 3 || rep.Stored != nil {
+		t.Fatalf("sweep with Stored failing = %v, %v; want 3 deleted, no error, Stored nil", rep, err)
 	}
 }

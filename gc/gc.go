@@ -160,8 +160,8 @@ type Report struct {
 	// listed, Orphans those it deleted (no blob and no upload names them).
 	ObjectsListed, Orphans int64
 	// Stored is what the store held when the sweep ended (Backend.Stored),
-	// nil when the sweep did not run or its engine cannot tell
-	// (errors.ErrUnsupported).
+	// nil when the sweep did not run, its engine cannot tell
+	// (errors.ErrUnsupported) or the reading failed.
 	Stored *Stored
 	// Duration is how long the sweep ran.
 	Duration time.Duration
@@ -276,12 +276,9 @@ func (c *Collector) Sweep(ctx context.Context, opts SweepOptions) (rep Report, e
 	if err := c.sweepOrphans(ctx, held, opts.DryRun, &rep, progress); err != nil {
 		return rep, err
 	}
-	st, err := c.eng.Stored(ctx)
-	switch {
-	case errors.Is(err, errors.ErrUnsupported):
-	case err != nil:
-		return rep, fmt.Errorf("gc sweep: reading what the store holds: %w", err)
-	default:
+	// What the store holds is a reading, not a step: failing to read it
+	// leaves the report's Stored nil and the sweep's work reported.
+	if st, err := c.eng.Stored(ctx); err == nil {
 		rep.Stored = &st
 	}
 	return rep, nil
