@@ -129,12 +129,12 @@ func (g *Registry) listCatalog(w http.ResponseWriter, r *http.Request) error {
 	// store query a repository under them, not one for every repository.
 	for _, prefix := range access.ListPrefixes(r.Context(), access.Repository, access.Pull) {
 		for n > 0 && !more {
-			repo, _, err := g.nextRepository(r.Context(), prefix, after)
+			repo, err := g.nextRepository(r.Context(), prefix, after)
 			if err != nil {
 				return err
 			}
 			if repo == "" {
-				break // none, or a ref no repository's: none under prefix sorts after a repository's
+				break // no repository under prefix sorts after it
 			}
 			after = repoPrefix(repo) + lastRune
 			if !access.Listed(r.Context(), access.Repository, repo, access.Pull) {

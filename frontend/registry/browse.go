@@ -10,25 +10,37 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// nextRepository reads the first ref under "oci/"+prefix whose name
-// sorts after after, in one store query: name is "" when there is none,
-// repo is "" when it is no repository's.
-func (g *Registry) nextRepository(ctx context.Context, prefix, after string) (repo, name string, err error) {
-	page, err := g.st.Refs.List(ctx, "oci/"+prefix, after, 1)
-	if err != nil || len(page) == 0 {
-		return "", "", err
+// strayPage is how many refs nextRepository reads a query once it meets a
+// ref under "oci/" that is no repository's.
+const strayPage = 100
+
+// nextRepository returns the first repository with a ref under
+// "oci/"+prefix whose name sorts after after, "" when there is none. A
+// ref there that is no repository's (no "/_", or a name the spec
+// refuses) is passed over, strayPage of them a query; a repository's
+// first ref costs one.
+func (g *Registry) nextRepository(ctx context.Context, prefix, after string) (string, error) {
+	for limit := 1; ; limit = strayPage {
+		page, err := g.st.Refs.List(ctx, "oci/"+prefix, after, limit)
+		if err != nil || len(page) == 0 {
+			return "", err
+		}
+		for _, r := range page {
+			if repo, _, ok := strings.Cut(strings.TrimPrefix(r.Name, "oci/"), "/_"); ok && checkName(repo) == nil {
+				return repo, nil
+			}
+		}
+		if len(page) < limit {
+			return "", nil
+		}
+		after = page[len(page)-1].Name
 	}
-	repo, _, ok := strings.Cut(strings.TrimPrefix(page[0].Name, "oci/"), "/_")
-	if !ok {
-		return "", page[0].Name, nil
-	}
-	return repo, page[0].Name, nil
 }
 
 // Repositories lists up to n repositories whose names sort after after
 // ("": from the first), in the catalog's order, one store query each,
-// whatever the caller may pull: for an operator's console. A ref under
-// "oci/" that is no repository's is skipped, at most n of them a call.
+// whatever the caller may pull: for an operator's console. Fewer than n
+// means no repository follows.
 func (g *Registry) Repositories(ctx context.Context, after string, n int) ([]string, error) {
 	cursor := ""
 	if after != "" {
@@ -38,17 +50,10 @@ func (g *Registry) Repositories(ctx context.Context, after string, n int) ([]str
 		cursor = repoPrefix(after) + lastRune
 	}
 	var repos []string
-	for skipped := 0; len(repos) < n && skipped <= n; {
-		repo, name, err := g.nextRepository(ctx, "", cursor)
-		switch {
-		case err != nil:
-			return nil, err
-		case name == "":
-			return repos, nil
-		case repo == "":
-			skipped++
-			cursor = name
-			continue
+	for len(repos) < n {
+		repo, err := g.nextRepository(ctx, "", cursor)
+		if err != nil || repo == "" {
+			return repos, err
 		}
 		repos = append(repos, repo)
 		cursor = repoPrefix(repo) + lastRune
