@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/steadkit/stead"
+	"github.com/steadkit/stead/frontend/registry"
 )
 
 // The chunked-push group (docs/decisions/0045-durable-uploads.md): one
@@ -65,7 +66,7 @@ func chunkedPush(tier, chunked bool) setupFunc {
 			cleanup()
 		}
 		for _, st := range stores {
-			base, stop, err := serveBench(st)
+			base, _, stop, err := serveBench(st, registry.Options{})
 			if err != nil {
 				done()
 				return nil, nil, err

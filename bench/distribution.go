@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,6 +31,7 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/sirupsen/logrus"
 
+	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/gc"
 )
 
@@ -52,25 +54,42 @@ import (
 //     with pushes running beside them. Its rate is blobs freed per second;
 //     the time, the bytes freed and the pushes that completed meanwhile are
 //     printed after the results.
+//   - oci-dist-untag: 10 images pushed under tags, 3 tags deleted, then
+//     one collection of the untagged manifests per round (a drain):
+//     distribution's `garbage-collect --delete-untagged` against stead's
+//     untagged policy, and stead's defaults (policy off) for contrast; the
+//     still-tagged images are pulled and checked afterwards (untag.go).
 var distLargeMiB = flag.Int("dist-large-mib", 64, "the layer size of oci-dist-large, in MiB")
+
+// startRegistry starts a fresh registry whose collection, when
+// untaggedAfter is positive, also deletes the manifests no tag names
+// (stead: those untagged for longer than untaggedAfter).
+type startRegistry = func(ctx context.Context, untaggedAfter time.Duration) (*registryServer, error)
 
 // distBackends are the registries compared, distribution first (the base).
 func distBackends() []struct {
 	name  string
-	start func(ctx context.Context) (*registryServer, error)
+	start startRegistry
 } {
-	stead := func(open opener) func(ctx context.Context) (*registryServer, error) {
-		return func(ctx context.Context) (*registryServer, error) { return startSteadRegistry(ctx, open) }
+	stead := func(open opener) startRegistry {
+		return func(ctx context.Context, untaggedAfter time.Duration) (*registryServer, error) {
+			return startSteadRegistry(ctx, open, untaggedAfter)
+		}
 	}
 	return []struct {
 		name  string
-		start func(ctx context.Context) (*registryServer, error)
+		start startRegistry
 	}{
 		{"distribution", startDistribution},
 		{"stead sqlite", stead(openSteadSQLite)},
 		{"stead pg", stead(openSteadPG)},
 		{"stead pg+tier", stead(openSteadPGTier)},
 	}
+}
+
+// plain starts a registry of start with no untagged collection.
+func plain(start startRegistry) func(context.Context) (*registryServer, error) {
+	return func(ctx context.Context) (*registryServer, error) { return start(ctx, 0) }
 }
 
 func distributionScenarios() []scenario {
@@ -81,7 +100,7 @@ func distributionScenarios() []scenario {
 	}{{"oci-dist", false}, {"oci-dist-large", true}} {
 		for _, op := range []string{"push", "pull"} {
 			for _, b := range distBackends() {
-				sc := scenario{group: g.group, name: op + " " + b.name, setup: distImages(b.start, g.large, op == "pull")}
+				sc := scenario{group: g.group, name: op + " " + b.name, setup: distImages(plain(b.start), g.large, op == "pull")}
 				if b.name != "distribution" {
 					sc.base = op + " distribution"
 				}
@@ -90,29 +109,42 @@ func distributionScenarios() []scenario {
 		}
 	}
 	for _, b := range distBackends() {
-		sc := scenario{group: "oci-dist-gc", name: "collect " + b.name, drain: distCollect(b.name, b.start)}
+		sc := scenario{group: "oci-dist-gc", name: "collect " + b.name, drain: distCollect(b.name, plain(b.start))}
 		if b.name != "distribution" {
 			sc.base = "collect distribution"
 		}
 		all = append(all, sc)
 	}
-	return all
+	return append(all, distUntagScenarios()...)
 }
 
 // registryServer is one registry on a loopback port.
 type registryServer struct {
 	base string
 	stop func()
-	// collect frees what deleted manifests alone kept, and returns the
-	// blobs deleted and their bytes; offline says it needs the registry
-	// stopped.
-	collect func(ctx context.Context) (int, int64, error)
+	// collect frees what deleted manifests alone kept (and, if the
+	// registry was started so, the untagged manifests and what they alone
+	// kept); offline says it needs the registry stopped.
+	collect func(ctx context.Context) (collected, error)
 	offline bool
 }
 
+// collected is what one collection freed.
+type collected struct {
+	blobs int
+	bytes int64 // the deleted blobs' sizes
+	// files is, for distribution, the bytes of every file its collection
+	// removed (blob data, links, revisions); 0 for stead.
+	files int64
+	// took is the collection's time, its measuring excluded.
+	took time.Duration
+}
+
 // startDistribution serves distribution's registry, its filesystem driver
-// on a fresh temporary directory, deletes enabled.
-func startDistribution(ctx context.Context) (*registryServer, error) {
+// on a fresh temporary directory, deletes enabled. Its collection is
+// `registry garbage-collect`, with `--delete-untagged` when untaggedAfter
+// is positive (distribution has no period: every untagged manifest goes).
+func startDistribution(ctx context.Context, untaggedAfter time.Duration) (*registryServer, error) {
 	dir, err := os.MkdirTemp("", "bench-distribution-")
 	if err != nil {
 		return nil, err
@@ -151,67 +183,81 @@ http:
 	return &registryServer{
 		base: base,
 		stop: func() { stopHTTP(); app.Shutdown(); cancel(); os.RemoveAll(dir) },
-		collect: func(ctx context.Context) (int, int64, error) {
-			before, err := countFiles(dir)
+		collect: func(ctx context.Context) (collected, error) {
+			var c collected
+			before, blobBytes, err := blobFiles(dir)
 			if err != nil {
-				return 0, 0, err
+				return c, err
 			}
 			bytesBefore, err := dirBytes(dir)
 			if err != nil {
-				return 0, 0, err
+				return c, err
 			}
+			t0 := time.Now()
 			d, err := factory.Create(ctx, "filesystem", map[string]any{"rootdirectory": dir})
 			if err != nil {
-				return 0, 0, err
+				return c, err
 			}
 			reg, err := storage.NewRegistry(ctx, d, storage.EnableDelete)
 			if err != nil {
-				return 0, 0, err
+				return c, err
 			}
-			if err := storage.MarkAndSweep(ctx, d, reg, storage.GCOpts{Quiet: true}); err != nil {
-				return 0, 0, err
+			if err := storage.MarkAndSweep(ctx, d, reg, storage.GCOpts{Quiet: true, RemoveUntagged: untaggedAfter > 0}); err != nil {
+				return c, err
 			}
-			after, err := countFiles(dir)
+			c.took = time.Since(t0)
+			after, blobBytesAfter, err := blobFiles(dir)
 			if err != nil {
-				return 0, 0, err
+				return c, err
 			}
 			bytesAfter, err := dirBytes(dir)
-			return before - after, bytesBefore - bytesAfter, err
+			c.blobs, c.bytes, c.files = before-after, blobBytes-blobBytesAfter, bytesBefore-bytesAfter
+			return c, err
 		},
 		offline: true,
 	}, nil
 }
 
 // startSteadRegistry serves a fresh stead store from open, the registry
-// mounted (serveBench). Its collection runs sweeps on a clock moved past
-// the grace (and the pins' TTL) between them, until one frees nothing.
-func startSteadRegistry(ctx context.Context, open opener) (*registryServer, error) {
+// mounted (serveBench) with untaggedAfter as its DeleteUntaggedAfter, the
+// registry and the collector on one clock. Its collection is what `stead
+// serve` runs on its GC interval: the registry's Collect on the clock
+// moved past untaggedAfter, then sweeps on the clock moved past the grace
+// between them, until two in a row free nothing.
+func startSteadRegistry(ctx context.Context, open opener, untaggedAfter time.Duration) (*registryServer, error) {
 	st, cleanup, err := open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	base, stop, err := serveBench(st)
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	// Collect logs each deletion, as in `stead serve`; the bench's
+	// terminal is spared the lines.
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	base, reg, stop, err := serveBench(st, registry.Options{DeleteUntaggedAfter: untaggedAfter, Now: now, Logger: log})
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
-	var skew atomic.Int64
-	col := gc.New(st.Engine().GC(), gc.Options{Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+	col := gc.New(st.Engine().GC(), gc.Options{Now: now})
 	return &registryServer{
 		base: base,
 		stop: func() { stop(); cleanup() },
-		collect: func(ctx context.Context) (int, int64, error) {
-			var deleted, freed int64
-			idle := 0
+		collect: func(ctx context.Context) (collected, error) {
+			var c collected
+			skew.Add(int64(untaggedAfter + time.Minute))
+			t0 := time.Now()
+			if _, err := reg.Collect(ctx, registry.CollectOptions{}); err != nil {
+				return c, err
+			}
 			// A manifest goes first, the blobs it alone named at the sweeps
-			// after: stage, pass the grace, delete, until two sweeps in a
-			// row free nothing.
-			for idle < 2 {
+			// after: stage, pass the grace, delete.
+			for idle := 0; idle < 2; {
 				rep, err := col.Sweep(ctx, gc.SweepOptions{})
 				if err != nil {
-					return int(deleted), freed, err
+					return c, err
 				}
-				deleted, freed = deleted+rep.Deleted, freed+rep.BytesFreed
+				c.blobs, c.bytes = c.blobs+int(rep.Deleted), c.bytes+rep.BytesFreed
 				if rep.Deleted == 0 && rep.Staged == 0 {
 					idle++
 				} else {
@@ -219,7 +265,8 @@ func startSteadRegistry(ctx context.Context, open opener) (*registryServer, erro
 				}
 				skew.Add(int64(2 * gc.DefaultGrace))
 			}
-			return int(deleted), freed, nil
+			c.took = time.Since(t0)
+			return c, nil
 		},
 	}, nil
 }
@@ -485,11 +532,9 @@ func distImages(start func(context.Context) (*registryServer, error), large, pul
 
 // gcResult is one collection's outcome, printed after the results.
 type gcResult struct {
-	backend           string
-	callers           int
-	took              time.Duration
-	blobs             int
-	freed             int64
+	backend string
+	callers int
+	collected
 	pushes, pushFails int
 	offline           bool
 }
@@ -550,16 +595,13 @@ func distCollect(name string, start func(context.Context) (*registryServer, erro
 						}
 					})
 				}
-				t0 := time.Now()
-				var freed int64
-				n, freed, err = rs.collect(ctx)
-				res.took = time.Since(t0)
+				res.collected, err = rs.collect(ctx)
+				n = res.blobs
 				close(stop)
 				wg.Wait()
 				if err != nil {
 					return
 				}
-				res.blobs, res.freed = n, freed
 				gcResultsMu.Lock()
 				gcResults = append(gcResults, res)
 				gcResultsMu.Unlock()
@@ -591,24 +633,32 @@ func printGCResults() {
 		}
 		// Bytes freed: the filesystem driver's files (blob data, links,
 		// revisions) for distribution, the deleted blobs' sizes for stead.
-		fmt.Printf("  %-14s callers %-2d  %8.1f ms  %3d blobs  %9d bytes freed  %s\n", r.backend, r.callers, float64(r.took.Microseconds())/1000, r.blobs, r.freed, meanwhile)
+		freed := r.bytes
+		if r.files > 0 {
+			freed = r.files
+		}
+		fmt.Printf("  %-14s callers %-2d  %8.1f ms  %3d blobs  %9d bytes freed  %s\n", r.backend, r.callers, millis(r.took), r.blobs, freed, meanwhile)
 	}
 }
 
-// countFiles counts a filesystem driver's blob data files under dir, one
-// per blob.
-func countFiles(dir string) (int, error) {
-	n := 0
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// blobFiles counts a filesystem driver's blob data files under dir, one
+// per blob, and sums their sizes.
+func blobFiles(dir string) (int, int64, error) {
+	n, total := 0, int64(0)
 	err := filepath.WalkDir(filepath.Join(dir, "docker", "registry", "v2", "blobs"), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "data" {
+			return err
+		}
+		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		if !d.IsDir() && d.Name() == "data" {
-			n++
-		}
+		n, total = n+1, total+info.Size()
 		return nil
 	})
-	return n, err
+	return n, total, err
 }
 
 // dirBytes sums the sizes of the regular files under dir.

@@ -51,7 +51,7 @@ func httpBlobs(open opener, size int, oci, get bool) setupFunc {
 		if err != nil {
 			return nil, nil, err
 		}
-		base, stop, err := serveBench(st)
+		base, _, stop, err := serveBench(st, registry.Options{})
 		if err != nil {
 			cleanup()
 			return nil, nil, err
@@ -129,19 +129,20 @@ func do(ctx context.Context, client *http.Client, method, url string, body []byt
 	return err
 }
 
-// serveBench serves st, the registry mounted, on a loopback port.
-func serveBench(st *stead.Store) (base string, stop func(), err error) {
+// serveBench serves st, a registry over it with opts mounted, on a
+// loopback port, and returns the registry too.
+func serveBench(st *stead.Store, opts registry.Options) (base string, reg *registry.Registry, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	reg := registry.New(st, registry.Options{})
+	reg = registry.New(st, opts)
 	srv := server.New(st, server.Options{MaxUploads: 1024, MaxUploadsPerClient: 1024, MaxConnsPerClient: 1024,
 		Mounts: []server.Mount{{Prefix: registry.Prefix, Handler: reg}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ctx, ln) }()
-	return "http://" + ln.Addr().String(), func() {
+	return "http://" + ln.Addr().String(), reg, func() {
 		cancel()
 		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			fmt.Println("serve:", err)

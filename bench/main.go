@@ -29,7 +29,7 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "how long each steady scenario runs per round")
 	drainCap = flag.Duration("draincap", 2*time.Minute, "the longest a drain scenario may take to empty its queue")
 	rounds   = flag.Int("rounds", 3, "rounds; a group's scenarios take turns each round, and each reports its median round")
-	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep, gc-sweep-sqlite, refs-pg, children-pg, oci-sqlite, oci-pg, oci-large-sqlite, oci-large-pg, large-tier, oci-chunked, oci-dist, oci-dist-large, oci-dist-gc, cache-grpc, cache-grpc-large, cache-http); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, large-tier, oci-chunked, sizes-pg, gc-sweep, gc-sweep-sqlite, oci-*, cache-*)")
+	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep, gc-sweep-sqlite, refs-pg, children-pg, oci-sqlite, oci-pg, oci-large-sqlite, oci-large-pg, large-tier, oci-chunked, oci-dist, oci-dist-large, oci-dist-gc, oci-dist-untag, cache-grpc, cache-grpc-large, cache-http); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, large-tier, oci-chunked, sizes-pg, gc-sweep, gc-sweep-sqlite, oci-*, cache-*)")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	settle   = flag.Duration("settle", 5*time.Minute, "before each group, wait up to this long for the 1-minute load average to fall to 2 or below (0: do not wait)")
@@ -37,7 +37,7 @@ var (
 
 // onDemand are the groups that run only when named in -only: they measure
 // design choices or take long.
-var onDemand = []string{"inline-pg", "chunkstore-pg", "large-pg", "large-sqlite", "sizes-pg", "gc-sweep", "gc-sweep-sqlite", "oci-sqlite", "oci-pg", "oci-large-sqlite", "oci-large-pg", "large-tier", "oci-chunked", "oci-dist", "oci-dist-large", "oci-dist-gc", "cache-grpc", "cache-grpc-large", "cache-http"}
+var onDemand = []string{"inline-pg", "chunkstore-pg", "large-pg", "large-sqlite", "sizes-pg", "gc-sweep", "gc-sweep-sqlite", "oci-sqlite", "oci-pg", "oci-large-sqlite", "oci-large-pg", "large-tier", "oci-chunked", "oci-dist", "oci-dist-large", "oci-dist-gc", "oci-dist-untag", "cache-grpc", "cache-grpc-large", "cache-http"}
 
 // scenario is one measured workload.
 type scenario struct {
@@ -155,6 +155,7 @@ func main() {
 	printTierRows()
 	printChunkRows()
 	printGCResults()
+	printUntagResults()
 }
 
 // groupsOf splits scenarios into their groups, in order.
