@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"github.com/steadkit/stead/engine"
 	"github.com/steadkit/stead/engine/memory"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/engine/remote"
+	"github.com/steadkit/stead/engine/sqlite"
 	"github.com/steadkit/stead/frontend/registry"
 	"github.com/steadkit/stead/internal/clock"
 	"github.com/steadkit/stead/internal/testing/fronttest"
@@ -207,16 +210,68 @@ rules:
 	}
 }
 
-// TestPullThrottle checks that a manifest's pull is written at most once
-// per half of stead.PullResolution: many pulls by tag and digest write
-// once, HEADs never, a second registry over the store reads the time
-// recorded rather than writing it again, a push of the same manifest keeps
-// it, and a manifest deleted by digest leaves no ref behind.
+// pullEngines open each engine the pull notes are checked on.
+var pullEngines = []struct {
+	name string
+	open func(t *testing.T) engine.Engine
+}{
+	{"memory", func(t *testing.T) engine.Engine { return memory.New() }},
+	{"sqlite", func(t *testing.T) engine.Engine {
+		cfg, err := sqlite.ParseURL("sqlite://" + filepath.Join(t.TempDir(), "s.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := sqlite.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng
+	}},
+	{"postgres", func(t *testing.T) engine.Engine {
+		cfg, err := postgres.ParseURL(pgtest.New(t).StoreURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := postgres.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng
+	}},
+	{"remote", func(t *testing.T) engine.Engine {
+		backing, err := stead.Open(context.Background(), "mem://")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { backing.Close() })
+		addr := fronttest.Serve(t, backing, server.Options{ClientClock: true})
+		eng, err := remote.Open(context.Background(), remote.Config{URL: "http://" + addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng
+	}},
+}
+
+// TestPullThrottle checks, on every engine, that a manifest's pull is
+// written at most once per half of stead.PullResolution: many pulls by
+// tag and digest write once, HEADs never, a second registry over the store
+// reads the time recorded rather than writing it again, a push of the same
+// manifest keeps it, and a manifest deleted by digest leaves no ref behind.
 func TestPullThrottle(t *testing.T) {
 	t.Parallel()
+	for _, e := range pullEngines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			pullThrottle(t, e.open(t))
+		})
+	}
+}
+
+func pullThrottle(t *testing.T, eng engine.Engine) {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Now())
-	st, sets := spied(t, memory.New(), clk)
+	st, sets := spied(t, eng, clk)
 	c, _ := pulledClient(t, st, clk, "")
 	img := c.pushImage("thr", "v1", bytes.Repeat([]byte("base\n"), 100), "own")
 	if at, _ := c.lastPull("thr", img.digest); !at.IsZero() {
