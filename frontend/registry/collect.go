@@ -47,6 +47,7 @@ type tagInfo struct {
 	key     blob.Key
 	version int64
 	pushed  time.Time
+	pulled  time.Time // its manifest's last pull in the repository
 }
 
 // Collect applies the registry's policies (Options.Retention and
@@ -117,6 +118,11 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 		ri := repos[repo]
 		rule := g.opts.Retention.rule(repo)
 		if rule.prunesTags() {
+			for i, t := range ri.tags {
+				if m := ri.manifests[t.key]; m != nil {
+					ri.tags[i].pulled = m.link.Pulled
+				}
+			}
 			for _, t := range pruned(rule, ri.tags, now) {
 				if !opts.DryRun {
 					err := g.st.Refs.Delete(ctx, tagRef(repo, t.name), t.version)
@@ -128,7 +134,15 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 					}
 				}
 				ri.manifests[t.key].tags--
-				record(Deletion{Repository: repo, Tag: t.name, Digest: t.key.String(), Pushed: t.pushed, Reason: "no retention rule keeps the tag"})
+				reason := "no retention rule keeps the tag"
+				switch {
+				case rule.KeepPulledWithin <= 0:
+				case t.pulled.IsZero():
+					reason += " (never pulled)"
+				default:
+					reason += " (last pulled " + t.pulled.Format(time.RFC3339) + ")"
+				}
+				record(Deletion{Repository: repo, Tag: t.name, Digest: t.key.String(), Pushed: t.pushed, Reason: reason})
 			}
 		}
 		after := g.opts.DeleteUntaggedAfter
@@ -160,7 +174,8 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 
 // pruned returns the tags rule does not keep: those matching neither its
 // KeepTags nor its ImmutableTags, outside the KeepMostRecent last pushed,
-// pushed before now - KeepPushedWithin. A tag without a push time (set
+// pushed before now - KeepPushedWithin, their manifest last pulled before
+// now - KeepPulledWithin (or never). A tag without a push time (set
 // before they were recorded) is kept.
 func pruned(rule *RetentionRule, tags []tagInfo, now time.Time) []tagInfo {
 	byPush := slices.Clone(tags)
@@ -172,7 +187,8 @@ func pruned(rule *RetentionRule, tags []tagInfo, now time.Time) []tagInfo {
 			matchAny(rule.KeepTags, t.name),
 			matchAny(rule.ImmutableTags, t.name),
 			i < rule.KeepMostRecent,
-			rule.KeepPushedWithin > 0 && t.pushed.After(now.Add(-rule.KeepPushedWithin)):
+			rule.KeepPushedWithin > 0 && t.pushed.After(now.Add(-rule.KeepPushedWithin)),
+			rule.KeepPulledWithin > 0 && t.pulled.After(now.Add(-rule.KeepPulledWithin)):
 			continue
 		}
 		out = append(out, t)

@@ -63,6 +63,9 @@ type link struct {
 	// Pushed is when the manifest was pushed (zero for a link written
 	// before push times were kept).
 	Pushed time.Time `json:"pushed,omitzero"`
+	// Pulled is when the manifest was last pulled from its repository,
+	// kept in its manifest link only (notePull); zero when never.
+	Pulled time.Time `json:"pulled,omitzero"`
 }
 
 func (l link) encode() []byte {
@@ -180,9 +183,14 @@ func (g *Registry) getManifest(w http.ResponseWriter, r *http.Request, rt route)
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
 		_, _ = io.Copy(w, rd)
-		// A pull, for usage's last pull: a write per half resolution.
-		if err := g.st.NotePull(r.Context(), repoPrefix(rt.name), rf.Key, g.opts.Now()); err != nil && r.Context().Err() == nil {
+		// A pull, for usage's last pull and retention's keep_pulled_within:
+		// a write per half resolution, each.
+		now := g.opts.Now()
+		if err := g.st.NotePull(r.Context(), repoPrefix(rt.name), rf.Key, now); err != nil && r.Context().Err() == nil {
 			g.log.Warn("registry: noting a pull failed", "repository", rt.name, "err", err)
+		}
+		if err := g.notePull(r.Context(), rt.name, rf, now); err != nil && r.Context().Err() == nil {
+			g.log.Warn("registry: noting a manifest's pull failed", "repository", rt.name, "digest", rf.Key.String(), "err", err)
 		}
 	}
 	return nil
@@ -301,9 +309,15 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 		return err
 	}
 	desc := ocispec.Descriptor{MediaType: mt, Size: int64(len(body)), ArtifactType: doc.artifactType(), Annotations: doc.Annotations}
-	ann := link{Descriptor: desc, Pushed: g.opts.Now().UTC()}.encode()
-	// The put's pin keeps the manifest until the first ref names it.
-	if _, err := g.st.Refs.Set(ctx, manifestRef(rt.name, key), key, ref.SetOptions{Annotation: ann}); err != nil {
+	l := link{Descriptor: desc, Pushed: g.opts.Now().UTC()}
+	ann := l.encode()
+	// The put's pin keeps the manifest until the first ref names it. A
+	// manifest pushed again keeps its last pull.
+	l.Pulled, err = g.lastPull(ctx, rt.name, key)
+	if err != nil {
+		return err
+	}
+	if _, err := g.st.Refs.Set(ctx, manifestRef(rt.name, key), key, ref.SetOptions{Annotation: l.encode()}); err != nil {
 		return err
 	}
 	h := w.Header()

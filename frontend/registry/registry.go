@@ -77,9 +77,10 @@ type Options struct {
 // on a server, its requests in progress are bounded by the server's
 // (server.Options.MaxUploads).
 type Registry struct {
-	st   *stead.Store
-	opts Options
-	log  *slog.Logger
+	st    *stead.Store
+	opts  Options
+	log   *slog.Logger
+	pulls pullMemo
 }
 
 // New returns a Registry over st, which stays the caller's to close.

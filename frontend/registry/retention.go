@@ -22,10 +22,11 @@ type Retention struct {
 }
 
 // RetentionRule is the policy of the repositories it matches. A rule
-// with any of KeepTags, KeepMostRecent or KeepPushedWithin deletes every
-// other tag: a tag stays when it matches KeepTags or ImmutableTags, is
-// among the KeepMostRecent most recently pushed, or was pushed within
-// KeepPushedWithin. A rule with none of them deletes no tag.
+// with any of KeepTags, KeepMostRecent, KeepPushedWithin or
+// KeepPulledWithin deletes every other tag: a tag stays when it matches
+// KeepTags or ImmutableTags, is among the KeepMostRecent most recently
+// pushed, was pushed within KeepPushedWithin, or its manifest was pulled
+// within KeepPulledWithin. A rule with none of them deletes no tag.
 type RetentionRule struct {
 	// Repositories are path.Match patterns of repository names ("team/*").
 	Repositories []string `yaml:"repositories"`
@@ -35,6 +36,11 @@ type RetentionRule struct {
 	KeepMostRecent int `yaml:"keep_most_recent"`
 	// KeepPushedWithin keeps the tags pushed within this period.
 	KeepPushedWithin time.Duration `yaml:"keep_pushed_within"`
+	// KeepPulledWithin keeps the tags whose manifest was pulled (a GET,
+	// by tag or by digest, in this repository) within this period, the
+	// last pull being recorded to stead.PullResolution/2. A manifest never
+	// pulled is not kept by it.
+	KeepPulledWithin time.Duration `yaml:"keep_pulled_within"`
 	// DeleteUntaggedAfter, when set, replaces Options.DeleteUntaggedAfter
 	// for these repositories.
 	DeleteUntaggedAfter time.Duration `yaml:"delete_untagged_after"`
@@ -64,7 +70,7 @@ func ParseRetention(b []byte) (*Retention, error) {
 				}
 			}
 		}
-		if rule.KeepMostRecent < 0 || rule.KeepPushedWithin < 0 || rule.DeleteUntaggedAfter < 0 {
+		if rule.KeepMostRecent < 0 || rule.KeepPushedWithin < 0 || rule.KeepPulledWithin < 0 || rule.DeleteUntaggedAfter < 0 {
 			return nil, fmt.Errorf("%w: retention rule %d: a negative count or period", steaderr.ErrInvalidArgument, i+1)
 		}
 	}
@@ -92,7 +98,7 @@ func (r *Retention) immutable(repo, tag string) bool {
 
 // prunesTags reports whether the rule deletes tags it does not keep.
 func (rule *RetentionRule) prunesTags() bool {
-	return rule != nil && (len(rule.KeepTags) > 0 || rule.KeepMostRecent > 0 || rule.KeepPushedWithin > 0)
+	return rule != nil && (len(rule.KeepTags) > 0 || rule.KeepMostRecent > 0 || rule.KeepPushedWithin > 0 || rule.KeepPulledWithin > 0)
 }
 
 func matchAny(patterns []string, s string) bool {

@@ -51,6 +51,7 @@ func TestParseRetention(t *testing.T) {
 		"rules:\n  - repositories: [a]\n    keep_most_recent: -1\n", // negative
 		"rules:\n  - keep_tags: [v]\n",                              // no repositories
 		"rules:\n  - repositories: [a]\n    keep_pushed_within: soon\n",
+		"rules:\n  - repositories: [a]\n    keep_pulled_within: -1h\n",
 	} {
 		if _, err := registry.ParseRetention([]byte(bad)); !errors.Is(err, steaderr.ErrInvalidArgument) {
 			t.Errorf("ParseRetention(%q) = %v, want ErrInvalidArgument", bad, err)
