@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -37,8 +38,10 @@ type Deletion struct {
 // manifestInfo is what Collect reads of one linked manifest.
 type manifestInfo struct {
 	link     link
+	version  int64 // the link's
 	tags     int
 	subjects []blob.Key // from its referrer entries
+	entries  []ref.Ref  // its referrer entries, as listed
 }
 
 // tagInfo is what Collect reads of one tag.
@@ -93,7 +96,7 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 		switch kind {
 		case "manifests":
 			_, m := info(repo, rf.Key)
-			m.link = decodeLink(rf)
+			m.link, m.version = decodeLink(rf), rf.Version
 		case "tags":
 			ri, m := info(repo, rf.Key)
 			m.tags++
@@ -103,6 +106,7 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 			if s, e := parseDigest(subject); e == nil {
 				_, m := info(repo, rf.Key)
 				m.subjects = append(m.subjects, s)
+				m.entries = append(m.entries, rf)
 			}
 		}
 	}
@@ -124,6 +128,16 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 				}
 			}
 			for _, t := range pruned(rule, ri.tags, now) {
+				if rule.KeepPulledWithin > 0 {
+					// The listing may be minutes old: a pull since keeps the tag.
+					pulled, err := g.pulledWithin(ctx, repo, t.key, now.Add(-rule.KeepPulledWithin))
+					if err != nil {
+						return done, err
+					}
+					if pulled {
+						continue
+					}
+				}
 				if !opts.DryRun {
 					err := g.st.Refs.Delete(ctx, tagRef(repo, t.name), t.version)
 					if errors.Is(err, steaderr.ErrNotFound) || errors.Is(err, steaderr.ErrConflict) {
@@ -158,18 +172,68 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 		}
 		for _, k := range slices.SortedFunc(maps.Keys(ri.manifests), blob.Key.Compare) {
 			m := ri.manifests[k]
+			if m.version == 0 && !opts.DryRun {
+				// Referrer entries left by an unlink cut short.
+				if err := g.dropEntries(ctx, m); err != nil {
+					return done, err
+				}
+				continue
+			}
 			if kept[k] || m.link.Pushed.IsZero() || m.link.Pushed.After(now.Add(-after)) {
 				continue
 			}
 			if !opts.DryRun {
-				if err := g.removeManifest(ctx, repo, k); err != nil {
+				gone, err := g.unlinkUntagged(ctx, repo, k, m)
+				if err != nil {
 					return done, err
+				}
+				if !gone {
+					continue // linked again meanwhile, or deleted
 				}
 			}
 			record(Deletion{Repository: repo, Digest: k.String(), Pushed: m.link.Pushed, Reason: "untagged for longer than " + after.String()})
 		}
 	}
 	return done, nil
+}
+
+// pulledWithin reports whether manifest d of repo was pulled since, as
+// its link says now.
+func (g *Registry) pulledWithin(ctx context.Context, repo string, d blob.Key, since time.Time) (bool, error) {
+	rf, err := g.st.Refs.Get(ctx, manifestRef(repo, d))
+	if errors.Is(err, steaderr.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && !decodeLink(rf).Pulled.Before(since), err
+}
+
+// unlinkUntagged deletes the link of the untagged manifest d of repo if
+// it is still the one Collect listed (m.version), then its referrer
+// entries as listed, and reports whether it did. A push of d
+// meanwhile sets the link again (a new version) before any tag, so a
+// manifest tagged since it was listed stays, with its tags.
+func (g *Registry) unlinkUntagged(ctx context.Context, repo string, d blob.Key, m *manifestInfo) (bool, error) {
+	err := g.st.Refs.Delete(ctx, manifestRef(repo, d), m.version)
+	if errors.Is(err, steaderr.ErrNotFound) || errors.Is(err, steaderr.ErrConflict) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	g.pulls.forget(manifestRef(repo, d))
+	return true, g.dropEntries(ctx, m)
+}
+
+// dropEntries deletes m's referrer entries that are still as listed: one
+// a push set again since is its own.
+func (g *Registry) dropEntries(ctx context.Context, m *manifestInfo) error {
+	for _, rf := range m.entries {
+		err := g.st.Refs.Delete(ctx, rf.Name, rf.Version)
+		if err != nil && !errors.Is(err, steaderr.ErrNotFound) && !errors.Is(err, steaderr.ErrConflict) {
+			return err
+		}
+	}
+	return nil
 }
 
 // pruned returns the tags rule does not keep: those matching neither its

@@ -311,13 +311,8 @@ func (g *Registry) putManifest(w http.ResponseWriter, r *http.Request, rt route)
 	desc := ocispec.Descriptor{MediaType: mt, Size: int64(len(body)), ArtifactType: doc.artifactType(), Annotations: doc.Annotations}
 	l := link{Descriptor: desc, Pushed: g.opts.Now().UTC()}
 	ann := l.encode()
-	// The put's pin keeps the manifest until the first ref names it. A
-	// manifest pushed again keeps its last pull.
-	l.Pulled, err = g.lastPull(ctx, rt.name, key)
-	if err != nil {
-		return err
-	}
-	if _, err := g.st.Refs.Set(ctx, manifestRef(rt.name, key), key, ref.SetOptions{Annotation: l.encode()}); err != nil {
+	// The put's pin keeps the manifest until the first ref names it.
+	if err := g.linkManifest(ctx, rt.name, key, l); err != nil {
 		return err
 	}
 	h := w.Header()
@@ -450,6 +445,7 @@ func (g *Registry) removeManifest(ctx context.Context, repo string, d blob.Key) 
 	if err := g.st.Refs.Delete(ctx, manifestRef(repo, d), 0); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 		return err
 	}
+	g.pulls.forget(manifestRef(repo, d))
 	return nil
 }
 

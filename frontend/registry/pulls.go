@@ -31,6 +31,12 @@ func (m *pullMemo) get(k string) (time.Time, bool) {
 	return t, ok
 }
 
+func (m *pullMemo) forget(k string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.last, k)
+}
+
 func (m *pullMemo) set(k string, t time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -93,15 +99,31 @@ func (g *Registry) notePull(ctx context.Context, repo string, rf ref.Ref, at tim
 	return nil
 }
 
-// lastPull returns the last pull recorded in the link of manifest d in
-// repo, zero when none is.
-func (g *Registry) lastPull(ctx context.Context, repo string, d blob.Key) (time.Time, error) {
-	rf, err := g.st.Refs.Get(ctx, manifestRef(repo, d))
-	if errors.Is(err, steaderr.ErrNotFound) {
-		return time.Time{}, nil
+// linkManifest sets the link of manifest d in repo to l, keeping the last
+// pull its link recorded: a compare-and-swap on the link read, so a pull
+// noted meanwhile is read again, not overwritten.
+func (g *Registry) linkManifest(ctx context.Context, repo string, d blob.Key, l link) error {
+	name := manifestRef(repo, d)
+	g.pulls.forget(name)
+	for {
+		opts := ref.SetOptions{IfAbsent: true}
+		cur, err := g.st.Refs.Get(ctx, name)
+		switch {
+		case errors.Is(err, steaderr.ErrNotFound):
+			l.Pulled = time.Time{}
+		case err != nil:
+			return err
+		default:
+			l.Pulled = decodeLink(cur).Pulled
+			opts = ref.SetOptions{IfVersion: cur.Version}
+		}
+		opts.Annotation = l.encode()
+		_, err = g.st.Refs.Set(ctx, name, d, opts)
+		if !errors.Is(err, steaderr.ErrConflict) {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return time.Time{}, err
-	}
-	return decodeLink(rf).Pulled, nil
 }
