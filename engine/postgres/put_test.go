@@ -43,7 +43,7 @@ func TestOverlappingPuts(t *testing.T) {
 			for round := range rounds {
 				v := value(round, rand.IntN(nkeys))
 				puts.Add(1)
-				if err := eng.Put(context.Background(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
+				if _, err := eng.Put(context.Background(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
 					if failures.Add(1) <= 3 {
 						t.Errorf("Put: %v", err)
 					}

@@ -77,11 +77,12 @@ func putCommand(e *env) *cobra.Command {
 			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				bar := e.bytesBar("put", size)
-				key, err := st.Blobs.PutWith(cmd.Context(), bar.reader(counted), opts)
+				res, err := st.Blobs.PutWith(cmd.Context(), bar.reader(counted), opts)
 				bar.done()
 				if err != nil {
 					return err
 				}
+				key := res.Key
 				// The put's pin protects the key until the ref does.
 				if refName != "" {
 					if _, err := st.Refs.Set(cmd.Context(), refName, key, ref.SetOptions{}); err != nil {
