@@ -90,14 +90,14 @@ func putCommand(e *env) *cobra.Command {
 					}
 				}
 				if asJSON {
-					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n})
+					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n, "created": res.Created})
 				}
 				fmt.Fprintln(e.stdout, key)
 				return nil
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print {\"key\", \"size\"} as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print {\"key\", \"size\", \"created\"} as JSON (created: this put stored the blob)")
 	cmd.Flags().StringVar(&refName, "ref", "", "point the ref NAME at the blob, which keeps it from garbage collection")
 	cmd.Flags().StringSliceVar(&children, "child", nil, "a stored blob the content references, kept while this blob is (repeat, or comma-separate)")
 	return cmd
