@@ -232,14 +232,14 @@ func Example_references() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := st.Refs.Set(ctx, "tags/latest", manifest, ref.SetOptions{}); err != nil {
+	if _, err := st.Refs.Set(ctx, "tags/latest", manifest.Key, ref.SetOptions{}); err != nil {
 		log.Fatal(err)
 	}
 	x, err := st.GC.Explain(ctx, layer)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(x.Parents[0] == manifest)
+	fmt.Println(x.Parents[0] == manifest.Key)
 	// A parent whose children are not stored is refused, and stores nothing.
 	_, err = st.Blobs.PutWith(ctx, strings.NewReader("orphan"), blob.PutOptions{Children: []blob.Key{blob.KeyOf([]byte("never put"))}})
 	fmt.Println(errors.Is(err, stead.ErrNotFound))

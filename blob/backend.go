@@ -67,7 +67,11 @@ type Backend interface {
 	// are one object chunk is published as that object (Stored.Object),
 	// its chunk row gone; chunks discarded take their objects with them
 	// once the commit is done.
-	Put(ctx context.Context, p PutParams) error
+	//
+	// Put reports created when this call stored the blob, false when the
+	// key was stored already: of concurrent puts of one key, exactly one
+	// reports true (and again after a delete).
+	Put(ctx context.Context, p PutParams) (created bool, err error)
 	// Get returns the stored form of key's value: its size and either the
 	// inline value (a copy) or its chunk set. An absent key is an error
 	// wrapping steaderr.ErrNotFound.

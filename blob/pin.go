@@ -128,12 +128,13 @@ func (t *pinTable) forget(key Key, h *held) {
 // put stores value under key through eng, pinned, unless this owner's pin
 // on key has more than half its TTL left: then the live pin keeps the blob
 // stored and nothing is written (skipped); a read confirms it (and answers
-// for a closed engine), and a blob found absent is put after all.
-func (t *pinTable) put(ctx context.Context, eng Backend, p PutParams) (skipped bool, err error) {
+// for a closed engine), and a blob found absent is put after all. created
+// is the engine's Put's report; a skipped put created nothing.
+func (t *pinTable) put(ctx context.Context, eng Backend, p PutParams) (created, skipped bool, err error) {
 	key := p.Key
 	h, sent, err := t.begin(ctx, key)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	t.mu.Lock()
 	// A put declaring children writes its edges whatever its pin.
@@ -148,14 +149,14 @@ func (t *pinTable) put(ctx context.Context, eng Backend, p PutParams) (skipped b
 			deadline := h.deadline
 			t.mu.Unlock()
 			t.end(key, h, err == nil, deadline, false, true)
-			return err == nil, err
+			return false, err == nil, err
 		}
 	}
 	_, now := t.clock()
 	p.Owner, p.TTL, p.Now = t.owner, t.ttl, now
-	err = eng.Put(ctx, p)
+	created, err = eng.Put(ctx, p)
 	t.end(key, h, err == nil, sent.Add(t.ttl), false, true)
-	return false, err
+	return created, false, err
 }
 
 // Pin is a guard on one key: it keeps the key's blob from being deleted

@@ -128,17 +128,6 @@ func NewStore(eng Backend, opts Options) *Store {
 	return s
 }
 
-// Over returns a Store over eng, a wrapper of s's engine that observes its
-// calls, with s's options, clock and pins: a put or a Pin guard through
-// either is counted in the one table that decides when the owner's pin
-// rows are removed, and pins on the one clock s's collector judges them by.
-// Closing either closes both.
-func (s *Store) Over(eng Backend) *Store {
-	o := *s
-	o.eng = eng
-	return &o
-}
-
 // Close stops the renewals of every Pin guard, which are then lost. The
 // engine is closed by its owner (stead.Store.Close). Close is idempotent.
 func (s *Store) Close() {
@@ -161,7 +150,8 @@ func (s *Store) Close() {
 // input, a digest mismatch, a failing reader, a context ended before the
 // write) store nothing, and discard any chunks staged.
 func (s *Store) Put(ctx context.Context, r io.Reader) (Key, error) {
-	return s.PutWith(ctx, r, PutOptions{})
+	res, err := s.PutWith(ctx, r, PutOptions{})
+	return res.Key, err
 }
 
 // PutExpect stores the content of r under key after checking that key is
@@ -192,20 +182,28 @@ type PutOptions struct {
 	Children []Key
 }
 
+// PutResult is what a put stored.
+type PutResult struct {
+	Key Key
+	// Created is true when this put stored the blob, false when it was
+	// stored already: of concurrent puts of one key exactly one is told true.
+	Created bool
+}
+
 // PutWith is Put with options: a claimed digest, the blobs the content
-// references.
-func (s *Store) PutWith(ctx context.Context, r io.Reader, opts PutOptions) (Key, error) {
+// references. It also tells whether the put stored the blob.
+func (s *Store) PutWith(ctx context.Context, r io.Reader, opts PutOptions) (PutResult, error) {
 	children, err := checkChildren(opts.Children)
 	if err == nil {
-		var key Key
-		if key, err = s.put(ctx, opts.Expect, children, r); err == nil {
-			return key, nil
+		var res PutResult
+		if res, err = s.put(ctx, opts.Expect, children, r); err == nil {
+			return res, nil
 		}
 	}
 	if !opts.Expect.IsZero() {
-		return Key{}, fmt.Errorf("blob put %s: %w", opts.Expect, err)
+		return PutResult{}, fmt.Errorf("blob put %s: %w", opts.Expect, err)
 	}
-	return Key{}, fmt.Errorf("blob put: %w", err)
+	return PutResult{}, fmt.Errorf("blob put: %w", err)
 }
 
 // checkChildren returns children sorted and distinct, or an error for a
@@ -248,9 +246,9 @@ func CheckChildren(key Key, children []Key) ([]Key, error) {
 	return p.Children, err
 }
 
-func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) (Key, error) {
+func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) (PutResult, error) {
 	if err := ctx.Err(); err != nil {
-		return Key{}, err
+		return PutResult{}, err
 	}
 	pb := putBufs.Get().(*putBuf)
 	defer putBufs.Put(pb)
@@ -258,38 +256,39 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	pb.buf = value[:0]
 	switch {
 	case errors.Is(err, errOverLimit) && int64(len(value)) > s.maxSize:
-		return Key{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
+		return PutResult{}, fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)
 	case errors.Is(err, errOverLimit):
 		return s.putUpload(ctx, want, children, io.MultiReader(bytes.NewReader(value), r))
 	case err != nil:
-		return Key{}, fmt.Errorf("read content: %w", err)
+		return PutResult{}, fmt.Errorf("read content: %w", err)
 	}
 	// Reading may take long; a context cancelled meanwhile stores nothing.
 	if err := ctx.Err(); err != nil {
-		return Key{}, err
+		return PutResult{}, err
 	}
 	key := Key{valid: true, digest: sha256.Sum256(value)}
 	if !want.IsZero() && key != want {
-		return Key{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
+		return PutResult{}, fmt.Errorf("%w: content hashes to %s", steaderr.ErrDigestMismatch, key)
 	}
 	p, err := withChildren(PutParams{Key: key, Value: value}, children)
 	if err != nil {
-		return Key{}, err
+		return PutResult{}, err
 	}
-	if _, err := s.pins.put(ctx, s.eng, p); err != nil {
-		return Key{}, err
+	created, _, err := s.pins.put(ctx, s.eng, p)
+	if err != nil {
+		return PutResult{}, err
 	}
-	return key, nil
+	return PutResult{Key: key, Created: created}, nil
 }
 
 // putUpload streams r's content into an upload and commits it, pinned,
 // once whole and hashed. The upload is aborted after a failure, even when
 // ctx is done; if the abort fails too, the upload's lease lapses and
 // ReapUploads discards it.
-func (s *Store) putUpload(ctx context.Context, want Key, children []Key, r io.Reader) (key Key, err error) {
+func (s *Store) putUpload(ctx context.Context, want Key, children []Key, r io.Reader) (res PutResult, err error) {
 	u, err := s.BeginUpload(ctx, UploadOptions{})
 	if err != nil {
-		return Key{}, err
+		return PutResult{}, err
 	}
 	defer func() {
 		if err != nil {
@@ -297,9 +296,13 @@ func (s *Store) putUpload(ctx context.Context, want Key, children []Key, r io.Re
 		}
 	}()
 	if _, err := u.Append(ctx, r); err != nil {
-		return Key{}, err
+		return PutResult{}, err
 	}
-	return u.Commit(ctx, CommitOptions{Expect: want, Children: children})
+	key, err := u.Commit(ctx, CommitOptions{Expect: want, Children: children})
+	if err != nil {
+		return PutResult{}, err
+	}
+	return PutResult{Key: key, Created: u.Created()}, nil
 }
 
 // abortUpload aborts the upload set, even when ctx is done, and tells

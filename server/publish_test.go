@@ -111,7 +111,7 @@ func TestSlowPublish(t *testing.T) {
 	key := blob.KeyOf(value)
 	id := uploadChunks(t, srv, value, 1<<10)
 	a := do(t, "POST", srv.URL+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil)
-	if a.status != http.StatusOK {
+	if a.status != http.StatusCreated {
 		t.Fatalf("publish = %d %s", a.status, a.body)
 	}
 	if a := do(t, "GET", srv.URL+"/v1/blobs/"+key.String(), "", nil); a.status != http.StatusOK || a.body != string(value) {
@@ -134,7 +134,7 @@ func TestPublishReadsNothing(t *testing.T) {
 	if a := do(t, "POST", srv.URL+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, lie, len(value)), nil); a.status != http.StatusBadRequest || a.errCode(t) != "digest_mismatch" {
 		t.Fatalf("publish under a lie = %d %s", a.status, a.body)
 	}
-	if a := do(t, "POST", srv.URL+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil); a.status != http.StatusOK {
+	if a := do(t, "POST", srv.URL+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil); a.status != http.StatusCreated {
 		t.Fatalf("publish = %d %s", a.status, a.body)
 	}
 	if n := reads.Load(); n != 0 {

@@ -229,11 +229,11 @@ func New(st *stead.Store, opts Options) *Server {
 		registerPool(opts.Registerer, pool)
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
-	s.blobEng = &putSpy{Backend: eng.Blobs(), m: s.metrics}
-	// The store's own blobs, seen through the spy: its clock, pin TTL,
-	// upload lease and read checks, and its table of this owner's pins,
-	// which a second table would not know of.
-	s.blobs = st.Blobs.Over(s.blobEng)
+	s.blobEng = eng.Blobs()
+	// The store's own blobs: its clock, pin TTL, upload lease and read
+	// checks, and its table of this owner's pins, which a second table
+	// would not know of.
+	s.blobs = st.Blobs
 	s.access = opts.Access
 	if s.access == nil {
 		// A token and no files: nothing can fail to read.

@@ -190,7 +190,7 @@ func (s *Server) publishUpload(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.BlobInfo{Key: key.String(), Size: req.Size})
+	s.writePut(w, key, req.Size, u.Created())
 }
 
 // abortUpload discards the upload and its bytes; an upload unknown

@@ -157,7 +157,7 @@ func TestUploadEndpoints(t *testing.T) {
 	if size := status(t, base, id, own); size != int64(len(value)) {
 		t.Fatalf("after refused publishes the upload holds %d bytes, want %d", size, len(value))
 	}
-	if a := publish(key, len(value)); a.status != http.StatusOK {
+	if a := publish(key, len(value)); a.status != http.StatusCreated {
 		t.Fatalf("publish = %d %s", a.status, a.body)
 	}
 	if a := do(t, "GET", base+"/v1/blobs/"+key, "", nil); a.status != http.StatusOK || a.body != value {
@@ -171,6 +171,12 @@ func TestUploadEndpoints(t *testing.T) {
 	}
 	if a := publish(key, len(value)); a.status != http.StatusConflict || a.errCode(t) != "lost" {
 		t.Fatalf("a publish again = %d %s, want 409 lost", a.status, a.body)
+	}
+	// Another upload of the same bytes publishes a key already stored: 200.
+	twin := beginUpload(t, base, "")
+	appendAt(t, base, twin, 0, []byte(value), "")
+	if a := do(t, "POST", base+"/v1/uploads/"+twin+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil); a.status != http.StatusOK {
+		t.Fatalf("publish of a stored key = %d %s, want 200", a.status, a.body)
 	}
 
 	// An abort by its owner ends the upload.
@@ -249,7 +255,7 @@ func TestUploadAppendCutShort(t *testing.T) {
 
 	appendAt(t, srv.URL, id, 100, value[100:], "")
 	key := blob.KeyOf(value)
-	if a := do(t, "POST", srv.URL+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil); a.status != http.StatusOK {
+	if a := do(t, "POST", srv.URL+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m", fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil); a.status != http.StatusCreated {
 		t.Fatalf("publish = %d %s", a.status, a.body)
 	}
 	if a := do(t, "GET", srv.URL+"/v1/blobs/"+key.String(), "", nil); a.status != http.StatusOK || a.body != string(value) {
@@ -296,7 +302,7 @@ func TestUploadAcrossServers(t *testing.T) {
 		t.Fatalf("a stale append = %d %s, want 409 conflict", ans.status, ans.body)
 	}
 	key := blob.KeyOf(value)
-	if ans := do(t, "POST", b+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m"+owner, fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil); ans.status != http.StatusOK {
+	if ans := do(t, "POST", b+"/v1/uploads/"+id+"/publish?owner=o&ttl=1m"+owner, fmt.Sprintf(`{"key":%q,"size":%d}`, key, len(value)), nil); ans.status != http.StatusCreated {
 		t.Fatalf("publish = %d %s", ans.status, ans.body)
 	}
 

@@ -41,6 +41,7 @@ func testBlob(t *testing.T, h Harness) {
 		{"SameContentRace", blobSameContentRace},
 		{"PutDeleteRace", blobPutDeleteRace},
 		{"Verify", blobVerify},
+		{"PutCreated", blobPutCreated},
 	})
 }
 
@@ -241,7 +242,7 @@ func blobDedup(t *testing.T, h Harness) {
 	if err := b.store.PutExpect(t.Context(), key, bytes.NewReader(value)); err != nil {
 		t.Fatalf("PutExpect of stored content: %v", err)
 	}
-	if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatalf("engine Put of stored content: %v", err)
 	}
 	page := mustList(t, b.store, blob.Key{}, 10)
@@ -491,7 +492,7 @@ func blobCancel(t *testing.T, h Harness) {
 	t.Run("EnginePut", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		err := b.blobs.Put(cancelled(t), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})
+		_, err := b.blobs.Put(cancelled(t), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})
 		wantErr(t, err, context.Canceled, "engine Put(cancelled ctx)")
 		wantHas(t, b.store, key, false)
 		wantNothingStored(t, b.store)
@@ -605,7 +606,7 @@ func blobIsolation(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		buf := bytes.Clone(value)
-		if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: buf, Owner: "test", TTL: time.Minute}); err != nil {
+		if _, err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: buf, Owner: "test", TTL: time.Minute}); err != nil {
 			t.Fatalf("engine Put: %v", err)
 		}
 		for i := range buf {
@@ -1082,5 +1083,140 @@ func blobDelete(t *testing.T, h Harness) {
 		_, err := b.blobs.Stat(t.Context(), key)
 		wantErr(t, err, steaderr.ErrNotFound, "engine Stat after engine Delete")
 		wantNothingStored(t, b.store)
+	})
+}
+
+// blobPutCreated checks that a put tells whether it stored its blob: the
+// first put of a key does, a re-put does not, of concurrent puts of one
+// key exactly one does, and the first put after the blob's deletion does
+// again; inline and chunked, with children, through the store and the seam.
+func blobPutCreated(t *testing.T, h Harness) {
+	const racers = 16
+	ctx := func(t *testing.T) context.Context { return t.Context() }
+	for _, tc := range []struct {
+		name   string
+		inline int
+	}{{"Inline", 0}, {"Chunked", tinyInline}} {
+		t.Run("Store"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, h)
+			opts := func(owner string) blob.Options {
+				return blob.Options{Owner: owner, Now: b.clock.Now, InlineLimit: tc.inline, ChunkSize: tinyChunk}
+			}
+			store := blob.NewStore(b.blobs, opts("first"))
+			child := testValue("created child "+tc.name, 3*tinyChunk+5)
+			value := testValue("created "+tc.name, 2*tinyChunk+7)
+			put := func(s *blob.Store, value []byte, children ...blob.Key) bool {
+				t.Helper()
+				res, err := s.PutWith(ctx(t), bytes.NewReader(value), blob.PutOptions{Children: children})
+				if err != nil {
+					t.Fatalf("PutWith(%d bytes): %v", len(value), err)
+				}
+				if res.Key != blob.KeyOf(value) {
+					t.Fatalf("PutWith(%d bytes) = key %s, want %s", len(value), res.Key, blob.KeyOf(value))
+				}
+				return res.Created
+			}
+			if !put(store, child) {
+				t.Fatal("first put of a key: Created false, want true")
+			}
+			if put(store, child) {
+				t.Fatal("re-put through the same store: Created true, want false")
+			}
+			if put(blob.NewStore(b.blobs, opts("second")), child) {
+				t.Fatal("re-put through another store: Created true, want false")
+			}
+			var created sync.WaitGroup
+			var mu sync.Mutex
+			n := 0
+			for i := range racers {
+				created.Go(func() {
+					if put(blob.NewStore(b.blobs, opts(fmt.Sprint("racer", i))), value, blob.KeyOf(child)) {
+						mu.Lock()
+						n++
+						mu.Unlock()
+					}
+				})
+			}
+			created.Wait()
+			if n != 1 {
+				t.Fatalf("%d concurrent puts of one key with a child: %d told Created, want exactly 1", racers, n)
+			}
+			// A parent deleted leaves its child to the collector.
+			b.expirePins()
+			for _, v := range [][]byte{value, child} {
+				if err := store.Delete(ctx(t), blob.KeyOf(v)); err != nil {
+					t.Fatalf("Delete(%s) after the pins expired: %v", blob.KeyOf(v), err)
+				}
+			}
+			if !put(store, child) {
+				t.Fatal("put after the key was deleted: Created false, want true")
+			}
+		})
+	}
+	t.Run("Seam", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		child := testValue("seam created child", 100)
+		parent := testValue("seam created parent", 200)
+		enginePut := func(owner string, value []byte, children ...blob.Key) (bool, error) {
+			return b.blobs.Put(ctx(t), blob.PutParams{Key: blob.KeyOf(value), Value: value, Children: children, Owner: owner, TTL: time.Minute})
+		}
+		race := func(what string, put func(i int) (bool, error)) {
+			t.Helper()
+			told := make([]bool, racers)
+			errs := make([]error, racers)
+			var wg sync.WaitGroup
+			for i := range racers {
+				wg.Go(func() { told[i], errs[i] = put(i) })
+			}
+			wg.Wait()
+			n := 0
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("%s, put %d: %v", what, i, err)
+				}
+				if told[i] {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("%d concurrent %s: %d told created, want exactly 1", racers, what, n)
+			}
+		}
+		race("engine puts of one key", func(i int) (bool, error) { return enginePut(fmt.Sprint("o", i), child) })
+		race("engine puts of one parent", func(i int) (bool, error) { return enginePut(fmt.Sprint("o", i), parent, blob.KeyOf(child)) })
+		if created, err := enginePut("late", parent, blob.KeyOf(child)); err != nil || created {
+			t.Fatalf("engine re-put of a parent = %v, %v; want false, nil", created, err)
+		}
+		if created, err := enginePut("late", parent); err != nil || created {
+			t.Fatalf("engine re-put of a parent without its children = %v, %v; want false, nil", created, err)
+		}
+		// A failed put creates nothing, and tells so.
+		orphan := testValue("seam created orphan", 50)
+		if created, err := enginePut("late", orphan, absentKey("seam created")); !errors.Is(err, steaderr.ErrNotFound) || created {
+			t.Fatalf("engine put naming an absent child = %v, %v; want false and ErrNotFound", created, err)
+		}
+		chunked := testValue("seam created chunks", 3000)
+		key := blob.KeyOf(chunked)
+		sets := make([]blob.ChunkSet, racers)
+		for i := range sets {
+			sets[i] = stageChunks(t, b.blobs, chunked, 1000)
+		}
+		race("publishes of one key", func(i int) (bool, error) {
+			return b.blobs.Put(ctx(t), blob.PutParams{Key: key, Chunks: sets[i], Size: int64(len(chunked)), Owner: fmt.Sprint("p", i), TTL: time.Minute})
+		})
+		far := time.Now().Add(time.Hour)
+		for _, k := range []blob.Key{key, blob.KeyOf(parent)} {
+			if err := engineDelete(ctx(t), b.blobs, k, far); err != nil {
+				t.Fatalf("engine Delete(%s) past the pins: %v", k, err)
+			}
+		}
+		if created, err := enginePut("again", parent, blob.KeyOf(child)); err != nil || !created {
+			t.Fatalf("engine put after the parent's delete = %v, %v; want true, nil", created, err)
+		}
+		if created, err := b.blobs.Put(ctx(t), blob.PutParams{Key: key, Chunks: stageChunks(t, b.blobs, chunked, 1000), Size: int64(len(chunked)), Owner: "again", TTL: time.Minute}); err != nil || !created {
+			t.Fatalf("publish after the key's delete = %v, %v; want true, nil", created, err)
+		}
 	})
 }

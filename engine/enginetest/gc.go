@@ -282,7 +282,7 @@ func gcTimes(t *testing.T, h Harness) {
 	value := testValue("times", 10)
 	key := blob.KeyOf(value)
 	for _, now := range []time.Time{old, far.Add(-time.Hour)} {
-		if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "o", TTL: time.Minute, Now: now}); err != nil {
+		if _, err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "o", TTL: time.Minute, Now: now}); err != nil {
 			t.Fatalf("Put at %v: %v", now, err)
 		}
 		ok, err := b.blobs.RenewPin(t.Context(), blob.PinParams{Key: key, Owner: "o", TTL: time.Minute, Now: now.Add(30 * time.Second)})
@@ -297,7 +297,7 @@ func gcPinRenew(t *testing.T, h Harness) {
 	value := testValue("renew", 10)
 	key := blob.KeyOf(value)
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "a", TTL: time.Minute, Now: t0}); err != nil {
+	if _, err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "a", TTL: time.Minute, Now: t0}); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
 	renew := func(owner string, now time.Time) bool {
@@ -372,7 +372,7 @@ type countingBlobs struct {
 	puts atomic.Int64
 }
 
-func (c *countingBlobs) Put(ctx context.Context, p blob.PutParams) error {
+func (c *countingBlobs) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	c.puts.Add(1)
 	return c.Backend.Put(ctx, p)
 }
@@ -501,7 +501,7 @@ func gcPutFailure(t *testing.T, h Harness) {
 	value := testValue("put failure", 10)
 	key := blob.KeyOf(value)
 	// An empty owner fails the pin inside the put, after the blob row.
-	err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "", TTL: time.Minute})
+	_, err := b.blobs.Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "", TTL: time.Minute})
 	if err == nil {
 		t.Fatal("Put with an empty pin owner succeeded")
 	}

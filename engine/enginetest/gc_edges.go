@@ -20,7 +20,8 @@ import (
 
 func putWith(t *testing.T, s *blob.Store, value []byte, children ...blob.Key) (blob.Key, error) {
 	t.Helper()
-	return s.PutWith(t.Context(), bytes.NewReader(value), blob.PutOptions{Children: children})
+	res, err := s.PutWith(t.Context(), bytes.NewReader(value), blob.PutOptions{Children: children})
+	return res.Key, err
 }
 
 func gcEdges(t *testing.T, h Harness) {

@@ -72,7 +72,8 @@ func lifecycleClosed(t *testing.T, h Harness) {
 		}},
 		{"Delete", func(ctx context.Context) error { return b.store.Delete(ctx, key) }},
 		{"EnginePut", func(ctx context.Context) error {
-			return b.eng.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(fresh), Value: fresh, Owner: "test", TTL: time.Minute})
+			_, err := b.eng.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(fresh), Value: fresh, Owner: "test", TTL: time.Minute})
+			return err
 		}},
 		{"EngineGet", func(ctx context.Context) error { _, err := b.eng.Blobs().Get(ctx, key); return err }},
 		{"EngineStat", func(ctx context.Context) error { _, err := b.eng.Blobs().Stat(ctx, key); return err }},
@@ -331,7 +332,8 @@ func lifecycleVirgin(t *testing.T, h Harness) {
 		wantSchemaErr(t, err, "Put on a virgin database")
 		wantSchemaErr(t, b.store.PutExpect(ctx, key, bytes.NewReader(value)), "PutExpect on a virgin database")
 		wantSchemaErr(t, b.store.Delete(ctx, key), "Delete on a virgin database")
-		wantSchemaErr(t, b.blobs.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}), "engine Put on a virgin database")
+		_, err = b.blobs.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})
+		wantSchemaErr(t, err, "engine Put on a virgin database")
 		wantSchemaErr(t, engineDelete(ctx, b.blobs, key, time.Time{}), "engine Delete on a virgin database")
 		if current, _ := schemaVersion(t, b.eng, "after failed writes"); current != 0 {
 			t.Fatalf("writes on a virgin database migrated it to version %d", current)

@@ -101,7 +101,7 @@ func uploadEndRace(t *testing.T, h Harness) {
 	eng, ctx := b.blobs, t.Context()
 	value := testValue("upload end race", 2*uploadRaceChunk)
 	key := blob.KeyOf(value)
-	if err := eng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "racer", TTL: time.Minute}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "racer", TTL: time.Minute}); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
 	for _, end := range []struct {
@@ -110,7 +110,8 @@ func uploadEndRace(t *testing.T, h Harness) {
 	}{
 		{"Abort", func(set blob.ChunkSet) error { return eng.AbortUpload(ctx, set) }},
 		{"Discard", func(set blob.ChunkSet) error {
-			return eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute})
+			_, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute})
+			return err
 		}},
 	} {
 		t.Run(end.name, func(t *testing.T) {
@@ -153,7 +154,7 @@ func uploadPublishedSet(t *testing.T, h Harness) {
 	value := testValue("published set", 3000)
 	key := blob.KeyOf(value)
 	set := stageChunks(t, eng, value, 1000)
-	if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
 		t.Fatalf("Put (publish): %v", err)
 	}
 	_, err := eng.UploadStatus(ctx, set)
@@ -168,7 +169,7 @@ func uploadPublishedSet(t *testing.T, h Harness) {
 		}
 		wantValue(t, b.store, key, value)
 	}
-	err = eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute})
+	_, err = eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute})
 	wantErr(t, err, steaderr.ErrLost, "a second publish of a published set")
 	wantValue(t, b.store, key, value)
 }
@@ -208,7 +209,7 @@ func uploadAppendOrder(t *testing.T, h Harness) {
 	for off := int64(0); off < 3000; off += 250 {
 		wantChunk(t, eng, set, off, value, off/1000*1000, 1000)
 	}
-	if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	rd, err := b.store.Get(ctx, key)
@@ -236,7 +237,8 @@ func uploadPublishSize(t *testing.T, h Harness) {
 	value := testValue("publish size", 3000)
 	key := blob.KeyOf(value)
 	publish := func(set blob.ChunkSet, size int64) error {
-		return eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: size, Owner: "publisher", TTL: time.Minute})
+		_, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: size, Owner: "publisher", TTL: time.Minute})
+		return err
 	}
 	set := stageChunks(t, eng, value, 1000)
 	for _, size := range []int64{0, 1, 999, 1000, 2000, 2999, 3001, 4000, math.MaxInt64} {
@@ -257,7 +259,7 @@ func uploadPublishSize(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("BeginUpload: %v", err)
 	}
-	err = eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(nil), Chunks: empty, Size: 0, Owner: "publisher", TTL: time.Minute})
+	_, err = eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(nil), Chunks: empty, Size: 0, Owner: "publisher", TTL: time.Minute})
 	wantErr(t, err, steaderr.ErrInvalidArgument, "publish of a set with no chunks")
 	if _, err := eng.Stat(ctx, blob.KeyOf(nil)); !errors.Is(err, steaderr.ErrNotFound) {
 		t.Fatalf("after a refused publish, Stat = %v, want ErrNotFound", err)
@@ -304,7 +306,7 @@ func uploadAppendRace(t *testing.T, h Harness) {
 		value := append(bytes.Clone(head), tails[winner]...)
 		wantStatus(t, eng, set, "", int64(len(value)), uploadState(int64(len(value))))
 		key := blob.KeyOf(value)
-		if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute, Now: b.clock.Now()}); err != nil {
+		if _, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "racer", TTL: time.Minute, Now: b.clock.Now()}); err != nil {
 			t.Fatalf("round %d: publish: %v", round, err)
 		}
 		wantValue(t, b.store, key, value)
@@ -334,7 +336,7 @@ func uploadEndedSet(t *testing.T, h Harness) {
 		wantErr(t, err, steaderr.ErrLost, fmt.Sprintf("WriteChunk at %d of an aborted upload", off))
 	}
 	wantNoUpload(t, eng, set, "an aborted upload")
-	err := eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(value), Chunks: set, Size: 2000, Owner: "publisher", TTL: time.Minute})
+	_, err := eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(value), Chunks: set, Size: 2000, Owner: "publisher", TTL: time.Minute})
 	wantErr(t, err, steaderr.ErrLost, "publish of an aborted upload")
 	never := set ^ 0x5a5a5a5a
 	err = appendChunk(ctx, eng, never, 0, value[:1000])
@@ -451,7 +453,7 @@ func uploadOffsetOverflow(t *testing.T, h Harness) {
 	if err := appendChunk(ctx, eng, set, 1000, value[1000:]); err != nil {
 		t.Fatalf("WriteChunk at the end after refused ones: %v", err)
 	}
-	if err := eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(value), Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(value), Chunks: set, Size: int64(len(value)), Owner: "publisher", TTL: time.Minute}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	wantValue(t, b.store, blob.KeyOf(value), value)

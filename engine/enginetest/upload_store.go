@@ -236,7 +236,7 @@ func uploadAppendRaceModel(t *testing.T, h Harness) {
 		wantChunk(t, eng, set, start, model, start, int(end-start))
 	}
 	key := blob.KeyOf(model)
-	if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(model)), Owner: "racer", TTL: time.Minute}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(model)), Owner: "racer", TTL: time.Minute}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	wantValue(t, b.store, key, model)
@@ -563,7 +563,7 @@ func uploadCancelled(t *testing.T, h Harness) {
 		t.Fatalf("WriteChunk with a cancelled context: %v, want context.Canceled", err)
 	}
 	wantStatus(t, eng, set, "", 1000, uploadState(1000))
-	if err := eng.Put(done, blob.PutParams{Key: blob.KeyOf(value[:1000]), Chunks: set, Size: 1000, Owner: "cancelled", TTL: time.Minute}); !errors.Is(err, context.Canceled) {
+	if _, err := eng.Put(done, blob.PutParams{Key: blob.KeyOf(value[:1000]), Chunks: set, Size: 1000, Owner: "cancelled", TTL: time.Minute}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("publish with a cancelled context: %v, want context.Canceled", err)
 	}
 	if err := eng.AbortUpload(done, set); !errors.Is(err, context.Canceled) {

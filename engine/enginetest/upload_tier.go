@@ -304,7 +304,7 @@ func uploadTierAbandoned(t *testing.T, h Harness) {
 	sweep(t, b.eng)
 	wantBucket(t, b.eng, before+1, "after the orphan step")
 	key := blob.KeyOf(value)
-	if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: 3000, Owner: "publisher", TTL: time.Minute}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: 3000, Owner: "publisher", TTL: time.Minute}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	wantReads(t, b.store, key, value, []int64{10})

@@ -69,14 +69,14 @@ type chunk struct {
 	data []byte
 }
 
-func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.e.check(ctx); err != nil {
-		return err
+		return false, err
 	}
 	if p.Owner == "" { // the SQL engines' check constraint
-		return fmt.Errorf("%w: empty pin owner", steaderr.ErrInvalidName)
+		return false, fmt.Errorf("%w: empty pin owner", steaderr.ErrInvalidName)
 	}
 	var missing []string
 	for _, c := range p.Children {
@@ -85,7 +85,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(missing, ", "))
+		return false, fmt.Errorf("%w: children not stored: %s", steaderr.ErrNotFound, strings.Join(missing, ", "))
 	}
 	if _, stored := b.values[p.Key]; stored {
 		var extra []string
@@ -95,30 +95,31 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 			}
 		}
 		if len(extra) > 0 {
-			return blob.ChildrenFixedError(p.Key.String(), extra)
+			return false, blob.ChildrenFixedError(p.Key.String(), extra)
 		}
 	}
+	var created bool
 	if p.Chunks != 0 {
 		u, ok := b.uploads[p.Chunks]
 		if !ok {
-			return lostUpload(p.Chunks)
+			return false, lostUpload(p.Chunks)
 		}
 		if u.size != p.Size {
-			return fmt.Errorf("%w: upload %d holds %d bytes, not %d (another writer appended)", steaderr.ErrConflict, p.Chunks, u.size, p.Size)
+			return false, fmt.Errorf("%w: upload %d holds %d bytes, not %d (another writer appended)", steaderr.ErrConflict, p.Chunks, u.size, p.Size)
 		}
 		if !tiles(u.chunks, p.Size) {
-			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
+			return false, fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		delete(b.uploads, p.Chunks)
-		if b.insert(p.Key, blob.Stored{Size: p.Size, Chunks: p.Chunks}) {
+		if created = b.insert(p.Key, blob.Stored{Size: p.Size, Chunks: p.Chunks}); created {
 			b.sets[p.Chunks] = u.chunks
 		}
 	} else {
-		b.insert(p.Key, blob.Stored{Size: int64(len(p.Value)), Value: bytes.Clone(p.Value)})
+		created = b.insert(p.Key, blob.Stored{Size: int64(len(p.Value)), Value: bytes.Clone(p.Value)})
 	}
 	b.pin(p.Key, p.Owner, clock.OrNow(p.Now).Add(p.TTL))
 	b.addEdges(p.Key, p.Children)
-	return nil
+	return created, nil
 }
 
 // addEdges records that parent references children, those it does not

@@ -35,7 +35,8 @@ const (
 // pins of existing rows, and of other owners in the batch, are upserted
 // into pins only after every blob row is locked (the scalar subquery runs
 // the blob insert to completion first), so batches lock rows in one order:
-// blobs by key, then pins by (key, owner).
+// blobs by key, then pins by (key, owner). It answers the keys it
+// inserted: the puts that stored their blob.
 // docs/decisions/0006-put-statement.md, 0021-gc-at-scale.md.
 var (
 	sqlPut = declare("sqlPut", `WITH b AS (
@@ -44,13 +45,15 @@ var (
 	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
 	RETURNING key, pin_owner
+), pinned AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
+	FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
+	WHERE (SELECT count(*) FROM b) >= 0
+	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-INSERT INTO {schema}.pins AS p (key, owner, expiry)
-SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
-WHERE (SELECT count(*) FROM b) >= 0
-AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
-ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
+SELECT key FROM b`)
 
 	// sqlPutNaive is the known-unsafe put, for tests that prove the
 	// torture test sees the race: ON CONFLICT DO NOTHING does not wait on
@@ -61,13 +64,15 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING key, pin_owner
+), pinned AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
+	FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
+	WHERE (SELECT count(*) FROM b) >= 0
+	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-INSERT INTO {schema}.pins AS p (key, owner, expiry)
-SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
-WHERE (SELECT count(*) FROM b) >= 0
-AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
-ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`)
+SELECT key FROM b`)
 
 	// sqlPutEdges is sqlPut for a batch in which some puts declare
 	// children ($9 parents, $10 children: the edges). First every stored
@@ -87,7 +92,7 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	// the edges of the others are inserted, and the store's declaration of
 	// liveness recorded once (gc_declared); the refused (parent, child,
 	// edgeMissing or edgeFixed) and raced (parent, '', edgeRaced) rows are
-	// answered. Every probe of blobs and blob_edges is a correlated
+	// answered, and the keys inserted (key, '', putCreated). Every probe of blobs and blob_edges is a correlated
 	// subquery (the OFFSET 0 keeps the anti-join from being flattened), so
 	// that a plan made while the tables were small, and kept by the
 	// prepared statement, never scans them whole as they grow: a child
@@ -134,7 +139,8 @@ ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expi
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UNION ALL SELECT p, '', 'raced' FROM raced ORDER BY 1, 2`)
+SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UNION ALL SELECT p, '', 'raced' FROM raced
+UNION ALL SELECT key, '', 'created' FROM b ORDER BY 1, 2`)
 
 	sqlStat     = declare("sqlStat", `SELECT size FROM {schema}.blobs WHERE key = $1`)
 	sqlListPage = declare("sqlListPage", `SELECT key, size FROM {schema}.blobs WHERE key > $1 ORDER BY key LIMIT $2`)
@@ -189,7 +195,7 @@ DELETE FROM {schema}.pins WHERE key = $1 AND owner = $2 AND (SELECT count(*) FRO
 
 type blobs struct {
 	e      *Engine
-	commit *groupcommit.Committer[groupcommit.Put]
+	commit *groupcommit.Committer[*groupcommit.Put]
 	// naive selects sqlPutNaive (tests only).
 	naive atomic.Bool
 }
@@ -202,14 +208,18 @@ func (b *blobs) init(e *Engine) {
 // Put batches inline values; a chunked value is published on its own, its
 // statement the batch's for one row plus the upload's end
 // (engine/postgres/chunks.go).
-func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	if err := b.e.check(ctx); err != nil {
-		return err
+		return false, err
 	}
 	if p.Chunks != 0 {
 		return b.publish(ctx, p)
 	}
-	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: p.Value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}, Children: keyTexts(p.Children)})
+	put := &groupcommit.Put{Key: p.Key.String(), Value: p.Value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}, Children: keyTexts(p.Children)}
+	if err := b.commit.Put(ctx, put); err != nil {
+		return false, err
+	}
+	return put.Created, nil
 }
 
 // keyTexts returns keys' text forms; nil for none.
@@ -229,6 +239,8 @@ const (
 	edgeMissing = "missing" // (parent, child): the child is not stored
 	edgeFixed   = "fixed"   // (parent, child): the parent is stored without this child
 	edgeRaced   = "raced"   // (parent, ""): another writer stored the parent meanwhile
+	// putCreated (key, ""): the statement inserted key.
+	putCreated = "created"
 )
 
 // flush stores one batch, blobs and pins, in one statement: one round
@@ -236,8 +248,9 @@ const (
 // key and owner), so that concurrent batches lock the rows they share in
 // one order; a deadlock or serialization failure that still happens (with
 // another writer of the schema) is retried here, not handed to every
-// caller of the batch.
-func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcommit.Put]) error {
+// caller of the batch. Of the puts of a key the statement inserted, the
+// first in the batch is told it stored the blob (Put.Created).
+func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[*groupcommit.Put]) error {
 	// A row or pin is plain when a put of it declaring no children is in
 	// the batch: it is stored whatever children the others miss.
 	plainKey := map[string]bool{}
@@ -253,14 +266,14 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 		}
 	}
 	pins := slices.Clone(batch)
-	slices.SortFunc(pins, func(x, y *groupcommit.Request[groupcommit.Put]) int {
+	slices.SortFunc(pins, func(x, y *groupcommit.Request[*groupcommit.Put]) int {
 		return cmp.Or(strings.Compare(x.Item.Key, y.Item.Key), strings.Compare(x.Item.Pin.Owner, y.Item.Pin.Owner), -laterPin(x.Item.Pin, y.Item.Pin))
 	})
-	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request[groupcommit.Put]) bool {
+	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request[*groupcommit.Put]) bool {
 		return x.Item.Key == y.Item.Key && x.Item.Pin.Owner == y.Item.Pin.Owner
 	})
 	// Requests with equal keys carry equal values (the key is their digest).
-	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request[groupcommit.Put]) bool { return x.Item.Key == y.Item.Key })
+	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request[*groupcommit.Put]) bool { return x.Item.Key == y.Item.Key })
 
 	keys := make([]string, len(blobRows))
 	sizes := make([]int64, len(blobRows))
@@ -290,20 +303,36 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 		}
 		// Positional arguments: pgx rewrites a named statement's text on
 		// every call, a fifth of a lone put's client CPU.
-		return b.e.retryTransient(ctx, func() error {
-			_, err := b.e.pool.Exec(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
+		created := map[string]bool{}
+		err := b.e.retryTransient(ctx, func() error {
+			clear(created)
+			rows, err := b.e.pool.Query(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
+			if err != nil {
+				return err
+			}
+			var key string
+			_, err = pgx.ForEachRow(rows, []any{&key}, func() error {
+				created[key] = true
+				return nil
+			})
 			return err
 		})
+		if err != nil {
+			return err
+		}
+		tellCreated(batch, created)
+		return nil
 	}
 	lock := slices.Concat(keys, children)
 	slices.Sort(lock)
 	lock = slices.Compact(lock)
 	args := []any{keys, sizes, values, blobOwners, blobTTLs, blobNows, blobPlain, lock, parents, children, pinKeys, owners, ttls, nows, pinPlain}
-	missing, fixed, raced := map[string][]string{}, map[string][]string{}, map[string]bool{}
+	missing, fixed, raced, created := map[string][]string{}, map[string][]string{}, map[string]bool{}, map[string]bool{}
 	err := b.e.retryTransient(ctx, func() error {
 		clear(missing)
 		clear(fixed)
 		clear(raced)
+		clear(created)
 		rows, err := b.e.pool.Query(ctx, b.e.sql(sqlPutEdges), args...)
 		if err != nil {
 			return err
@@ -317,6 +346,8 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 				fixed[p] = append(fixed[p], c)
 			case edgeRaced:
 				raced[p] = true
+			case putCreated:
+				created[p] = true
 			default:
 				return fmt.Errorf("postgres: put: unknown edge verdict %q", kind)
 			}
@@ -327,9 +358,10 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 	if err != nil {
 		return err
 	}
-	var again []*groupcommit.Request[groupcommit.Put]
+	var again []*groupcommit.Request[*groupcommit.Put]
 	for _, r := range batch {
 		r.Err = nil
+		r.Item.Created = false
 		if len(r.Item.Children) == 0 {
 			continue
 		}
@@ -341,12 +373,25 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[groupcom
 			again = append(again, r)
 		}
 	}
+	tellCreated(batch, created)
 	if len(again) > 0 {
 		// Stored by another writer meanwhile: a new statement sees its
 		// row and edges, and judges these puts as re-puts.
 		return b.flush(ctx, again)
 	}
 	return nil
+}
+
+// tellCreated marks, for each key in created, the first put of it in the
+// batch that did not fail, and no other, as the one that stored it.
+func tellCreated(batch []*groupcommit.Request[*groupcommit.Put], created map[string]bool) {
+	for _, r := range batch {
+		r.Item.Created = false
+		if r.Err == nil && created[r.Item.Key] {
+			r.Item.Created = true
+			delete(created, r.Item.Key)
+		}
+	}
 }
 
 // missingChildren is the error of a put whose children are not stored.

@@ -337,11 +337,12 @@ func (b *blobs) checkFixed(ctx context.Context, tx pgx.Tx, parent string, childr
 // (publishObject) or the chunk set (sqlPublish), or, when the key is
 // stored already, the chunks are discarded; the key is pinned. Objects no
 // row names any more are deleted after the commit.
-func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
+func (b *blobs) publish(ctx context.Context, p blob.PutParams) (bool, error) {
 	now := pgtype.Timestamptz{Time: p.Now, Valid: !p.Now.IsZero()}
 	var drop []string
+	var inserted bool
 	err := b.e.retryTransient(ctx, func() error {
-		drop = nil
+		drop, inserted = nil, false
 		tx, err := b.e.pool.Begin(ctx)
 		if err != nil {
 			return err
@@ -374,12 +375,16 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 			return fmt.Errorf("%w: the staged chunks of set %d do not cover %d bytes exactly, each once", steaderr.ErrInvalidArgument, p.Chunks, p.Size)
 		}
 		if n == 1 && object != "" {
-			redundant, err := b.publishObject(ctx, tx, p, now, object)
+			ins, redundant, err := b.publishObject(ctx, tx, p, now, object)
 			if err != nil {
 				return err
 			}
 			drop = append(drop, redundant...)
-			return commit(ctx, tx)
+			if err := commit(ctx, tx); err != nil {
+				return err
+			}
+			inserted = ins
+			return nil
 		}
 		children := keyTexts(p.Children)
 		if len(children) > 0 {
@@ -387,15 +392,15 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 				return err
 			}
 		}
-		var inserted bool
+		var ins bool
 		var discarded []string
 		if err := tx.QueryRow(ctx, b.e.sql(sqlPublish), pgx.StrictNamedArgs{
 			"key": p.Key.String(), "size": p.Size, "chunks": int64(p.Chunks), "owner": p.Owner, "ttl_us": p.TTL.Microseconds(), "now": now,
-		}).Scan(&inserted, &discarded); err != nil {
+		}).Scan(&ins, &discarded); err != nil {
 			return err
 		}
 		drop = append(drop, discarded...)
-		if len(children) > 0 && !inserted {
+		if len(children) > 0 && !ins {
 			// Stored by another writer since the lock pass (or before
 			// it): this publish is a re-put.
 			if err := b.checkFixed(ctx, tx, p.Key.String(), children); err != nil {
@@ -407,12 +412,17 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 				return err
 			}
 		}
-		return commit(ctx, tx)
+		if err := commit(ctx, tx); err != nil {
+			return err
+		}
+		inserted = ins
+		return nil
 	})
-	if err == nil {
-		b.e.dropObjects(ctx, drop)
+	if err != nil {
+		return false, err
 	}
-	return err
+	b.e.dropObjects(ctx, drop)
+	return inserted, nil
 }
 
 // AbortUpload ends the upload and then deletes its chunks, two statements

@@ -112,7 +112,7 @@ func TestChunkRaces(t *testing.T) {
 		content := bytes.Repeat([]byte{byte('a' + i%5)}, 64*3) // 5 contents, 8 uploads each
 		key := blob.KeyOf(content)
 		publish := func(eng blob.Backend, set blob.ChunkSet) {
-			_ = eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
+			_, _ = eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
 		}
 		wg.Go(func() {
 			set, err := engs[i%2].BeginUpload(ctx, blob.BeginUploadParams{Lease: time.Hour})
@@ -210,7 +210,8 @@ func TestChunkPublishRacesReap(t *testing.T) {
 		pub := make(chan error, 1)
 		reap := make(chan int, 1)
 		doPub := func() {
-			pub <- eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
+			_, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(content)), Owner: "o", TTL: time.Hour})
+			pub <- err
 		}
 		doReap := func() {
 			n, err := eng.ReapUploads(ctx, blob.ReapUploadsParams{})

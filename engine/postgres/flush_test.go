@@ -57,13 +57,13 @@ func TestFailedFlush(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 2 { // one per flusher
 			wg.Go(func() {
-				errs[i] = e.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(values[i]), Value: values[i], Owner: "test", TTL: time.Minute})
+				_, errs[i] = e.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(values[i]), Value: values[i], Owner: "test", TTL: time.Minute})
 			})
 		}
 		time.Sleep(50 * time.Millisecond) // they lead; not an assertion
 		for i := 2; i < len(values); i++ {
 			wg.Go(func() {
-				errs[i] = e.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(values[i]), Value: values[i], Owner: "test", TTL: time.Minute})
+				_, errs[i] = e.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(values[i]), Value: values[i], Owner: "test", TTL: time.Minute})
 			})
 		}
 		time.Sleep(200 * time.Millisecond) // let them queue; not an assertion

@@ -233,7 +233,7 @@ func TestRenewRacingArbitration(t *testing.T) {
 			if tc.table == "pins" {
 				owner = "first" // the put's pin is in the blob's row; o's is a row of pins
 			}
-			if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: owner, TTL: time.Minute, Now: t0}); err != nil {
+			if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: owner, TTL: time.Minute, Now: t0}); err != nil {
 				t.Fatalf("Put: %v", err)
 			}
 			if tc.table == "pins" {

@@ -433,37 +433,37 @@ var _ gc.OrphanSweeper = (*gcMech)(nil)
 
 // publishObject publishes the upload's one chunk, the object, as p.Key's
 // value in tx (the upload already ended in it), pinned, with its
-// children's edges. It returns the objects to delete once tx commits: the
-// upload's, when the key was stored already.
-func (b *blobs) publishObject(ctx context.Context, tx pgx.Tx, p blob.PutParams, now pgtype.Timestamptz, object string) (redundant []string, err error) {
+// children's edges. It reports whether it stored the key, and returns
+// the objects to delete once tx commits: the upload's, when the key was
+// stored already.
+func (b *blobs) publishObject(ctx context.Context, tx pgx.Tx, p blob.PutParams, now pgtype.Timestamptz, object string) (inserted bool, redundant []string, err error) {
 	children := keyTexts(p.Children)
 	if len(children) > 0 {
 		if err := b.lockChildren(ctx, tx, p.Key.String(), children); err != nil {
-			return nil, err
+			return false, nil, err
 		}
 	}
-	var inserted bool
 	if err := tx.QueryRow(ctx, b.e.sql(sqlPublishObject), pgx.StrictNamedArgs{
 		"chunks": int64(p.Chunks), "key": p.Key.String(), "size": p.Size, "object": object, "owner": p.Owner, "ttl_us": p.TTL.Microseconds(), "now": now,
 	}).Scan(&inserted); err != nil {
-		return nil, err
+		return false, nil, err
 	}
 	if len(children) > 0 && !inserted {
 		// Stored by another writer since the lock pass (or before it):
 		// this publish is a re-put.
 		if err := b.checkFixed(ctx, tx, p.Key.String(), children); err != nil {
-			return nil, err
+			return false, nil, err
 		}
 	}
 	if len(children) > 0 {
 		if _, err := tx.Exec(ctx, b.e.sql(sqlInsertEdges), p.Key.String(), children); err != nil {
-			return nil, err
+			return false, nil, err
 		}
 	}
 	if inserted {
-		return nil, nil
+		return true, nil, nil
 	}
-	return []string{object}, nil
+	return false, []string{object}, nil
 }
 
 // CheckBytesTier checks that the store and its bucket belong together (a

@@ -220,7 +220,7 @@ func TestStatDoesNotReadValue(t *testing.T) {
 		value[i] = byte(rand.Uint32()) // incompressible
 	}
 	key := blob.KeyOf(value)
-	if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	table := pgx.Identifier{db.Schema, "blobs"}.Sanitize()
@@ -446,7 +446,7 @@ func TestGroupCommitCancellation(t *testing.T) {
 				if rand.IntN(3) == 0 {
 					time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
 				}
-				err := e.Blobs().Put(putCtx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})
+				_, err := e.Blobs().Put(putCtx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})
 				if err != nil && putCtx.Err() == nil {
 					t.Errorf("put failed without being cancelled: %v", err)
 				}

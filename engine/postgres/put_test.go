@@ -24,7 +24,9 @@ import (
 // TestOverlappingPuts races many goroutines, through two engines on one
 // schema, each putting random overlapping subsets of a small key set. Two
 // batches inserting the same new keys in different orders used to deadlock
-// (40P01) and fail every caller of both batches: no put may fail.
+// (40P01) and fail every caller of both batches: no put may fail. Of the
+// puts of each key, batched together or racing, exactly one is told it
+// stored the blob.
 func TestOverlappingPuts(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -34,6 +36,8 @@ func TestOverlappingPuts(t *testing.T) {
 	const nkeys, workers, rounds = 8, 32, 60
 	value := func(round, i int) []byte { return fmt.Appendf(nil, "overlapping put %d/%d", round, i) }
 	var puts, failures atomic.Int64
+	var mu sync.Mutex
+	created := map[blob.Key]int{}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -43,10 +47,16 @@ func TestOverlappingPuts(t *testing.T) {
 			for round := range rounds {
 				v := value(round, rand.IntN(nkeys))
 				puts.Add(1)
-				if err := eng.Put(context.Background(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
+				told, err := eng.Put(context.Background(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute})
+				if err != nil {
 					if failures.Add(1) <= 3 {
 						t.Errorf("Put: %v", err)
 					}
+				}
+				if told {
+					mu.Lock()
+					created[blob.KeyOf(v)]++
+					mu.Unlock()
 				}
 			}
 		}()
@@ -58,8 +68,14 @@ func TestOverlappingPuts(t *testing.T) {
 	var stored int
 	for round := range rounds {
 		for i := range nkeys {
-			if _, err := engines[0].Stat(context.Background(), blob.KeyOf(value(round, i))); err == nil {
+			key := blob.KeyOf(value(round, i))
+			want := 0
+			if _, err := engines[0].Stat(context.Background(), key); err == nil {
 				stored++
+				want = 1
+			}
+			if created[key] != want {
+				t.Errorf("round %d key %d: %d puts told they stored it, want %d", round, i, created[key], want)
 			}
 		}
 	}

@@ -509,7 +509,7 @@ func tortureChild() int {
 					case rand.IntN(2) == 0:
 						// Keep the parent for a while: the ref's name is the
 						// torture's own, so a later set may move it.
-						if _, err := refStore.Set(ctx, fmt.Sprintf("%s/parent", name), pkey, ref.SetOptions{}); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+						if _, err := refStore.Set(ctx, fmt.Sprintf("%s/parent", name), pkey.Key, ref.SetOptions{}); err != nil && !errors.Is(err, steaderr.ErrNotFound) {
 							fail("parent ref", err)
 						}
 					}

@@ -116,7 +116,7 @@ func TestUnavailableTerminatedBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := blob.KeyOf([]byte("x"))
-	if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: []byte("x"), Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: []byte("x"), Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	var killed int
@@ -180,7 +180,7 @@ func TestUnavailableStoppedServer(t *testing.T) {
 	e, cfg := openCluster(t, c)
 	value := []byte("kept")
 	key := blob.KeyOf(value)
-	if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	c.Stop(t)
@@ -195,7 +195,8 @@ func TestUnavailableStoppedServer(t *testing.T) {
 		{"Get", func() error { _, err := e.Blobs().Get(opCtx, key); return err }},
 		{"Stat", func() error { _, err := e.Blobs().Stat(opCtx, key); return err }},
 		{"Put", func() error {
-			return e.Blobs().Put(opCtx, blob.PutParams{Key: blob.KeyOf(other), Value: other, Owner: "test", TTL: time.Minute})
+			_, err := e.Blobs().Put(opCtx, blob.PutParams{Key: blob.KeyOf(other), Value: other, Owner: "test", TTL: time.Minute})
+			return err
 		}},
 		{"List", func() error { return e.Blobs().List(opCtx, blob.Key{}, 100, func(blob.Info) bool { return true }) }},
 		{"Acquire", func() error {
@@ -305,7 +306,7 @@ func TestPgBouncerRestart(t *testing.T) {
 	e := open(t, db, "&pgbouncer=true&connect_timeout=5")
 	value := []byte("through the pooler")
 	key := blob.KeyOf(value)
-	if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	bouncer.Stop(t)

@@ -217,7 +217,7 @@ func TestUploadAppendRaces(t *testing.T) {
 		s.wantBucketIsRows(t, fmt.Sprintf("round %d", round))
 	}
 	key := blob.KeyOf(model)
-	if err := engs[1].Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(model)), Owner: "racers", TTL: time.Hour}); err != nil {
+	if _, err := engs[1].Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(model)), Owner: "racers", TTL: time.Hour}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	rd, err := blob.NewStore(engs[0], blob.Options{}).Get(ctx, key)
@@ -572,7 +572,7 @@ func TestMigrateInFlightObjectUploads(t *testing.T) {
 		t.Errorf("the object being written is %d unfinished chunks, want 1", n)
 	}
 	key := blob.KeyOf(whole)
-	if err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: wholeSet, Size: int64(len(whole)), Owner: "o", TTL: time.Hour}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: key, Chunks: wholeSet, Size: int64(len(whole)), Owner: "o", TTL: time.Hour}); err != nil {
 		t.Fatalf("publish of the whole object's upload: %v", err)
 	}
 	if st, err := eng.Get(ctx, key); err != nil || st.Object != wholeName || st.Chunks != 0 {
@@ -793,7 +793,7 @@ func TestEmptyAppends(t *testing.T) {
 		t.Fatalf("WriteValue after the empty appends = %d, %v", n, err)
 	}
 	whole := append(bytes.Clone(head), tail...)
-	if err := eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(whole), Chunks: set, Size: 3000, Owner: "o", TTL: time.Hour}); err != nil {
+	if _, err := eng.Put(ctx, blob.PutParams{Key: blob.KeyOf(whole), Chunks: set, Size: 3000, Owner: "o", TTL: time.Hour}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	s.wantBucketIsRows(t, "after the publish")

@@ -39,8 +39,9 @@ type upload struct {
 // checks that the bytes it hashed as they arrived hash to p.Key first), pinned for p.Owner and p.TTL from p.Now
 // (zero: the server's clock): the server takes exactly the pin asked for,
 // so the portable store's hot-key skip, which trusts its own pin
-// deadlines, stays safe over HTTP.
-func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
+// deadlines, stays safe over HTTP. The server answers 201 Created when the
+// put stored the blob, 200 when it was stored already.
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	q := query("now", timeText(p.Now))
 	q.Set("owner", p.Owner) // even empty: the server refuses it rather than pin as itself
 	q.Set("ttl", p.TTL.String())
@@ -48,7 +49,7 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		// More children than a header holds go through an upload, whose
 		// publish carries any number in its body.
 		if len(p.Value) == 0 {
-			return fmt.Errorf("%w: an empty blob declares at most %d children over HTTP, not %d", steaderr.ErrInvalidArgument, wire.MaxHeaderChildren, len(p.Children))
+			return false, fmt.Errorf("%w: an empty blob declares at most %d children over HTTP, not %d", steaderr.ErrInvalidArgument, wire.MaxHeaderChildren, len(p.Children))
 		}
 		return b.putThroughUpload(ctx, p)
 	}
@@ -56,28 +57,32 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 		if owner := b.owner(p.Chunks); owner != "" {
 			q.Set(wire.UploadOwnerParam, owner)
 		}
-		_, err := b.e.do(ctx, http.MethodPost, uploadPath(p.Chunks)+"/publish", &request{query: q},
+		resp, err := b.e.do(ctx, http.MethodPost, uploadPath(p.Chunks)+"/publish", &request{query: q},
 			wire.Publish{Key: p.Key.String(), Size: p.Size, Children: keyTexts(p.Children)}, nil)
-		if err == nil {
-			b.forget(p.Chunks)
+		if err != nil {
+			return false, err
 		}
-		return err
+		b.forget(p.Chunks)
+		return resp.StatusCode == http.StatusCreated, nil
 	}
 	req := &request{body: bytes.NewReader(p.Value), query: q}
 	if len(p.Children) > 0 {
 		req.header = http.Header{wire.ChildrenHeader: {strings.Join(keyTexts(p.Children), ",")}}
 	}
-	_, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+p.Key.String(), req, nil, nil)
-	return err
+	resp, err := b.e.do(ctx, http.MethodPut, "/v1/blobs/"+p.Key.String(), req, nil, nil)
+	if err != nil {
+		return false, err
+	}
+	return resp.StatusCode == http.StatusCreated, nil
 }
 
 // putThroughUpload puts an inline value as a one-chunk upload, published
 // with its children; the upload is aborted whatever happens (after a
 // publish the abort finds nothing).
-func (b *blobs) putThroughUpload(ctx context.Context, p blob.PutParams) (err error) {
+func (b *blobs) putThroughUpload(ctx context.Context, p blob.PutParams) (created bool, err error) {
 	set, err := b.BeginUpload(ctx, blob.BeginUploadParams{Lease: blob.DefaultUploadLease, Now: p.Now})
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() {
 		if aerr := b.AbortUpload(context.WithoutCancel(ctx), set); aerr != nil && err == nil {
@@ -86,7 +91,7 @@ func (b *blobs) putThroughUpload(ctx context.Context, p blob.PutParams) (err err
 	}()
 	if len(p.Value) > 0 {
 		if err := b.WriteChunk(ctx, blob.WriteChunkParams{Set: set, Data: p.Value, Lease: blob.DefaultUploadLease, Now: p.Now}); err != nil {
-			return err
+			return false, err
 		}
 	}
 	p.Chunks, p.Size, p.Value = set, int64(len(p.Value)), nil

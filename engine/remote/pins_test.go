@@ -85,7 +85,7 @@ func TestPinsCarryParams(t *testing.T) {
 			value := []byte("pinned over http")
 			key := blob.KeyOf(value)
 
-			if err := b.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "client-a", TTL: 90 * time.Second, Now: t0}); err != nil {
+			if _, err := b.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "client-a", TTL: 90 * time.Second, Now: t0}); err != nil {
 				t.Fatalf("Put: %v", err)
 			}
 			wantPins(t, st, "after Put", gc.PinInfo{Key: key, Owner: "client-a", Expiry: t0.Add(90 * time.Second)})
@@ -151,7 +151,7 @@ func TestPinsHostile(t *testing.T) {
 		{"ttl over a day", "o", 25 * time.Hour, time.Time{}, stead.ErrInvalidArgument},
 		{"client clock refused", "o", time.Minute, time.Now(), stead.ErrInvalidArgument}, // 400 bad_request
 	} {
-		if err := b.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: tc.owner, TTL: tc.ttl, Now: tc.now}); !errors.Is(err, tc.want) {
+		if _, err := b.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: tc.owner, TTL: tc.ttl, Now: tc.now}); !errors.Is(err, tc.want) {
 			t.Errorf("Put(%s) = %v, want %v", tc.name, err, tc.want)
 		}
 		if err := b.Pin(ctx, blob.PinParams{Key: key, Owner: tc.owner, TTL: tc.ttl, Now: tc.now}); !errors.Is(err, tc.want) {
@@ -171,12 +171,12 @@ func TestPinsHostile(t *testing.T) {
 	}
 
 	// A body that does not hash to the key stores nothing.
-	if err := b.Put(ctx, blob.PutParams{Key: key, Value: []byte("other"), Owner: "o", TTL: time.Minute}); !errors.Is(err, stead.ErrDigestMismatch) {
+	if _, err := b.Put(ctx, blob.PutParams{Key: key, Value: []byte("other"), Owner: "o", TTL: time.Minute}); !errors.Is(err, stead.ErrDigestMismatch) {
 		t.Fatalf("Put(mismatched body) = %v, want ErrDigestMismatch", err)
 	}
 	// A body over the inline limit is refused before the engine.
 	big := bytes.Repeat([]byte{1}, blob.InlineLimit+1)
-	if err := b.Put(ctx, blob.PutParams{Key: blob.KeyOf(big), Value: big, Owner: "o", TTL: time.Minute}); !errors.Is(err, stead.ErrTooLarge) {
+	if _, err := b.Put(ctx, blob.PutParams{Key: blob.KeyOf(big), Value: big, Owner: "o", TTL: time.Minute}); !errors.Is(err, stead.ErrTooLarge) {
 		t.Fatalf("Put(InlineLimit+1) = %v, want ErrTooLarge", err)
 	}
 	if has, err := st.Blobs.Has(ctx, key); err != nil || has {

@@ -22,7 +22,7 @@ import (
 // reads answer absent or empty (readError, listError).
 type blobs struct {
 	e                    *Engine
-	commit               *groupcommit.Committer[groupcommit.Put]
+	commit               *groupcommit.Committer[*groupcommit.Put]
 	put, putPin          stmt
 	get, stat, listAfter stmt
 	readChunk            stmt
@@ -58,9 +58,9 @@ func (b *blobs) close() error {
 		b.pin.close(), b.renewPin.close(), b.unpin.close(), b.readChunk.close())
 }
 
-func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	if err := b.e.check(ctx); err != nil {
-		return err
+		return false, err
 	}
 	if p.Chunks != 0 {
 		return b.publish(ctx, p)
@@ -69,7 +69,11 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
 	if value == nil {
 		value = []byte{} // nil binds as NULL
 	}
-	return b.commit.Put(ctx, groupcommit.Put{Key: p.Key.String(), Value: value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}, Children: keyTexts(p.Children)})
+	put := &groupcommit.Put{Key: p.Key.String(), Value: value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}, Children: keyTexts(p.Children)}
+	if err := b.commit.Put(ctx, put); err != nil {
+		return false, err
+	}
+	return put.Created, nil
 }
 
 // Group commit bounds: the single writer runs one batch at a time.
@@ -79,11 +83,11 @@ const (
 )
 
 // flush stores a batch of puts and their pins in one write transaction.
-func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) error {
+func (b *blobs) flush(ctx context.Context, group []*groupcommit.Request[*groupcommit.Put]) error {
 	return interpretError(ctx, b.insert(ctx, group))
 }
 
-func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupcommit.Put]) (err error) {
+func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[*groupcommit.Put]) (err error) {
 	put, err := b.put.get(ctx)
 	if err != nil {
 		return err
@@ -103,6 +107,7 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupco
 	}()
 	tput, tpin := tx.StmtContext(ctx, put), tx.StmtContext(ctx, putPin)
 	for _, r := range group {
+		r.Item.Created = false
 		if len(r.Item.Children) > 0 {
 			// The single writer holds every row: the children found now
 			// stay until this commit.
@@ -113,9 +118,15 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[groupco
 				continue
 			}
 		}
-		if _, err := tput.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value); err != nil {
+		res, err := tput.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value)
+		if err != nil {
 			return err
 		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		r.Item.Created = n == 1
 		expiry := clock.OrNow(r.Item.Pin.Now).Add(r.Item.Pin.TTL).UnixMicro()
 		if _, err := tpin.ExecContext(ctx, r.Item.Key, r.Item.Pin.Owner, expiry); err != nil {
 			return err

@@ -237,12 +237,13 @@ func chunkSpans(ctx context.Context, tx *sql.Tx, set blob.ChunkSet) ([]span, err
 // stored, in which case the chunks are deleted. Unfinished chunks are
 // deleted in any case; every object of a chunk row deleted is deleted
 // once the transaction commits.
-func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
+func (b *blobs) publish(ctx context.Context, p blob.PutParams) (bool, error) {
 	putPin, err := b.putPin.get(ctx)
 	if err != nil {
-		return interpretError(ctx, err)
+		return false, interpretError(ctx, err)
 	}
 	var doomed []string
+	var inserted bool
 	err = b.writeTx(ctx, func(tx *sql.Tx) error {
 		doomed = nil
 		size, err := uploadSize(ctx, tx, p.Chunks)
@@ -283,7 +284,6 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 			}
 		}
 		whole := len(committed) == 1 && committed[0].object != ""
-		var inserted bool
 		if whole {
 			inserted, err = changed(ctx, tx, sqlPublishObject, p.Key.String(), p.Size, committed[0].object)
 		} else {
@@ -315,10 +315,11 @@ func (b *blobs) publish(ctx context.Context, p blob.PutParams) error {
 		_, err = tx.StmtContext(ctx, putPin).ExecContext(ctx, p.Key.String(), p.Owner, expiry)
 		return err
 	})
-	if err == nil {
-		b.e.dropObjects(ctx, doomed)
+	if err != nil {
+		return false, err
 	}
-	return err
+	b.e.dropObjects(ctx, doomed)
+	return inserted, nil
 }
 
 func (b *blobs) AbortUpload(ctx context.Context, set blob.ChunkSet) error {

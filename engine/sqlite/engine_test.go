@@ -34,7 +34,7 @@ func rawDB(t *testing.T, path string) *sql.DB {
 func mustPut(t *testing.T, e *sqlite.Engine, value []byte) blob.Key {
 	t.Helper()
 	key := blob.KeyOf(value)
-	if err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatalf("Put(%s): %v", key, err)
 	}
 	return key
@@ -245,7 +245,7 @@ func TestVirgin(t *testing.T) {
 		t.Errorf("List = %d blobs, %v; want none, nil", n, err)
 	}
 	for name, err := range map[string]error{
-		"Put":    b.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}),
+		"Put":    putErr(b.Put(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute})),
 		"Delete": deleteErr(b.Delete(ctx, blob.DeleteParams{Keys: []blob.Key{key}})),
 	} {
 		if !errors.Is(err, steaderr.ErrSchema) || !strings.Contains(err.Error(), "schema not initialized: run stead migrate") {
@@ -265,6 +265,8 @@ func TestVirgin(t *testing.T) {
 }
 
 // deleteErr is a one-key Delete's outcome as an error.
+func putErr(_ bool, err error) error { return err }
+
 func deleteErr(vs []blob.Verdict, err error) error {
 	if err != nil {
 		return err
@@ -282,7 +284,7 @@ func calls(ctx context.Context, e *sqlite.Engine) map[string]error {
 	return map[string]error{
 		"Migrate":       e.Migrate(ctx),
 		"SchemaVersion": versionErr,
-		"Put":           b.Put(ctx, blob.PutParams{Key: key, Value: []byte("call"), Owner: "test", TTL: time.Minute}),
+		"Put":           putErr(b.Put(ctx, blob.PutParams{Key: key, Value: []byte("call"), Owner: "test", TTL: time.Minute})),
 		"Get":           getErr,
 		"Stat":          statErr,
 		"List":          b.List(ctx, blob.Key{}, 1000, func(blob.Info) bool { return true }),
@@ -333,12 +335,12 @@ func TestPutNeverOverwrites(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
 	key := blob.KeyOf([]byte("first"))
-	if err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: []byte("first"), Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: []byte("first"), Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// The engine trusts its caller's key; a second put under it must still
 	// be a no-op, not a replacement.
-	if err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: []byte("second, longer"), Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: []byte("second, longer"), Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.Blobs().Get(t.Context(), key)
@@ -355,7 +357,7 @@ func TestNilValue(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
 	key := blob.KeyOf(nil)
-	if err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: nil, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Value: nil, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.Blobs().Get(t.Context(), key)
@@ -413,7 +415,7 @@ func TestConcurrentWriters(t *testing.T) {
 				// Every worker also re-puts the shared values: dedup under
 				// contention.
 				for _, v := range [][]byte{fmt.Appendf(nil, "w%d-%d", w, i), fmt.Appendf(nil, "shared-%d", i)} {
-					if err := e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
+					if _, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
 						t.Errorf("Put: %v", err)
 						return
 					}
@@ -440,7 +442,7 @@ func TestCancelWhileWaitingForLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	value := []byte("blocked")
-	if err := e.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(value), Value: value, Owner: "test", TTL: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: blob.KeyOf(value), Value: value, Owner: "test", TTL: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Put while another holds the write lock = %v, want context.DeadlineExceeded", err)
 	}
 	release()
@@ -458,7 +460,7 @@ func TestBusyTimeout(t *testing.T) {
 	mustMigrate(t, e)
 	sqlite.HoldWriteLock(t, path)
 	value := []byte("busy")
-	err := e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(value), Value: value, Owner: "test", TTL: time.Minute})
+	_, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(value), Value: value, Owner: "test", TTL: time.Minute})
 	var driverErr *msqlite.Error
 	if !errors.As(err, &driverErr) || driverErr.Code()&0xff != 5 { // SQLITE_BUSY
 		t.Fatalf("Put while another holds the write lock past the busy timeout = %v, want SQLITE_BUSY", err)

@@ -48,12 +48,12 @@ func TestFailedFlush(t *testing.T) {
 		errs := make([]error, len(values))
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			errs[0] = e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(values[0]), Value: values[0], Owner: "test", TTL: time.Minute})
+			_, errs[0] = e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(values[0]), Value: values[0], Owner: "test", TTL: time.Minute})
 		})
 		time.Sleep(50 * time.Millisecond) // the first put leads; not an assertion
 		for i := 1; i < len(values); i++ {
 			wg.Go(func() {
-				errs[i] = e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(values[i]), Value: values[i], Owner: "test", TTL: time.Minute})
+				_, errs[i] = e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(values[i]), Value: values[i], Owner: "test", TTL: time.Minute})
 			})
 		}
 		time.Sleep(200 * time.Millisecond) // let them queue; not an assertion

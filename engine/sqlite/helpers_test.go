@@ -83,7 +83,7 @@ func TestPutRacingClose(t *testing.T) {
 					once.Do(func() { close(running) })
 				}
 				v := fmt.Appendf(nil, "%d-%d", i, j)
-				if err := e.blobs.Put(t.Context(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
+				if _, err := e.blobs.Put(t.Context(), blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}); err != nil {
 					if !errors.Is(err, steaderr.ErrClosed) {
 						t.Errorf("Put: %v", err)
 					}

@@ -168,7 +168,7 @@ func TestUploadCrashMidObject(t *testing.T) {
 			}
 			value := append(bytes.Clone(head), tail...)
 			key := blob.KeyOf(value)
-			if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "test", TTL: time.Minute}); err != nil {
+			if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: int64(len(value)), Owner: "test", TTL: time.Minute}); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 			wantRead(t, blob.NewStore(e.Blobs(), blob.Options{}), key, value)
@@ -504,7 +504,7 @@ func TestMigrateUploadObjects(t *testing.T) {
 		t.Fatalf("after the orphan sweep the bucket holds %q, want both uploads' objects", files)
 	}
 	key := blob.KeyOf(wholeValue)
-	if err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Chunks: whole, Size: 5000, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: key, Chunks: whole, Size: 5000, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatalf("publish of the migrated upload: %v", err)
 	}
 	if st, err := e.Blobs().Get(t.Context(), key); err != nil || st.Object != wholeName || st.Chunks != 0 {
@@ -521,7 +521,7 @@ func TestMigrateUploadObjects(t *testing.T) {
 		t.Fatalf("after the abort the bucket holds %q, want the published object only", files)
 	}
 	chunkedValue := chunks
-	if err := e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(chunkedValue), Chunks: chunked, Size: 300, Owner: "test", TTL: time.Minute}); err != nil {
+	if _, err := e.Blobs().Put(t.Context(), blob.PutParams{Key: blob.KeyOf(chunkedValue), Chunks: chunked, Size: 300, Owner: "test", TTL: time.Minute}); err != nil {
 		t.Fatalf("publish of the migrated chunked upload: %v", err)
 	}
 	wantRead(t, blob.NewStore(e.Blobs(), blob.Options{}), blob.KeyOf(chunkedValue), chunkedValue)
@@ -563,7 +563,7 @@ func TestPublishDiscardsUnfinished(t *testing.T) {
 	}
 	publish := func(set blob.ChunkSet) {
 		t.Helper()
-		if err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: 4000, Owner: "test", TTL: time.Minute}); err != nil {
+		if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Chunks: set, Size: 4000, Owner: "test", TTL: time.Minute}); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
 		if rows := chunkRows(t, db, set); len(rows) != 0 {

@@ -306,7 +306,8 @@ func (c *Cache) putResult(ctx context.Context, hex string, body []byte, res *rep
 			return err
 		}
 	}
-	key, err := c.st.Blobs.PutWith(ctx, bytes.NewReader(body), blob.PutOptions{Children: children})
+	stored, err := c.st.Blobs.PutWith(ctx, bytes.NewReader(body), blob.PutOptions{Children: children})
+	key := stored.Key
 	if errors.Is(err, steaderr.ErrChildrenFixed) {
 		// The same bytes are stored already with other children (put as
 		// content, say): keep them as they are; the result is then

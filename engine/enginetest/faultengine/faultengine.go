@@ -360,11 +360,15 @@ func (b *blobs) after(op Op, err error) error {
 	return err
 }
 
-func (b *blobs) Put(ctx context.Context, p blob.PutParams) error {
+func (b *blobs) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	if err := b.inj.Inject(BlobPut); err != nil {
-		return err
+		return false, err
 	}
-	return b.after(BlobPut, b.inner.Put(ctx, p))
+	created, err := b.inner.Put(ctx, p)
+	if err = b.after(BlobPut, err); err != nil {
+		return false, err
+	}
+	return created, nil
 }
 
 func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {

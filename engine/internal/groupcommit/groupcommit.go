@@ -21,12 +21,17 @@ type Item interface {
 // Put is a blob put: Value stored under Key, pinned by Pin in the same
 // commit, with an edge to each of Children (sorted keys the value
 // references). Puts of one key may share a batch: a content-addressed
-// value stored twice is stored once.
+// value stored twice is stored once. A Committer of puts takes *Put, so
+// that a flush can hand each caller its own Created.
 type Put struct {
 	Key      string
 	Value    []byte
 	Pin      Pin
 	Children []string
+	// Created is set by the flush that commits the put: true when this put
+	// inserted Key, false when it was stored already. Of the puts of one
+	// key in a batch, at most one is told true.
+	Created bool
 }
 
 // Pin is the pin a put takes on its key in the commit that stores it:

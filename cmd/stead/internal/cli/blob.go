@@ -77,11 +77,12 @@ func putCommand(e *env) *cobra.Command {
 			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				bar := e.bytesBar("put", size)
-				key, err := st.Blobs.PutWith(cmd.Context(), bar.reader(counted), opts)
+				res, err := st.Blobs.PutWith(cmd.Context(), bar.reader(counted), opts)
 				bar.done()
 				if err != nil {
 					return err
 				}
+				key := res.Key
 				// The put's pin protects the key until the ref does.
 				if refName != "" {
 					if _, err := st.Refs.Set(cmd.Context(), refName, key, ref.SetOptions{}); err != nil {
@@ -89,14 +90,14 @@ func putCommand(e *env) *cobra.Command {
 					}
 				}
 				if asJSON {
-					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n})
+					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n, "created": res.Created})
 				}
 				fmt.Fprintln(e.stdout, key)
 				return nil
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print {\"key\", \"size\"} as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print {\"key\", \"size\", \"created\"} as JSON (created: this put stored the blob)")
 	cmd.Flags().StringVar(&refName, "ref", "", "point the ref NAME at the blob, which keeps it from garbage collection")
 	cmd.Flags().StringSliceVar(&children, "child", nil, "a stored blob the content references, kept while this blob is (repeat, or comma-separate)")
 	return cmd

@@ -39,4 +39,5 @@ WITH probe AS MATERIALIZED (
 	AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
 	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
 )
-SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UNION ALL SELECT p, '', 'raced' FROM raced ORDER BY 1, 2
+SELECT p, c, 'missing' FROM missing UNION ALL SELECT p, c, 'fixed' FROM fixed UNION ALL SELECT p, '', 'raced' FROM raced
+UNION ALL SELECT key, '', 'created' FROM b ORDER BY 1, 2
