@@ -242,7 +242,24 @@ func (c *Cache) readBlob(ctx context.Context, k blob.Key, limit int64) ([]byte, 
 	if rd.Size() > limit {
 		return nil, fmt.Errorf("%w: %s is %d bytes, over %d", steaderr.ErrTooLarge, k, rd.Size(), limit)
 	}
-	return io.ReadAll(rd)
+	return readWhole(rd)
+}
+
+// readWhole reads rd's value into one buffer of its size, and reads on to
+// its end, where the reader reports stored bytes that no longer match.
+func readWhole(rd *blob.Reader) ([]byte, error) {
+	b := make([]byte, rd.Size())
+	if _, err := io.ReadFull(rd, b); err != nil {
+		return nil, err
+	}
+	var one [1]byte
+	switch n, err := rd.Read(one[:]); {
+	case n > 0:
+		return nil, fmt.Errorf("%w: %s holds more than its %d bytes", steaderr.ErrCorrupt, rd.Key(), rd.Size())
+	case err != io.EOF:
+		return nil, err
+	}
+	return b, nil
 }
 
 // listBlob is a blob keepTogether stores: content naming children.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -307,7 +306,7 @@ func (g *reapi) readContent(ctx context.Context, d *repb.Digest) ([]byte, error)
 	if rd.Size() != d.GetSizeBytes() {
 		return nil, status.Errorf(codes.NotFound, "%s is stored with %d bytes, not %d", d.GetHash(), rd.Size(), d.GetSizeBytes())
 	}
-	return io.ReadAll(rd)
+	return readWhole(rd)
 }
 
 // treePage bounds the directories, and the bytes, of one GetTree answer.
