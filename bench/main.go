@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -32,6 +33,8 @@ var (
 	only     = flag.String("only", "", "comma-separated groups to run (blob-pg, blob-sqlite, inline-pg, chunkstore-pg, large-pg, large-sqlite, sizes-pg, lock-pg, lock-sqlite, record-pg, gc-pg, gc-sweep, gc-sweep-sqlite, refs-pg, children-pg, oci-sqlite, oci-pg, oci-large-sqlite, oci-large-pg, large-tier, oci-chunked, oci-dist, oci-dist-large, oci-dist-gc, oci-dist-untag, cache-grpc, cache-grpc-large, cache-http); empty runs all but the on-demand groups (inline-pg, chunkstore-pg, large-pg, large-sqlite, large-tier, oci-chunked, sizes-pg, gc-sweep, gc-sweep-sqlite, oci-*, cache-*)")
 	callers  = flag.String("callers", "1,16", "comma-separated concurrent caller counts")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	blockpro = flag.String("blockprofile", "", "write a profile of where goroutines blocked over the whole run to this file")
+	mutexpro = flag.String("mutexprofile", "", "write a profile of contended mutexes over the whole run to this file")
 	settle   = flag.Duration("settle", 5*time.Minute, "before each group, wait up to this long for the 1-minute load average to fall to 2 or below (0: do not wait)")
 )
 
@@ -77,6 +80,14 @@ func main() {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *blockpro != "" {
+		runtime.SetBlockProfileRate(1)
+		defer writeProfile("block", *blockpro)
+	}
+	if *mutexpro != "" {
+		runtime.SetMutexProfileFraction(1)
+		defer writeProfile("mutex", *mutexpro)
 	}
 	var ns []int
 	for _, f := range strings.Split(*callers, ",") {
@@ -376,4 +387,16 @@ func allScenarios() []scenario {
 	all = append(all, distributionScenarios()...)
 	all = append(all, cacheScenarios()...)
 	return all
+}
+
+// writeProfile writes the named runtime profile to path.
+func writeProfile(name, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		fatalf("%s profile: %v", name, err)
+	}
 }

@@ -7,9 +7,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"iter"
 	"slices"
@@ -323,6 +325,7 @@ func (s *Store) abortUpload(ctx context.Context, set ChunkSet, err *error) {
 // the reading; release hands its buffer back to the reader.
 type chunk struct {
 	data    []byte
+	state   []byte // the hash's state after data, when readChunks hashes
 	err     error
 	release func()
 }
@@ -332,9 +335,13 @@ type chunk struct {
 // closes after the last chunk or after a chunk carrying an error (a read
 // error, or ErrTooLarge past limit bytes, the room MaxSize leaves: at most
 // limit+1 bytes are read).
+// With h not nil, each chunk is written to h on the reading goroutine and
+// carries h's state after it, so hashing runs beside the caller's use of
+// the chunk before; h is then the reading goroutine's until stop returns,
+// and may hold one chunk more than the caller received.
 // stop ends the reading and waits for it, so r is never read after stop
 // returns; a read already blocked in r is waited for.
-func (s *Store) readChunks(r io.Reader, limit int64) (<-chan chunk, func()) {
+func (s *Store) readChunks(r io.Reader, limit int64, h hash.Hash) (<-chan chunk, func()) {
 	out := make(chan chunk)
 	free := make(chan []byte, 2)
 	free <- make([]byte, s.chunkSize)
@@ -363,6 +370,12 @@ func (s *Store) readChunks(r io.Reader, limit int64) (<-chan chunk, func()) {
 				c = chunk{err: fmt.Errorf("%w: more than %d bytes", steaderr.ErrTooLarge, s.maxSize)}
 			case n == 0:
 				return
+			case h != nil:
+				h.Write(c.data)
+				var serr error
+				if c.state, serr = h.(encoding.BinaryMarshaler).MarshalBinary(); serr != nil {
+					c = chunk{err: fmt.Errorf("hash state: %w", serr)}
+				}
 			}
 			select {
 			case out <- c:

@@ -262,22 +262,22 @@ func (u *Upload) append(ctx context.Context, r io.Reader) error {
 }
 
 // appendChunks commits r's content chunk by chunk, each with the hash
-// state after it, reading the next chunk while the last is written.
+// state after it, reading and hashing the next chunk while the last is
+// written.
 func (u *Upload) appendChunks(ctx context.Context, r io.Reader, limit int64) error {
 	s := u.s
-	chunks, stop := s.readChunks(r, limit)
+	chunks, stop := s.readChunks(r, limit, u.hash)
 	defer stop()
 	for c := range chunks {
 		if c.err != nil {
+			u.stale = true // the hash may hold what was not committed
 			return c.err
 		}
-		u.hash.Write(c.data)
-		state, err := u.hash.(encoding.BinaryMarshaler).MarshalBinary()
-		if err == nil {
-			err = s.eng.WriteChunk(ctx, WriteChunkParams{Set: u.set, Off: u.size, Data: c.data, State: state, Lease: u.lease, Now: s.pins.engineNow()})
-		}
+		err := s.eng.WriteChunk(ctx, WriteChunkParams{Set: u.set, Off: u.size, Data: c.data, State: c.state, Lease: u.lease, Now: s.pins.engineNow()})
 		if err != nil {
-			u.stale = true // the write may have committed, or not
+			// The write may have committed, or not, and the hash may
+			// hold the next chunk too.
+			u.stale = true
 			return err
 		}
 		u.size += int64(len(c.data))
@@ -303,7 +303,7 @@ func (u *Upload) appendObject(ctx context.Context, r io.Reader, limit int64) err
 	if err != nil {
 		return err
 	}
-	chunks, stopReading := s.readChunks(io.TeeReader(r, u.hash), limit)
+	chunks, stopReading := s.readChunks(io.TeeReader(r, u.hash), limit, nil)
 	stop := sync.OnceFunc(stopReading)
 	defer stop()
 	src := &chunkSource{chunks: chunks}

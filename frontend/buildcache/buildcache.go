@@ -70,11 +70,12 @@ type Options struct {
 // Cache serves the HTTP cache protocol over one store. It is safe for
 // concurrent use.
 type Cache struct {
-	st     *stead.Store
-	opts   Options
-	log    *slog.Logger
-	recent recency
-	memo   evictMemo
+	st      *stead.Store
+	opts    Options
+	log     *slog.Logger
+	recent  recency
+	memo    evictMemo
+	results resultMemo
 }
 
 // New returns a Cache over st, which stays the caller's to close.

@@ -295,6 +295,46 @@ func TestIncompleteResultNotServed(t *testing.T) {
 	}
 }
 
+// TestResultServedAgainOnlyWhileComplete serves a result, then loses
+// the output it names (the result's bytes were stored without it as a
+// child): the result read before is not served again.
+func TestResultServedAgainOnlyWhileComplete(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, time.Hour)
+	ctx := context.Background()
+	out := []byte("output")
+	if status, _ := c.do("PUT", "/cache/cas/"+hexOf(out), out); status != 200 {
+		t.Fatalf("PUT cas = %d", status)
+	}
+	result, err := proto.Marshal(&repb.ActionResult{StdoutDigest: &repb.Digest{Hash: hexOf(out), SizeBytes: int64(len(out))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.st.Blobs.Put(ctx, bytes.NewReader(result))
+	if err != nil {
+		t.Fatal(err)
+	}
+	action := hexOf([]byte("a"))
+	if _, err := c.st.Refs.Set(ctx, "cache/ac/"+action, key, ref.SetOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if status, body := c.do("GET", "/cache/ac/"+action, nil); status != 200 || !bytes.Equal(body, result) {
+			t.Fatalf("GET ac = %d %q", status, body)
+		}
+	}
+	if err := c.st.Refs.Delete(ctx, "cache/cas/"+hexOf(out), 0); err != nil {
+		t.Fatal(err)
+	}
+	c.sweep()
+	if ok, _ := c.st.Blobs.Has(ctx, blob.KeyOf(out)); ok {
+		t.Fatal("the output is still stored after the sweep")
+	}
+	if status, _ := c.do("GET", "/cache/ac/"+action, nil); status != 404 {
+		t.Fatalf("GET ac naming an output lost since the last read = %d; want 404", status)
+	}
+}
+
 // TestCASServesOnlyCacheContent leaves a blob stored outside the cache
 // unserved under cas/.
 func TestCASServesOnlyCacheContent(t *testing.T) {

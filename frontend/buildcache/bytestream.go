@@ -176,18 +176,46 @@ func (g *reapi) Read(req *bytestream.ReadRequest, stream bytestream.ByteStream_R
 	if limit > 0 {
 		left = min(left, limit)
 	}
-	buf := make([]byte, min(left, readChunk))
-	for left > 0 {
-		n, err := io.ReadFull(rd, buf[:min(left, readChunk)])
-		if err != nil {
-			return g.grpcErr(err)
+	if left == 0 {
+		return nil
+	}
+	// The stored chunks are sent as they are fetched, not copied first.
+	out := &readSender{stream: stream, left: left}
+	if _, err := rd.WriteTo(out); err != nil && !errors.Is(err, errReadDone) {
+		if out.err != nil {
+			return out.err
 		}
-		if err := stream.Send(&bytestream.ReadResponse{Data: buf[:n]}); err != nil {
-			return err
-		}
-		left -= int64(n)
+		return g.grpcErr(err)
 	}
 	return nil
+}
+
+// errReadDone ends a Read's WriteTo once read_limit bytes are sent.
+var errReadDone = errors.New("read limit sent")
+
+// readSender sends what is written to it as ByteStream Read answers of
+// at most readChunk bytes, up to left bytes, then fails with
+// errReadDone.
+type readSender struct {
+	stream bytestream.ByteStream_ReadServer
+	left   int64
+	err    error // the stream's, once a Send failed
+}
+
+func (s *readSender) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 && s.left > 0 {
+		m := int(min(int64(len(p)), readChunk, s.left))
+		if err := s.stream.Send(&bytestream.ReadResponse{Data: p[:m]}); err != nil {
+			s.err = err
+			return n, err
+		}
+		p, n, s.left = p[m:], n+m, s.left-int64(m)
+	}
+	if s.left == 0 {
+		return n, errReadDone
+	}
+	return n, nil
 }
 
 // readZstd streams the zstd compression of d's content, from off

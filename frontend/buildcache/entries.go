@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/protobuf/proto"
@@ -241,7 +242,24 @@ func (c *Cache) readBlob(ctx context.Context, k blob.Key, limit int64) ([]byte, 
 	if rd.Size() > limit {
 		return nil, fmt.Errorf("%w: %s is %d bytes, over %d", steaderr.ErrTooLarge, k, rd.Size(), limit)
 	}
-	return io.ReadAll(rd)
+	return readWhole(rd)
+}
+
+// readWhole reads rd's value into one buffer of its size, and reads on to
+// its end, where the reader reports stored bytes that no longer match.
+func readWhole(rd *blob.Reader) ([]byte, error) {
+	b := make([]byte, rd.Size())
+	if _, err := io.ReadFull(rd, b); err != nil {
+		return nil, err
+	}
+	var one [1]byte
+	switch n, err := rd.Read(one[:]); {
+	case n > 0:
+		return nil, fmt.Errorf("%w: %s holds more than its %d bytes", steaderr.ErrCorrupt, rd.Key(), rd.Size())
+	case err != io.EOF:
+		return nil, err
+	}
+	return b, nil
 }
 
 // listBlob is a blob keepTogether stores: content naming children.
@@ -331,11 +349,10 @@ func (c *Cache) getResult(ctx context.Context, hex string) (body []byte, res *re
 	if err != nil {
 		return nil, nil, err
 	}
-	body, err = c.readBlob(ctx, rf.Key, MaxActionResult)
+	body, res, err = c.readResult(ctx, rf.Key)
 	if err != nil {
 		return nil, nil, err
 	}
-	res = parseResult(body)
 	if res == nil {
 		return body, nil, nil
 	}
@@ -350,6 +367,59 @@ func (c *Cache) getResult(ctx context.Context, hex string) (body []byte, res *re
 		return nil, nil, fmt.Errorf("action %s: %w: %w", hex, steaderr.ErrNotFound, &IncompleteError{Missing: missing})
 	}
 	return body, res, nil
+}
+
+// readResult returns the result blob key, read whole, and its parse as
+// an ActionResult (nil when it is not one). A key names its content, so
+// what was read once is answered from memory again: the live entry the
+// caller read keeps the blob stored. Neither is to be modified.
+func (c *Cache) readResult(ctx context.Context, key blob.Key) ([]byte, *repb.ActionResult, error) {
+	if r, ok := c.results.get(key); ok {
+		return r.body, r.res, nil
+	}
+	body, err := c.readBlob(ctx, key, MaxActionResult)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := parseResult(body)
+	c.results.add(key, storedResult{body: body, res: res})
+	return body, res, nil
+}
+
+// maxResultMemo bounds the bytes of result blobs kept in memory; past it
+// the memory starts afresh.
+const maxResultMemo = 64 << 20
+
+// storedResult is a result blob's bytes and parse.
+type storedResult struct {
+	body []byte
+	res  *repb.ActionResult
+}
+
+// resultMemo remembers result blobs read, by key.
+type resultMemo struct {
+	mu    sync.Mutex
+	m     map[blob.Key]storedResult
+	bytes int
+}
+
+func (r *resultMemo) get(key blob.Key) (storedResult, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sr, ok := r.m[key]
+	return sr, ok
+}
+
+func (r *resultMemo) add(key blob.Key, sr storedResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bytes+len(sr.body) > maxResultMemo || r.m == nil {
+		r.m, r.bytes = map[blob.Key]storedResult{}, 0
+	}
+	if _, ok := r.m[key]; !ok {
+		r.m[key] = sr
+		r.bytes += len(sr.body)
+	}
 }
 
 // parseResult returns body parsed as an ActionResult, or nil.

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"runtime"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/bazelbuild/remote-apis/build/bazel/semver"
@@ -82,6 +82,11 @@ func (c *Cache) GRPC(authorize func(header, addr, action string) error, opts ...
 				return h(srv, ss)
 			}))
 	}
+	// Calls run on long-lived workers, whose stacks are already grown to
+	// what a store call takes, rather than each on a new goroutine whose
+	// stack is copied as it grows; a call finding every worker busy gets
+	// a goroutine of its own.
+	opts = append([]grpc.ServerOption{grpc.NumStreamWorkers(uint32(streamWorkers()))}, opts...)
 	opts = append(opts, grpc.MaxRecvMsgSize(maxMessage))
 	s := grpc.NewServer(opts...)
 	g := &reapi{c: c}
@@ -91,6 +96,10 @@ func (c *Cache) GRPC(authorize func(header, addr, action string) error, opts ...
 	bytestream.RegisterByteStreamServer(s, g)
 	return s
 }
+
+// streamWorkers is how many goroutines serve gRPC calls: enough for the
+// calls a busy client keeps in flight.
+func streamWorkers() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 
 // grpcWrites are the methods that write the cache; the others read it.
 var grpcWrites = map[string]bool{
@@ -297,7 +306,7 @@ func (g *reapi) readContent(ctx context.Context, d *repb.Digest) ([]byte, error)
 	if rd.Size() != d.GetSizeBytes() {
 		return nil, status.Errorf(codes.NotFound, "%s is stored with %d bytes, not %d", d.GetHash(), rd.Size(), d.GetSizeBytes())
 	}
-	return io.ReadAll(rd)
+	return readWhole(rd)
 }
 
 // treePage bounds the directories, and the bytes, of one GetTree answer.

@@ -321,7 +321,8 @@ func TestByteStreamRead(t *testing.T) {
 	for _, tc := range []struct {
 		off, limit int64
 		want       []byte
-	}{{0, 0, data}, {5, 0, data[5:]}, {1<<20 + 3, 10, data[1<<20+3 : 1<<20+13]}, {3000000, 0, nil}} {
+	}{{0, 0, data}, {5, 0, data[5:]}, {1<<20 + 3, 10, data[1<<20+3 : 1<<20+13]}, {1<<20 - 5, 10, data[1<<20-5 : 1<<20+5]},
+		{1, 2<<20 - 1, data[1 : 2<<20]}, {2 << 20, 1 << 30, data[2<<20:]}, {3000000, 0, nil}} {
 		got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: name, ReadOffset: tc.off, ReadLimit: tc.limit})
 		if err != nil || !bytes.Equal(got, tc.want) {
 			t.Fatalf("Read at %d limit %d = %d bytes, %v", tc.off, tc.limit, len(got), err)
