@@ -95,6 +95,9 @@ var errNotBlob = errors.New("not a blob")
 // parseReadName reads "{instance_name}/blobs/{hash}/{size}" or
 // "{instance_name}/compressed-blobs/zstd/{hash}/{size}".
 func parseReadName(name string) (resource, error) {
+	if len(name) > maxResourceName {
+		return resource{}, status.Errorf(codes.InvalidArgument, "resource name of %d bytes, over %d", len(name), maxResourceName)
+	}
 	segs := strings.Split(name, "/")
 	for i := range segs {
 		if segs[i] != "blobs" && segs[i] != "compressed-blobs" {
@@ -114,6 +117,9 @@ func parseReadName(name string) (resource, error) {
 // compressed-blobs/zstd/… in place of blobs/…) and returns the blob and
 // the upload's identity.
 func parseWriteName(name string) (resource, string, error) {
+	if len(name) > maxResourceName {
+		return resource{}, "", status.Errorf(codes.InvalidArgument, "resource name of %d bytes, over %d", len(name), maxResourceName)
+	}
 	segs := strings.Split(name, "/")
 	for i := range segs {
 		if segs[i] == "uploads" && i+2 < len(segs) && segs[i+1] != "" && validInstance(segs[:i]) {
@@ -129,6 +135,10 @@ func parseWriteName(name string) (resource, string, error) {
 	}
 	return resource{}, "", status.Errorf(codes.InvalidArgument, "resource name %.200q: want {instance_name}/uploads/{uuid}/blobs/{hash}/{size} or …/compressed-blobs/zstd/{hash}/{size}", name)
 }
+
+// maxResourceName bounds a ByteStream resource name: an instance name,
+// an upload's uuid and a digest, kept by the upload's ref while it lasts.
+const maxResourceName = 4096
 
 // maxZstdWindow bounds the window a zstd stream sent to the cache may
 // ask the decoder for.
@@ -339,6 +349,9 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 			return g.grpcErr(err)
 		}
 		return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: int64(len(req.GetData()))})
+	}
+	if req.GetWriteOffset()+int64(len(req.GetData())) > max {
+		return status.Errorf(codes.InvalidArgument, "more than the %d bytes the digest allows", max)
 	}
 	up, rf, err := g.c.upload(ctx, id, req.GetWriteOffset())
 	if err != nil {

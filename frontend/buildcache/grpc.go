@@ -141,6 +141,10 @@ func (g *reapi) grpcErr(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, steaderr.ErrConflict):
 		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, steaderr.ErrLost):
+		// An upload ended under the Write (aborted, committed or reaped
+		// elsewhere): the client asks its status and starts again.
+		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, steaderr.ErrUnavailable), errors.Is(err, steaderr.ErrClosed):
 		g.c.log.Warn("build cache: store unavailable", "err", err)
 		return status.Error(codes.Unavailable, "store unavailable")

@@ -1,0 +1,76 @@
+package buildcache_test
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/bytestream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestWriteUploadEndedUnderIt: a Write whose upload another Write of the
+// name ended (it sent more than the digest allows) is ABORTED, which a
+// client answers by asking the status and starting again, never INTERNAL.
+func TestWriteUploadEndedUnderIt(t *testing.T) {
+	g := newGRPCCache(t)
+	data := bytes.Repeat([]byte("aborted under  "), 200_000)
+	name := "inst/uploads/u-2/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	a, err := g.bs.Write(authed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(&bytestream.WriteRequest{ResourceName: name, Data: data[:1<<20]}); err != nil {
+		t.Fatal(err)
+	}
+	var committed int64
+	for committed == 0 {
+		q, err := g.bs.QueryWriteStatus(authed(), &bytestream.QueryWriteStatusRequest{ResourceName: name})
+		if err == nil {
+			committed = q.GetCommittedSize()
+		}
+		time.Sleep(10 * time.Millisecond) // until a's first chunk commits
+	}
+	b, err := g.bs.Write(authed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := send(t, b, &bytestream.WriteRequest{ResourceName: name, WriteOffset: committed, Data: []byte("x")},
+		&bytestream.WriteRequest{WriteOffset: committed + 1, Data: make([]byte, len(data))}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a Write past the size = %v, want INVALID_ARGUMENT", err)
+	}
+	_ = a.Send(&bytestream.WriteRequest{WriteOffset: 1 << 20, Data: data[1<<20 : 2<<20]})
+	_ = a.Send(&bytestream.WriteRequest{WriteOffset: 2 << 20, Data: data[2<<20:], FinishWrite: true})
+	if _, err := a.CloseAndRecv(); status.Code(err) != codes.Aborted {
+		t.Errorf("a Write whose upload ended under it = %v, want ABORTED", err)
+	}
+}
+
+// TestRefusedFirstMessageLeavesNothing: a Write refused at its first
+// message (data past the digest's size, or a resource name too long)
+// begins no upload and leaves no ref or blob behind.
+func TestRefusedFirstMessageLeavesNothing(t *testing.T) {
+	g := newGRPCCache(t)
+	small := []byte("tiny")
+	for i, inst := range []string{"inst", strings.Repeat("a", 3<<20)} {
+		name := inst + "/uploads/u" + strconv.Itoa(i) + "/blobs/" + hexOf(small) + "/4"
+		w, err := g.bs.Write(authed())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: []byte("far more than four bytes")}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("refused Write %d = %.200v, want INVALID_ARGUMENT", i, err)
+		}
+	}
+	ctx := context.Background()
+	for rf, err := range g.st.Refs.All(ctx, "cache/uploads/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("a refused Write left %s (expires %v)", rf.Name, rf.Expiry)
+	}
+}
