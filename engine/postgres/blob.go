@@ -202,7 +202,7 @@ type blobs struct {
 
 func (b *blobs) init(e *Engine) {
 	b.e = e
-	b.commit = groupcommit.NewOnce(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
+	b.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, b.flush)
 }
 
 // Put batches inline values; a chunked value is published on its own, its
