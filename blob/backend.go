@@ -69,8 +69,10 @@ type Backend interface {
 	// once the commit is done.
 	//
 	// Put reports created when this call stored the blob, false when the
-	// key was stored already: of concurrent puts of one key, exactly one
-	// reports true (and again after a delete).
+	// key was stored already: of concurrent puts of one key, at most one
+	// reports true (and again after a delete), and exactly one unless a
+	// group-committed batch that stored the key was cut short by another
+	// caller's cancellation and run again, when none may.
 	Put(ctx context.Context, p PutParams) (created bool, err error)
 	// Get returns the stored form of key's value: its size and either the
 	// inline value (a copy) or its chunk set. An absent key is an error

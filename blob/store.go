@@ -188,7 +188,7 @@ type PutOptions struct {
 type PutResult struct {
 	Key Key
 	// Created is true when this put stored the blob, false when it was
-	// stored already: of concurrent puts of one key exactly one is told true.
+	// stored already: of concurrent puts of one key one is told true (Backend.Put says when none is).
 	Created bool
 }
 
