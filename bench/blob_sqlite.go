@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	mrand "math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
 
@@ -158,6 +159,26 @@ func steadSQLiteGet(ctx context.Context, n int) (opFunc, func(), error) {
 func openSteadSQLite(ctx context.Context) (*stead.Store, func(), error) {
 	st, _, cleanup, err := openSteadSQLiteFile(ctx)
 	return st, cleanup, err
+}
+
+// openSteadSQLiteTier opens a stead store in a fresh SQLite file with a
+// file:// bytes tier in a fresh directory beside it.
+func openSteadSQLiteTier(ctx context.Context) (*stead.Store, func(), error) {
+	dir, err := os.MkdirTemp("", "bench-sqlite-tier-")
+	if err != nil {
+		return nil, nil, err
+	}
+	bucket := filepath.Join(dir, "bucket")
+	if err := os.Mkdir(bucket, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	st, err := stead.Open(ctx, "sqlite://"+filepath.Join(dir, "stead.db")+"?bytes="+url.QueryEscape("file://"+filepath.ToSlash(bucket)))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return st, func() { st.Close(); os.RemoveAll(dir) }, nil
 }
 
 // openSteadSQLiteFile opens a stead store in a fresh SQLite file and

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/server"
 )
@@ -41,7 +43,7 @@ func cacheScenarios() []scenario {
 		name string
 		open func(ctx context.Context) (grpcAddr, httpBase string, stop func(), err error)
 	}
-	servers := []server{{"stead", startSteadCache}}
+	servers := []server{{"stead", startSteadCache(false)}}
 	if *bazelRemote != "" {
 		servers = append([]server{{"bazel-remote", startBazelRemote}}, servers...)
 	}
@@ -53,9 +55,15 @@ func cacheScenarios() []scenario {
 			if op == "ac get" && sz.size > 4<<10 {
 				continue
 			}
-			for _, s := range servers {
+			group := servers
+			if sz.size > 4<<10 {
+				// Large blobs also through a file:// bytes tier, as
+				// bazel-remote keeps plain files.
+				group = append(slices.Clone(servers), server{"stead+tier", startSteadCache(true)})
+			}
+			for _, s := range group {
 				sc := scenario{group: sz.group, name: s.name + " " + op, setup: grpcCache(s.open, sz.size, op)}
-				if s.name == "stead" && len(servers) > 1 {
+				if s.name != "bazel-remote" && *bazelRemote != "" {
 					sc.base = "bazel-remote " + op
 				}
 				all = append(all, sc)
@@ -238,13 +246,26 @@ func httpCache(open func(context.Context) (string, string, func(), error), size 
 	}
 }
 
-// startSteadCache serves a fresh SQLite store's build cache: HTTP at
+// startSteadCache returns a start of a fresh SQLite store's build cache,
+// with a file:// bytes tier in a fresh directory when tier: HTTP at
 // /cache, gRPC on a port of its own.
-func startSteadCache(ctx context.Context) (string, string, func(), error) {
-	st, cleanup, err := openSteadSQLite(ctx)
-	if err != nil {
-		return "", "", nil, err
+func startSteadCache(tier bool) func(ctx context.Context) (string, string, func(), error) {
+	return func(ctx context.Context) (string, string, func(), error) {
+		open := openSteadSQLite
+		if tier {
+			open = openSteadSQLiteTier
+		}
+		st, cleanup, err := open(ctx)
+		if err != nil {
+			return "", "", nil, err
+		}
+		return serveSteadCache(st, cleanup)
 	}
+}
+
+// serveSteadCache serves st's build cache until the returned stop, which
+// then calls cleanup.
+func serveSteadCache(st *stead.Store, cleanup func()) (string, string, func(), error) {
 	cache := buildcache.New(st, buildcache.Options{MaxBlobSize: 128 << 20})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
