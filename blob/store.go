@@ -188,7 +188,8 @@ type PutOptions struct {
 type PutResult struct {
 	Key Key
 	// Created is true when this put stored the blob, false when it was
-	// stored already: of concurrent puts of one key one is told true (Backend.Put says when none is).
+	// stored already: of concurrent puts of one key one is told true
+	// (Backend.Put says when none is).
 	Created bool
 }
 

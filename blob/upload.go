@@ -355,7 +355,8 @@ type CommitOptions struct {
 
 // Created reports whether the upload's Commit stored its blob: false
 // before a successful Commit, and after one that found the key stored
-// already. Of concurrent puts of one key one is told it stored it (Backend.Put says when none is).
+// already. Of concurrent puts of one key one is told it stored it
+// (Backend.Put says when none is).
 func (u *Upload) Created() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -216,11 +216,11 @@ func (s *Server) listLocks(w http.ResponseWriter, r *http.Request) {
 	}
 	var grants []lock.Grant
 	if err == nil {
-		st := lock.NewStore(s.eng.Locks(), lock.Options{})
+		var opts lock.Options
 		if !now.IsZero() {
-			st = lock.NewStore(s.eng.Locks(), lock.Options{Now: func() time.Time { return now }})
+			opts.Now = func() time.Time { return now }
 		}
-		grants, err = st.ListHeld(r.Context(), q.Get("prefix"), q.Get("after"), limit)
+		grants, err = lock.NewStore(s.eng.Locks(), opts).ListHeld(r.Context(), q.Get("prefix"), q.Get("after"), limit)
 	}
 	if err != nil {
 		s.fail(w, r, err)
