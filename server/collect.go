@@ -28,7 +28,7 @@ func (s *Server) collect(ctx context.Context, ticks <-chan time.Time) {
 }
 
 // sweepNow runs the mounts' collections and one background sweep, then
-// logs and counts it.
+// logs and counts it, and reads the mounts' usage.
 func (s *Server) sweepNow(ctx context.Context) {
 	for _, m := range s.opts.Mounts {
 		if m.Collect == nil {
@@ -44,6 +44,7 @@ func (s *Server) sweepNow(ctx context.Context) {
 		return // shutting down: the sweep was cut short
 	}
 	s.noteSweep(rep, err, time.Now())
+	s.noteUsage(ctx)
 	switch {
 	case errors.Is(err, gc.ErrNoLiveness):
 		s.log.Info("gc: sweep deleted nothing: the store never declared liveness (never a ref, a blob reference or a source)")

@@ -56,7 +56,8 @@ func gathered(t *testing.T, g prometheus.Gatherer, name, result string) float64 
 // test sends, on a fake clock: a store declaring no liveness is left
 // alone, another sweeper's lease makes a tick count busy, and garbage is
 // staged by one sweep and deleted by a sweep a grace later, each sweep
-// logged and counted in the stead_gc_* metrics.
+// logged and counted in the stead_gc_* metrics, and a front end's usage
+// read into the stead_usage_* ones.
 func TestBackgroundSweeps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -71,7 +72,7 @@ func TestBackgroundSweeps(t *testing.T) {
 	// A front end's collection runs before each sweep; a failed one is
 	// logged and counted, and the sweep runs anyway.
 	var collections int
-	front := server.Mount{Prefix: "/front/", Handler: http.NotFoundHandler(), Collect: func(context.Context) error {
+	front := server.Mount{Prefix: "/front/", Handler: http.NotFoundHandler(), RefPrefix: "ke", Collect: func(context.Context) error {
 		collections++
 		if collections == 1 {
 			return errors.New("front end failed")
@@ -131,6 +132,12 @@ func TestBackgroundSweeps(t *testing.T) {
 		"stead_gc_pending_blobs": 1, "stead_gc_pending_bytes": float64(len(garbage))} {
 		if got := gathered(t, reg, name, ""); got != want {
 			t.Errorf("%s = %v after staging, want %v", name, got, want)
+		}
+	}
+	// The front end's usage after it: the ref "keep" under its prefix.
+	for name, want := range map[string]float64{"stead_usage_refs": 1, "stead_usage_blobs": 1, "stead_usage_bytes": float64(len("kept")), "stead_usage_dedup_saved_bytes": 0} {
+		if got := gathered(t, reg, name, "ke"); got != want {
+			t.Errorf("%s{prefix=\"ke\"} = %v after a sweep, want %v", name, got, want)
 		}
 	}
 	sweep() // within the grace: nothing goes

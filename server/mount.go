@@ -16,6 +16,10 @@ type Mount struct {
 	// ("/v2/"): every request under it goes to Handler.
 	Prefix  string
 	Handler http.Handler
+	// RefPrefix, if set, begins the name of every ref the front end
+	// keeps ("oci/"): after each background sweep the server reads its
+	// usage (stead.Store.Usage) into the stead_usage_* metrics.
+	RefPrefix string
 	// Collect, if set, runs the front end's own collection (the
 	// registry's policies) before each of the server's background sweeps
 	// (Options.GCInterval), so what it releases goes at the sweeps that

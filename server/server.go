@@ -161,7 +161,8 @@ type Server struct {
 	stopping context.Context
 	stop     context.CancelFunc
 
-	gcMetrics *gcMetrics
+	gcMetrics    *gcMetrics
+	usageMetrics *usageMetrics
 	// sweeps are the recent sweeps, for the console's chart.
 	sweeps sweepHistory
 }
@@ -225,6 +226,7 @@ func New(st *stead.Store, opts Options) *Server {
 		leases:      leaseTable{idle: leaseIdle},
 	}
 	s.gcMetrics = newGCMetrics(opts.Registerer)
+	s.usageMetrics = newUsageMetrics(opts.Registerer)
 	if pool, ok := eng.(engine.PoolReporter); ok {
 		registerPool(opts.Registerer, pool)
 	}

@@ -15,15 +15,16 @@ import (
 )
 
 // The size budget (Options.MaxSize, docs/guides/build-cache.md): Evict
-// reads every entry under cachePrefix, adds up the distinct blobs they
+// reads every entry under RefPrefix, adds up the distinct blobs they
 // keep (content, results with their outputs and output trees' files,
 // the lists keeping them together, keyed entries), and deletes the least
 // recently read entries until what the rest keep fits the budget. The
 // sweep that follows frees what no live entry keeps any more.
 
-// cachePrefix is where every entry of every protocol lives: the budget is
-// the whole cache's.
-const cachePrefix = "cache/"
+// RefPrefix begins the name of every ref the build cache keeps: every
+// entry of every protocol, and its uploads. The budget is the whole
+// cache's.
+const RefPrefix = "cache/"
 
 // maxRecent bounds the entries whose last read is remembered in memory;
 // past it the memory starts afresh and the refs' expiries order the rest.
@@ -97,7 +98,7 @@ func (c *Cache) Evict(ctx context.Context) (EvictReport, error) {
 	var entries []entry
 	holders := map[blob.Key]int{}
 	sizes := map[blob.Key]int64{}
-	for rf, err := range c.st.Refs.All(ctx, cachePrefix) {
+	for rf, err := range c.st.Refs.All(ctx, RefPrefix) {
 		if err != nil {
 			return rep, fmt.Errorf("build cache evict: %w", err)
 		}

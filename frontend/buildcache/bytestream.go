@@ -30,7 +30,7 @@ const (
 	// uploadPrefix holds the refs naming uploads in progress, by the
 	// SHA-256 of the client's upload name; a ref keeps a blob of that
 	// name and lasts uploadRefTTL, the longest an upload can.
-	uploadPrefix = cachePrefix + "uploads/"
+	uploadPrefix = RefPrefix + "uploads/"
 	uploadRefTTL = blob.MaxUploadLease
 	// uploadOwner owns the cache's uploads: no other owner resumes them.
 	uploadOwner = "stead build cache"

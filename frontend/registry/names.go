@@ -71,8 +71,11 @@ func referrerPrefix(repo string, subject blob.Key) string {
 	return "oci/" + repo + "/_referrers/" + subject.String() + "/"
 }
 
+// RefPrefix begins the name of every ref the registry keeps.
+const RefPrefix = "oci/"
+
 // repoPrefix is the prefix of every ref of repo.
-func repoPrefix(repo string) string { return "oci/" + repo + "/_" }
+func repoPrefix(repo string) string { return RefPrefix + repo + "/_" }
 
 // route is a parsed /v2/ path.
 type route struct {

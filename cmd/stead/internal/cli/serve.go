@@ -133,7 +133,7 @@ a flag overrides the environment, which overrides the file.`,
 			if cacheOn {
 				cache := buildcache.New(st, buildcache.Options{TTL: cacheTTL, MaxBlobSize: maxBlobSize, MaxSize: cacheMaxSize, Logger: e.log})
 				mounts = append(mounts,
-					server.Mount{Prefix: buildcache.Prefix, Handler: cache, Collect: cacheCollect(cache)},
+					server.Mount{Prefix: buildcache.Prefix, Handler: cache, Collect: cacheCollect(cache), RefPrefix: buildcache.RefPrefix},
 					server.Mount{Prefix: buildcache.TurboPrefix, Handler: cache.Turbo()},
 					server.Mount{Prefix: buildcache.NxPrefix, Handler: cache.Nx()},
 					server.Mount{Prefix: buildcache.GradlePrefix, Handler: cache.Gradle()})

@@ -120,8 +120,9 @@ their period. Prints one line per deletion; --dry-run deletes nothing.`,
 // before each sweep, and its dry run and repositories for the console.
 func registryMount(reg *registry.Registry) server.Mount {
 	return server.Mount{
-		Prefix:  registry.Prefix,
-		Handler: reg,
+		Prefix:    registry.Prefix,
+		Handler:   reg,
+		RefPrefix: registry.RefPrefix,
 		Collect: func(ctx context.Context) error {
 			_, err := reg.Collect(ctx, registry.CollectOptions{})
 			return err
