@@ -563,19 +563,7 @@ func TestGRPCOnSQL(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
 			st, _ := serveCache(t, e.url(t), "", buildcache.Options{})
-			cache := buildcache.New(st, buildcache.Options{})
-			ln := bufconn.Listen(1 << 20)
-			gs := cache.GRPC(nil)
-			go func() { _ = gs.Serve(ln) }()
-			t.Cleanup(gs.Stop)
-			conn, err := grpc.NewClient("passthrough:///bufnet",
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { conn.Close() })
-			g := &grpcCache{cacheClient: &cacheClient{t: t, st: st}, conn: conn, cas: repb.NewContentAddressableStorageClient(conn), ac: repb.NewActionCacheClient(conn), bs: bytestream.NewByteStreamClient(conn)}
+			g := grpcOver(t, st, buildcache.New(st, buildcache.Options{}))
 			small := []byte("stdout of the action")
 			large := bytes.Repeat([]byte("large output "), 200_000) // chunked in the store
 			g.upload(small)
