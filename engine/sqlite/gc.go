@@ -68,9 +68,11 @@ RETURNING key`
 	sqlListPins       = `SELECT key, owner, expiry FROM pins ORDER BY key, owner`
 	sqlListWindow     = `SELECT key, visible_after FROM gc_window ORDER BY key`
 	// sqlStored reads the blobs' count and bytes and the window's, one
-	// statement so one snapshot.
-	sqlStored = `SELECT (SELECT count(*) FROM blobs), (SELECT coalesce(sum(size), 0) FROM blobs),
-(SELECT count(*) FROM gc_window w JOIN blobs b ON b.key = w.key), (SELECT coalesce(sum(b.size), 0) FROM gc_window w JOIN blobs b ON b.key = w.key)`
+	// statement so one snapshot: one scan of the blobs, one probe a
+	// window row.
+	sqlStored = `SELECT a.n, a.bytes, w.n, w.bytes
+FROM (SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes FROM blobs) AS a,
+(SELECT count(*) AS n, coalesce(sum(b.size), 0) AS bytes FROM gc_window w JOIN blobs b ON b.key = w.key) AS w`
 
 	sqlFuncSourceMark   = `INSERT INTO gc_func_sources (name) VALUES (?1) ON CONFLICT (name) DO NOTHING`
 	sqlFuncSourceUnmark = `DELETE FROM gc_func_sources WHERE name = ?1`
@@ -286,7 +288,8 @@ func (g gcMech) Declared(ctx context.Context) (bool, error) {
 	return declared, listError(ctx, err)
 }
 
-// Stored scans the blobs table once (sqlStored).
+// Stored scans the blobs table once and probes it per window row
+// (sqlStored).
 func (g gcMech) Stored(ctx context.Context) (gc.Stored, error) {
 	e := g.b.e
 	if err := e.check(ctx); err != nil {
