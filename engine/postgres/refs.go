@@ -169,11 +169,14 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	stmt := r.e.sql(sqlRefSet)
-	args := []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak}
+	var stmt string
+	var args []any
 	if p.Cond == ref.IfVersion {
 		stmt = r.e.sql(sqlRefSwap)
 		args = []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), p.Version, p.Weak}
+	} else {
+		stmt = r.e.sql(sqlRefSet)
+		args = []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak}
 	}
 	var stored, created bool
 	var rr refRow
