@@ -173,7 +173,14 @@ func (g *Registry) Collect(ctx context.Context, opts CollectOptions) (Collected,
 		for _, k := range slices.SortedFunc(maps.Keys(ri.manifests), blob.Key.Compare) {
 			m := ri.manifests[k]
 			if m.version == 0 && !opts.DryRun {
-				// Referrer entries left by an unlink cut short.
+				// Referrer entries with no link listed: left by an unlink
+				// cut short, or a push's, whose link came after the listing.
+				if _, err := g.st.Refs.Get(ctx, manifestRef(repo, k)); !errors.Is(err, steaderr.ErrNotFound) {
+					if err != nil {
+						return done, err
+					}
+					continue // linked: a push's
+				}
 				if err := g.dropEntries(ctx, m); err != nil {
 					return done, err
 				}
