@@ -105,25 +105,22 @@ func (g *Registry) notePull(ctx context.Context, repo string, rf ref.Ref, at tim
 func (g *Registry) linkManifest(ctx context.Context, repo string, d blob.Key, l link) error {
 	name := manifestRef(repo, d)
 	g.pulls.forget(name)
+	opts := ref.SetOptions{IfAbsent: true} // a new link: one round trip
+	l.Pulled = time.Time{}
 	for {
-		opts := ref.SetOptions{IfAbsent: true}
-		cur, err := g.st.Refs.Get(ctx, name)
-		switch {
-		case errors.Is(err, steaderr.ErrNotFound):
-			l.Pulled = time.Time{}
-		case err != nil:
-			return err
-		default:
-			l.Pulled = decodeLink(cur).Pulled
-			opts = ref.SetOptions{IfVersion: cur.Version}
-		}
 		opts.Annotation = l.encode()
-		_, err = g.st.Refs.Set(ctx, name, d, opts)
+		_, err := g.st.Refs.Set(ctx, name, d, opts)
 		if !errors.Is(err, steaderr.ErrConflict) {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
+		cur, err := g.st.Refs.Get(ctx, name)
+		switch {
+		case errors.Is(err, steaderr.ErrNotFound):
+			opts, l.Pulled = ref.SetOptions{IfAbsent: true}, time.Time{}
+		case err != nil:
 			return err
+		default:
+			opts, l.Pulled = ref.SetOptions{IfVersion: cur.Version}, decodeLink(cur).Pulled
 		}
 	}
 }
