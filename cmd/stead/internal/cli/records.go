@@ -53,7 +53,7 @@ func recordsCommand(e *env) *cobra.Command {
 	var after string
 	var leasedLimit int
 	leased := &cobra.Command{
-		Use:   "leased GROUP [--after ID] [--limit 100]",
+		Use:   "leased GROUP [--after ID] [--limit 100] [--json]",
 		Short: "List a group's records leased now (being worked on), in id order (exit 3: no such group)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
