@@ -150,7 +150,10 @@ func zstdBound(size int64) int64 { return size + size>>7 + 64<<10 }
 
 // Read streams cache content from read_offset, at most read_limit bytes
 // when it is not 0; for compressed-blobs/zstd/… the blob's zstd
-// compression, offset and limit counting its bytes.
+// compression, offset and limit counting its bytes. As the ByteStream
+// contract says, a negative read_offset, or one past the size, is
+// OUT_OF_RANGE, a negative read_limit INVALID_ARGUMENT, whatever is
+// stored.
 func (g *reapi) Read(req *bytestream.ReadRequest, stream bytestream.ByteStream_ReadServer) error {
 	res, err := parseReadName(req.GetResourceName())
 	if err != nil {
@@ -158,14 +161,15 @@ func (g *reapi) Read(req *bytestream.ReadRequest, stream bytestream.ByteStream_R
 	}
 	d := res.d
 	off, limit := req.GetReadOffset(), req.GetReadLimit()
-	if res.zstd {
-		return g.readZstd(stream, d, off, limit)
-	}
 	switch {
-	case off < 0 || off > d.GetSizeBytes():
-		return status.Errorf(codes.OutOfRange, "read_offset %d outside the blob's %d bytes", off, d.GetSizeBytes())
+	case off < 0:
+		return status.Errorf(codes.OutOfRange, "read_offset %d is negative", off)
 	case limit < 0:
-		return status.Errorf(codes.InvalidArgument, "read_limit %d", limit)
+		return status.Errorf(codes.InvalidArgument, "read_limit %d is negative", limit)
+	case res.zstd:
+		return g.readZstd(stream, d, off, limit)
+	case off > d.GetSizeBytes():
+		return status.Errorf(codes.OutOfRange, "read_offset %d past the blob's %d bytes", off, d.GetSizeBytes())
 	}
 	k, _ := digestKey(d)
 	if k == emptyKey {
@@ -229,11 +233,9 @@ func (s *readSender) Write(p []byte) (int, error) {
 }
 
 // readZstd streams the zstd compression of d's content, from off
-// compressed bytes, at most limit of them when it is not 0.
+// compressed bytes (off and limit not negative), at most limit of them
+// when it is not 0.
 func (g *reapi) readZstd(stream bytestream.ByteStream_ReadServer, d *repb.Digest, off, limit int64) error {
-	if off < 0 || limit < 0 {
-		return status.Errorf(codes.OutOfRange, "read_offset %d, read_limit %d", off, limit)
-	}
 	k, _ := digestKey(d)
 	var src io.Reader = strings.NewReader("")
 	if k != emptyKey {

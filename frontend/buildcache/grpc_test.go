@@ -333,9 +333,6 @@ func TestByteStreamRead(t *testing.T) {
 		off, limit int64
 		code       codes.Code
 	}{
-		{name, -1, 0, codes.OutOfRange},
-		{name, 3000001, 0, codes.OutOfRange},
-		{name, 0, -1, codes.InvalidArgument},
 		{"blobs/" + hexOf(data), 0, 0, codes.InvalidArgument},
 		{"blobs/" + hexOf(data) + "/-3", 0, 0, codes.InvalidArgument},
 		{"blobs/" + hexOf(data) + "/03000000", 0, 0, codes.InvalidArgument},
@@ -348,6 +345,50 @@ func TestByteStreamRead(t *testing.T) {
 	} {
 		if _, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: tc.name, ReadOffset: tc.off, ReadLimit: tc.limit}); status.Code(err) != tc.code {
 			t.Errorf("Read %q at %d limit %d = %v; want %v", tc.name, tc.off, tc.limit, err, tc.code)
+		}
+	}
+}
+
+// TestByteStreamReadRange: a Read's range is checked as the ByteStream
+// contract says, for a blob and its zstd compression alike, stored or
+// not: a negative read_offset, or one past the size (the compressed size
+// for zstd), is OUT_OF_RANGE, a negative read_limit INVALID_ARGUMENT.
+func TestByteStreamReadRange(t *testing.T) {
+	t.Parallel()
+	g := newGRPCCache(t)
+	data := bytes.Repeat([]byte("ranges "), 1000)
+	g.upload(data)
+	plain := "inst/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	zstd := "inst/compressed-blobs/zstd/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	whole, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: zstd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := []byte("absent content")
+	for _, tc := range []struct {
+		name       string
+		off, limit int64
+		code       codes.Code
+	}{
+		{plain, -1, 0, codes.OutOfRange},
+		{plain, -1, -1, codes.OutOfRange},
+		{plain, 0, -1, codes.InvalidArgument},
+		{plain, int64(len(data)) + 1, 0, codes.OutOfRange},
+		{plain, int64(len(data)), 0, codes.OK},
+		{zstd, -1, 0, codes.OutOfRange},
+		{zstd, -1, -1, codes.OutOfRange},
+		{zstd, 0, -1, codes.InvalidArgument},
+		{zstd, int64(len(whole)) + 1, 0, codes.OutOfRange},
+		{zstd, int64(len(whole)), 0, codes.OK},
+		{"blobs/" + hexOf(absent) + "/14", -1, 0, codes.OutOfRange},
+		{"blobs/" + hexOf(absent) + "/14", 0, -1, codes.InvalidArgument},
+		{"blobs/" + hexOf(absent) + "/14", 15, 0, codes.OutOfRange},
+		{"compressed-blobs/zstd/" + hexOf(absent) + "/14", -1, 0, codes.OutOfRange},
+		{"compressed-blobs/zstd/" + hexOf(absent) + "/14", 0, -1, codes.InvalidArgument},
+	} {
+		got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: tc.name, ReadOffset: tc.off, ReadLimit: tc.limit})
+		if status.Code(err) != tc.code || (err == nil && len(got) != 0) {
+			t.Errorf("Read %.60q at %d limit %d = %d bytes, %v; want %v", tc.name, tc.off, tc.limit, len(got), err, tc.code)
 		}
 	}
 }
