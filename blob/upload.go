@@ -170,6 +170,21 @@ func (u *Upload) Size() int64 {
 	return u.size
 }
 
+// Sum returns the key the upload's bytes hash to, as of this Upload's
+// last step: the key Commit stores them under.
+func (u *Upload) Sum() Key {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.sum()
+}
+
+// sum is Sum with u.mu held.
+func (u *Upload) sum() Key {
+	key := Key{valid: true}
+	u.hash.Sum(key.digest[:0])
+	return key
+}
+
 // start locks u for one step, re-reading its state when the last step's
 // outcome is unknown, and refuses an ended upload.
 func (u *Upload) start(ctx context.Context) error {
@@ -385,8 +400,7 @@ func (u *Upload) Commit(ctx context.Context, opts CommitOptions) (Key, error) {
 
 func (u *Upload) commit(ctx context.Context, opts CommitOptions) (Key, error) {
 	s := u.s
-	key := Key{valid: true}
-	u.hash.Sum(key.digest[:0])
+	key := u.sum()
 	if !opts.Expect.IsZero() && key != opts.Expect {
 		return Key{}, fmt.Errorf("%w: the upload's %d bytes hash to %s", steaderr.ErrDigestMismatch, u.size, key)
 	}

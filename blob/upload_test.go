@@ -238,6 +238,35 @@ func TestUploadID(t *testing.T) {
 	}
 }
 
+// TestUploadSum: an Upload's Sum is the key of its bytes so far, the
+// empty value's before any, and a resumed Upload's is its upload's.
+func TestUploadSum(t *testing.T) {
+	t.Parallel()
+	s, _ := uploadStore(t, blob.Options{})
+	ctx := t.Context()
+	u, err := s.BeginUpload(ctx, blob.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u.Sum(); got != blob.KeyOf(nil) {
+		t.Fatalf("Sum of an empty upload = %s", got)
+	}
+	if _, err := u.Append(ctx, strings.NewReader("some bytes")); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.ResumeUpload(ctx, u.ID(), blob.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := blob.KeyOf([]byte("some bytes"))
+	if u.Sum() != want || v.Sum() != want {
+		t.Fatalf("Sum = %s, resumed %s; want %s", u.Sum(), v.Sum(), want)
+	}
+	if k, err := v.Commit(ctx, blob.CommitOptions{}); err != nil || k != want {
+		t.Fatalf("Commit = %s, %v; want %s", k, err, want)
+	}
+}
+
 // TestUploadConcurrentUse appends to and commits one Upload from many
 // goroutines at once (run with -race): the steps serialize, the commit
 // stores exactly the appends before it, each whole, and every later step

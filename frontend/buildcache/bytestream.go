@@ -323,13 +323,7 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 	if ok, err := g.c.hasContent(ctx, k); err != nil {
 		return g.grpcErr(err)
 	} else if ok {
-		// The API's answer for content already stored: its size, or -1
-		// for a compressed upload.
-		committed := d.GetSizeBytes()
-		if res.zstd {
-			committed = -1
-		}
-		return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: committed})
+		return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: storedSize(res)})
 	}
 	if d.GetSizeBytes() > g.c.opts.MaxBlobSize {
 		return status.Errorf(codes.InvalidArgument, "blob of %d bytes, over %d", d.GetSizeBytes(), g.c.opts.MaxBlobSize)
@@ -355,10 +349,21 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 	if req.GetWriteOffset()+int64(len(req.GetData())) > max {
 		return status.Errorf(codes.InvalidArgument, "more than the %d bytes the digest allows", max)
 	}
-	up, rf, err := g.c.upload(ctx, id, req.GetWriteOffset())
+	nu, err := g.c.upload(ctx, id, req.GetWriteOffset())
 	if err != nil {
 		return g.grpcErr(err)
 	}
+	if nu.state.committing() {
+		// All of it is in: what is left is the commit a Write began.
+		if req.GetWriteOffset() != nu.state.size || len(req.GetData()) > 0 {
+			return status.Errorf(codes.InvalidArgument, "write_offset %d with %d bytes: the upload's %d bytes are all in", req.GetWriteOffset(), len(req.GetData()), nu.state.size)
+		}
+		if err := g.c.finishUpload(ctx, nu, k, res); err != nil {
+			return g.grpcErr(err)
+		}
+		return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: nu.state.size})
+	}
+	up := nu.up
 	src := &writeSource{stream: stream, name: name, off: up.Size(), max: max}
 	if err := src.take(req); err != nil {
 		return err
@@ -367,7 +372,7 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 		src.left = appendSize
 		if _, err := up.Append(ctx, src); err != nil || src.closed {
 			if src.tooMuch {
-				g.c.dropUpload(ctx, up, rf)
+				g.c.dropUpload(ctx, up, nu.rf)
 			}
 			if src.err != nil {
 				return src.err
@@ -376,18 +381,28 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 		}
 	}
 	if size := up.Size(); !res.zstd && size != d.GetSizeBytes() {
-		g.c.dropUpload(ctx, up, rf)
+		g.c.dropUpload(ctx, up, nu.rf)
 		return status.Errorf(codes.InvalidArgument, "finished at %d bytes, the digest says %d", size, d.GetSizeBytes())
 	}
-	if err := g.c.commitUpload(ctx, up, rf, k, res); err != nil {
+	if err := g.c.commitUpload(ctx, nu, k, res); err != nil {
 		return g.grpcErr(err)
 	}
 	return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: up.Size()})
 }
 
+// storedSize is the committed_size the API answers for content stored:
+// its size, or -1 for a compressed resource.
+func storedSize(res resource) int64 {
+	if res.zstd {
+		return -1
+	}
+	return res.d.GetSizeBytes()
+}
+
 // QueryWriteStatus answers how much of an upload is committed: all of it
 // once the content is in the cache, NOT_FOUND for an upload unknown or
-// ended.
+// ended. An upload whose commit a Write began and did not finish is
+// finished first.
 func (g *reapi) QueryWriteStatus(ctx context.Context, req *bytestream.QueryWriteStatusRequest) (*bytestream.QueryWriteStatusResponse, error) {
 	res, id, err := parseWriteName(req.GetResourceName())
 	if err != nil {
@@ -397,20 +412,22 @@ func (g *reapi) QueryWriteStatus(ctx context.Context, req *bytestream.QueryWrite
 	if ok, err := g.c.hasContent(ctx, k); err != nil {
 		return nil, g.grpcErr(err)
 	} else if ok {
-		committed := res.d.GetSizeBytes()
-		if res.zstd {
-			committed = -1
-		}
-		return &bytestream.QueryWriteStatusResponse{CommittedSize: committed, Complete: true}, nil
+		return &bytestream.QueryWriteStatusResponse{CommittedSize: storedSize(res), Complete: true}, nil
 	}
-	up, _, err := g.c.resumeUpload(ctx, id)
+	nu, err := g.c.findUpload(ctx, id)
+	if err == nil && nu.state.committing() {
+		err = g.c.finishUpload(ctx, nu, k, res)
+		if err == nil {
+			return &bytestream.QueryWriteStatusResponse{CommittedSize: storedSize(res), Complete: true}, nil
+		}
+	}
 	if errors.Is(err, steaderr.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "no upload %.200q in progress", id)
 	}
 	if err != nil {
 		return nil, g.grpcErr(err)
 	}
-	return &bytestream.QueryWriteStatusResponse{CommittedSize: up.Size()}, nil
+	return &bytestream.QueryWriteStatusResponse{CommittedSize: nu.up.Size()}, nil
 }
 
 // uploadRef is the name of the ref naming the upload id (a Write's
@@ -421,52 +438,108 @@ func uploadRef(id string) (string, blob.Key) {
 	return uploadPrefix + hexOf(k), k
 }
 
-// resumeUpload returns the upload in progress named id and the ref naming
-// it; ErrNotFound when there is none (never begun, ended or reaped).
-func (c *Cache) resumeUpload(ctx context.Context, id string) (*blob.Upload, ref.Ref, error) {
+// uploadState is what an upload's ref records in its annotation: the
+// store's upload id and, once the upload's bytes are all in and their
+// commit begun, the key they hash to and their size ("{id} {hex}
+// {size}"), so that a commit failing part-way is finished by the next
+// Write or QueryWriteStatus of the name, the upload ended or not.
+type uploadState struct {
+	id   string
+	sum  blob.Key // zero until the commit begins
+	size int64
+}
+
+// committing reports whether the upload's commit has begun.
+func (s uploadState) committing() bool { return !s.sum.IsZero() }
+
+func (s uploadState) annotation() []byte {
+	if !s.committing() {
+		return []byte(s.id)
+	}
+	return fmt.Appendf(nil, "%s %s %d", s.id, hexOf(s.sum), s.size)
+}
+
+// parseUploadState reads an annotation of uploadState; one unreadable
+// names no upload (ErrNotFound), and a Write from offset 0 replaces it.
+func parseUploadState(a []byte) (uploadState, error) {
+	f := strings.Split(string(a), " ")
+	switch len(f) {
+	case 1:
+		return uploadState{id: f[0]}, nil
+	case 3:
+		k, err := blob.ParseKey("sha256:" + f[1])
+		n, nerr := strconv.ParseInt(f[2], 10, 64)
+		if err == nil && nerr == nil && n >= 0 {
+			return uploadState{id: f[0], sum: k, size: n}, nil
+		}
+	}
+	return uploadState{}, fmt.Errorf("%w: an upload's ref recording %.100q", steaderr.ErrNotFound, a)
+}
+
+// A namedUpload is an upload found by its client's name: the ref naming
+// it, what the ref records, and the upload, nil once it has ended with
+// its commit begun.
+type namedUpload struct {
+	rf    ref.Ref
+	state uploadState
+	up    *blob.Upload
+}
+
+// findUpload returns the upload named id; ErrNotFound when there is none
+// (never begun, or ended, or reaped, before its commit began).
+func (c *Cache) findUpload(ctx context.Context, id string) (namedUpload, error) {
 	name, _ := uploadRef(id)
 	rf, err := c.st.Refs.Get(ctx, name)
 	if err != nil {
-		return nil, rf, err
+		return namedUpload{}, err
 	}
-	up, err := c.st.Blobs.ResumeUpload(ctx, string(rf.Annotation), blob.UploadOptions{Owner: uploadOwner})
-	if errors.Is(err, steaderr.ErrLost) {
-		return nil, rf, fmt.Errorf("upload %.200q: %w: %w", id, steaderr.ErrNotFound, err)
+	nu := namedUpload{rf: rf}
+	if nu.state, err = parseUploadState(rf.Annotation); err != nil {
+		return nu, fmt.Errorf("upload %.200q: %w", id, err)
 	}
-	return up, rf, err
+	nu.up, err = c.st.Blobs.ResumeUpload(ctx, nu.state.id, blob.UploadOptions{Owner: uploadOwner})
+	switch {
+	case errors.Is(err, steaderr.ErrLost) && nu.state.committing():
+		return nu, nil
+	case errors.Is(err, steaderr.ErrLost):
+		return nu, fmt.Errorf("upload %.200q: %w: %w", id, steaderr.ErrNotFound, err)
+	}
+	return nu, err
 }
 
-// upload returns the upload in progress named id, or, for a Write from
-// offset 0, begins one and names it; a Write from another offset with no
-// upload to continue is INVALID_ARGUMENT.
-func (c *Cache) upload(ctx context.Context, id string, off int64) (*blob.Upload, ref.Ref, error) {
+// upload returns the upload named id, or, for a Write from offset 0,
+// begins one and names it; a Write from another offset with no upload to
+// continue is INVALID_ARGUMENT.
+func (c *Cache) upload(ctx context.Context, id string, off int64) (namedUpload, error) {
 	for range 3 {
-		up, rf, err := c.resumeUpload(ctx, id)
+		nu, err := c.findUpload(ctx, id)
 		if !errors.Is(err, steaderr.ErrNotFound) {
-			return up, rf, err
+			return nu, err
 		}
 		if off != 0 {
-			return nil, rf, status.Errorf(codes.InvalidArgument, "write_offset %d, the committed size is 0 (no upload %.200q in progress)", off, id)
+			return nu, status.Errorf(codes.InvalidArgument, "write_offset %d, the committed size is 0 (no upload %.200q in progress)", off, id)
 		}
-		up, err = c.st.Blobs.BeginUpload(ctx, blob.UploadOptions{Owner: uploadOwner})
+		rf := nu.rf
+		up, err := c.st.Blobs.BeginUpload(ctx, blob.UploadOptions{Owner: uploadOwner})
 		if err != nil {
-			return nil, rf, err
+			return nu, err
 		}
 		name, key := uploadRef(id)
-		opts := ref.SetOptions{TTL: uploadRefTTL, Annotation: []byte(up.ID()), IfAbsent: rf.Version == 0, IfVersion: rf.Version}
+		state := uploadState{id: up.ID()}
+		opts := ref.SetOptions{TTL: uploadRefTTL, Annotation: state.annotation(), IfAbsent: rf.Version == 0, IfVersion: rf.Version}
 		if _, err = c.st.Blobs.Put(ctx, strings.NewReader(id)); err == nil {
 			rf, err = c.st.Refs.Set(ctx, name, key, opts)
 		}
 		if err == nil {
-			return up, rf, nil
+			return namedUpload{rf: rf, state: state, up: up}, nil
 		}
 		_ = up.Abort(context.WithoutCancel(ctx))
 		if !errors.Is(err, steaderr.ErrConflict) {
-			return nil, rf, err
+			return nu, err
 		}
 		// Another Write named its upload first, or this ref lapsed: look again.
 	}
-	return nil, ref.Ref{}, status.Errorf(codes.Aborted, "upload %.200q is being begun by another Write", id)
+	return namedUpload{}, status.Errorf(codes.Aborted, "upload %.200q is being begun by another Write", id)
 }
 
 // dropUpload ends up, when not nil, and deletes rf, the ref naming it
@@ -484,31 +557,59 @@ func (c *Cache) dropUpload(ctx context.Context, up *blob.Upload, rf ref.Ref) {
 	}
 }
 
-// commitUpload stores up's bytes as the content k (res's blob) and ends
-// the upload named by rf: as they are, verified against k (other bytes
-// discard the upload), or, for a compressed upload, committed and then
-// decoded into k.
-func (c *Cache) commitUpload(ctx context.Context, up *blob.Upload, rf ref.Ref, k blob.Key, res resource) error {
-	if !res.zstd {
-		_, err := up.Commit(ctx, blob.CommitOptions{Expect: k})
-		switch {
-		case errors.Is(err, steaderr.ErrDigestMismatch):
-			c.dropUpload(ctx, up, rf)
-			return err
-		case err != nil:
+// commitUpload stores the bytes of nu, all in, as the content k (res's
+// blob): as they are, which must hash to k (other bytes discard the
+// upload), or, for a compressed upload, decoded into k. Before the
+// upload is committed its ref records the commit begun (uploadState), so
+// a failure at any step leaves the upload to resume or its commit to
+// finish.
+func (c *Cache) commitUpload(ctx context.Context, nu namedUpload, k blob.Key, res resource) error {
+	sum := nu.up.Sum()
+	if !res.zstd && sum != k {
+		c.dropUpload(ctx, nu.up, nu.rf)
+		return fmt.Errorf("%w: the upload's %d bytes hash to %s, not the digest's", steaderr.ErrDigestMismatch, nu.up.Size(), sum)
+	}
+	nu.state.sum, nu.state.size = sum, nu.up.Size()
+	rf, err := c.st.Refs.Set(ctx, nu.rf.Name, nu.rf.Key, ref.SetOptions{TTL: uploadRefTTL, Annotation: nu.state.annotation(), IfVersion: nu.rf.Version})
+	if err != nil {
+		return err
+	}
+	nu.rf = rf
+	return c.finishUpload(ctx, nu, k, res)
+}
+
+// finishUpload finishes the commit of nu that commitUpload began: it
+// commits the upload, unless it has ended, keeps its bytes as the
+// content k (decoding a compressed upload), and deletes nu's ref. Bytes
+// that are not k's, or are gone (the upload ended uncommitted, or its
+// blob swept), end the ref too; any other failure leaves it, for the next
+// Write or QueryWriteStatus of the name to finish.
+func (c *Cache) finishUpload(ctx context.Context, nu namedUpload, k blob.Key, res resource) error {
+	err := c.keepUpload(ctx, nu, k, res)
+	if err == nil || errors.Is(err, steaderr.ErrNotFound) || errors.Is(err, steaderr.ErrDigestMismatch) ||
+		errors.Is(err, steaderr.ErrInvalidArgument) || errors.Is(err, steaderr.ErrTooLarge) {
+		c.dropUpload(ctx, nil, nu.rf)
+	}
+	return err
+}
+
+// keepUpload is finishUpload's work but for the ref.
+func (c *Cache) keepUpload(ctx context.Context, nu namedUpload, k blob.Key, res resource) error {
+	if nu.up != nil {
+		_, err := nu.up.Commit(ctx, blob.CommitOptions{Expect: nu.state.sum})
+		if errors.Is(err, steaderr.ErrDigestMismatch) {
+			_ = nu.up.Abort(context.WithoutCancel(ctx)) // appended to since its commit began
+		}
+		if err != nil && !errors.Is(err, steaderr.ErrLost) {
 			return err
 		}
-		c.dropUpload(ctx, nil, rf)
+	}
+	if !res.zstd {
 		return c.keepContent(ctx, k)
 	}
 	// The compressed bytes are a blob of their own, pinned for a while
 	// and kept by nothing once decoded.
-	zk, err := up.Commit(ctx, blob.CommitOptions{})
-	if err != nil {
-		return err
-	}
-	c.dropUpload(ctx, nil, rf)
-	rd, err := c.st.Blobs.Get(ctx, zk)
+	rd, err := c.st.Blobs.Get(ctx, nu.state.sum)
 	if err != nil {
 		return err
 	}
