@@ -301,8 +301,9 @@ func (g *reapi) readZstd(stream bytestream.ByteStream_ReadServer, d *repb.Digest
 // digest its resource name carries. The writes are appended to a
 // durable upload as they arrive, so an interrupted Write is resumed
 // through any server over the same database by a Write whose first
-// write_offset is the committed size QueryWriteStatus answers; another
-// offset is INVALID_ARGUMENT and leaves the upload as it was. Data past
+// write_offset is the committed size QueryWriteStatus answers, or
+// started over by one from 0 (beginUpload); another offset is
+// INVALID_ARGUMENT and leaves the upload as it was. Data past
 // the digest's size, or a finished upload of other content than the
 // digest, is INVALID_ARGUMENT and discards the upload. A compressed
 // upload holds the compressed bytes, decoded and verified once finished.
@@ -507,39 +508,73 @@ func (c *Cache) findUpload(ctx context.Context, id string) (namedUpload, error) 
 	return nu, err
 }
 
-// upload returns the upload named id, or, for a Write from offset 0,
-// begins one and names it; a Write from another offset with no upload to
-// continue is INVALID_ARGUMENT.
+// upload returns the upload named id for a Write from offset off: a new
+// one from offset 0 (beginUpload), else the one in progress; a Write
+// from another offset with no upload to continue is INVALID_ARGUMENT.
 func (c *Cache) upload(ctx context.Context, id string, off int64) (namedUpload, error) {
+	if off == 0 {
+		return c.beginUpload(ctx, id)
+	}
+	nu, err := c.findUpload(ctx, id)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		return nu, status.Errorf(codes.InvalidArgument, "write_offset %d, the committed size is 0 (no upload %.200q in progress)", off, id)
+	}
+	return nu, err
+}
+
+// beginUpload begins an upload and names it id in place of any upload of
+// that name, which it then aborts: a Write from offset 0 starts over, as
+// the ByteStream contract lets a client, and a Write still appending to
+// the upload replaced fails at its next append (ABORTED), never adding to
+// the new one. Of Writes starting over at once, the last to name its
+// upload keeps it.
+func (c *Cache) beginUpload(ctx context.Context, id string) (namedUpload, error) {
+	name, key := uploadRef(id)
+	if _, err := c.st.Blobs.Put(ctx, strings.NewReader(id)); err != nil {
+		return namedUpload{}, err
+	}
 	for range 3 {
-		nu, err := c.findUpload(ctx, id)
-		if !errors.Is(err, steaderr.ErrNotFound) {
-			return nu, err
+		old, err := c.st.Refs.Get(ctx, name)
+		if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+			return namedUpload{}, err
 		}
-		if off != 0 {
-			return nu, status.Errorf(codes.InvalidArgument, "write_offset %d, the committed size is 0 (no upload %.200q in progress)", off, id)
-		}
-		rf := nu.rf
 		up, err := c.st.Blobs.BeginUpload(ctx, blob.UploadOptions{Owner: uploadOwner})
 		if err != nil {
-			return nu, err
+			return namedUpload{}, err
 		}
-		name, key := uploadRef(id)
 		state := uploadState{id: up.ID()}
-		opts := ref.SetOptions{TTL: uploadRefTTL, Annotation: state.annotation(), IfAbsent: rf.Version == 0, IfVersion: rf.Version}
-		if _, err = c.st.Blobs.Put(ctx, strings.NewReader(id)); err == nil {
-			rf, err = c.st.Refs.Set(ctx, name, key, opts)
-		}
+		opts := ref.SetOptions{TTL: uploadRefTTL, Annotation: state.annotation(), IfAbsent: old.Version == 0, IfVersion: old.Version}
+		rf, err := c.st.Refs.Set(ctx, name, key, opts)
 		if err == nil {
+			if old.Version != 0 {
+				c.abortReplaced(ctx, old)
+			}
 			return namedUpload{rf: rf, state: state, up: up}, nil
 		}
 		_ = up.Abort(context.WithoutCancel(ctx))
 		if !errors.Is(err, steaderr.ErrConflict) {
-			return nu, err
+			return namedUpload{}, err
 		}
-		// Another Write named its upload first, or this ref lapsed: look again.
+		// Another Write named its upload meanwhile: replace that one.
 	}
-	return namedUpload{}, status.Errorf(codes.Aborted, "upload %.200q is being begun by another Write", id)
+	return namedUpload{}, status.Errorf(codes.Aborted, "upload %.200q is being begun by other Writes", id)
+}
+
+// abortReplaced aborts the upload old named before a Write started it
+// over. Failures are logged: the upload is then reaped with its lease.
+func (c *Cache) abortReplaced(ctx context.Context, old ref.Ref) {
+	ctx = context.WithoutCancel(ctx)
+	state, err := parseUploadState(old.Annotation)
+	if err != nil {
+		return // it names no upload
+	}
+	up, err := c.st.Blobs.ResumeUpload(ctx, state.id, blob.UploadOptions{Owner: uploadOwner})
+	if err == nil {
+		err = up.Abort(ctx)
+	}
+	if err != nil && !errors.Is(err, steaderr.ErrLost) {
+		c.log.Warn("build cache: aborting an upload started over", "ref", old.Name, "err", err)
+	}
 }
 
 // dropUpload ends up, when not nil, and deletes rf, the ref naming it

@@ -74,3 +74,73 @@ func TestRefusedFirstMessageLeavesNothing(t *testing.T) {
 		t.Errorf("a refused Write left %s (expires %v)", rf.Name, rf.Expiry)
 	}
 }
+
+// TestWriteRestartedFromZero: a Write from offset 0 starts an upload
+// over, as a client that lost its stream may, whatever an earlier Write
+// committed of it; a Write still appending to the upload replaced is
+// ABORTED at its next message, and never adds to the new one.
+func TestWriteRestartedFromZero(t *testing.T) {
+	g := newGRPCCache(t)
+	data := bytes.Repeat([]byte("started over   "), 200_000)
+	name := "inst/uploads/r-1/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	query := func() int64 {
+		t.Helper()
+		q, err := g.bs.QueryWriteStatus(authed(), &bytestream.QueryWriteStatusRequest{ResourceName: name})
+		if err != nil {
+			t.Fatalf("QueryWriteStatus = %v", err)
+		}
+		return q.GetCommittedSize()
+	}
+
+	// An interrupted Write, then one from 0 in several messages.
+	w, _ := g.bs.Write(authed())
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: data[:1<<20]}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Write closed unfinished = %v", err)
+	}
+	if n := query(); n != 1<<20 {
+		t.Fatalf("committed %d, want %d", n, 1<<20)
+	}
+	w, _ = g.bs.Write(authed())
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: data[:10]},
+		&bytestream.WriteRequest{WriteOffset: 10, Data: data[10:2000]}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Write from 0 closed unfinished = %v", err)
+	}
+	if n := query(); n != 2000 {
+		t.Fatalf("committed %d after a Write from 0, want 2000", n)
+	}
+
+	// A Write appending (resumed at 2000) while another starts over.
+	a, err := g.bs.Write(authed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk = 2000 + 1<<20 // a store chunk past the upload's 2000 bytes
+	if err := a.Send(&bytestream.WriteRequest{ResourceName: name, WriteOffset: 2000, Data: data[2000:chunk]}); err != nil {
+		t.Fatal(err)
+	}
+	for query() != chunk {
+		time.Sleep(time.Millisecond) // until a's first chunk commits
+	}
+	b, err := g.bs.Write(authed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(&bytestream.WriteRequest{ResourceName: name, Data: data[:1000]}); err != nil {
+		t.Fatal(err)
+	}
+	for query() != 0 {
+		time.Sleep(time.Millisecond) // until b's upload replaces a's
+	}
+	_ = a.Send(&bytestream.WriteRequest{WriteOffset: chunk, Data: data[chunk : chunk+1<<20]})
+	_ = a.Send(&bytestream.WriteRequest{WriteOffset: chunk + 1<<20, Data: data[chunk+1<<20:], FinishWrite: true})
+	if _, err := a.CloseAndRecv(); status.Code(err) != codes.Aborted {
+		t.Errorf("a Write whose upload was started over = %v, want ABORTED", err)
+	}
+	if resp, err := send(t, b, &bytestream.WriteRequest{WriteOffset: 1000, Data: data[1000:], FinishWrite: true}); err != nil || resp.GetCommittedSize() != int64(len(data)) {
+		t.Fatalf("the Write started over = %v, %v", resp, err)
+	}
+	got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: "blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))})
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Read = %d bytes, %v", len(got), err)
+	}
+}
