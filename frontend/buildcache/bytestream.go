@@ -23,13 +23,13 @@ import (
 const readChunk = 1 << 20
 
 // A ByteStream Write in progress is a durable upload of the store
-// (blob.Upload), named by a ref under uploadPrefix whose annotation is
-// the upload's id, so any server over the same database answers
+// (blob.Upload), named by a ref under uploadPrefix whose annotation
+// records the upload (uploadState), so any server over the same database answers
 // QueryWriteStatus and resumes it (docs/guides/build-cache.md).
 const (
 	// uploadPrefix holds the refs naming uploads in progress, by the
-	// SHA-256 of the client's upload name; a ref keeps a blob of that
-	// name and lasts uploadRefTTL, the longest an upload can.
+	// SHA-256 of the client's upload name; a ref lasts uploadRefTTL, the
+	// longest an upload can.
 	uploadPrefix = RefPrefix + "uploads/"
 	uploadRefTTL = blob.MaxUploadLease
 	// uploadOwner owns the cache's uploads: no other owner resumes them.
@@ -137,7 +137,7 @@ func parseWriteName(name string) (resource, string, error) {
 }
 
 // maxResourceName bounds a ByteStream resource name: an instance name,
-// an upload's uuid and a digest, kept by the upload's ref while it lasts.
+// an upload's uuid and a digest.
 const maxResourceName = 4096
 
 // maxZstdWindow bounds the window a zstd stream sent to the cache may
@@ -432,12 +432,16 @@ func (g *reapi) QueryWriteStatus(ctx context.Context, req *bytestream.QueryWrite
 }
 
 // uploadRef is the name of the ref naming the upload id (a Write's
-// resource name up to its blob), and the key of the blob it keeps, id's
-// bytes.
-func uploadRef(id string) (string, blob.Key) {
-	k := blob.KeyOf([]byte(id))
-	return uploadPrefix + hexOf(k), k
-}
+// resource name up to its blob). The ref is found by that name alone, so
+// the name is not stored: its annotation records the upload
+// (uploadState), which leaves no room for a name of up to
+// maxResourceName bytes, and it keeps uploadMark, one blob for every
+// upload.
+func uploadRef(id string) string { return uploadPrefix + hexOf(blob.KeyOf([]byte(id))) }
+
+// uploadMark is the content of the blob the refs naming uploads keep; a
+// ref names a stored blob.
+const uploadMark = "stead build cache: the ref naming a ByteStream upload\n"
 
 // uploadState is what an upload's ref records in its annotation: the
 // store's upload id and, once the upload's bytes are all in and their
@@ -489,8 +493,7 @@ type namedUpload struct {
 // findUpload returns the upload named id; ErrNotFound when there is none
 // (never begun, or ended, or reaped, before its commit began).
 func (c *Cache) findUpload(ctx context.Context, id string) (namedUpload, error) {
-	name, _ := uploadRef(id)
-	rf, err := c.st.Refs.Get(ctx, name)
+	rf, err := c.st.Refs.Get(ctx, uploadRef(id))
 	if err != nil {
 		return namedUpload{}, err
 	}
@@ -529,8 +532,9 @@ func (c *Cache) upload(ctx context.Context, id string, off int64) (namedUpload, 
 // the new one. Of Writes starting over at once, the last to name its
 // upload keeps it.
 func (c *Cache) beginUpload(ctx context.Context, id string) (namedUpload, error) {
-	name, key := uploadRef(id)
-	if _, err := c.st.Blobs.Put(ctx, strings.NewReader(id)); err != nil {
+	name := uploadRef(id)
+	key, err := c.st.Blobs.Put(ctx, strings.NewReader(uploadMark))
+	if err != nil {
 		return namedUpload{}, err
 	}
 	for range 3 {

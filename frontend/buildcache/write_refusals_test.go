@@ -11,6 +11,9 @@ import (
 	"google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
 )
 
 // TestWriteUploadEndedUnderIt: a Write whose upload another Write of the
@@ -141,6 +144,56 @@ func TestWriteRestartedFromZero(t *testing.T) {
 	}
 	got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: "blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))})
 	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Read = %d bytes, %v", len(got), err)
+	}
+}
+
+// TestUploadRefKeepsNoName: the ref naming an upload records the upload
+// in its annotation and stores nothing of the client's name, and an
+// upload named the earlier way (a ref keeping a blob of the name, its
+// annotation the bare upload id) still resumes.
+func TestUploadRefKeepsNoName(t *testing.T) {
+	g := newGRPCCache(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("named upload "), 100_000)
+	id := "inst/uploads/n-1/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	w, _ := g.bs.Write(authed())
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: id + "/meta", Data: data[:1000]}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Write closed unfinished = %v", err)
+	}
+	nameKey := blob.KeyOf([]byte(id))
+	rf, err := g.st.Refs.Get(ctx, "cache/uploads/"+hexOf([]byte(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := g.st.Blobs.Has(ctx, nameKey); ok || err != nil || rf.Key == nameKey {
+		t.Fatalf("the upload's name is stored (%v, %v), its ref keeps %s", ok, err, rf.Key)
+	}
+	if _, err := blob.ParseUploadID(string(rf.Annotation)); !err {
+		t.Fatalf("the upload's ref records %q, not its upload id", rf.Annotation)
+	}
+
+	// The earlier way: resumed, and finished.
+	old := "inst/uploads/n-2/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	up, err := g.st.Blobs.BeginUpload(ctx, blob.UploadOptions{Owner: "stead build cache"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.Append(ctx, bytes.NewReader(data[:500])); err != nil {
+		t.Fatal(err)
+	}
+	k, err := g.st.Blobs.Put(ctx, strings.NewReader(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.st.Refs.Set(ctx, "cache/uploads/"+hexOf([]byte(old)), k, ref.SetOptions{TTL: time.Hour, Annotation: []byte(up.ID())}); err != nil {
+		t.Fatal(err)
+	}
+	w, _ = g.bs.Write(authed())
+	if resp, err := send(t, w, &bytestream.WriteRequest{ResourceName: old, WriteOffset: 500, Data: data[500:], FinishWrite: true}); err != nil || resp.GetCommittedSize() != int64(len(data)) {
+		t.Fatalf("Write resuming an upload named the earlier way = %v, %v", resp, err)
+	}
+	if got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: "blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))}); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("Read = %d bytes, %v", len(got), err)
 	}
 }
