@@ -17,8 +17,9 @@ import (
 // The size budget (Options.MaxSize, docs/guides/build-cache.md): Evict
 // reads every entry under RefPrefix, adds up the distinct blobs they
 // keep (content, results with their outputs and output trees' files,
-// the lists keeping them together, keyed entries), and deletes the least
-// recently read entries until what the rest keep fits the budget. The
+// the lists keeping them together, keyed entries) and the bytes of the
+// ByteStream uploads in progress, and deletes the least recently read
+// entries until what the rest keep and the uploads fit the budget. The
 // sweep that follows frees what no live entry keeps any more.
 
 // RefPrefix begins the name of every ref the build cache keeps: every
@@ -71,14 +72,19 @@ type EvictReport struct {
 	// Entries counts the live entries read; Bytes is what they kept,
 	// each distinct blob counted once, before eviction.
 	Entries, Bytes int64
+	// Uploads is the bytes the ByteStream uploads in progress hold,
+	// counted against the budget, never evicted.
+	Uploads int64
 	// Evicted counts the entries deleted, and Freed the bytes that only
 	// they kept, which the sweeps that follow free.
 	Evicted, Freed int64
 }
 
 // Evict deletes the least recently read entries until the blobs the
-// others keep add up to at most Options.MaxSize bytes; with no MaxSize
-// it does nothing. An entry's place is its last read in this process, or
+// others keep and the uploads in progress add up to at most
+// Options.MaxSize bytes; with no MaxSize it does nothing. Uploads are
+// counted, not evicted: while they alone are over the budget, every
+// entry goes. An entry's place is its last read in this process, or
 // when it was last written or renewed (its expiry less TTL), whichever is
 // later. A blob is counted while any remaining entry keeps it, so a
 // result's outputs count, and go, with the last result or content entry
@@ -103,6 +109,11 @@ func (c *Cache) Evict(ctx context.Context) (EvictReport, error) {
 			return rep, fmt.Errorf("build cache evict: %w", err)
 		}
 		if strings.HasPrefix(rf.Name, uploadPrefix) {
+			n, err := c.uploadBytes(ctx, rf)
+			if err != nil {
+				return rep, fmt.Errorf("build cache evict: %s: %w", rf.Name, err)
+			}
+			rep.Uploads += n
 			continue // an upload in progress, not an entry
 		}
 		blobs, err := c.kept(ctx, rf)
@@ -127,11 +138,11 @@ func (c *Cache) Evict(ctx context.Context) (EvictReport, error) {
 	}
 	rep.Entries = int64(len(entries))
 	c.prune(sizes)
-	if rep.Bytes <= c.opts.MaxSize {
+	if rep.Bytes+rep.Uploads <= c.opts.MaxSize {
 		return rep, nil
 	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return a.place.Compare(b.place) })
-	left := rep.Bytes
+	left := rep.Bytes + rep.Uploads
 	for _, e := range entries {
 		if left <= c.opts.MaxSize {
 			break
@@ -153,9 +164,30 @@ func (c *Cache) Evict(ctx context.Context) (EvictReport, error) {
 	}
 	if rep.Evicted > 0 {
 		c.log.Info("build cache: evicted least recently read entries", "budget", c.opts.MaxSize,
-			"bytes", rep.Bytes, "evicted", rep.Evicted, "freed", rep.Freed)
+			"bytes", rep.Bytes, "uploads", rep.Uploads, "evicted", rep.Evicted, "freed", rep.Freed)
 	}
 	return rep, nil
+}
+
+// uploadBytes returns the bytes the upload rf names holds: its committed
+// size, or once its commit has begun the size it recorded; 0 for an
+// upload ended.
+func (c *Cache) uploadBytes(ctx context.Context, rf ref.Ref) (int64, error) {
+	state, err := parseUploadState(rf.Annotation)
+	switch {
+	case err != nil:
+		return 0, nil // it names no upload
+	case state.committing():
+		return state.size, nil
+	}
+	up, err := c.st.Blobs.ResumeUpload(ctx, state.id, blob.UploadOptions{Owner: uploadOwner})
+	if errors.Is(err, steaderr.ErrLost) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return up.Size(), nil
 }
 
 // kept returns the blobs entry rf keeps: its own, and for an action

@@ -3,12 +3,16 @@ package buildcache_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/genproto/googleapis/bytestream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/steadkit/stead/blob"
@@ -114,6 +118,39 @@ func TestEvictLeastRecentlyRead(t *testing.T) {
 	// Under budget: nothing more goes.
 	if rep, err := c.cache.Evict(context.Background()); err != nil || rep.Evicted != 0 {
 		t.Fatalf("evict under budget = %+v, %v", rep, err)
+	}
+}
+
+// TestEvictCountsUploads: the bytes of a ByteStream upload in progress
+// count against the budget, so the least recently read entry goes to
+// make room for them; the upload itself stays.
+func TestEvictCountsUploads(t *testing.T) {
+	t.Parallel()
+	c := newCacheOpts(t, buildcache.Options{TTL: 100 * time.Hour, MaxSize: 10 << 10})
+	a, b := filled(1, 4<<10), filled(2, 4<<10)
+	for _, x := range [][]byte{a, b} {
+		if status, body := c.do("PUT", "/cache/cas/"+hexOf(x), x); status != 200 {
+			t.Fatalf("PUT cas = %d %s", status, body)
+		}
+		c.clk.Add(time.Minute)
+	}
+	g := grpcOver(t, c.st, c.cache)
+	big := filled(3, 8<<10)
+	name := "uploads/e-1/blobs/" + hexOf(big) + "/" + strconv.Itoa(len(big))
+	w, _ := g.bs.Write(context.Background())
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: big[:4<<10]}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Write closed unfinished = %v", err)
+	}
+	rep, err := c.cache.Evict(context.Background())
+	if err != nil || rep.Entries != 2 || rep.Bytes != 8<<10 || rep.Uploads != 4<<10 || rep.Evicted != 1 || rep.Freed != 4<<10 {
+		t.Fatalf("evict = %+v, %v; want a's entry evicted for the upload's 4 KiB", rep, err)
+	}
+	if status, _ := c.do("GET", "/cache/cas/"+hexOf(a), nil); status != 404 {
+		t.Fatalf("least recently read content = %d; want 404", status)
+	}
+	q, err := g.bs.QueryWriteStatus(context.Background(), &bytestream.QueryWriteStatusRequest{ResourceName: name})
+	if err != nil || q.GetCommittedSize() != 4<<10 {
+		t.Fatalf("QueryWriteStatus after eviction = %v, %v", q, err)
 	}
 }
 
