@@ -151,7 +151,8 @@ func TestWriteRestartedFromZero(t *testing.T) {
 // TestUploadRefKeepsNoName: the ref naming an upload records the upload
 // in its annotation and stores nothing of the client's name, and an
 // upload named the earlier way (a ref keeping a blob of the name, its
-// annotation the bare upload id) still resumes.
+// annotation the bare upload id) still resumes; a ref recording no
+// upload names none.
 func TestUploadRefKeepsNoName(t *testing.T) {
 	g := newGRPCCache(t)
 	ctx := context.Background()
@@ -195,5 +196,20 @@ func TestUploadRefKeepsNoName(t *testing.T) {
 	}
 	if got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: "blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))}); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("Read = %d bytes, %v", len(got), err)
+	}
+
+	// A ref recording what is not an upload names none: NOT_FOUND, and a
+	// Write from 0 replaces it.
+	other := bytes.Repeat([]byte("unreadable record "), 1000)
+	bad := "uploads/n-3/blobs/" + hexOf(other) + "/" + strconv.Itoa(len(other))
+	if _, err := g.st.Refs.Set(ctx, "cache/uploads/"+hexOf([]byte(bad)), k, ref.SetOptions{TTL: time.Hour, Annotation: []byte("not an upload record")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.bs.QueryWriteStatus(authed(), &bytestream.QueryWriteStatusRequest{ResourceName: bad}); status.Code(err) != codes.NotFound {
+		t.Fatalf("QueryWriteStatus of an unreadable record = %v, want NOT_FOUND", err)
+	}
+	w, _ = g.bs.Write(authed())
+	if resp, err := send(t, w, &bytestream.WriteRequest{ResourceName: bad, Data: other[:10]}, &bytestream.WriteRequest{WriteOffset: 10, Data: other[10:], FinishWrite: true}); err != nil || resp.GetCommittedSize() != int64(len(other)) {
+		t.Fatalf("Write from 0 over an unreadable record = %v, %v", resp, err)
 	}
 }
