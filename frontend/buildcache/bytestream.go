@@ -402,8 +402,9 @@ func storedSize(res resource) int64 {
 
 // QueryWriteStatus answers how much of an upload is committed: all of it
 // once the content is in the cache, NOT_FOUND for an upload unknown or
-// ended. An upload whose commit a Write began and did not finish is
-// finished first.
+// ended. It writes nothing, as a read: an upload whose commit a Write
+// began and did not finish answers all its bytes committed, and a Write
+// from there with finish_write finishes it.
 func (g *reapi) QueryWriteStatus(ctx context.Context, req *bytestream.QueryWriteStatusRequest) (*bytestream.QueryWriteStatusResponse, error) {
 	res, id, err := parseWriteName(req.GetResourceName())
 	if err != nil {
@@ -417,10 +418,7 @@ func (g *reapi) QueryWriteStatus(ctx context.Context, req *bytestream.QueryWrite
 	}
 	nu, err := g.c.findUpload(ctx, id)
 	if err == nil && nu.state.committing() {
-		err = g.c.finishUpload(ctx, nu, k, res)
-		if err == nil {
-			return &bytestream.QueryWriteStatusResponse{CommittedSize: storedSize(res), Complete: true}, nil
-		}
+		return &bytestream.QueryWriteStatusResponse{CommittedSize: nu.state.size}, nil
 	}
 	if errors.Is(err, steaderr.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "no upload %.200q in progress", id)
@@ -447,7 +445,7 @@ const uploadMark = "stead build cache: the ref naming a ByteStream upload\n"
 // store's upload id and, once the upload's bytes are all in and their
 // commit begun, the key they hash to and their size ("{id} {hex}
 // {size}"), so that a commit failing part-way is finished by the next
-// Write or QueryWriteStatus of the name, the upload ended or not.
+// Write of the name, the upload ended or not.
 type uploadState struct {
 	id   string
 	sum  blob.Key // zero until the commit begins
@@ -622,7 +620,7 @@ func (c *Cache) commitUpload(ctx context.Context, nu namedUpload, k blob.Key, re
 // content k (decoding a compressed upload), and deletes nu's ref. Bytes
 // that are not k's, or are gone (the upload ended uncommitted, or its
 // blob swept), end the ref too; any other failure leaves it, for the next
-// Write or QueryWriteStatus of the name to finish.
+// Write of the name to finish.
 func (c *Cache) finishUpload(ctx context.Context, nu namedUpload, k blob.Key, res resource) error {
 	err := c.keepUpload(ctx, nu, k, res)
 	if err == nil || errors.Is(err, steaderr.ErrNotFound) || errors.Is(err, steaderr.ErrDigestMismatch) ||
