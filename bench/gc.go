@@ -37,19 +37,16 @@ CREATE INDEX pins_expiry ON %[1]s.pins (expiry)`
 const pinColumnsDDL = `ALTER TABLE %[1]s.blobs ADD COLUMN pin_owner text COLLATE "C" CHECK (pin_owner <> ''), ADD COLUMN pin_expiry timestamptz`
 
 // sameSQLPut is the statement stead sends for a lone put (engine/postgres
-// sqlPut), with one-element arrays.
+// sqlPutOne).
 const sameSQLPut = `WITH b AS (
 	INSERT INTO %[1]s.blobs AS t (key, size, value, pin_owner, pin_expiry)
-	SELECT k, s, v, o, coalesce(n, now()) + d * interval '1 microsecond'
-	FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(k, s, v, o, d, n)
+	VALUES ($1, $2, $3, $4, coalesce($6::timestamptz, now()) + $5::bigint * interval '1 microsecond')
 	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
-	RETURNING key, pin_owner
+	RETURNING key
 )
 INSERT INTO %[1]s.pins AS p (key, owner, expiry)
-SELECT k, o, coalesce(n, now()) + d * interval '1 microsecond'
-FROM unnest($7::text[], $8::text[], $9::bigint[], $10::timestamptz[]) AS u(k, o, d, n)
-WHERE (SELECT count(*) FROM b) >= 0
-AND NOT EXISTS (SELECT FROM b WHERE b.key = u.k AND b.pin_owner = u.o)
+SELECT $1, $4, coalesce($6::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+WHERE NOT EXISTS (SELECT FROM b)
 ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)`
 
 func gcPostgres() []scenario {
@@ -79,13 +76,11 @@ func rawSameSQLPut(ctx context.Context, n int) (opFunc, func(), error) {
 	}
 	stmt := fmt.Sprintf(sameSQLPut, schema)
 	vals := newValues(n)
-	ttl := []int64{time.Minute.Microseconds()}
-	owner := []string{"bench"}
-	nows := []*time.Time{nil}
+	ttl := time.Minute.Microseconds()
+	var now *time.Time
 	return func(ctx context.Context, w, i int) error {
 		v := vals.next(w, i)
-		k := []string{keyText(v)}
-		_, err := pool.Exec(ctx, stmt, k, []int64{int64(len(v))}, [][]byte{v}, owner, ttl, nows, k, owner, ttl, nows)
+		_, err := pool.Exec(ctx, stmt, keyText(v), int64(len(v)), v, "bench", ttl, now)
 		return err
 	}, cleanup, nil
 }

@@ -55,6 +55,22 @@ var (
 )
 SELECT key FROM b`)
 
+	// sqlPutOne is sqlPut for a batch of one put without children, its
+	// arguments scalars: unnesting one-element arrays costs a lone put a
+	// sixth of its time.
+	sqlPutOne = declare("sqlPutOne", `WITH b AS (
+	INSERT INTO {schema}.blobs AS t (key, size, value, pin_owner, pin_expiry)
+	VALUES ($1, $2, $3, $4, coalesce($6::timestamptz, now()) + $5::bigint * interval '1 microsecond')
+	ON CONFLICT (key) DO UPDATE SET size = t.size WHERE false
+	RETURNING key
+), pinned AS (
+	INSERT INTO {schema}.pins AS p (key, owner, expiry)
+	SELECT $1, $4, coalesce($6::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+	WHERE NOT EXISTS (SELECT FROM b)
+	ON CONFLICT (key, owner) DO UPDATE SET expiry = greatest(p.expiry, excluded.expiry)
+)
+SELECT key FROM b`)
+
 	// sqlPutNaive is the known-unsafe put, for tests that prove the
 	// torture test sees the race: ON CONFLICT DO NOTHING does not wait on
 	// arbitration's row lock, so its pin can commit beside a deletion.
@@ -298,15 +314,20 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[*groupco
 	}
 	if len(children) == 0 {
 		stmt := b.e.sql(sqlPut)
-		if b.naive.Load() {
-			stmt = b.e.sql(sqlPutNaive)
-		}
 		// Positional arguments: pgx rewrites a named statement's text on
 		// every call, a fifth of a lone put's client CPU.
+		args := []any{keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows}
+		switch {
+		case b.naive.Load():
+			stmt = b.e.sql(sqlPutNaive)
+		case len(batch) == 1:
+			stmt = b.e.sql(sqlPutOne)
+			args = []any{keys[0], sizes[0], values[0], owners[0], ttls[0], nows[0]}
+		}
 		created := map[string]bool{}
 		err := b.e.retryTransient(ctx, func() error {
 			clear(created)
-			rows, err := b.e.pool.Query(ctx, stmt, keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows)
+			rows, err := b.e.pool.Query(ctx, stmt, args...)
 			if err != nil {
 				return err
 			}

@@ -12,10 +12,12 @@ import (
 	"github.com/steadkit/stead/ref"
 )
 
-// The lock statements. @now is the caller's clock, NULL for the
-// database's now(); @ttl an interval.
+// The lock statements. Acquire, Renew and Release take positional
+// arguments: name, owner, then Acquire's now (the caller's clock, NULL for
+// the database's now()), ttl (an interval) and wait; Renew's token, now
+// and ttl; Release's token and channel. The listings take named ones.
 var (
-	// sqlLockAcquire: @wait is whether a refused caller will wait.
+	// sqlLockAcquire: $5 is whether a refused caller will wait.
 	//
 	// Under READ COMMITTED, ON CONFLICT locks the row and judges the WHERE
 	// and SET against its latest committed version, while a plain read in
@@ -32,39 +34,39 @@ var (
 	// values, compares; a grant the owner already held keeps its stamp.
 	sqlLockAcquire = declare("sqlLockAcquire", `WITH g AS (
 	INSERT INTO {schema}.locks AS l (name, owner, token, expiry, granted_by)
-	VALUES (@name, @owner, 1, coalesce(@now::timestamptz, now()) + @ttl::interval, pg_current_xact_id())
+	VALUES ($1, $2, 1, coalesce($3::timestamptz, now()) + $4::interval, pg_current_xact_id())
 	ON CONFLICT (name) DO UPDATE SET
-		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
+		owner        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN excluded.owner ELSE l.owner END,
-		token        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
+		token        = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN l.token + 1 ELSE l.token END,
-		expiry       = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
+		expiry       = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN excluded.expiry ELSE l.expiry END,
-		granted_by   = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now()))
+		granted_by   = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now()))
 			THEN excluded.granted_by ELSE l.granted_by END,
-		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now())) OR l.owner = excluded.owner
+		wanted_until = CASE WHEN (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner
 			THEN l.wanted_until ELSE greatest(l.wanted_until, l.expiry) END
-	WHERE (l.owner IS NULL OR l.expiry <= coalesce(@now::timestamptz, now())) OR l.owner = excluded.owner OR @wait::boolean
-	RETURNING l.owner = @owner, l.owner, l.token, l.expiry,
-		l.owner = @owner AND l.granted_by IS NOT DISTINCT FROM pg_current_xact_id())
-SELECT *, coalesce(@now::timestamptz, now()) FROM g
+	WHERE (l.owner IS NULL OR l.expiry <= coalesce($3::timestamptz, now())) OR l.owner = excluded.owner OR $5::boolean
+	RETURNING l.owner = $2, l.owner, l.token, l.expiry,
+		l.owner = $2 AND l.granted_by IS NOT DISTINCT FROM pg_current_xact_id())
+SELECT *, coalesce($3::timestamptz, now()) FROM g
 UNION ALL
-SELECT false, owner, token, expiry, false, coalesce(@now::timestamptz, now()) FROM {schema}.locks
-WHERE name = @name AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`)
+SELECT false, owner, token, expiry, false, coalesce($3::timestamptz, now()) FROM {schema}.locks
+WHERE name = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM g)`)
 
 	// sqlLockRenew: an UPDATE re-checks its WHERE
 	// against the latest version of the row it locks, so a renewal never
 	// touches a newer grant.
-	sqlLockRenew = declare("sqlLockRenew", `UPDATE {schema}.locks SET expiry = coalesce(@now::timestamptz, now()) + @ttl::interval
-WHERE name = @name AND owner = @owner AND token = @token
+	sqlLockRenew = declare("sqlLockRenew", `UPDATE {schema}.locks SET expiry = coalesce($4::timestamptz, now()) + $5::interval
+WHERE name = $1 AND owner = $2 AND token = $3
 RETURNING expiry`)
 
-	// sqlLockRelease: @channel is the NOTIFY channel. pg_notify runs
+	// sqlLockRelease: $4 is the NOTIFY channel. pg_notify runs
 	// only for a row released while a waiter may be waiting, and its
 	// notification is delivered only if the release commits.
 	sqlLockRelease = declare("sqlLockRelease", `UPDATE {schema}.locks SET owner = NULL, expiry = NULL
-WHERE name = @name AND owner = @owner AND token = @token
-RETURNING CASE WHEN wanted_until > now() THEN pg_notify(@channel, name) END`)
+WHERE name = $1 AND owner = $2 AND token = $3
+RETURNING CASE WHEN wanted_until > now() THEN pg_notify($4, name) END`)
 
 	// sqlLockList reads the primary key over names in [@prefix,
 	// @prefix_end) after @after, passing over free and expired rows;
@@ -101,9 +103,9 @@ func (l *locks) Acquire(ctx context.Context, p lock.AcquireParams) (lock.Acquire
 	}
 	var res lock.AcquireResult
 	g := &res.Grant
-	err := l.e.pool.QueryRow(ctx, l.e.sql(sqlLockAcquire), pgx.StrictNamedArgs{
-		"name": p.Name, "owner": p.Owner, "now": nowArg(p.Now), "ttl": interval(p.TTL), "wait": p.Wait,
-	}).
+	// Positional arguments, here and in Renew and Release: pgx rewrites a
+	// named statement's text on every call.
+	err := l.e.pool.QueryRow(ctx, l.e.sql(sqlLockAcquire), p.Name, p.Owner, nowArg(p.Now), interval(p.TTL), p.Wait).
 		Scan(&res.Granted, &g.Owner, &g.Token, &g.Expiry, &res.New, &res.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // not granted; holder unknown
@@ -120,9 +122,7 @@ func (l *locks) Renew(ctx context.Context, p lock.RenewParams) (time.Time, bool,
 		return time.Time{}, false, err
 	}
 	var expiry time.Time
-	err := l.e.pool.QueryRow(ctx, l.e.sql(sqlLockRenew), pgx.StrictNamedArgs{
-		"name": p.Name, "owner": p.Owner, "token": p.Token, "now": nowArg(p.Now), "ttl": interval(p.TTL),
-	}).Scan(&expiry)
+	err := l.e.pool.QueryRow(ctx, l.e.sql(sqlLockRenew), p.Name, p.Owner, p.Token, nowArg(p.Now), interval(p.TTL)).Scan(&expiry)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return time.Time{}, false, nil
@@ -136,7 +136,7 @@ func (l *locks) Release(ctx context.Context, p lock.ReleaseParams) (bool, error)
 	if err := l.e.check(ctx); err != nil {
 		return false, err
 	}
-	tag, err := l.e.pool.Exec(ctx, l.e.sql(sqlLockRelease), pgx.StrictNamedArgs{"name": p.Name, "owner": p.Owner, "token": p.Token, "channel": l.channel})
+	tag, err := l.e.pool.Exec(ctx, l.e.sql(sqlLockRelease), p.Name, p.Owner, p.Token, l.channel)
 	if err != nil {
 		return false, interpretError(err)
 	}

@@ -119,15 +119,15 @@ WHERE r.id = @id AND r.grp = @grp AND r.version = @version AND (@lease_owner = '
 RETURNING r.version, r.lease_incarnation, r.lease_expiry, r.updated_at`)
 
 	// A batch of updates, no id twice: sqlRecordUpdate's, one row of the
-	// arrays each (@ats: NULL elements are the database's now()). It
+	// arrays each ($11, ats: NULL elements are the database's now()). It
 	// returns the rows written. It first locks, in id order,
 	// every row of the batch, so that two batches do not deadlock; should
 	// they all the same, the statement, which then changed nothing, is run
 	// again. A batch without creates runs it, not sqlRecordSaveMany,
 	// whose creates and union cost every batch (docs/BENCHMARKS.md).
 	sqlRecordUpdateMany = declare("sqlRecordUpdateMany", `WITH i AS (
-	SELECT * FROM unnest(@ids::text[], @grps::text[], @versions::bigint[], @tenant_ids::bigint[], @statuses::text[], @lease_owners::text[], @lease_incarnations::bigint[],
-		@lease_expiries::timestamptz[], @parked::boolean[], @payloads::bytea[], @ats::timestamptz[])
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
+		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
 		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
 ), locked AS (
 	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
@@ -142,7 +142,7 @@ WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
 RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 		CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-		THEN pg_notify(@channel, r.grp) END
+		THEN pg_notify($12, r.grp) END
 	END`)
 
 	// A batch of saves with creates, no id twice: sqlRecordUpdateMany's
@@ -152,8 +152,8 @@ RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	// and creates insert in id order (a create waits on another's
 	// uncommitted insert of its id).
 	sqlRecordSaveMany = declare("sqlRecordSaveMany", `WITH i AS (
-	SELECT * FROM unnest(@ids::text[], @grps::text[], @versions::bigint[], @tenant_ids::bigint[], @statuses::text[], @lease_owners::text[], @lease_incarnations::bigint[],
-		@lease_expiries::timestamptz[], @parked::boolean[], @payloads::bytea[], @ats::timestamptz[])
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
+		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
 		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
 ), locked AS (
 	SELECT r.id FROM {schema}.records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
@@ -168,7 +168,7 @@ RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 			CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-			THEN pg_notify(@channel, r.grp) END
+			THEN pg_notify($12, r.grp) END
 		END AS notified
 ), created AS (
 	INSERT INTO {schema}.records AS r
@@ -181,7 +181,7 @@ RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 		CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 			CASE WHEN (SELECT g.wanted_until > now() FROM {schema}.record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-			THEN pg_notify(@channel, r.grp) END
+			THEN pg_notify($12, r.grp) END
 		END AS notified
 )
 SELECT id, version, lease_incarnation, lease_expiry, updated_at, notified FROM updated
@@ -248,23 +248,23 @@ RETURNING r.id, r.grp, (SELECT name FROM {schema}.record_tenants WHERE id = r.te
 
 	// Expired leases first, then unleased records. A WITH query runs only
 	// as far as it is read, so the unleased one runs, and locks, only when
-	// there are fewer than @n expired leases. = ANY (ARRAY (...)), not IN (...): with IN, a
+	// there are fewer than $5 (n) expired leases. = ANY (ARRAY (...)), not IN (...): with IN, a
 	// generic plan that guesses many ids joins them to a sequential scan
 	// of every group.
 	sqlRecordClaimNext = declare("sqlRecordClaimNext", `UPDATE {schema}.records AS r
-SET version = r.version + 1, lease_owner = @owner, lease_incarnation = r.lease_incarnation + 1,
-	lease_expiry = coalesce(@now::timestamptz, now()) + @ttl::interval, updated_at = coalesce(@now::timestamptz, now())
+SET version = r.version + 1, lease_owner = $1, lease_incarnation = r.lease_incarnation + 1,
+	lease_expiry = coalesce($3::timestamptz, now()) + $2::interval, updated_at = coalesce($3::timestamptz, now())
 WHERE r.id = ANY (ARRAY (
 	WITH expired AS (
 		SELECT id FROM {schema}.records
-		WHERE grp = @grp AND NOT parked AND lease_owner <> '' AND lease_expiry <= coalesce(@now::timestamptz, now())
-		ORDER BY lease_expiry, id COLLATE "POSIX" LIMIT @n FOR UPDATE SKIP LOCKED
+		WHERE grp = $4 AND NOT parked AND lease_owner <> '' AND lease_expiry <= coalesce($3::timestamptz, now())
+		ORDER BY lease_expiry, id COLLATE "POSIX" LIMIT $5 FOR UPDATE SKIP LOCKED
 	), unleased AS (
 		SELECT id FROM {schema}.records
-		WHERE grp = @grp AND NOT parked AND lease_owner = ''
-		ORDER BY id COLLATE "POSIX" LIMIT @n FOR UPDATE SKIP LOCKED
+		WHERE grp = $4 AND NOT parked AND lease_owner = ''
+		ORDER BY id COLLATE "POSIX" LIMIT $5 FOR UPDATE SKIP LOCKED
 	)
-	SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT @n
+	SELECT id FROM expired UNION ALL SELECT id FROM unleased LIMIT $5
 ))
 RETURNING r.id, r.grp, (SELECT name FROM {schema}.record_tenants WHERE id = r.tenant_id), r.status, r.version,
 	r.lease_owner, r.lease_incarnation, r.lease_expiry, r.updated_at, r.payload`)
@@ -313,7 +313,7 @@ SELECT coalesce((SELECT wanted_until FROM m), g.wanted_until), now() FROM {schem
 	// sqlRecordGenericPlan makes the rest of its transaction run its
 	// prepared statements' generic plans: sent with sqlRecordClaimNext in
 	// one batch, one transaction. The planner never picks the generic plan
-	// of sqlRecordClaimNext by itself (it costs LIMIT @n as a tenth of the
+	// of sqlRecordClaimNext by itself (it costs LIMIT $5 as a tenth of the
 	// group), so every claim was planned anew, which took as long as
 	// running it; the generic plan is the custom one's, the same index
 	// scans.
@@ -461,11 +461,9 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 			creates = append(creates, rec.ID)
 		}
 	}
-	args := pgx.StrictNamedArgs{
-		"ids": ids, "grps": groups, "versions": versions, "tenant_ids": tenants, "statuses": statuses,
-		"lease_owners": owners, "lease_incarnations": incarnations, "lease_expiries": expiries,
-		"parked": parked, "payloads": payloads, "ats": ats, "channel": r.channel,
-	}
+	// Positional arguments, as sqlRecordUpdateMany's text lists them: pgx
+	// rewrites a named statement's text on every call.
+	args := []any{ids, groups, versions, tenants, statuses, owners, incarnations, expiries, parked, payloads, ats, r.channel}
 	return r.e.retryTransient(ctx, func() error {
 		return r.saveManyOnce(ctx, byID, creates, args)
 	})
@@ -474,12 +472,12 @@ func (r *records) saveMany(ctx context.Context, qs []*saveReq) error {
 // saveManyOnce runs sqlRecordUpdateMany with args, or if there are creates
 // sqlRecordSaveMany and then sqlRecordCreateFloor on them, in one round
 // trip and one transaction, and marks the saves of byID it wrote.
-func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, creates []string, args pgx.StrictNamedArgs) error {
+func (r *records) saveManyOnce(ctx context.Context, byID map[string]*saveReq, creates []string, args []any) error {
 	b := &pgx.Batch{}
 	if len(creates) == 0 {
-		b.Queue(r.e.sql(sqlRecordUpdateMany), args)
+		b.Queue(r.e.sql(sqlRecordUpdateMany), args...)
 	} else {
-		b.Queue(r.e.sql(sqlRecordSaveMany), args)
+		b.Queue(r.e.sql(sqlRecordSaveMany), args...)
 		b.Queue(r.e.sql(sqlRecordCreateFloor), creates)
 	}
 	for _, q := range byID { // a retried attempt decides afresh
@@ -835,12 +833,12 @@ func (r *records) ClaimNext(ctx context.Context, p record.ClaimNextParams) ([]re
 	if err := r.e.check(ctx); err != nil {
 		return nil, err
 	}
-	args := pgx.StrictNamedArgs{"owner": p.Owner, "ttl": interval(p.TTL), "now": nowArg(p.Now), "grp": p.Group, "n": p.N}
+	args := []any{p.Owner, interval(p.TTL), nowArg(p.Now), p.Group, p.N}
 	var out []record.Record
 	err := r.e.retryTransient(ctx, func() error {
 		b := &pgx.Batch{}
 		b.Queue(r.e.sql(sqlRecordGenericPlan))
-		b.Queue(r.e.sql(sqlRecordClaimNext), args)
+		b.Queue(r.e.sql(sqlRecordClaimNext), args...)
 		br := r.e.pool.SendBatch(ctx, b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {

@@ -172,23 +172,22 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 	if _, err := db.Admin.Exec(ctx, "ANALYZE "+schema+".records"); err != nil {
 		t.Fatal(err)
 	}
-	list, claimNextNamed, probe, leased := postgres.RecordSQL(e)
+	list, claimNext, probe, leased := postgres.RecordSQL(e)
 	conn, err := db.Admin.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Release()
 	defer conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
-	// ClaimNext names its parameters: PREPARE takes them by position.
-	claimNextArgs := pgx.StrictNamedArgs{"owner": "'o'", "ttl": "'1 minute'", "now": "NULL", "grp": "'small'", "n": "100"}
-	claimNext, claimNextLits := positional(t, claimNextNamed, claimNextArgs)
+	// ClaimNext's arguments: owner, ttl, now, group, n.
+	claimNextArgs := func(n int) string { return fmt.Sprintf("'o', '1 minute', NULL, 'small', %d", n) }
 	cases := []struct {
 		name, sql, args string
 		maxRead         int
 	}{
 		{"ListClaimable", list, "'small', NULL, 100", claimable},
-		{"ClaimNext", claimNext, claimNextLits, 2 * claimable}, // and each by primary key
-		{"Probe", probe, "'small', NULL", 2},                   // an entry of each index
+		{"ClaimNext", claimNext, claimNextArgs(100), 2 * claimable}, // and each by primary key
+		{"Probe", probe, "'small', NULL", 2},                        // an entry of each index
 		{"ListLeased", leased, "'small', NULL, 'm-live-2', 100", 3000},
 	}
 	for _, tc := range cases {
@@ -209,9 +208,7 @@ func TestRecordClaimingScansOneGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		claimNextArgs["n"] = "10"
-		claimNext, claimNextLits := positional(t, claimNextNamed, claimNextArgs)
-		explainReads(t, conn, "ClaimNext on stale statistics "+mode, mode, claimNext, claimNextLits, 2*10)
+		explainReads(t, conn, "ClaimNext on stale statistics "+mode, mode, claimNext, claimNextArgs(10), 2*10)
 	}
 }
 

@@ -1,6 +1,6 @@
 WITH i AS (
-	SELECT * FROM unnest(@ids::text[], @grps::text[], @versions::bigint[], @tenant_ids::bigint[], @statuses::text[], @lease_owners::text[], @lease_incarnations::bigint[],
-		@lease_expiries::timestamptz[], @parked::boolean[], @payloads::bytea[], @ats::timestamptz[])
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
+		$8::timestamptz[], $9::boolean[], $10::bytea[], $11::timestamptz[])
 		AS i (id, grp, version, tenant_id, status, lease_owner, lease_incarnation, lease_expiry, parked, payload, at)
 ), locked AS (
 	SELECT r.id FROM "St""ead. sch;ema-ñ".records r JOIN i ON i.id = r.id ORDER BY r.id FOR UPDATE OF r
@@ -15,5 +15,5 @@ WHERE r.id = i.id AND r.grp = i.grp AND r.version = i.version
 RETURNING r.id, r.version, r.lease_incarnation, r.lease_expiry, r.updated_at,
 	CASE WHEN NOT r.parked AND (r.lease_owner = '' OR r.lease_expiry <= r.updated_at) THEN
 		CASE WHEN (SELECT g.wanted_until > now() FROM "St""ead. sch;ema-ñ".record_groups g WHERE g.name = r.grp FOR KEY SHARE)
-		THEN pg_notify(@channel, r.grp) END
+		THEN pg_notify($12, r.grp) END
 	END
