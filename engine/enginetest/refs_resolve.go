@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,8 +59,9 @@ func resolveForms(t *testing.T, h Harness) {
 	for _, chunked := range []bool{false, true} {
 		t.Run(fmt.Sprint("chunked=", chunked), func(t *testing.T) {
 			t.Parallel()
-			h.chunked = chunked
-			b := setup(t, h)
+			hc := h
+			hc.chunked = chunked
+			b := setup(t, hc)
 			for i, n := range []int{0, 10, tinyInline + 1, 3*tinyChunk + 17} {
 				value := testValue(fmt.Sprint("resolve form ", n), n)
 				key := mustPut(t, b.store, value)
@@ -202,6 +204,10 @@ func resolveRacesSweep(t *testing.T, h Harness) {
 		})
 	}
 	for i := 1; i <= rounds && len(errs) == 0; i++ {
+		// An Open finishes between rounds, so that opens overlap moves.
+		for at := opened.Load(); opened.Load() == at && len(errs) == 0; {
+			runtime.Gosched()
+		}
 		key := mustPut(t, b.store, testValue(fmt.Sprint("resolve race ", i), 10))
 		mustSet(t, b.refs, "race/ref", key, ref.SetOptions{})
 		b.expirePins()
