@@ -436,6 +436,29 @@ func (s *Store) Get(ctx context.Context, key Key) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blob get %s: %w", key, err)
 	}
+	return s.reader(ctx, key, st)
+}
+
+// Reader returns a reader over key's value from st, the stored form an
+// engine call that reads the blob beside something else returned for key
+// (ref.Backend.Resolve), read and verified as Get's reader is. A form
+// that cannot be a value's (a negative size, an inline value of another
+// size, both a chunk set and an object) is an error wrapping
+// ErrInvalidArgument.
+func (s *Store) Reader(ctx context.Context, key Key, st Stored) (*Reader, error) {
+	err := checkKey(ctx, key)
+	if err == nil && (st.Size < 0 || st.Inline() && int64(len(st.Value)) != st.Size || !st.Inline() && len(st.Value) != 0 || st.Chunks != 0 && st.Object != "") {
+		err = fmt.Errorf("%w: %s: an inconsistent stored form", steaderr.ErrInvalidArgument, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blob get: %w", err)
+	}
+	return s.reader(ctx, key, st)
+}
+
+// reader returns a reader over key's value stored as st, verifying an
+// inline value at once when the store verifies reads.
+func (s *Store) reader(ctx context.Context, key Key, st Stored) (*Reader, error) {
 	if s.verify && st.Inline() {
 		if got := KeyOf(st.Value); got != key {
 			return nil, fmt.Errorf("blob get %s: %w: stored content hashes to %s", key, steaderr.ErrCorrupt, got)

@@ -45,6 +45,14 @@ type Backend interface {
 	// any other unchanged, writing nothing. An absent or expired ref is an
 	// error wrapping steaderr.ErrNotFound: a renewal never resurrects one.
 	Touch(ctx context.Context, p TouchParams) (Ref, error)
+	// Resolve returns the live ref p.Name and the stored form of the blob
+	// it names, read from one snapshot, so the form is never another
+	// key's nor one a sweep removed before the ref was read. With p.TTL > 0
+	// it renews the ref as a lazy Touch does: only a ref with less than
+	// half of p.TTL left writes. An absent or expired ref, or one whose
+	// blob is not stored (which no committed state holds: a weak ref goes
+	// with its key), is an error wrapping steaderr.ErrNotFound.
+	Resolve(ctx context.Context, p ResolveParams) (Ref, blob.Stored, error)
 	// Delete removes the live ref p.Name, only if its version is p.Version
 	// when p.Version is not 0 (else steaderr.ErrConflict). An absent or
 	// expired ref is an error wrapping steaderr.ErrNotFound.

@@ -20,17 +20,23 @@ type Options struct {
 	// time without sleeping. Defaults to nil: the engine's clock (the
 	// database's now() on PostgreSQL, the system clock elsewhere).
 	Now func() time.Time
+	// Blobs reads the blobs Open opens. Defaults to nil: Open fails with
+	// steaderr.ErrInvalidArgument (a stead.Store's refs have one).
+	Blobs *blob.Store
 }
 
 // Store is the ref capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng Backend
-	now func() time.Time
+	eng   Backend
+	now   func() time.Time
+	blobs *blob.Store
 }
 
 // NewStore returns a Store over eng.
-func NewStore(eng Backend, opts Options) *Store { return &Store{eng: eng, now: opts.Now} }
+func NewStore(eng Backend, opts Options) *Store {
+	return &Store{eng: eng, now: opts.Now, blobs: opts.Blobs}
+}
 
 // SetOptions are the options of Set.
 type SetOptions struct {

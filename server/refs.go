@@ -44,8 +44,9 @@ func (s *Server) failRef(w http.ResponseWriter, r *http.Request, err error) {
 	s.fail(w, r, err)
 }
 
-// getRef: GET /v1/refs/{name...}[?touch=TTL], the live ref; with touch,
-// renewed to expire TTL from now when less than half of TTL is left.
+// getRef: GET /v1/refs/{name...}[?touch=TTL][&stored=true], the live ref;
+// with touch, renewed to expire TTL from now when less than half of TTL is
+// left; with stored, answered with its blob's stored form (resolveRef).
 func (s *Server) getRef(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	now, err := s.queryNow(r)
@@ -61,7 +62,18 @@ func (s *Server) getRef(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, &badRequest{fmt.Sprintf("touch %q: want a Go duration such as 168h", text)})
 			return
 		}
+		if r.URL.Query().Has("stored") {
+			if err := ref.CheckTTL(ttl); err != nil {
+				s.fail(w, r, fmt.Errorf("touch: %w", err))
+				return
+			}
+			s.resolveRef(w, r, refs, ttl)
+			return
+		}
 		got, err = refs.GetTouch(r.Context(), name, ttl)
+	} else if r.URL.Query().Has("stored") {
+		s.resolveRef(w, r, refs, 0)
+		return
 	} else {
 		got, err = refs.Get(r.Context(), name)
 	}

@@ -294,15 +294,24 @@ func (s *Server) storedBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := s.blobEng.Get(r.Context(), key)
+	var out wire.Stored
+	if err == nil {
+		out, err = storedForm(st)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// storedForm is a stored form as the wire carries it; an inline value
+// over the wire's chunk limit cannot be.
+func storedForm(st blob.Stored) (wire.Stored, error) {
 	if len(st.Value) > wire.MaxChunk {
-		s.fail(w, r, errors.New("an inline value over the wire's chunk limit"))
-		return
+		return wire.Stored{}, errors.New("an inline value over the wire's chunk limit")
 	}
-	writeJSON(w, http.StatusOK, wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks), Object: st.Object})
+	return wire.Stored{Size: st.Size, Value: st.Value, Chunks: int64(st.Chunks), Object: st.Object}, nil
 }
 
 // leaseOf parses the lease query parameter, a Go duration from 1µs up to

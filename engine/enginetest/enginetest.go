@@ -137,7 +137,7 @@ func Run(t *testing.T, h Harness) {
 // objects, and Lifecycle, which migrates (the tier's marker) and closes
 // (its bucket). The other areas' values are inline: GC's few bytes are
 // collected as objects in GCChunked.
-var TierAreas = []string{"Blob", "BlobChunked", "GCChunked", "Lifecycle", "Upload"}
+var TierAreas = []string{"Blob", "BlobChunked", "GCChunked", "Lifecycle", "RefResolve", "Upload"}
 
 // areas are the suite's parts, one file each.
 var areas = []suiteTest{
@@ -152,6 +152,7 @@ var areas = []suiteTest{
 	{"Overlap", testOverlap},
 	{"Record", testRecord},
 	{"Ref", testRef},
+	{"RefResolve", testRefResolve},
 	{"Upload", testUpload},
 }
 
@@ -227,8 +228,9 @@ func bundleOf(t *testing.T, eng engine.Engine, opts blob.Options) *bundle {
 	if opts.Now == nil {
 		opts.Now = fake.Now
 	}
-	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{}),
-		refs: ref.NewStore(eng.Refs(), ref.Options{Now: opts.Now}), clock: fake}
+	store := blob.NewStore(eng.Blobs(), opts)
+	return &bundle{eng: eng, blobs: eng.Blobs(), store: store, locks: lock.NewStore(eng.Locks(), lock.Options{}),
+		refs: ref.NewStore(eng.Refs(), ref.Options{Now: opts.Now, Blobs: store}), clock: fake}
 }
 
 // testValue returns n pseudo-random bytes determined by label.

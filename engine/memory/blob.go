@@ -226,11 +226,17 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	if err != nil {
 		return blob.Stored{}, err
 	}
+	return copyStored(st), nil
+}
+
+// copyStored returns st with a copy of its inline value, the caller's to
+// keep (an empty one not nil).
+func copyStored(st blob.Stored) blob.Stored {
 	st.Value = bytes.Clone(st.Value)
 	if st.Chunks == 0 && st.Value == nil {
 		st.Value = []byte{}
 	}
-	return st, nil
+	return st
 }
 
 func (b *blobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {

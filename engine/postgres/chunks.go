@@ -170,19 +170,31 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	if err := b.e.check(ctx); err != nil {
 		return blob.Stored{}, err
 	}
-	var st blob.Stored
-	var chunks *int64
-	var object *string
-	err := readError(b.e.pool.QueryRow(ctx, b.e.sql(sqlGet), key.String()).Scan(&st.Size, &st.Value, &chunks, &object))
-	switch {
-	case err != nil:
+	var row blobRow
+	if err := readError(b.e.pool.QueryRow(ctx, b.e.sql(sqlGet), key.String()).Scan(row.dest()...)); err != nil {
 		return blob.Stored{}, err
-	case object != nil:
-		st.Object, st.Value = *object, nil
-	case chunks != nil:
-		st.Chunks, st.Value = blob.ChunkSet(*chunks), nil
 	}
-	return st, nil
+	return row.stored(), nil
+}
+
+// blobRow scans a blob row's size, value, chunks and object columns.
+type blobRow struct {
+	st     blob.Stored
+	chunks *int64
+	object *string
+}
+
+func (r *blobRow) dest() []any { return []any{&r.st.Size, &r.st.Value, &r.chunks, &r.object} }
+
+func (r *blobRow) stored() blob.Stored {
+	st := r.st
+	switch {
+	case r.object != nil:
+		st.Object, st.Value = *r.object, nil
+	case r.chunks != nil:
+		st.Chunks, st.Value = blob.ChunkSet(*r.chunks), nil
+	}
+	return st
 }
 
 // BeginUpload draws random ids until one is free (chunkid.Draw).

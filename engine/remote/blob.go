@@ -113,6 +113,11 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	if err := json.NewDecoder(io.LimitReader(resp.Body, wire.MaxStored)).Decode(&st); err != nil {
 		return blob.Stored{}, fmt.Errorf("remote: blob %s: %w: %w", key, errMalformed, err)
 	}
+	return readStored(key, st)
+}
+
+// readStored checks a stored form the server answered for key.
+func readStored(key blob.Key, st wire.Stored) (blob.Stored, error) {
 	inline := st.Chunks == 0 && st.Object == ""
 	switch {
 	case st.Size < 0 || st.Chunks < 0,

@@ -90,22 +90,34 @@ func (b *blobs) Get(ctx context.Context, key blob.Key) (blob.Stored, error) {
 	if err != nil {
 		return blob.Stored{}, readError(ctx, err)
 	}
-	var st blob.Stored
-	var chunks sql.NullInt64
-	var object sql.NullString
-	// Scan into *[]byte copies: the caller owns the bytes.
-	if err := s.QueryRowContext(ctx, key.String()).Scan(&st.Size, &st.Value, &chunks, &object); err != nil {
+	var row blobRow
+	if err := s.QueryRowContext(ctx, key.String()).Scan(row.dest()...); err != nil {
 		return blob.Stored{}, readError(ctx, err)
 	}
+	return row.stored(), nil
+}
+
+// blobRow scans a blob row's size, value, chunks and object columns.
+type blobRow struct {
+	st     blob.Stored
+	chunks sql.NullInt64
+	object sql.NullString
+}
+
+// dest scans into *[]byte copies: the caller owns the bytes.
+func (r *blobRow) dest() []any { return []any{&r.st.Size, &r.st.Value, &r.chunks, &r.object} }
+
+func (r *blobRow) stored() blob.Stored {
+	st := r.st
 	switch {
-	case object.Valid:
-		st.Object, st.Value = object.String, nil
-	case chunks.Valid:
-		st.Chunks, st.Value = blob.ChunkSet(chunks.Int64), nil
+	case r.object.Valid:
+		st.Object, st.Value = r.object.String, nil
+	case r.chunks.Valid:
+		st.Chunks, st.Value = blob.ChunkSet(r.chunks.Int64), nil
 	case st.Value == nil:
 		st.Value = []byte{} // the driver reads an empty blob as nil
 	}
-	return st, nil
+	return st
 }
 
 // BeginUpload draws random ids until one is free (chunkid.Draw).

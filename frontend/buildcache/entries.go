@@ -99,14 +99,23 @@ func (c *Cache) keepOutput(ctx context.Context, key blob.Key) (bool, error) {
 
 // openContent opens cache content, renewing its entry; ErrNotFound when
 // key is not cache content.
+// The entry and the blob are read in one call (ref.Store.Open), renewed
+// as touch renews it; an entry naming another key (set through /v1/refs)
+// still says key is cache content, which is then read on its own.
 func (c *Cache) openContent(ctx context.Context, key blob.Key) (*blob.Reader, error) {
-	ok, err := c.hasContent(ctx, key)
+	if key == emptyKey {
+		return c.st.Blobs.Get(ctx, key)
+	}
+	name := casRef(hexOf(key))
+	rf, rd, err := c.st.Refs.Open(ctx, name, c.opts.TTL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", key, steaderr.ErrNotFound)
+	c.recent.read(name, c.opts.Now())
+	if rf.Key == key {
+		return rd, nil
 	}
+	rd.Close()
 	return c.st.Blobs.Get(ctx, key)
 }
 

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -22,43 +23,38 @@ func (g *Registry) inRepo(r *http.Request, repo string, d blob.Key) (bool, error
 	return ok, err
 }
 
+// openLinked opens the blob d that repo holds, its link and the blob read
+// in one call: through its blob link or, failing that, its manifest
+// link. A link naming another key (set through /v1/refs) still says repo
+// holds d, which is then read on its own. ErrNotFound: repo does not
+// hold d, or d was collected.
+func (g *Registry) openLinked(ctx context.Context, repo string, d blob.Key) (*blob.Reader, error) {
+	rf, rd, err := g.st.Refs.Open(ctx, blobRef(repo, d), 0)
+	if errors.Is(err, steaderr.ErrNotFound) {
+		rf, rd, err = g.st.Refs.Open(ctx, manifestRef(repo, d), 0)
+	}
+	if err != nil || rf.Key == d {
+		return rd, err
+	}
+	rd.Close()
+	return g.st.Blobs.Get(ctx, d)
+}
+
 // getBlob answers GET and HEAD of /v2/<name>/blobs/<digest>, with Range.
 func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) error {
 	d, e := parseDigest(rt.item)
 	if e != nil {
 		return e
 	}
-	// The blob is opened while its link is looked up, so that a pull
-	// waits on one round trip, not two in turn; it is answered only once
-	// a link says the repository holds it.
-	type opened struct {
-		rd  *blob.Reader
-		err error
-	}
-	got := make(chan opened, 1)
-	go func() {
-		rd, err := g.st.Blobs.Get(r.Context(), d)
-		got <- opened{rd, err}
-	}()
-	ok, err := g.inRepo(r, rt.name, d)
-	o := <-got
-	if o.err == nil {
-		defer o.rd.Close()
-	}
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
-	}
-	rd, err := o.rd, o.err
+	rd, err := g.openLinked(r.Context(), rt.name, d)
 	if errors.Is(err, steaderr.ErrNotFound) {
-		// Linked, but collected since: a link keeps nothing.
+		// Not linked, or linked but collected since: a link keeps nothing.
 		return errorf(codeBlobUnknown, "blob %s is not in repository %s", d, rt.name)
 	}
 	if err != nil {
 		return err
 	}
+	defer rd.Close()
 	if r.Method == http.MethodHead {
 		// A client that finds the blob skips its upload and pushes a
 		// manifest naming it: keep it for that long.

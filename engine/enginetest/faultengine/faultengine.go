@@ -69,11 +69,12 @@ const (
 	GCWindow           Op = "gc.Window"
 	GCStored           Op = "gc.Stored"
 
-	RefSet    Op = "ref.Set"
-	RefGet    Op = "ref.Get"
-	RefTouch  Op = "ref.Touch"
-	RefDelete Op = "ref.Delete"
-	RefList   Op = "ref.List"
+	RefSet     Op = "ref.Set"
+	RefGet     Op = "ref.Get"
+	RefTouch   Op = "ref.Touch"
+	RefDelete  Op = "ref.Delete"
+	RefList    Op = "ref.List"
+	RefResolve Op = "ref.Resolve"
 
 	LockAcquire       Op = "lock.Acquire"
 	LockRenew         Op = "lock.Renew"
@@ -315,6 +316,13 @@ func (r *refs) Delete(ctx context.Context, p ref.DeleteParams) error {
 		return err
 	}
 	return r.inner.Delete(ctx, p)
+}
+
+func (r *refs) Resolve(ctx context.Context, p ref.ResolveParams) (ref.Ref, blob.Stored, error) {
+	if err := r.inj.Inject(RefResolve); err != nil {
+		return ref.Ref{}, blob.Stored{}, err
+	}
+	return r.inner.Resolve(ctx, p)
 }
 
 func (r *refs) List(ctx context.Context, p ref.ListParams, yield func(ref.Ref) bool) error {
