@@ -357,7 +357,7 @@ func newStore(ctx context.Context, eng engine.Engine, cfg config) (*Store, error
 		Blobs:      blobs,
 		Locks:      lock.NewStore(eng.Locks(), lock.Options{Now: cfg.now}),
 		Records:    record.NewStore(eng.Records(), record.Options{Now: cfg.now}),
-		Refs:       ref.NewStore(eng.Refs(), ref.Options{Now: cfg.now}),
+		Refs:       ref.NewStore(eng.Refs(), ref.Options{Now: cfg.now, Blobs: blobs}),
 		GC:         gc.New(eng.GC(), cfg.gc),
 		eng:        eng,
 		instanceID: cfg.instanceID,

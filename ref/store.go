@@ -20,17 +20,23 @@ type Options struct {
 	// time without sleeping. Defaults to nil: the engine's clock (the
 	// database's now() on PostgreSQL, the system clock elsewhere).
 	Now func() time.Time
+	// Blobs is the blob store Put stores its content through: its
+	// hashing, size limits and pin. Defaults to nil: Put is refused.
+	Blobs *blob.Store
 }
 
 // Store is the ref capability of a stead store. It is safe for concurrent
 // use.
 type Store struct {
-	eng Backend
-	now func() time.Time
+	eng   Backend
+	now   func() time.Time
+	blobs *blob.Store
 }
 
 // NewStore returns a Store over eng.
-func NewStore(eng Backend, opts Options) *Store { return &Store{eng: eng, now: opts.Now} }
+func NewStore(eng Backend, opts Options) *Store {
+	return &Store{eng: eng, now: opts.Now, blobs: opts.Blobs}
+}
 
 // SetOptions are the options of Set.
 type SetOptions struct {
@@ -64,12 +70,31 @@ type SetOptions struct {
 // ErrInvalidArgument (a bad TTL or option, an annotation too long),
 // ErrConflict (IfAbsent or IfVersion not met); nothing changes then.
 func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOptions) (Ref, error) {
-	p := SetParams{Name: name, Key: key, Version: opts.IfVersion, Weak: opts.Weak, Now: s.clock()}
+	p, err := s.setParams(name, opts)
+	if err == nil && key.IsZero() {
+		err = fmt.Errorf("%w: zero key", steaderr.ErrInvalidKey)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+	}
+	p.Key = key
+	r, err := s.eng.Set(ctx, p)
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+	}
+	return r, nil
+}
+
+// setParams checks a Set of name with opts and returns its SetParams,
+// all but the key.
+func (s *Store) setParams(name string, opts SetOptions) (SetParams, error) {
+	p := SetParams{Name: name, Version: opts.IfVersion, Weak: opts.Weak, Now: s.clock()}
 	err := CheckName(name)
 	switch {
 	case err != nil:
-	case key.IsZero():
-		err = fmt.Errorf("%w: zero key", steaderr.ErrInvalidKey)
 	case len(opts.Annotation) > MaxAnnotation:
 		err = fmt.Errorf("%w: annotation is %d bytes, at most %d", steaderr.ErrInvalidArgument, len(opts.Annotation), MaxAnnotation)
 	case opts.IfVersion < 0:
@@ -80,11 +105,8 @@ func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOpti
 	if err == nil {
 		p.TTL, err = checkTTL(opts.TTL, true)
 	}
-	if err == nil {
-		err = ctx.Err()
-	}
 	if err != nil {
-		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+		return SetParams{}, err
 	}
 	switch {
 	case opts.IfAbsent:
@@ -95,11 +117,7 @@ func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOpti
 	if len(opts.Annotation) > 0 {
 		p.Annotation = bytes.Clone(opts.Annotation)
 	}
-	r, err := s.eng.Set(ctx, p)
-	if err != nil {
-		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
-	}
-	return r, nil
+	return p, nil
 }
 
 // Get returns the live ref name, or an error wrapping ErrNotFound (also

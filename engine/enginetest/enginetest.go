@@ -150,6 +150,7 @@ var areas = []suiteTest{
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
 	{"Overlap", testOverlap},
+	{"PutSet", testPutSet},
 	{"Record", testRecord},
 	{"Ref", testRef},
 	{"Upload", testUpload},
@@ -227,8 +228,9 @@ func bundleOf(t *testing.T, eng engine.Engine, opts blob.Options) *bundle {
 	if opts.Now == nil {
 		opts.Now = fake.Now
 	}
-	return &bundle{eng: eng, blobs: eng.Blobs(), store: blob.NewStore(eng.Blobs(), opts), locks: lock.NewStore(eng.Locks(), lock.Options{}),
-		refs: ref.NewStore(eng.Refs(), ref.Options{Now: opts.Now}), clock: fake}
+	store := blob.NewStore(eng.Blobs(), opts)
+	return &bundle{eng: eng, blobs: eng.Blobs(), store: store, locks: lock.NewStore(eng.Locks(), lock.Options{}),
+		refs: ref.NewStore(eng.Refs(), ref.Options{Now: opts.Now, Blobs: store}), clock: fake}
 }
 
 // testValue returns n pseudo-random bytes determined by label.

@@ -47,6 +47,7 @@ type Engine struct {
 	locks   locks
 	records records
 	refs    refStmts
+	putSets putSets
 	// tier is the bytes tier (nil: none); attachTier sets tierReady once
 	// the store's record and the bucket's marker agree.
 	tier      *bytestier.Tier
@@ -128,6 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.locks.init(e)
 	e.records.init(e)
 	e.refs.init(e)
+	e.putSets.init(e)
 	// The writer connects first: it turns the file into a WAL database
 	// before any reader opens it, and fails fast on a file that is no
 	// database.
