@@ -26,6 +26,7 @@ func testPutSet(t *testing.T, h Harness) {
 		{"RacesDelete", putSetRacesDelete},
 		{"Large", putSetLarge},
 		{"Closed", putSetClosed},
+		{"OneConn", putSetOneConn},
 	})
 }
 
@@ -270,4 +271,36 @@ func putSetClosed(t *testing.T, h Harness) {
 	b.eng.Close()
 	_, err := b.refs.Put(t.Context(), bytes.NewReader(testValue("putset closed", 10)), ref.PutOptions{Refs: []ref.PutRef{{Name: "ps/closed"}}})
 	wantErr(t, err, steaderr.ErrClosed, "Put after Close")
+}
+
+// putSetOneConn: on an engine with a pool of one connection
+// (Harness.OneConn), concurrent Puts with refs and plain Sets all commit:
+// a PutSet holds the one connection for its one round trip only.
+func putSetOneConn(t *testing.T, h Harness) {
+	if h.OneConn == nil {
+		t.Skip("the harness has no engine with a pool of one connection (Harness.OneConn)")
+	}
+	b := bundleOf(t, h.OneConn(t), blob.Options{})
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() {
+			value := testValue(fmt.Sprint("putset one conn ", i), 10)
+			if i%2 == 0 {
+				_, errs[i] = b.refs.Put(t.Context(), bytes.NewReader(value), ref.PutOptions{Refs: []ref.PutRef{{Name: "ps/one"}, {Name: fmt.Sprint("ps/one-", i)}}})
+				return
+			}
+			key, err := b.store.Put(t.Context(), bytes.NewReader(value))
+			if err == nil {
+				_, err = b.refs.Set(t.Context(), "ps/one", key, ref.SetOptions{})
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
 }
