@@ -103,8 +103,11 @@ func putSetOne(ctx context.Context, tput, tpin, check, nextVer, upsert *sql.Stmt
 	q.out = make([]ref.Ref, len(q.sets))
 	for i, p := range q.sets {
 		out, refused, err := setOne(ctx, check, nextVer, upsert, p)
-		if refused != nil || err != nil {
-			return refused, err
+		if err != nil {
+			return nil, err
+		}
+		if refused != nil {
+			return fmt.Errorf("ref %.80q: %w", p.Name, refused), nil
 		}
 		q.out[i] = out
 	}
