@@ -174,9 +174,9 @@ func putSetInvalid(t *testing.T, h Harness) {
 	}
 }
 
-// putSetConcurrent: concurrent Puts of one key naming one shared ref and
-// one each all commit, at most one told it created the blob; of those
-// setting the shared ref create-only, exactly one wins.
+// putSetConcurrent: of concurrent Puts of one key setting a shared ref
+// create-only, exactly one commits, and no refused one leaves a ref; then
+// concurrent Puts with overlapping unconditional refs all commit.
 func putSetConcurrent(t *testing.T, h Harness) {
 	b := setup(t, h)
 	value := testValue("putset concurrent", 10)
@@ -215,6 +215,23 @@ func putSetConcurrent(t *testing.T, h Harness) {
 		got, err := b.refs.Get(t.Context(), name)
 		if err != nil || got.Key != blob.KeyOf(value) {
 			t.Fatalf("Get(%q) = %+v, %v", name, got, err)
+		}
+	}
+	// Unconditional Sets of overlapping names all commit.
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = b.refs.Put(t.Context(), bytes.NewReader(value), ref.PutOptions{Refs: []ref.PutRef{
+				{Name: fmt.Sprintf("ps/again-%d", i)}, {Name: "ps/shared"},
+			}})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("unconditional Put %d: %v", i, err)
+		}
+		if _, err := b.refs.Get(t.Context(), fmt.Sprintf("ps/again-%d", i)); err != nil {
+			t.Fatalf("unconditional Put %d's own ref: %v", i, err)
 		}
 	}
 }
