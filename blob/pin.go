@@ -129,16 +129,22 @@ func (t *pinTable) forget(key Key, h *held) {
 // on key has more than half its TTL left: then the live pin keeps the blob
 // stored and nothing is written (skipped); a read confirms it (and answers
 // for a closed engine), and a blob found absent is put after all. created
-// is the engine's Put's report; a skipped put created nothing.
-func (t *pinTable) put(ctx context.Context, eng Backend, p PutParams) (created, skipped bool, err error) {
+// is the engine's Put's report; a skipped put created nothing. With via
+// set, the put is sent through via instead of eng.Put, and never skipped:
+// via commits more than the put.
+func (t *pinTable) put(ctx context.Context, eng Backend, p PutParams, via func(context.Context, PutParams) (bool, error)) (created, skipped bool, err error) {
 	key := p.Key
 	h, sent, err := t.begin(ctx, key)
 	if err != nil {
 		return false, false, err
 	}
+	send := via
+	if send == nil {
+		send = eng.Put
+	}
 	t.mu.Lock()
 	// A put declaring children writes its edges whatever its pin.
-	hot := h.deadline.Sub(sent) > t.ttl/2 && len(p.Children) == 0
+	hot := h.deadline.Sub(sent) > t.ttl/2 && len(p.Children) == 0 && via == nil
 	t.mu.Unlock()
 	if hot {
 		_, err := eng.Stat(ctx, key)
@@ -154,7 +160,7 @@ func (t *pinTable) put(ctx context.Context, eng Backend, p PutParams) (created, 
 	}
 	_, now := t.clock()
 	p.Owner, p.TTL, p.Now = t.owner, t.ttl, now
-	created, err = eng.Put(ctx, p)
+	created, err = send(ctx, p)
 	t.end(key, h, err == nil, sent.Add(t.ttl), false, true)
 	return created, false, err
 }

@@ -196,10 +196,16 @@ type PutResult struct {
 // PutWith is Put with options: a claimed digest, the blobs the content
 // references. It also tells whether the put stored the blob.
 func (s *Store) PutWith(ctx context.Context, r io.Reader, opts PutOptions) (PutResult, error) {
+	return s.putWith(ctx, r, opts, nil)
+}
+
+// putWith is PutWith, an inline value sent through via when not nil
+// (PutVia).
+func (s *Store) putWith(ctx context.Context, r io.Reader, opts PutOptions, via func(context.Context, PutParams) (bool, error)) (PutResult, error) {
 	children, err := checkChildren(opts.Children)
 	if err == nil {
 		var res PutResult
-		if res, err = s.put(ctx, opts.Expect, children, r); err == nil {
+		if res, err = s.put(ctx, opts.Expect, children, r, via); err == nil {
 			return res, nil
 		}
 	}
@@ -249,7 +255,7 @@ func CheckChildren(key Key, children []Key) ([]Key, error) {
 	return p.Children, err
 }
 
-func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) (PutResult, error) {
+func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader, via func(context.Context, PutParams) (bool, error)) (PutResult, error) {
 	if err := ctx.Err(); err != nil {
 		return PutResult{}, err
 	}
@@ -277,7 +283,7 @@ func (s *Store) put(ctx context.Context, want Key, children []Key, r io.Reader) 
 	if err != nil {
 		return PutResult{}, err
 	}
-	created, _, err := s.pins.put(ctx, s.eng, p)
+	created, _, err := s.pins.put(ctx, s.eng, p, via)
 	if err != nil {
 		return PutResult{}, err
 	}

@@ -431,7 +431,7 @@ func (u *Upload) commit(ctx context.Context, opts CommitOptions) (Key, error) {
 	if opts.Owner != "" {
 		created, err = s.eng.Put(ctx, p)
 	} else {
-		created, skipped, err = s.pins.put(ctx, s.eng, p)
+		created, skipped, err = s.pins.put(ctx, s.eng, p, nil)
 	}
 	if err != nil {
 		u.stale = true

@@ -57,6 +57,17 @@ type Backend interface {
 	// when p.Version is not 0 (else steaderr.ErrConflict). An absent or
 	// expired ref is an error wrapping steaderr.ErrNotFound.
 	Delete(ctx context.Context, p DeleteParams) error
+	// PutSet stores p as blob.Backend.Put stores an inline value (p.Chunks
+	// is 0, p.Children empty: an engine may refuse either with
+	// steaderr.ErrInvalidArgument), with its pin, and applies sets (at
+	// least one, at most MaxPutRefs, names distinct, each Key p.Key) as
+	// Set does, all in one commit, and returns created as Put reports it
+	// and the refs as stored, in sets' order. It is all or nothing: a set
+	// whose condition fails fails the call with steaderr.ErrConflict, and
+	// neither blob nor pin nor any ref is stored (a blob stored already
+	// stays, unpinned by this call). An error otherwise means what Put's
+	// does: all of it committed or none.
+	PutSet(ctx context.Context, p blob.PutParams, sets []SetParams) (created bool, refs []Ref, err error)
 	// List calls yield for each live ref whose name starts with p.Prefix
 	// and is greater than p.After, in byte order of names, at most p.Limit
 	// (at least 1) times, all from one consistent snapshot, until yield

@@ -20,8 +20,10 @@ type Options struct {
 	// time without sleeping. Defaults to nil: the engine's clock (the
 	// database's now() on PostgreSQL, the system clock elsewhere).
 	Now func() time.Time
-	// Blobs reads the blobs Open opens. Defaults to nil: Open fails with
-	// steaderr.ErrInvalidArgument (a stead.Store's refs have one).
+	// Blobs is the blob store Open reads and Put stores through (its
+	// hashing, size limits and pin). Defaults to nil: Open and Put are
+	// refused with steaderr.ErrInvalidArgument (a stead.Store's refs have
+	// one).
 	Blobs *blob.Store
 }
 
@@ -70,12 +72,31 @@ type SetOptions struct {
 // ErrInvalidArgument (a bad TTL or option, an annotation too long),
 // ErrConflict (IfAbsent or IfVersion not met); nothing changes then.
 func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOptions) (Ref, error) {
-	p := SetParams{Name: name, Key: key, Version: opts.IfVersion, Weak: opts.Weak, Now: s.clock()}
+	p, err := s.setParams(name, opts)
+	if err == nil && key.IsZero() {
+		err = fmt.Errorf("%w: zero key", steaderr.ErrInvalidKey)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+	}
+	p.Key = key
+	r, err := s.eng.Set(ctx, p)
+	if err != nil {
+		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+	}
+	return r, nil
+}
+
+// setParams checks a Set of name with opts and returns its SetParams,
+// all but the key.
+func (s *Store) setParams(name string, opts SetOptions) (SetParams, error) {
+	p := SetParams{Name: name, Version: opts.IfVersion, Weak: opts.Weak, Now: s.clock()}
 	err := CheckName(name)
 	switch {
 	case err != nil:
-	case key.IsZero():
-		err = fmt.Errorf("%w: zero key", steaderr.ErrInvalidKey)
 	case len(opts.Annotation) > MaxAnnotation:
 		err = fmt.Errorf("%w: annotation is %d bytes, at most %d", steaderr.ErrInvalidArgument, len(opts.Annotation), MaxAnnotation)
 	case opts.IfVersion < 0:
@@ -86,11 +107,8 @@ func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOpti
 	if err == nil {
 		p.TTL, err = checkTTL(opts.TTL, true)
 	}
-	if err == nil {
-		err = ctx.Err()
-	}
 	if err != nil {
-		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
+		return SetParams{}, err
 	}
 	switch {
 	case opts.IfAbsent:
@@ -101,11 +119,7 @@ func (s *Store) Set(ctx context.Context, name string, key blob.Key, opts SetOpti
 	if len(opts.Annotation) > 0 {
 		p.Annotation = bytes.Clone(opts.Annotation)
 	}
-	r, err := s.eng.Set(ctx, p)
-	if err != nil {
-		return Ref{}, fmt.Errorf("ref set %.80q: %w", name, err)
-	}
-	return r, nil
+	return p, nil
 }
 
 // Get returns the live ref name, or an error wrapping ErrNotFound (also

@@ -38,6 +38,7 @@ func (s *Server) table() []route {
 		{"GET /v1/blobs/{key}", false, s.getBlob}, // GET also serves HEAD
 		{"DELETE /v1/blobs/{key}", false, s.deleteBlob},
 		{"POST /v1/blobs/delete", false, s.deleteBlobs},
+		{"POST /v1/blobs/{key}/refs", false, s.putSet},
 
 		{"GET /v1/refs", false, s.listRefs},
 		{"GET /v1/usage", false, s.usage},

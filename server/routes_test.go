@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,7 @@ func TestEveryRoute(t *testing.T) {
 	value := "every route"
 	key := blob.KeyOf([]byte(value)).String()
 	absent := blob.KeyOf([]byte("never stored")).String()
+	putSet := `{"value":"` + base64.StdEncoding.EncodeToString([]byte(value)) + `","refs":[{"name":`
 	var set, setnum string // the upload of the upload cases, its id and its chunk set
 	upload := func(t *testing.T) {
 		a := do(t, "POST", srv.URL+"/v1/uploads?lease=1m", "", auth)
@@ -128,6 +130,10 @@ func TestEveryRoute(t *testing.T) {
 		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app-latest", header: auth, status: 204},
 		{op: "DELETE /v1/refs/{name}", method: "DELETE", path: "/v1/refs/app-latest", header: auth, status: 404},
 
+		{op: "POST /v1/blobs/{key}/refs", method: "POST", path: "/v1/blobs/" + key + "/refs?owner=o&ttl=1m", header: auth, body: putSet + `"app-putset","if_absent":true}]}`, status: 200},
+		{op: "POST /v1/blobs/{key}/refs", method: "POST", path: "/v1/blobs/" + key + "/refs?owner=o&ttl=1m", header: auth, body: putSet + `"app-putset","if_absent":true}]}`, status: 412},
+		{op: "POST /v1/blobs/{key}/refs", method: "POST", path: "/v1/blobs/" + absent + "/refs?owner=o&ttl=1m", header: auth, body: putSet + `"app-putset"}]}`, status: 400},
+		{op: "POST /v1/blobs/{key}/refs", method: "POST", path: "/v1/blobs/" + key + "/refs?owner=o&ttl=1m", header: auth, body: `{"value":"","refs":[]}`, status: 400},
 		{op: "POST /v1/gc/sweep", method: "POST", path: "/v1/gc/sweep", header: auth, body: `{"dry_run":true}`, status: 200},
 		{op: "POST /v1/gc/sweep", method: "POST", path: "/v1/gc/sweep", header: auth, body: `{"dry_run":1}`, status: 400},
 		{op: "GET /v1/gc/explain/{key}", method: "GET", path: "/v1/gc/explain/" + key, header: auth, status: 200},

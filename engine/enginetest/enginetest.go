@@ -150,6 +150,7 @@ var areas = []suiteTest{
 	{"Lock", testLock},
 	{"Metamorphic", testMetamorphic},
 	{"Overlap", testOverlap},
+	{"PutSet", testPutSet},
 	{"Record", testRecord},
 	{"Ref", testRef},
 	{"RefResolve", testRefResolve},

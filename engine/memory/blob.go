@@ -75,6 +75,11 @@ func (b *blobs) Put(ctx context.Context, p blob.PutParams) (bool, error) {
 	if err := b.e.check(ctx); err != nil {
 		return false, err
 	}
+	return b.put(p)
+}
+
+// put is Put, called with mu held.
+func (b *blobs) put(p blob.PutParams) (bool, error) {
 	if p.Owner == "" { // the SQL engines' check constraint
 		return false, fmt.Errorf("%w: empty pin owner", steaderr.ErrInvalidName)
 	}

@@ -69,17 +69,33 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := b.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	now := clock.OrNow(p.Now)
 	if _, ok := b.values[p.Key]; !ok {
 		return ref.Ref{}, fmt.Errorf("%w: blob %s is not stored", steaderr.ErrNotFound, p.Key)
 	}
-	cur := b.liveRef(p.Name, now)
+	if err := b.setCond(p); err != nil {
+		return ref.Ref{}, err
+	}
+	return b.set(p), nil
+}
+
+// setCond is why the Set p may not write: nil when its condition holds.
+// Called with mu held.
+func (b *blobs) setCond(p ref.SetParams) error {
+	cur := b.liveRef(p.Name, clock.OrNow(p.Now))
 	switch {
 	case p.Cond == ref.IfAbsent && cur != nil:
-		return ref.Ref{}, fmt.Errorf("%w: a live ref has the name", steaderr.ErrConflict)
+		return fmt.Errorf("%w: a live ref has the name", steaderr.ErrConflict)
 	case p.Cond == ref.IfVersion && (cur == nil || cur.version != p.Version):
-		return ref.Ref{}, fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version)
+		return fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version)
 	}
+	return nil
+}
+
+// set applies the Set p, its key stored and its condition checked (setCond).
+// Called with mu held.
+func (b *blobs) set(p ref.SetParams) ref.Ref {
+	now := clock.OrNow(p.Now)
+	cur := b.liveRef(p.Name, now)
 	b.dropRef(p.Name)
 	b.refVersion++
 	created := cur == nil
@@ -95,7 +111,7 @@ func (m refMech) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	b.named[p.Key][p.Name] = true
 	out := r.ref(p.Name)
 	out.Created = created
-	return out, nil
+	return out
 }
 
 func (m refMech) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {

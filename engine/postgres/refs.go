@@ -169,26 +169,44 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	var stmt string
-	var args []any
-	if p.Cond == ref.IfVersion {
-		stmt = r.e.sql(sqlRefSwap)
-		args = []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), p.Version, p.Weak}
-	} else {
-		stmt = r.e.sql(sqlRefSet)
-		args = []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak}
-	}
-	var stored, created bool
-	var rr refRow
+	stmt, args := r.setStatement(p, sqlRefSet, sqlRefSwap)
+	var sr setRow
 	err := r.e.retryTransient(ctx, func() error {
-		return r.e.pool.QueryRow(ctx, stmt, args...).Scan(append(append([]any{&stored}, rr.dest()...), &created)...)
+		return r.e.pool.QueryRow(ctx, stmt, args...).Scan(sr.dest()...)
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return ref.Ref{}, err
-	case !stored:
+	}
+	return r.setResult(p, &sr)
+}
+
+// setStatement returns the statement of the Set p, set's text or, for a
+// compare-and-swap, swap's (sqlRefSet and sqlRefSwap, or statements
+// taking their arguments and answering as they do), and its arguments.
+func (r *refs) setStatement(p ref.SetParams, set, swap *statement) (string, []any) {
+	if p.Cond == ref.IfVersion {
+		return r.e.sql(swap), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), p.Version, p.Weak}
+	}
+	return r.e.sql(set), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak}
+}
+
+// setRow scans what a Set's statement answers.
+type setRow struct {
+	stored, created bool
+	rr              refRow
+}
+
+func (sr *setRow) dest() []any {
+	return append(append([]any{&sr.stored}, sr.rr.dest()...), &sr.created)
+}
+
+// setResult is the outcome of the Set p whose statement committed and
+// answered sr.
+func (r *refs) setResult(p ref.SetParams, sr *setRow) (ref.Ref, error) {
+	switch {
+	case !sr.stored:
 		return ref.Ref{}, fmt.Errorf("%w: blob %s is not stored", steaderr.ErrNotFound, p.Key)
-	case !rr.name.Valid:
+	case !sr.rr.name.Valid:
 		return ref.Ref{}, refConflict(p)
 	}
 	if p.Cond != ref.IfVersion {
@@ -197,8 +215,8 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 		// always).
 		r.declared.Store(true)
 	}
-	out, err := rr.ref()
-	out.Created = created
+	out, err := sr.rr.ref()
+	out.Created = sr.created
 	return out, err
 }
 

@@ -118,21 +118,30 @@ func (b *blobs) insert(ctx context.Context, group []*groupcommit.Request[*groupc
 				continue
 			}
 		}
-		res, err := tput.ExecContext(ctx, r.Item.Key, len(r.Item.Value), r.Item.Value)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		r.Item.Created = n == 1
-		expiry := clock.OrNow(r.Item.Pin.Now).Add(r.Item.Pin.TTL).UnixMicro()
-		if _, err := tpin.ExecContext(ctx, r.Item.Key, r.Item.Pin.Owner, expiry); err != nil {
+		if r.Item.Created, err = putRow(ctx, tput, tpin, r.Item); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+// putRow stores the inline put's blob, unless stored, and its pin with the
+// statements tput and tpin of a write transaction, and reports whether it
+// inserted the blob.
+func putRow(ctx context.Context, tput, tpin *sql.Stmt, put *groupcommit.Put) (bool, error) {
+	res, err := tput.ExecContext(ctx, put.Key, len(put.Value), put.Value)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	expiry := clock.OrNow(put.Pin.Now).Add(put.Pin.TTL).UnixMicro()
+	if _, err := tpin.ExecContext(ctx, put.Key, put.Pin.Owner, expiry); err != nil {
+		return false, err
+	}
+	return n == 1, nil
 }
 
 // The statements of blob references.

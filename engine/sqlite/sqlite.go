@@ -48,6 +48,7 @@ type Engine struct {
 	records records
 	refs    refStmts
 	resolve resolveStmts
+	putSets putSets
 	// tier is the bytes tier (nil: none); attachTier sets tierReady once
 	// the store's record and the bucket's marker agree.
 	tier      *bytestier.Tier
@@ -130,6 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.records.init(e)
 	e.refs.init(e)
 	e.resolve.init(e)
+	e.putSets.init(e)
 	// The writer connects first: it turns the file into a WAL database
 	// before any reader opens it, and fails fast on a file that is no
 	// database.

@@ -123,10 +123,14 @@ func (c *Cache) openContent(ctx context.Context, key blob.Key) (*blob.Reader, er
 // it (ErrDigestMismatch) or is larger than MaxBlobSize, and keeps it for
 // TTL.
 func (c *Cache) putContent(ctx context.Context, key blob.Key, r io.Reader) error {
-	if err := c.st.Blobs.PutExpect(ctx, key, &capped{r: r, max: c.opts.MaxBlobSize}); err != nil {
-		return err
+	body := &capped{r: r, max: c.opts.MaxBlobSize}
+	if key.IsZero() || key == emptyKey {
+		return c.st.Blobs.PutExpect(ctx, key, body)
 	}
-	return c.keepContent(ctx, key)
+	// Content and its cas ref in one commit when it is small
+	// (ref.Store.Put), as keepContent sets the ref.
+	_, err := c.st.Refs.Put(ctx, body, ref.PutOptions{Expect: key, Refs: []ref.PutRef{{Name: casRef(hexOf(key)), SetOptions: ref.SetOptions{TTL: c.opts.TTL}}}})
+	return err
 }
 
 // keepContent makes key, stored and pinned, cache content for TTL.

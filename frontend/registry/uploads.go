@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/server/access"
 	"github.com/steadkit/stead/steaderr"
 )
@@ -112,10 +113,19 @@ func (g *Registry) putWhole(r *http.Request, repo string, d blob.Key, body io.Re
 	if body == nil {
 		body = http.NoBody
 	}
-	if err := g.st.Blobs.PutExpect(r.Context(), d, g.limitBody(body, 0, n)); err != nil {
+	if d.IsZero() {
+		return g.storeError(r, fmt.Errorf("blob put: %w: zero key", steaderr.ErrInvalidKey), codeBlobUnknown)
+	}
+	// The blob, its pending keep and its link, in one commit when the
+	// blob is small (ref.Store.Put), as linkBlob sets them.
+	_, err := g.st.Refs.Put(r.Context(), g.limitBody(body, 0, n), ref.PutOptions{Expect: d, Refs: []ref.PutRef{
+		{Name: pendingRef(repo, d), SetOptions: ref.SetOptions{TTL: g.opts.PendingTTL}},
+		{Name: blobRef(repo, d), SetOptions: ref.SetOptions{Weak: true}},
+	}})
+	if err != nil {
 		return g.storeError(r, err, codeBlobUnknown)
 	}
-	return g.linkBlob(r.Context(), repo, d)
+	return nil
 }
 
 // created answers 201 for the blob d at loc.
