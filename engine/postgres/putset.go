@@ -9,14 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
-// A PutSet is one pipeline, one round trip: sqlPut for the one blob, then
+// A PutSet is one pipeline, one round trip: sqlPutOne for the one blob, then
 // a Set's statement per ref, in name order, and a single Sync, so that the
 // server runs them in one implicit transaction, which an error in any
 // statement rolls back whole (docs/decisions/0055-put-with-refs.md). The
@@ -106,14 +105,13 @@ func (r *refs) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetParam
 		value = []byte{} // nil binds as NULL
 	}
 	ttl, now := p.TTL.Microseconds(), nowTimestamp(p.Now)
-	put := []any{[]string{key}, []int64{int64(len(value))}, [][]byte{value}, []string{p.Owner}, []int64{ttl}, []pgtype.Timestamptz{now},
-		[]string{key}, []string{p.Owner}, []int64{ttl}, []pgtype.Timestamptz{now}}
+	put := []any{key, int64(len(value)), value, p.Owner, ttl, now}
 	rows := make([]setRow, len(sets))
 	var created bool
 	failed := -1
 	err := r.e.retryTransient(ctx, func() error {
 		b := &pgx.Batch{}
-		b.Queue(r.e.sql(sqlPut), put...)
+		b.Queue(r.e.sql(sqlPutOne), put...)
 		for _, i := range order {
 			stmt, args := r.setStatement(sets[i], sqlPutSetRef, sqlPutSetSwap)
 			b.Queue(stmt, args...)
