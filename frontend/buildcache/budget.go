@@ -174,12 +174,12 @@ func (c *Cache) Evict(ctx context.Context) (EvictReport, error) {
 // upload ended.
 func (c *Cache) uploadBytes(ctx context.Context, rf ref.Ref) (int64, error) {
 	state, err := parseUploadState(rf.Annotation)
-	switch {
-	case err != nil:
+	if err != nil {
 		return 0, nil // it names no upload
-	case state.committing():
-		return state.size, nil
 	}
+	// Only an upload in progress holds bytes of its own: one ended has
+	// been committed (its bytes a blob, counted once kept as content) or
+	// discarded, whether or not its commit was recorded begun.
 	up, err := c.st.Blobs.ResumeUpload(ctx, state.id, blob.UploadOptions{Owner: uploadOwner})
 	if errors.Is(err, steaderr.ErrLost) {
 		return 0, nil

@@ -489,7 +489,8 @@ type namedUpload struct {
 }
 
 // findUpload returns the upload named id; ErrNotFound when there is none
-// (never begun, or ended, or reaped, before its commit began).
+// (never begun, or ended, or reaped, before its commit began, or its
+// committed bytes gone since).
 func (c *Cache) findUpload(ctx context.Context, id string) (namedUpload, error) {
 	rf, err := c.st.Refs.Get(ctx, uploadRef(id))
 	if err != nil {
@@ -500,9 +501,15 @@ func (c *Cache) findUpload(ctx context.Context, id string) (namedUpload, error) 
 		return nu, fmt.Errorf("upload %.200q: %w", id, err)
 	}
 	nu.up, err = c.st.Blobs.ResumeUpload(ctx, nu.state.id, blob.UploadOptions{Owner: uploadOwner})
+	if errors.Is(err, steaderr.ErrLost) && nu.state.committing() {
+		// Ended after its commit began: committed, its bytes the blob
+		// sum, unless it was reaped or discarded first, or the blob swept.
+		ok, herr := c.st.Blobs.Has(ctx, nu.state.sum)
+		if herr != nil || ok {
+			return nu, herr
+		}
+	}
 	switch {
-	case errors.Is(err, steaderr.ErrLost) && nu.state.committing():
-		return nu, nil
 	case errors.Is(err, steaderr.ErrLost):
 		return nu, fmt.Errorf("upload %.200q: %w: %w", id, steaderr.ErrNotFound, err)
 	}
