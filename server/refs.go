@@ -49,6 +49,12 @@ func (s *Server) failRef(w http.ResponseWriter, r *http.Request, err error) {
 // left; with stored, answered with its blob's stored form (resolveRef).
 func (s *Server) getRef(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	for _, p := range []string{"touch", "stored"} {
+		if n := len(r.URL.Query()[p]); n > 1 {
+			s.fail(w, r, &badRequest{fmt.Sprintf("%s given %d times", p, n)})
+			return
+		}
+	}
 	now, err := s.queryNow(r)
 	if err != nil {
 		s.fail(w, r, err)

@@ -41,6 +41,9 @@ func TestResolveRef(t *testing.T) {
 		{"/v1/refs/tags/r?stored=false", 400, "bad_request"},
 		{"/v1/refs/tags/r?stored=true&touch=0s", 400, "invalid_argument"},
 		{"/v1/refs/tags/r?stored=true&touch=soon", 400, "bad_request"},
+		{"/v1/refs/tags/r?stored=true&stored=false", 400, "bad_request"},
+		{"/v1/refs/tags/r?stored=true&touch=1h&touch=junk", 400, "bad_request"},
+		{"/v1/refs/tags/r?touch=1h&touch=2h", 400, "bad_request"},
 		{"/v1/refs/tags/absent?stored=true", 404, "not_found"},
 		{"/v1/refs/tags/%2E%2E?stored=true", 400, "invalid_name"},
 	} {
