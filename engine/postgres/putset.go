@@ -15,60 +15,17 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// A PutSet is one pipeline, one round trip: sqlPutOne for the one blob, then
-// a Set's statement per ref, in name order, and a single Sync, so that the
-// server runs them in one implicit transaction, which an error in any
-// statement rolls back whole (docs/decisions/0055-put-with-refs.md). The
-// put locks the blob row as a lone put does and holds the lock to the
+// A PutSet is one pipeline, one round trip: sqlPutOne for the one blob,
+// then a Set's statement per ref, in name order, and a single Sync, so
+// that the server runs them in one implicit transaction, which an error in
+// any statement rolls back whole (docs/decisions/0055-put-with-refs.md).
+// The put locks the blob row as a lone put does and holds the lock to the
 // commit, so a ref's statement finds it stored and no arbitration
-// interleaves. A Set whose condition fails must fail the transaction, so
-// the ref statements are sqlRefSet and sqlRefSwap answering, in place of
-// whether the blob is stored, true when the ref was written and otherwise
-// a cast that fails (invalid_text_representation carrying refusedMark); the
-// cast reads the written row, so the planner cannot fold it into a
-// constant and fail a PutSet that wrote (TestPutSetStatements checks the
-// two stay their Set statements but for that answer). Nothing in it keeps session state: it runs through
-// PgBouncer in transaction mode as any statement does.
-var (
-	// sqlPutSetRef is sqlRefSet answering refusedAnswer.
-	sqlPutSetRef = declare("sqlPutSetRef", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = $2 FOR KEY SHARE
-), cur AS (
-	SELECT expiry FROM {schema}.refs WHERE name = $1 AND EXISTS (SELECT FROM b) FOR NO KEY UPDATE
-), w AS (
-	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry, weak)
-	SELECT $1, b.key, nextval('{schema}.ref_versions'), $3,
-	       CASE WHEN $4::bigint > 0 THEN coalesce($5::timestamptz, clock_timestamp()) + ($4::bigint / 1000000) * interval '1 second' + ($4::bigint % 1000000) * interval '1 microsecond' END,
-	       $8::boolean
-	FROM b LEFT JOIN cur ON true
-	ON CONFLICT (name) DO UPDATE
-	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak
-	WHERE $6::bigint = 0 OR r.expiry IS NOT NULL AND r.expiry <= coalesce($5::timestamptz, now())
-	RETURNING name, key, version, annotation, expiry, weak, xmax = 0 AS inserted
-), d AS (
-	INSERT INTO {schema}.gc_declared (id) SELECT true FROM w
-	WHERE NOT $7::boolean AND NOT EXISTS (SELECT FROM {schema}.gc_declared) LIMIT 1
-	ON CONFLICT DO NOTHING
-)
-SELECT CASE WHEN w.name IS NOT NULL THEN true ELSE ('stead: ref condition not met: ' || coalesce(w.name, ''))::int = 0 END, w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
-	coalesce(w.inserted OR cur.expiry <= coalesce($5::timestamptz, now()), false)
-FROM (SELECT) AS one LEFT JOIN w ON true LEFT JOIN cur ON true`)
-
-	// sqlPutSetSwap is sqlRefSwap answering refusedAnswer.
-	sqlPutSetSwap = declare("sqlPutSetSwap", `WITH b AS (
-	SELECT key FROM {schema}.blobs WHERE key = $2 FOR KEY SHARE
-), w AS (
-	UPDATE {schema}.refs AS r
-	SET key = $2, version = nextval('{schema}.ref_versions'), annotation = $3,
-	    expiry = CASE WHEN $4::bigint > 0 THEN coalesce($5::timestamptz, clock_timestamp()) + ($4::bigint / 1000000) * interval '1 second' + ($4::bigint % 1000000) * interval '1 microsecond' END,
-	    weak = $7::boolean
-	WHERE (SELECT count(*) FROM b) = 1 AND r.name = $1 AND r.version = $6::bigint
-	  AND (r.expiry IS NULL OR r.expiry > coalesce($5::timestamptz, now()))
-	RETURNING r.name, r.key, r.version, r.annotation, r.expiry, r.weak
-)
-SELECT CASE WHEN w.name IS NOT NULL THEN true ELSE ('stead: ref condition not met: ' || coalesce(w.name, ''))::int = 0 END, w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
-FROM (SELECT) AS one LEFT JOIN w ON true`)
-)
+// interleaves. A Set whose condition fails must fail the transaction: its
+// statement is sent refusing (setStatement), so that it fails with
+// invalid_text_representation carrying refusedMark. Nothing in it keeps
+// session state: it runs through PgBouncer in transaction mode as any
+// statement does.
 
 // refusedMark is the text of the cast a PutSet's refused Set fails.
 const refusedMark = "stead: ref condition not met"
@@ -113,7 +70,7 @@ func (r *refs) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetParam
 		b := &pgx.Batch{}
 		b.Queue(r.e.sql(sqlPutOne), put...)
 		for _, i := range order {
-			stmt, args := r.setStatement(sets[i], sqlPutSetRef, sqlPutSetSwap)
+			stmt, args := r.setStatement(sets[i], true)
 			b.Queue(stmt, args...)
 		}
 		br := r.e.pool.SendBatch(ctx, b)

@@ -37,8 +37,11 @@ var (
 	// locked. A row the statement's snapshot did not see (inserted
 	// meanwhile) is replaced, not inserted: xmax = 0 tells the insert of a
 	// new row. $1 name, $2 key, $3 annotation, $4 TTL in µs, $5 now, $8
-	// weak. Positional: pgx rewrites a named statement's text on every
-	// call.
+	// weak. With $9 (a PutSet's, decision 0055) a ref not written fails the
+	// statement instead, and its transaction: a cast that cannot parse,
+	// carrying refusedMark, which reads the written row, so the planner
+	// cannot fold it and fail a Set that wrote. Positional: pgx rewrites a
+	// named statement's text on every call.
 	sqlRefSet = declare("sqlRefSet", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = $2 FOR KEY SHARE
 ), cur AS (
@@ -58,14 +61,16 @@ var (
 	WHERE NOT $7::boolean AND NOT EXISTS (SELECT FROM {schema}.gc_declared) LIMIT 1
 	ON CONFLICT DO NOTHING
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
+SELECT CASE WHEN w.name IS NOT NULL OR NOT $9::boolean THEN EXISTS (SELECT FROM b)
+	ELSE ('stead: ref condition not met: ' || coalesce(w.name, ''))::int = 0 END,
+	w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
 	coalesce(w.inserted OR cur.expiry <= coalesce($5::timestamptz, now()), false)
 FROM (SELECT) AS one LEFT JOIN w ON true LEFT JOIN cur ON true`)
 
 	// sqlRefSwap locks the key's blob row, then replaces the live ref whose
 	// version is $6 (a compare-and-swap: never an insert, so never a
 	// creation). It answers as sqlRefSet does; its other parameters are
-	// sqlRefSet's.
+	// sqlRefSet's, $8 its $9.
 	sqlRefSwap = declare("sqlRefSwap", `WITH b AS (
 	SELECT key FROM {schema}.blobs WHERE key = $2 FOR KEY SHARE
 ), w AS (
@@ -77,7 +82,9 @@ FROM (SELECT) AS one LEFT JOIN w ON true LEFT JOIN cur ON true`)
 	  AND (r.expiry IS NULL OR r.expiry > coalesce($5::timestamptz, now()))
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry, r.weak
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
+SELECT CASE WHEN w.name IS NOT NULL OR NOT $8::boolean THEN EXISTS (SELECT FROM b)
+	ELSE ('stead: ref condition not met: ' || coalesce(w.name, ''))::int = 0 END,
+	w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
 FROM (SELECT) AS one LEFT JOIN w ON true`)
 
 	sqlRefGet = declare("sqlRefGet", `SELECT name, key, version, annotation, expiry, weak FROM {schema}.refs
@@ -169,7 +176,7 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	stmt, args := r.setStatement(p, sqlRefSet, sqlRefSwap)
+	stmt, args := r.setStatement(p, false)
 	var sr setRow
 	err := r.e.retryTransient(ctx, func() error {
 		return r.e.pool.QueryRow(ctx, stmt, args...).Scan(sr.dest()...)
@@ -180,14 +187,14 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	return r.setResult(p, &sr)
 }
 
-// setStatement returns the statement of the Set p, set's text or, for a
-// compare-and-swap, swap's (sqlRefSet and sqlRefSwap, or statements
-// taking their arguments and answering as they do), and its arguments.
-func (r *refs) setStatement(p ref.SetParams, set, swap *statement) (string, []any) {
+// setStatement returns the statement of the Set p and its arguments:
+// sqlRefSwap's for a compare-and-swap, else sqlRefSet's; with refuse, one
+// that fails its transaction when it writes no ref.
+func (r *refs) setStatement(p ref.SetParams, refuse bool) (string, []any) {
 	if p.Cond == ref.IfVersion {
-		return r.e.sql(swap), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), p.Version, p.Weak}
+		return r.e.sql(sqlRefSwap), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), p.Version, p.Weak, refuse}
 	}
-	return r.e.sql(set), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak}
+	return r.e.sql(sqlRefSet), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak, refuse}
 }
 
 // setRow scans what a Set's statement answers.

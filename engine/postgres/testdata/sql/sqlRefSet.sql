@@ -17,6 +17,8 @@ WITH b AS (
 	WHERE NOT $7::boolean AND NOT EXISTS (SELECT FROM "St""ead. sch;ema-ñ".gc_declared) LIMIT 1
 	ON CONFLICT DO NOTHING
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
+SELECT CASE WHEN w.name IS NOT NULL OR NOT $9::boolean THEN EXISTS (SELECT FROM b)
+	ELSE ('stead: ref condition not met: ' || coalesce(w.name, ''))::int = 0 END,
+	w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
 	coalesce(w.inserted OR cur.expiry <= coalesce($5::timestamptz, now()), false)
 FROM (SELECT) AS one LEFT JOIN w ON true LEFT JOIN cur ON true

@@ -9,5 +9,7 @@ WITH b AS (
 	  AND (r.expiry IS NULL OR r.expiry > coalesce($5::timestamptz, now()))
 	RETURNING r.name, r.key, r.version, r.annotation, r.expiry, r.weak
 )
-SELECT EXISTS (SELECT FROM b), w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
+SELECT CASE WHEN w.name IS NOT NULL OR NOT $8::boolean THEN EXISTS (SELECT FROM b)
+	ELSE ('stead: ref condition not met: ' || coalesce(w.name, ''))::int = 0 END,
+	w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
 FROM (SELECT) AS one LEFT JOIN w ON true
