@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc/codes"
@@ -48,6 +49,19 @@ func (f *nthFault) fire(op faultengine.Op, after bool) error {
 func (f *nthFault) Inject(op faultengine.Op) error      { return f.fire(op, false) }
 func (f *nthFault) InjectAfter(op faultengine.Op) error { return f.fire(op, true) }
 
+// faultyGRPC serves a cache with opts over gRPC, on a memory store with
+// storeOpts whose calls fault fails.
+func faultyGRPC(t *testing.T, fault *nthFault, opts buildcache.Options, storeOpts ...stead.Option) *grpcCache {
+	t.Helper()
+	st, err := stead.New(context.Background(), faultengine.New(memory.New(), fault), storeOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	opts.Logger = slog.New(slog.DiscardHandler)
+	return grpcOver(t, st, buildcache.New(st, opts))
+}
+
 // TestWriteCommitFaults fails each step of a Write's commit in turn (the
 // commit's put, the reads and put of a zstd upload's decoding, the refs
 // set and deleted): the Write fails, and then QueryWriteStatus answers
@@ -84,12 +98,7 @@ func TestWriteCommitFaults(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			fault := &nthFault{}
-			st, err := stead.New(ctx, faultengine.New(memory.New(), fault))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			g := grpcOver(t, st, buildcache.New(st, buildcache.Options{Logger: slog.New(slog.DiscardHandler)}))
+			g := faultyGRPC(t, fault, buildcache.Options{})
 			content := append([]byte(strconv.Itoa(i)), data...)
 			sent, kind := content, "blobs/"
 			if tc.zstd {
@@ -126,5 +135,64 @@ func TestWriteCommitFaults(t *testing.T) {
 				t.Fatalf("Read = %d bytes, %v", len(got), err)
 			}
 		})
+	}
+}
+
+// A Write whose content was kept but whose upload ref could not be
+// deleted leaves a ref recording a commit begun: the budget counts its
+// bytes once, as content, not again as an upload.
+func TestFinishedCommitCountedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fault := &nthFault{}
+	g := faultyGRPC(t, fault, buildcache.Options{MaxSize: 1 << 30})
+	data := bytes.Repeat([]byte("counted once "), 20_000)
+	name := "uploads/d-1/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	fault.arm(faultengine.RefDelete, 1, false)
+	w, _ := g.bs.Write(ctx)
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: data[:1000]}, &bytestream.WriteRequest{WriteOffset: 1000, Data: data[1000:], FinishWrite: true}); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	fault.arm("", 0, false)
+	rep, err := g.cache.Evict(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Uploads != 0 || rep.Bytes != int64(len(data)) {
+		t.Errorf("Evict = %+v, want the %d bytes counted once, as content", rep, len(data))
+	}
+}
+
+// A commit begun whose upload was reaped before it committed has no
+// bytes left: QueryWriteStatus answers NOT_FOUND (the client starts
+// over), the budget counts nothing, and a Write from 0 stores it.
+func TestCommitBegunUploadReaped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	fault := &nthFault{}
+	g := faultyGRPC(t, fault, buildcache.Options{Now: clk.Now, MaxSize: 1 << 30}, stead.WithClock(clk.Now), stead.WithUploadLease(time.Minute))
+	data := bytes.Repeat([]byte("reaped mid-commit "), 20_000)
+	name := "uploads/rp/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	fault.arm(faultengine.BlobPut, 2, false) // the first put is the upload refs' blob, the second the commit's
+	w, _ := g.bs.Write(ctx)
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: data[:1000]}, &bytestream.WriteRequest{WriteOffset: 1000, Data: data[1000:], FinishWrite: true}); err == nil {
+		t.Fatal("Write with its commit failing succeeded")
+	}
+	fault.arm("", 0, false)
+	clk.Add(2 * time.Minute)
+	if n, err := g.st.Blobs.ReapUploads(ctx); err != nil || n != 1 {
+		t.Fatalf("ReapUploads = %d, %v; want 1", n, err)
+	}
+	q, err := g.bs.QueryWriteStatus(ctx, &bytestream.QueryWriteStatusRequest{ResourceName: name})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("QueryWriteStatus after the reap = %v, %v; want NOT_FOUND", q, err)
+	}
+	if rep, err := g.cache.Evict(ctx); err != nil || rep.Uploads != 0 {
+		t.Errorf("Evict = %+v, %v; want no upload bytes", rep, err)
+	}
+	w, _ = g.bs.Write(ctx)
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: data, FinishWrite: true}); err != nil {
+		t.Fatalf("Write from 0: %v", err)
 	}
 }
