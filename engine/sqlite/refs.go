@@ -22,9 +22,13 @@ const (
 	// version of the ref ?2 at ?3 (NULL: none).
 	sqlRefSetCheck = `SELECT EXISTS (SELECT 1 FROM blobs WHERE key = ?1),
 	(SELECT version FROM refs WHERE name = ?2 AND (expiry IS NULL OR expiry > ?3))`
-	sqlRefLive    = `SELECT version FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
-	sqlRefNextVer = `UPDATE ref_versions SET last = last + 1 RETURNING last`
-	sqlRefUpsert  = `INSERT INTO refs (name, key, version, annotation, expiry, weak) VALUES (@name, @key, @version, @annotation, @expiry, @weak)
+	sqlRefLive = `SELECT version FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
+	// sqlRefNextVer takes ?1 versions from the counter and answers the
+	// last of them.
+	sqlRefNextVer = `UPDATE ref_versions SET last = last + ?1 RETURNING last`
+	// sqlRefUpsert writes the ref ?1 to key ?2 at version ?3 with
+	// annotation ?4, expiry ?5 (NULL: none) and weak ?6.
+	sqlRefUpsert = `INSERT INTO refs (name, key, version, annotation, expiry, weak) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
 ON CONFLICT (name) DO UPDATE SET key = excluded.key, version = excluded.version, annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak`
 	sqlRefGet = `SELECT name, key, version, annotation, expiry, weak FROM refs WHERE name = ?1 AND (expiry IS NULL OR expiry > ?2)`
 	// sqlRefTouch renews a live, expiring ref; a ref without expiry is
@@ -167,32 +171,47 @@ func (m refMech) flushSets(ctx context.Context, batch []*groupcommit.Request[*re
 func setOne(ctx context.Context, check, nextVer, upsert *sql.Stmt, p ref.SetParams) (out ref.Ref, refused, err error) {
 	now := clock.OrNow(p.Now)
 	var stored bool
-	var liveVersion sql.NullInt64
-	if err := check.QueryRowContext(ctx, p.Key.String(), p.Name, now.UnixMicro()).Scan(&stored, &liveVersion); err != nil {
+	var live sql.NullInt64
+	if err := check.QueryRowContext(ctx, p.Key.String(), p.Name, now.UnixMicro()).Scan(&stored, &live); err != nil {
 		return ref.Ref{}, nil, err
 	}
 	if !stored {
 		return ref.Ref{}, fmt.Errorf("%w: blob %s is not stored", steaderr.ErrNotFound, p.Key), nil
 	}
-	version, live := liveVersion.Int64, liveVersion.Valid
-	switch {
-	case p.Cond == ref.IfAbsent && live:
-		return ref.Ref{}, fmt.Errorf("%w: a live ref has the name", steaderr.ErrConflict), nil
-	case p.Cond == ref.IfVersion && (!live || version != p.Version):
-		return ref.Ref{}, fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version), nil
+	if refused := condRefused(p, live); refused != nil {
+		return ref.Ref{}, refused, nil
 	}
-	if err := nextVer.QueryRowContext(ctx).Scan(&version); err != nil {
+	var version int64
+	if err := nextVer.QueryRowContext(ctx, 1).Scan(&version); err != nil {
 		return ref.Ref{}, nil, err
 	}
-	out = ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation, Weak: p.Weak, Created: !live}
+	out, err = upsertRef(ctx, upsert, p, now, version, live.Valid)
+	return out, nil, err
+}
+
+// condRefused answers why p's condition refuses the live version live
+// (not valid: no live ref), or nil.
+func condRefused(p ref.SetParams, live sql.NullInt64) error {
+	switch {
+	case p.Cond == ref.IfAbsent && live.Valid:
+		return fmt.Errorf("%w: a live ref has the name", steaderr.ErrConflict)
+	case p.Cond == ref.IfVersion && (!live.Valid || live.Int64 != p.Version):
+		return fmt.Errorf("%w: the live ref's version is not %d", steaderr.ErrConflict, p.Version)
+	}
+	return nil
+}
+
+// upsertRef writes the ref p at version, set at now, and returns it as
+// stored; wasLive is whether a live ref had its name.
+func upsertRef(ctx context.Context, upsert *sql.Stmt, p ref.SetParams, now time.Time, version int64, wasLive bool) (ref.Ref, error) {
+	out := ref.Ref{Name: p.Name, Key: p.Key, Version: version, Annotation: p.Annotation, Weak: p.Weak, Created: !wasLive}
 	var expiry any
 	if p.TTL > 0 {
 		out.Expiry = now.Add(p.TTL)
 		expiry = out.Expiry.UnixMicro()
 	}
-	_, err = upsert.ExecContext(ctx, sql.Named("name", p.Name), sql.Named("key", p.Key.String()),
-		sql.Named("version", version), sql.Named("annotation", p.Annotation), sql.Named("expiry", expiry), sql.Named("weak", p.Weak))
-	return out, nil, err
+	_, err := upsert.ExecContext(ctx, p.Name, p.Key.String(), version, p.Annotation, expiry, p.Weak)
+	return out, err
 }
 
 func (m refMech) Get(ctx context.Context, p ref.GetParams) (ref.Ref, error) {
