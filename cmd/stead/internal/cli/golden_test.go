@@ -290,6 +290,8 @@ func goldenCases() []goldenCase {
 
 		{name: "put-ref", args: []string{"put", "--ref", "tags/hello", "DIR/hello"}},
 		{name: "put-bad-child", args: []string{"put", "--child", "nope", "DIR/hello"}},
+		{name: "put-ref-taken", remoteOwn: true, args: []string{"put", "--ref", "tags/v1", "--if-absent", "DIR/hello"}, setup: seedRefs},
+		{name: "put-if-absent-no-ref", args: []string{"put", "--if-absent", "DIR/hello"}},
 		{name: "ref-set", args: []string{"ref", "set", "tags/new", gamma}},
 		{name: "ref-set-weak", args: []string{"ref", "set", "--weak", "links/new", gamma}},
 		{name: "ref-set-taken", remoteOwn: true, args: []string{"ref", "set", "--if-absent", "tags/v1", gamma}, setup: seedRefs},
