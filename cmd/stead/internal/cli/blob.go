@@ -140,32 +140,67 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func getCommand(e *env) *cobra.Command {
-	var out string
+	var out, refName string
 	cmd := &cobra.Command{
-		Use:   "get KEY [-o FILE]",
+		Use:   "get KEY|--ref NAME [-o FILE]",
 		Short: "Write a blob's value to stdout or a file",
-		Args:  exactArgs(1),
-		RunE: e.onKey(func(ctx context.Context, st *stead.Store, key blob.Key) error {
-			rd, err := st.Blobs.Get(ctx, key)
+		Long: `Write a blob's value to stdout or a file: the blob KEY, or with --ref
+the blob the live ref NAME points at, the ref and its blob read in one
+call, so the value is the one the ref named when it was read. An absent
+or expired ref, and a weak one whose blob was collected, is not found.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("ref") {
+				return exactArgs(0)(cmd, args)
+			}
+			return exactArgs(1)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if cmd.Flags().Changed("ref") {
+				if err := ref.CheckName(refName); err != nil {
+					return fmt.Errorf("--ref: %w", err)
+				}
+				return e.withStore(ctx, func(st *stead.Store) error {
+					_, rd, err := st.Refs.Open(ctx, refName, 0)
+					if err != nil {
+						return err
+					}
+					return e.writeValue(rd, out)
+				})
+			}
+			key, err := parseKey(args[0])
 			if err != nil {
 				return err
 			}
-			defer rd.Close()
-			toStdout := out == "" || out == "-"
-			var bar *bar
-			if !toStdout || !e.stdoutTTY { // no bar over the value on the terminal
-				bar = e.bytesBar("get", rd.Size())
-			}
-			defer bar.done()
-			if toStdout {
-				_, err = io.Copy(e.stdout, bar.reader(rd))
-				return err
-			}
-			return writeOutput(out, bar.reader(rd))
-		}),
+			return e.withStore(ctx, func(st *stead.Store) error {
+				rd, err := st.Blobs.Get(ctx, key)
+				if err != nil {
+					return err
+				}
+				return e.writeValue(rd, out)
+			})
+		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
+	cmd.Flags().StringVar(&refName, "ref", "", "write the blob the ref NAME points at (no KEY)")
 	return cmd
+}
+
+// writeValue copies rd to stdout (out "" or "-") or the file out, and
+// closes rd.
+func (e *env) writeValue(rd *blob.Reader, out string) error {
+	defer rd.Close()
+	toStdout := out == "" || out == "-"
+	var bar *bar
+	if !toStdout || !e.stdoutTTY { // no bar over the value on the terminal
+		bar = e.bytesBar("get", rd.Size())
+	}
+	defer bar.done()
+	if toStdout {
+		_, err := io.Copy(e.stdout, bar.reader(rd))
+		return err
+	}
+	return writeOutput(out, bar.reader(rd))
 }
 
 // writeOutput writes r to path so that a failed get leaves no half-written

@@ -231,6 +231,9 @@ func TestPutRef(t *testing.T) {
 				if strings.TrimSpace(out) != key.String() || r.Key != key || statErr != nil {
 					t.Fatalf("put --ref printed %q, ref names %s, stat: %v; want %s stored and named", out, r.Key, statErr, key)
 				}
+				if code, got, errOut := run(t, t.Context(), "--db", url, "get", "--ref", tc.ref); code != 0 || got != tc.value {
+					t.Errorf("get --ref = %d, %d bytes, %q; want the %d bytes put", code, len(got), errOut, len(tc.value))
+				}
 			})
 		}
 	}
