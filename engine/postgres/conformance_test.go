@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 		// instance rows, the LISTEN connection). BlobChunked repeats
 		// Blob's statements with smaller chunks, Metamorphic in a random
 		// order.
-		{"pgbouncer", "&pgbouncer=true", viaPgBouncer, []string{"Blob", "GC", "GCChunked", "Lifecycle", "Lock", "Overlap", "PutSet", "Record", "Ref", "Upload"}},
+		{"pgbouncer", "&pgbouncer=true", viaPgBouncer, []string{"Blob", "GC", "GCChunked", "Lifecycle", "Lock", "Overlap", "PutSet", "Record", "Ref", "RefResolve", "Upload"}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()

@@ -143,9 +143,10 @@ func TestConformance(t *testing.T) {
 		}
 		enginetest.Run(t, enginetest.Harness{
 			// The tier behind the server: values read, listed, explained
-			// and collected as objects; a virgin and a migrated SQLite
-			// schema.
-			Areas:           []string{"Blob", "GCChunked", "Lifecycle", "Upload"},
+			// and collected as objects, a ref's blob resolved from the
+			// tier, a small blob and its refs in SQLite's own commit; a
+			// virgin and a migrated SQLite schema.
+			Areas:           []string{"Blob", "GCChunked", "Lifecycle", "PutSet", "RefResolve", "Upload"},
 			CancelMayCommit: true,
 			ChunkSize:       remoteChunk,
 			NoFuncSources:   noFuncSources,
@@ -162,8 +163,9 @@ func TestConformance(t *testing.T) {
 		enginetest.Run(t, enginetest.Harness{
 			// SQL liveness sources (the only ones that cross HTTP), a
 			// shared cluster's arbitration, waits woken by LISTEN, the
-			// database's clock, virgin schemas for locks and records.
-			Areas:           []string{"GC", "Lifecycle", "Lock", "Record", "Ref"},
+			// database's clock, virgin schemas for locks and records, the
+			// joined ref-and-blob read and the one-round-trip PutSet.
+			Areas:           []string{"GC", "Lifecycle", "Lock", "PutSet", "Record", "Ref", "RefResolve"},
 			CancelMayCommit: true,
 			ChunkSize:       remoteChunk,
 			RefTable:        refTable,

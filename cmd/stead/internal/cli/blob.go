@@ -39,14 +39,37 @@ func (e *env) onKey(f func(ctx context.Context, st *stead.Store, key blob.Key) e
 }
 
 func putCommand(e *env) *cobra.Command {
-	var asJSON bool
+	var asJSON, ifAbsent bool
 	var refName string
 	var children []string
 	cmd := &cobra.Command{
 		Use:   "put FILE|-",
 		Short: "Store a file (or stdin) as a blob and print its key",
-		Args:  exactArgs(1),
+		Long: `Store a file (or stdin) as a blob and print its key. With --ref the blob
+and its ref are stored in one commit, all or nothing, when the value is
+within the inline limit and has no --child: a refused ref (--if-absent
+over a live one) stores nothing. A larger value, or one with children,
+is stored first and its ref set after, the put's pin keeping the blob
+meanwhile; a refused ref then leaves the blob to garbage collection.`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ifAbsent && refName == "" {
+				return usageError("--if-absent: only with --ref")
+			}
+			if refName != "" {
+				// A bad name is refused before anything is stored.
+				if err := ref.CheckName(refName); err != nil {
+					return fmt.Errorf("--ref: %w", err)
+				}
+			}
+			var opts blob.PutOptions
+			for _, c := range children {
+				k, err := parseKey(c)
+				if err != nil {
+					return err
+				}
+				opts.Children = append(opts.Children, k)
+			}
 			in := e.stdin
 			size := int64(-1)
 			if args[0] != "-" {
@@ -60,37 +83,16 @@ func putCommand(e *env) *cobra.Command {
 				}
 				in = f
 			}
-			if refName != "" {
-				// A bad name is refused before anything is stored.
-				if err := ref.CheckName(refName); err != nil {
-					return fmt.Errorf("--ref: %w", err)
-				}
-			}
 			counted := &countingReader{r: in}
-			var opts blob.PutOptions
-			for _, c := range children {
-				k, err := parseKey(c)
-				if err != nil {
-					return err
-				}
-				opts.Children = append(opts.Children, k)
-			}
 			return e.withStore(cmd.Context(), func(st *stead.Store) error {
 				bar := e.bytesBar("put", size)
-				res, err := st.Blobs.PutWith(cmd.Context(), bar.reader(counted), opts)
+				key, created, err := putBlob(cmd.Context(), st, bar.reader(counted), opts, refName, ref.SetOptions{IfAbsent: ifAbsent})
 				bar.done()
 				if err != nil {
 					return err
 				}
-				key := res.Key
-				// The put's pin protects the key until the ref does.
-				if refName != "" {
-					if _, err := st.Refs.Set(cmd.Context(), refName, key, ref.SetOptions{}); err != nil {
-						return err
-					}
-				}
 				if asJSON {
-					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n, "created": res.Created})
+					return writeJSON(e, map[string]any{"key": key.String(), "size": counted.n, "created": created})
 				}
 				fmt.Fprintln(e.stdout, key)
 				return nil
@@ -99,8 +101,31 @@ func putCommand(e *env) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print {\"key\", \"size\", \"created\"} as JSON (created: this put stored the blob)")
 	cmd.Flags().StringVar(&refName, "ref", "", "point the ref NAME at the blob, which keeps it from garbage collection")
+	cmd.Flags().BoolVar(&ifAbsent, "if-absent", false, "with --ref: create the ref only, failing if a live ref has the name")
 	cmd.Flags().StringSliceVar(&children, "child", nil, "a stored blob the content references, kept while this blob is (repeat, or comma-separate)")
 	return cmd
+}
+
+// putBlob stores r with opts and, when name is not empty, points the ref
+// name at it with set. Without children that is ref.Store.Put: one commit
+// for an inline value, else its put then its set. ref.Store.Put declares
+// no children, so with them the blob is put and the ref set after, the
+// put's pin protecting the key until the ref does.
+func putBlob(ctx context.Context, st *stead.Store, r io.Reader, opts blob.PutOptions, name string, set ref.SetOptions) (blob.Key, bool, error) {
+	if name != "" && len(opts.Children) == 0 {
+		res, err := st.Refs.Put(ctx, r, ref.PutOptions{Refs: []ref.PutRef{{Name: name, SetOptions: set}}})
+		return res.Key, res.Created, err
+	}
+	res, err := st.Blobs.PutWith(ctx, r, opts)
+	if err != nil {
+		return blob.Key{}, false, err
+	}
+	if name != "" {
+		if _, err := st.Refs.Set(ctx, name, res.Key, set); err != nil {
+			return blob.Key{}, false, err
+		}
+	}
+	return res.Key, res.Created, nil
 }
 
 type countingReader struct {
@@ -115,32 +140,67 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func getCommand(e *env) *cobra.Command {
-	var out string
+	var out, refName string
 	cmd := &cobra.Command{
-		Use:   "get KEY [-o FILE]",
+		Use:   "get KEY|--ref NAME [-o FILE]",
 		Short: "Write a blob's value to stdout or a file",
-		Args:  exactArgs(1),
-		RunE: e.onKey(func(ctx context.Context, st *stead.Store, key blob.Key) error {
-			rd, err := st.Blobs.Get(ctx, key)
+		Long: `Write a blob's value to stdout or a file: the blob KEY, or with --ref
+the blob the live ref NAME points at, the ref and its blob read in one
+call, so the value is the one the ref named when it was read. An absent
+or expired ref, and a weak one whose blob was collected, is not found.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("ref") {
+				return exactArgs(0)(cmd, args)
+			}
+			return exactArgs(1)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if cmd.Flags().Changed("ref") {
+				if err := ref.CheckName(refName); err != nil {
+					return fmt.Errorf("--ref: %w", err)
+				}
+				return e.withStore(ctx, func(st *stead.Store) error {
+					_, rd, err := st.Refs.Open(ctx, refName, 0)
+					if err != nil {
+						return err
+					}
+					return e.writeValue(rd, out)
+				})
+			}
+			key, err := parseKey(args[0])
 			if err != nil {
 				return err
 			}
-			defer rd.Close()
-			toStdout := out == "" || out == "-"
-			var bar *bar
-			if !toStdout || !e.stdoutTTY { // no bar over the value on the terminal
-				bar = e.bytesBar("get", rd.Size())
-			}
-			defer bar.done()
-			if toStdout {
-				_, err = io.Copy(e.stdout, bar.reader(rd))
-				return err
-			}
-			return writeOutput(out, bar.reader(rd))
-		}),
+			return e.withStore(ctx, func(st *stead.Store) error {
+				rd, err := st.Blobs.Get(ctx, key)
+				if err != nil {
+					return err
+				}
+				return e.writeValue(rd, out)
+			})
+		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
+	cmd.Flags().StringVar(&refName, "ref", "", "write the blob the ref NAME points at (no KEY)")
 	return cmd
+}
+
+// writeValue copies rd to stdout (out "" or "-") or the file out, and
+// closes rd.
+func (e *env) writeValue(rd *blob.Reader, out string) error {
+	defer rd.Close()
+	toStdout := out == "" || out == "-"
+	var bar *bar
+	if !toStdout || !e.stdoutTTY { // no bar over the value on the terminal
+		bar = e.bytesBar("get", rd.Size())
+	}
+	defer bar.done()
+	if toStdout {
+		_, err := io.Copy(e.stdout, bar.reader(rd))
+		return err
+	}
+	return writeOutput(out, bar.reader(rd))
 }
 
 // writeOutput writes r to path so that a failed get leaves no half-written

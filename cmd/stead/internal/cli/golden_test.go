@@ -121,6 +121,44 @@ func seedRefs(t *testing.T, db string) {
 	}
 }
 
+// expiredRef sets cache/old to alpha, expiring a minute past lapsedClock.
+func expiredRef(t *testing.T, db string) {
+	t.Helper()
+	st, err := stead.Open(t.Context(), db, stead.WithClock(func() time.Time { return lapsedClock }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k, err := blob.ParseKey(alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Refs.Set(t.Context(), "cache/old", k, ref.SetOptions{TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goneWeakRef puts the blob "gone" with a pin lapsed long ago, names it
+// by the weak ref links/gone, and deletes the blob.
+func goneWeakRef(t *testing.T, db string) {
+	t.Helper()
+	old, err := stead.Open(t.Context(), db, stead.WithClock(func() time.Time { return lapsedClock }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	res, err := old.Blobs.PutWith(t.Context(), strings.NewReader("gone"), blob.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Refs.Set(t.Context(), "links/gone", res.Key, ref.SetOptions{Weak: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := openStore(t, db).Blobs.Delete(t.Context(), res.Key); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // serve starts a stead server over the store at db and returns its URL.
 func serve(t *testing.T, db string) string {
 	t.Helper()
@@ -290,6 +328,16 @@ func goldenCases() []goldenCase {
 
 		{name: "put-ref", args: []string{"put", "--ref", "tags/hello", "DIR/hello"}},
 		{name: "put-bad-child", args: []string{"put", "--child", "nope", "DIR/hello"}},
+		{name: "put-ref-taken", remoteOwn: true, args: []string{"put", "--ref", "tags/v1", "--if-absent", "DIR/hello"}, setup: seedRefs},
+		{name: "put-if-absent-no-ref", args: []string{"put", "--if-absent", "DIR/hello"}},
+		{name: "get-ref", args: []string{"get", "--ref", "tags/v2"}, setup: seedRefs},
+		{name: "get-ref-output", args: []string{"get", "--ref", "tags/v1", "-o", "DIR/out"}, setup: seedRefs},
+		{name: "get-ref-and-key", args: []string{"get", "--ref", "tags/v1", alpha}},
+		{name: "get-ref-bad-name", args: []string{"get", "--ref", "tags//v1"}},
+		{name: "get-ref-empty", args: []string{"get", "--ref", ""}},
+		{name: "get-ref-absent", remoteOwn: true, args: []string{"get", "--ref", "tags/none"}},
+		{name: "get-ref-expired", remoteOwn: true, args: []string{"get", "--ref", "cache/old"}, setup: expiredRef},
+		{name: "get-ref-blob-gone", remoteOwn: true, args: []string{"get", "--ref", "links/gone"}, setup: goneWeakRef},
 		{name: "ref-set", args: []string{"ref", "set", "tags/new", gamma}},
 		{name: "ref-set-weak", args: []string{"ref", "set", "--weak", "links/new", gamma}},
 		{name: "ref-set-taken", remoteOwn: true, args: []string{"ref", "set", "--if-absent", "tags/v1", gamma}, setup: seedRefs},

@@ -167,3 +167,74 @@ func TestTTLBelowResolution(t *testing.T) {
 		}
 	}
 }
+
+// TestPutRef: put --ref stores a value and its ref, and get --ref reads
+// them back, on each store kind the CLI tests (local SQLite, a server);
+// a refused ref stores nothing when the value is inline, and leaves the
+// ref as it was when it is not.
+func TestPutRef(t *testing.T) {
+	t.Parallel()
+	large := strings.Repeat("large value ", blob.InlineLimit/12+1)
+	tests := []struct {
+		name, value, ref string
+		ifAbsent         bool
+		wantCode         int
+		wantStored       bool // after a refusal
+	}{
+		{name: "inline", value: "a small value", ref: "tags/new", wantCode: 0},
+		{name: "inline-refused", value: "a refused value", ref: "tags/v1", ifAbsent: true, wantCode: exitFailure},
+		{name: "large", value: large, ref: "tags/large", wantCode: 0},
+		{name: "large-refused", value: large + "refused", ref: "tags/v1", ifAbsent: true, wantCode: exitFailure, wantStored: true},
+	}
+	for _, kind := range []string{"sqlite", "remote"} {
+		for _, tc := range tests {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				db := storeURL(t)
+				seed(t, db)
+				seedRefs(t, db)
+				url := db
+				if kind == "remote" {
+					url = serve(t, db)
+				}
+				file := filepath.Join(t.TempDir(), "value")
+				if err := os.WriteFile(file, []byte(tc.value), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				key := blob.KeyOf([]byte(tc.value))
+				args := []string{"--db", url, "put", "--ref", tc.ref, file}
+				if tc.ifAbsent {
+					args = append(args, "--if-absent")
+				}
+				code, out, errOut := run(t, t.Context(), args...)
+				if code != tc.wantCode {
+					t.Fatalf("put --ref = %d, %q, %q; want exit %d", code, out, errOut, tc.wantCode)
+				}
+				st := openStore(t, db)
+				r, err := st.Refs.Get(t.Context(), tc.ref)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, statErr := st.Blobs.Stat(t.Context(), key)
+				if code != 0 {
+					if !strings.Contains(errOut, "conflict") {
+						t.Errorf("refused put --ref: stderr %q, want a conflict", errOut)
+					}
+					if r.Key.String() != alpha {
+						t.Errorf("after a refused put --ref, %s names %s, want %s as before", tc.ref, r.Key, alpha)
+					}
+					if stored := statErr == nil; stored != tc.wantStored {
+						t.Errorf("after a refused put --ref, the blob is stored: %v (%v), want %v", stored, statErr, tc.wantStored)
+					}
+					return
+				}
+				if strings.TrimSpace(out) != key.String() || r.Key != key || statErr != nil {
+					t.Fatalf("put --ref printed %q, ref names %s, stat: %v; want %s stored and named", out, r.Key, statErr, key)
+				}
+				if code, got, errOut := run(t, t.Context(), "--db", url, "get", "--ref", tc.ref); code != 0 || got != tc.value {
+					t.Errorf("get --ref = %d, %d bytes, %q; want the %d bytes put", code, len(got), errOut, len(tc.value))
+				}
+			})
+		}
+	}
+}
