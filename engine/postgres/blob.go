@@ -267,63 +267,8 @@ const (
 // caller of the batch. Of the puts of a key the statement inserted, the
 // first in the batch is told it stored the blob (Put.Created).
 func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[*groupcommit.Put]) error {
-	// A row or pin is plain when a put of it declaring no children is in
-	// the batch: it is stored whatever children the others miss.
-	plainKey := map[string]bool{}
-	plainPin := map[[2]string]bool{}
-	var parents, children []string
-	for _, r := range batch {
-		if len(r.Item.Children) == 0 {
-			plainKey[r.Item.Key] = true
-			plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}] = true
-		}
-		for _, c := range r.Item.Children {
-			parents, children = append(parents, r.Item.Key), append(children, c)
-		}
-	}
-	pins := slices.Clone(batch)
-	slices.SortFunc(pins, func(x, y *groupcommit.Request[*groupcommit.Put]) int {
-		return cmp.Or(strings.Compare(x.Item.Key, y.Item.Key), strings.Compare(x.Item.Pin.Owner, y.Item.Pin.Owner), -laterPin(x.Item.Pin, y.Item.Pin))
-	})
-	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request[*groupcommit.Put]) bool {
-		return x.Item.Key == y.Item.Key && x.Item.Pin.Owner == y.Item.Pin.Owner
-	})
-	// Requests with equal keys carry equal values (the key is their digest).
-	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request[*groupcommit.Put]) bool { return x.Item.Key == y.Item.Key })
-
-	keys := make([]string, len(blobRows))
-	sizes := make([]int64, len(blobRows))
-	values := make([][]byte, len(blobRows))
-	blobOwners := make([]string, len(blobRows))
-	blobTTLs := make([]int64, len(blobRows))
-	blobNows := make([]pgtype.Timestamptz, len(blobRows))
-	blobPlain := make([]bool, len(blobRows))
-	for i, r := range blobRows {
-		keys[i], sizes[i], values[i] = r.Item.Key, int64(len(r.Item.Value)), r.Item.Value
-		blobOwners[i], blobTTLs[i], blobNows[i] = r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
-		blobPlain[i] = plainKey[r.Item.Key]
-	}
-	pinKeys := make([]string, len(pins))
-	owners := make([]string, len(pins))
-	ttls := make([]int64, len(pins))
-	nows := make([]pgtype.Timestamptz, len(pins))
-	pinPlain := make([]bool, len(pins))
-	for i, r := range pins {
-		pinKeys[i], owners[i], ttls[i], nows[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
-		pinPlain[i] = plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}]
-	}
-	if len(children) == 0 {
-		stmt := b.e.sql(sqlPut)
-		// Positional arguments: pgx rewrites a named statement's text on
-		// every call, a fifth of a lone put's client CPU.
-		args := []any{keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows}
-		switch {
-		case b.naive.Load():
-			stmt = b.e.sql(sqlPutNaive)
-		case len(batch) == 1:
-			stmt = b.e.sql(sqlPutOne)
-			args = []any{keys[0], sizes[0], values[0], owners[0], ttls[0], nows[0]}
-		}
+	stmt, args, edges := b.putStatement(batch)
+	if !edges {
 		created := map[string]bool{}
 		err := b.e.retryTransient(ctx, func() error {
 			clear(created)
@@ -331,12 +276,7 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[*groupco
 			if err != nil {
 				return err
 			}
-			var key string
-			_, err = pgx.ForEachRow(rows, []any{&key}, func() error {
-				created[key] = true
-				return nil
-			})
-			return err
+			return readCreated(rows, created)
 		})
 		if err != nil {
 			return err
@@ -344,17 +284,13 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[*groupco
 		tellCreated(batch, created)
 		return nil
 	}
-	lock := slices.Concat(keys, children)
-	slices.Sort(lock)
-	lock = slices.Compact(lock)
-	args := []any{keys, sizes, values, blobOwners, blobTTLs, blobNows, blobPlain, lock, parents, children, pinKeys, owners, ttls, nows, pinPlain}
 	missing, fixed, raced, created := map[string][]string{}, map[string][]string{}, map[string]bool{}, map[string]bool{}
 	err := b.e.retryTransient(ctx, func() error {
 		clear(missing)
 		clear(fixed)
 		clear(raced)
 		clear(created)
-		rows, err := b.e.pool.Query(ctx, b.e.sql(sqlPutEdges), args...)
+		rows, err := b.e.pool.Query(ctx, stmt, args...)
 		if err != nil {
 			return err
 		}
@@ -401,6 +337,88 @@ func (b *blobs) flush(ctx context.Context, batch []*groupcommit.Request[*groupco
 		return b.flush(ctx, again)
 	}
 	return nil
+}
+
+// putStatement returns the statement storing batch, sorted and
+// de-duplicated by key (pins by key and owner) so that concurrent batches
+// lock the rows they share in one order, and its arguments: sqlPut's, or
+// sqlPutOne's for a batch of one, unless edges, when some put declares
+// children and it is sqlPutEdges's. Without edges the statement answers
+// the keys it inserted (readCreated).
+func (b *blobs) putStatement(batch []*groupcommit.Request[*groupcommit.Put]) (stmt string, args []any, edges bool) {
+	// A row or pin is plain when a put of it declaring no children is in
+	// the batch: it is stored whatever children the others miss.
+	plainKey := map[string]bool{}
+	plainPin := map[[2]string]bool{}
+	var parents, children []string
+	for _, r := range batch {
+		if len(r.Item.Children) == 0 {
+			plainKey[r.Item.Key] = true
+			plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}] = true
+		}
+		for _, c := range r.Item.Children {
+			parents, children = append(parents, r.Item.Key), append(children, c)
+		}
+	}
+	pins := slices.Clone(batch)
+	slices.SortFunc(pins, func(x, y *groupcommit.Request[*groupcommit.Put]) int {
+		return cmp.Or(strings.Compare(x.Item.Key, y.Item.Key), strings.Compare(x.Item.Pin.Owner, y.Item.Pin.Owner), -laterPin(x.Item.Pin, y.Item.Pin))
+	})
+	pins = slices.CompactFunc(pins, func(x, y *groupcommit.Request[*groupcommit.Put]) bool {
+		return x.Item.Key == y.Item.Key && x.Item.Pin.Owner == y.Item.Pin.Owner
+	})
+	// Requests with equal keys carry equal values (the key is their digest).
+	blobRows := slices.CompactFunc(slices.Clone(pins), func(x, y *groupcommit.Request[*groupcommit.Put]) bool { return x.Item.Key == y.Item.Key })
+
+	keys := make([]string, len(blobRows))
+	sizes := make([]int64, len(blobRows))
+	values := make([][]byte, len(blobRows))
+	blobOwners := make([]string, len(blobRows))
+	blobTTLs := make([]int64, len(blobRows))
+	blobNows := make([]pgtype.Timestamptz, len(blobRows))
+	blobPlain := make([]bool, len(blobRows))
+	for i, r := range blobRows {
+		keys[i], sizes[i], values[i] = r.Item.Key, int64(len(r.Item.Value)), r.Item.Value
+		blobOwners[i], blobTTLs[i], blobNows[i] = r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
+		blobPlain[i] = plainKey[r.Item.Key]
+	}
+	pinKeys := make([]string, len(pins))
+	owners := make([]string, len(pins))
+	ttls := make([]int64, len(pins))
+	nows := make([]pgtype.Timestamptz, len(pins))
+	pinPlain := make([]bool, len(pins))
+	for i, r := range pins {
+		pinKeys[i], owners[i], ttls[i], nows[i] = r.Item.Key, r.Item.Pin.Owner, r.Item.Pin.TTL.Microseconds(), nowTimestamp(r.Item.Pin.Now)
+		pinPlain[i] = plainPin[[2]string{r.Item.Key, r.Item.Pin.Owner}]
+	}
+	if len(children) == 0 {
+		switch {
+		case b.naive.Load():
+			stmt = b.e.sql(sqlPutNaive)
+		case len(batch) == 1:
+			return b.e.sql(sqlPutOne), []any{keys[0], sizes[0], values[0], owners[0], ttls[0], nows[0]}, false
+		default:
+			stmt = b.e.sql(sqlPut)
+		}
+		// Positional arguments: pgx rewrites a named statement's text on
+		// every call, a fifth of a lone put's client CPU.
+		return stmt, []any{keys, sizes, values, blobOwners, blobTTLs, blobNows, pinKeys, owners, ttls, nows}, false
+	}
+	lock := slices.Concat(keys, children)
+	slices.Sort(lock)
+	lock = slices.Compact(lock)
+	return b.e.sql(sqlPutEdges), []any{keys, sizes, values, blobOwners, blobTTLs, blobNows, blobPlain, lock, parents, children, pinKeys, owners, ttls, nows, pinPlain}, true
+}
+
+// readCreated reads the keys a put statement without edges inserted
+// into created.
+func readCreated(rows pgx.Rows, created map[string]bool) error {
+	var key string
+	_, err := pgx.ForEachRow(rows, []any{&key}, func() error {
+		created[key] = true
+		return nil
+	})
+	return err
 }
 
 // tellCreated marks, for each key in created, the first put of it in the

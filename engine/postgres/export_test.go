@@ -34,6 +34,11 @@ func LockListSQL(e *Engine) string { return e.sql(sqlLockList) }
 // NOTHING beside the pin), so tests can prove they see the race it loses.
 func SetNaivePut(e *Engine, on bool) { e.blobs.naive.Store(on) }
 
+// SetBatchConditionalPutSets makes e's PutSets with conditions share group
+// commits as unconditional ones do, so tests can see a refusal in a batch
+// fail only its own PutSet.
+func SetBatchConditionalPutSets(e *Engine, on bool) { e.refs.batchAll.Store(on) }
+
 // SetNaiveArbitration makes e's sweeps arbitrate with the known-unsafe
 // one-statement DELETE … WHERE NOT EXISTS (pins), which waits inside (after
 // its snapshot is taken) for a shared hold of the advisory lock

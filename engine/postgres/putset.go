@@ -9,21 +9,29 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/internal/groupcommit"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
-// A PutSet is one pipeline, one round trip: sqlPutOne for the one blob,
-// then a Set's statement per ref, in name order, and a single Sync, so
-// that the server runs them in one implicit transaction, which an error in
-// any statement rolls back whole (docs/decisions/0055-put-with-refs.md).
-// The put locks the blob row as a lone put does and holds the lock to the
-// commit, so a ref's statement finds it stored and no arbitration
-// interleaves. A Set whose condition fails must fail the transaction: its
-// statement is sent refusing (setStatement), so that it fails with
-// invalid_text_representation carrying refusedMark. Nothing in it keeps
+// PutSets are sent as one pipeline, one round trip: the put statement for
+// their blobs (sqlPutOne for one), then their Sets, all the batch's in name
+// order (sqlRefSetMany for a batch's distinct names without conditions,
+// else a Set's statement per ref), and a single Sync, so that the server
+// runs them in one implicit transaction, which an error in any statement
+// rolls back whole (docs/decisions/0055-put-with-refs.md). The put locks
+// the blob rows as puts do and holds the locks to the commit, so a ref's
+// statement finds its blob stored and no arbitration interleaves; blob
+// rows are locked in key order, then refs in name order, so concurrent
+// batches never deadlock each other. A Set whose condition fails must
+// fail the transaction: its statement is sent refusing (setStatement), so
+// that it fails with invalid_text_representation carrying refusedMark. A
+// PutSet with a conditional Set runs alone, so its refusal rolls back no
+// other; unconditional ones share a group commit, since nothing refuses
+// them: the blob is stored by the same transaction. Nothing in it keeps
 // session state: it runs through PgBouncer in transaction mode as any
 // statement does.
 
@@ -40,9 +48,34 @@ func isRefused(err error) bool {
 // does not parse.
 const sqlstateInvalidTextRepresentation = "22P02"
 
-// PutSet does not join the puts' group commit: a refused Set must roll
-// back its own put and refs, and in a shared statement or transaction it
-// would roll back the batch's other puts too.
+// errAlone tells a PutSet its shared batch failed: it is run again alone,
+// so that what failed the batch fails only its own PutSet.
+var errAlone = errors.New("postgres: put with refs: run alone")
+
+// putSet is one PutSet: its put, its Sets, and the rows their statements
+// answered.
+type putSet struct {
+	put  groupcommit.Put
+	sets []ref.SetParams
+	rows []setRow
+}
+
+// Size implements groupcommit.Item: the value, the refs' names and
+// annotations.
+func (ps *putSet) Size() int {
+	n := len(ps.put.Value)
+	for _, s := range ps.sets {
+		n += len(s.Name) + len(s.Annotation)
+	}
+	return n
+}
+
+// BatchKey implements groupcommit.Item: unconditional PutSets of one key
+// or ref may share a batch, applied in batch order.
+func (ps *putSet) BatchKey() string { return "" }
+
+// PutSet joins a group commit of PutSets when no Set has a condition;
+// else, and for a PutSet whose batch failed, it runs alone.
 func (r *refs) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetParams) (bool, []ref.Ref, error) {
 	if p.Chunks != 0 || len(p.Children) > 0 {
 		return false, nil, fmt.Errorf("%w: a put with refs stores an inline value without children", steaderr.ErrInvalidArgument)
@@ -50,43 +83,103 @@ func (r *refs) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetParam
 	if err := r.e.check(ctx); err != nil {
 		return false, nil, err
 	}
-	// Refs are locked in name order, as every PutSet locks them, so that
-	// two naming the same refs do not deadlock.
-	order := make([]int, len(sets))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(i, j int) int { return strings.Compare(sets[i].Name, sets[j].Name) })
-	key, value := p.Key.String(), p.Value
+	value := p.Value
 	if value == nil {
 		value = []byte{} // nil binds as NULL
 	}
-	ttl, now := p.TTL.Microseconds(), nowTimestamp(p.Now)
-	put := []any{key, int64(len(value)), value, p.Owner, ttl, now}
-	rows := make([]setRow, len(sets))
-	var created bool
-	failed := -1
+	ps := &putSet{
+		put:  groupcommit.Put{Key: p.Key.String(), Value: value, Pin: groupcommit.Pin{Owner: p.Owner, TTL: p.TTL, Now: p.Now}},
+		sets: sets,
+		rows: make([]setRow, len(sets)),
+	}
+	err := errAlone
+	if r.batchAll.Load() || !slices.ContainsFunc(sets, func(s ref.SetParams) bool { return s.Cond != ref.Always }) {
+		err = r.commit.Put(ctx, ps)
+	}
+	if errors.Is(err, errAlone) {
+		err = r.runPutSets(ctx, []*putSet{ps})
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	out := make([]ref.Ref, len(sets))
+	for i, s := range sets {
+		if out[i], err = r.setResult(s, &ps.rows[i]); err != nil {
+			return false, nil, err
+		}
+	}
+	return ps.put.Created, out, nil
+}
+
+// flushPutSets commits a batch of unconditional PutSets. A batch of one
+// fails with its own error; a larger one that fails (short of its context
+// ending) hands each PutSet errAlone.
+func (r *refs) flushPutSets(ctx context.Context, batch []*groupcommit.Request[*putSet]) error {
+	items := make([]*putSet, len(batch))
+	for i, req := range batch {
+		items[i] = req.Item
+	}
+	err := r.runPutSets(ctx, items)
+	if err == nil || len(batch) == 1 || ctx.Err() != nil {
+		return err
+	}
+	for _, req := range batch {
+		req.Err = errAlone
+	}
+	return nil
+}
+
+// runPutSets commits items in one pipeline and one transaction, or none
+// of them, filling each one's rows and Created. A refused Set fails it
+// with the Set's conflict.
+func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
+	var order []at
+	puts := make([]*groupcommit.Request[*groupcommit.Put], len(items))
+	for i, ps := range items {
+		puts[i] = &groupcommit.Request[*groupcommit.Put]{Item: &ps.put}
+		for j := range ps.sets {
+			order = append(order, at{i, j})
+		}
+	}
+	// Refs are locked in name order, as every PutSet locks them, so that
+	// two naming the same refs do not deadlock; one name Set by several
+	// PutSets is Set in batch order.
+	slices.SortStableFunc(order, func(x, y at) int {
+		return strings.Compare(items[x.item].sets[x.set].Name, items[y.item].sets[y.set].Name)
+	})
+	stmt, args, _ := r.e.blobs.putStatement(puts)
+	many := r.setManyArgs(items, order)
+	created := map[string]bool{}
+	var failed *ref.SetParams
 	err := r.e.retryTransient(ctx, func() error {
 		b := &pgx.Batch{}
-		b.Queue(r.e.sql(sqlPutOne), put...)
-		for _, i := range order {
-			stmt, args := r.setStatement(sets[i], true)
-			b.Queue(stmt, args...)
+		b.Queue(stmt, args...)
+		if many != nil {
+			b.Queue(r.e.sql(sqlRefSetMany), many...)
+		} else {
+			for _, o := range order {
+				stmt, args := r.setStatement(items[o.item].sets[o.set], true)
+				b.Queue(stmt, args...)
+			}
 		}
 		br := r.e.pool.SendBatch(ctx, b)
-		created, failed = false, -1
+		clear(created)
+		failed = nil
 		err := func() error {
 			res, err := br.Query()
 			if err != nil {
 				return err
 			}
-			var k string
-			if _, err := pgx.ForEachRow(res, []any{&k}, func() error { created = true; return nil }); err != nil {
+			if err := readCreated(res, created); err != nil {
 				return err
 			}
-			for _, i := range order {
-				if err := br.QueryRow().Scan(rows[i].dest()...); err != nil {
-					failed = i
+			if many != nil {
+				return readSetRows(br, items, order)
+			}
+			for _, o := range order {
+				ps := items[o.item]
+				if err := br.QueryRow().Scan(ps.rows[o.set].dest()...); err != nil {
+					failed = &ps.sets[o.set]
 					return err
 				}
 			}
@@ -98,16 +191,66 @@ func (r *refs) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetParam
 		return err
 	})
 	switch {
-	case err != nil && failed >= 0 && isRefused(err):
-		return false, nil, fmt.Errorf("ref %.80q: %w", sets[failed].Name, refConflict(sets[failed]))
+	case err != nil && failed != nil && isRefused(err):
+		return fmt.Errorf("ref %.80q: %w", failed.Name, refConflict(*failed))
 	case err != nil:
-		return false, nil, err
+		return err
 	}
-	out := make([]ref.Ref, len(sets))
-	for i, s := range sets {
-		if out[i], err = r.setResult(s, &rows[i]); err != nil {
-			return false, nil, err
+	tellCreated(puts, created)
+	return nil
+}
+
+// at is a Set of a batch of PutSets: items[item].sets[set].
+type at struct{ item, set int }
+
+// setManyArgs returns sqlRefSetMany's arguments for the Sets of a batch of
+// more than one PutSet, in order (sorted by name), or nil to send a
+// statement per Set: for a batch of one, as a lone PutSet always was, or
+// when a Set has a condition or a name is Set twice.
+func (r *refs) setManyArgs(items []*putSet, order []at) []any {
+	if len(items) < 2 {
+		return nil
+	}
+	names := make([]string, len(order))
+	keys := make([]string, len(order))
+	annotations := make([][]byte, len(order))
+	ttls := make([]int64, len(order))
+	nows := make([]pgtype.Timestamptz, len(order))
+	weak := make([]bool, len(order))
+	for i, o := range order {
+		s := items[o.item].sets[o.set]
+		if s.Cond != ref.Always || i > 0 && names[i-1] == s.Name {
+			return nil
 		}
+		names[i], keys[i], annotations[i] = s.Name, s.Key.String(), s.Annotation
+		ttls[i], nows[i], weak[i] = s.TTL.Microseconds(), nowTimestamp(s.Now), s.Weak
 	}
-	return created, out, nil
+	return []any{names, keys, annotations, ttls, nows, weak, r.declared.Load()}
+}
+
+// readSetRows reads sqlRefSetMany's answer, a row per Set in order.
+func readSetRows(br pgx.BatchResults, items []*putSet, order []at) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		if n == len(order) {
+			return fmt.Errorf("postgres: put with refs: more than %d rows", len(order))
+		}
+		o := order[n]
+		if err := rows.Scan(items[o.item].rows[o.set].dest()...); err != nil {
+			return err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n != len(order) {
+		return fmt.Errorf("postgres: put with refs: %d rows, want %d", n, len(order))
+	}
+	return nil
 }

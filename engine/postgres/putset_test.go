@@ -1,0 +1,198 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/internal/testing/pgtest"
+	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/steaderr"
+)
+
+// TestOverlappingPutSets races many goroutines, through two engines on one
+// schema, each putting one of a round's few new blobs with unconditional
+// refs: shared names, given in a random order, and two of its own, first
+// and last in name order. Some contexts are cancelled mid-flight. No
+// PutSet that was not cancelled may fail (a deadlock between batches
+// would); each is all or nothing: its own refs exist when it returned nil,
+// both or neither when it failed (a cancelled commit may have won the
+// race), and told created before any is cancelled; of the PutSets of a key, at
+// most one is told it stored the blob, exactly one before any is
+// cancelled (a batch a cancellation failed is run again, and may find its
+// blobs stored); and every ref names a stored blob.
+func TestOverlappingPutSets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		params string
+		via    func(testing.TB, *pgtest.DB) *pgtest.DB
+	}{
+		{"pool4", "&pool_max_conns=4", direct},
+		{"pool1", "&pool_max_conns=1", direct},
+		{"pgbouncer", "&pgbouncer=true&pool_max_conns=4", viaPgBouncer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := tc.via(t, pgtest.New(t))
+			first := open(t, db, tc.params)
+			engines := []ref.Backend{first.Refs(), open(t, db, tc.params).Refs()}
+			const nkeys, nshared, workers, rounds = 4, 5, 16, 12
+			value := func(round, i int) []byte { return fmt.Appendf(nil, "overlapping putset %d/%d", round, i) }
+			type outcome struct {
+				round int
+				key   blob.Key
+				own   string
+				ok    bool
+				told  bool
+			}
+			var mu sync.Mutex
+			var outcomes []outcome
+			var wg sync.WaitGroup
+			for w := range 2 * workers {
+				if w == workers {
+					wg.Wait() // the rounds without cancellations end first
+				}
+				wg.Go(func() {
+					eng := engines[w%len(engines)]
+					for round := range rounds {
+						if w >= workers {
+							round += rounds
+						}
+						v := value(round, rand.IntN(nkeys))
+						key := blob.KeyOf(v)
+						own := fmt.Sprintf("ov/own-%d-%d", w, round)
+						sets := []ref.SetParams{{Name: own, Key: key}, {Name: "ov/~" + own, Key: key}}
+						// Half set only their own refs, so that batches of
+						// distinct names (one statement for their refs)
+						// meet batches naming one ref twice (a statement
+						// per ref).
+						shared := rand.Perm(nshared)[:2+rand.IntN(nshared-2)]
+						if rand.IntN(2) == 0 {
+							shared = nil
+						}
+						for _, i := range shared {
+							sets = append(sets, ref.SetParams{Name: fmt.Sprintf("ov/shared-%d", i), Key: key, Weak: i%2 == 1})
+						}
+						ctx, cancel := context.WithCancel(context.Background())
+						if round >= rounds && rand.IntN(3) == 0 {
+							time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
+						}
+						told, got, err := eng.PutSet(ctx, blob.PutParams{Key: key, Value: v, Owner: "test", TTL: time.Minute}, sets)
+						switch {
+						case err == nil:
+							for i, r := range got {
+								if r.Name != sets[i].Name || r.Key != key || r.Weak != sets[i].Weak || r.Version < 1 {
+									t.Errorf("PutSet: ref %d = %+v, want %q to %s", i, r, sets[i].Name, key)
+								}
+								if i < 2 && round < rounds && !r.Created {
+									t.Errorf("PutSet: its own new ref %+v not told created", r)
+								}
+							}
+						case ctx.Err() == nil:
+							t.Errorf("PutSet failed without being cancelled: %v", err)
+						}
+						cancel()
+						mu.Lock()
+						outcomes = append(outcomes, outcome{round, key, own, err == nil, told})
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			ctx := t.Context()
+			told := map[blob.Key]int{}
+			stored := map[blob.Key]bool{}
+			for _, o := range outcomes {
+				_, err := engines[0].Get(ctx, ref.GetParams{Name: o.own})
+				_, lastErr := engines[0].Get(ctx, ref.GetParams{Name: "ov/~" + o.own})
+				switch {
+				case o.ok && (err != nil || lastErr != nil):
+					t.Fatalf("PutSet of %s returned nil, and its refs: %v, %v", o.key, err, lastErr)
+				case err == nil && lastErr == nil:
+				case !errors.Is(err, steaderr.ErrNotFound) || !errors.Is(lastErr, steaderr.ErrNotFound):
+					t.Fatalf("PutSet of %s failed, and its refs: %v, %v, want both or neither", o.key, err, lastErr)
+				}
+				if o.told {
+					told[o.key]++
+				}
+				stored[o.key] = stored[o.key] || o.ok
+			}
+			for k := range stored {
+				if told[k] > 1 {
+					t.Errorf("%d PutSets of %s were told they stored it", told[k], k)
+				}
+			}
+			for round := range rounds {
+				for i := range nkeys {
+					if k := blob.KeyOf(value(round, i)); stored[k] && told[k] != 1 {
+						t.Errorf("round %d, without cancellations: %d PutSets of %s told they stored it, want 1", round, told[k], k)
+					}
+				}
+			}
+			var listed []ref.Ref
+			err := engines[0].List(ctx, ref.ListParams{Prefix: "ov/", Limit: 1 << 20}, func(r ref.Ref) bool {
+				listed = append(listed, r)
+				return true
+			})
+			if err != nil || len(listed) == 0 {
+				t.Fatalf("List: %d refs, %v", len(listed), err)
+			}
+			for _, r := range listed {
+				if _, err := first.Blobs().Stat(ctx, r.Key); err != nil {
+					t.Errorf("ref %q names %s, and Stat: %v", r.Name, r.Key, err)
+				}
+			}
+		})
+	}
+}
+
+// TestPutSetRefusedInBatch: with conditional PutSets sharing group commits
+// (SetBatchConditionalPutSets), concurrent PutSets some of which are
+// refused: a refused one fails alone with ErrConflict and stores nothing,
+// every other commits.
+func TestPutSetRefusedInBatch(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "&pool_max_conns=1")
+	postgres.SetBatchConditionalPutSets(e, true)
+	ctx := t.Context()
+	held := []byte("refused in batch: held")
+	if _, _, err := e.Refs().PutSet(ctx, blob.PutParams{Key: blob.KeyOf(held), Value: held, Owner: "test", TTL: time.Minute}, []ref.SetParams{{Name: "rb/held", Key: blob.KeyOf(held)}}); err != nil {
+		t.Fatalf("PutSet: %v", err)
+	}
+	const n = 32
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			v := fmt.Appendf(nil, "refused in batch %d", i)
+			sets := []ref.SetParams{{Name: fmt.Sprintf("rb/own-%d", i), Key: blob.KeyOf(v)}, {Name: "rb/shared", Key: blob.KeyOf(v), Weak: true}}
+			if i%4 == 0 {
+				sets = append(sets, ref.SetParams{Name: "rb/held", Key: blob.KeyOf(v), Cond: ref.IfAbsent})
+			}
+			_, _, errs[i] = e.Refs().PutSet(ctx, blob.PutParams{Key: blob.KeyOf(v), Value: v, Owner: "test", TTL: time.Minute}, sets)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		v := fmt.Appendf(nil, "refused in batch %d", i)
+		_, gerr := e.Refs().Get(ctx, ref.GetParams{Name: fmt.Sprintf("rb/own-%d", i)})
+		_, serr := e.Blobs().Stat(ctx, blob.KeyOf(v))
+		if i%4 == 0 {
+			if !errors.Is(err, steaderr.ErrConflict) || !errors.Is(gerr, steaderr.ErrNotFound) || !errors.Is(serr, steaderr.ErrNotFound) {
+				t.Fatalf("refused PutSet %d: %v; its ref: %v, its blob: %v; want ErrConflict and nothing stored", i, err, gerr, serr)
+			}
+			continue
+		}
+		if err != nil || gerr != nil || serr != nil {
+			t.Fatalf("PutSet %d: %v; its ref: %v, its blob: %v", i, err, gerr, serr)
+		}
+	}
+}
