@@ -32,25 +32,35 @@ func need(kind, method string) string {
 // address that failed to log in too often.
 func (g *Registry) authorize(w http.ResponseWriter, r *http.Request, rt route) bool {
 	var err error
-	var scope string
+	var action string
 	switch rt.kind {
 	case "base":
 		err = access.Identified(r.Context())
 	case "catalog":
-		err, scope = access.Check(r.Context(), access.Registry, "catalog", "*"), "registry:catalog:*"
+		err = access.Check(r.Context(), access.Registry, "catalog", "*")
 	default:
-		action := need(rt.kind, r.Method)
+		action = need(rt.kind, r.Method)
 		err = access.Check(r.Context(), access.Repository, rt.name, action)
-		scope = "repository:" + rt.name + ":" + action
-		if action == access.Push {
-			scope = "repository:" + rt.name + ":pull,push"
-		}
 	}
 	if err == nil {
 		return true
 	}
-	refuse(w, r, err, scope)
+	refuse(w, r, err, challengeScope(rt, action))
 	return false
+}
+
+// challengeScope is the scope a refusal of action on rt tells the client
+// to ask a token for.
+func challengeScope(rt route, action string) string {
+	switch {
+	case rt.kind == "base":
+		return ""
+	case rt.kind == "catalog":
+		return "registry:catalog:*"
+	case action == access.Push:
+		return "repository:" + rt.name + ":pull,push"
+	}
+	return "repository:" + rt.name + ":" + action
 }
 
 // refuse answers an authorization error in the spec's form.
