@@ -522,3 +522,38 @@ func TestConcurrentChunks(t *testing.T) {
 		t.Fatalf("blob = %d, %d bytes; want the %d bytes that landed", resp.StatusCode, len(body), len(want))
 	}
 }
+
+// TestBlobHeadLikeGet checks that a HEAD of a blob has the status and
+// headers of the GET it stands for: whole,
+// a range, a revalidation, a range asking for nothing, and a blob the
+// repository does not hold.
+func TestBlobHeadLikeGet(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, "")
+	value := []byte(strings.Repeat("0123456789", 100))
+	d := c.pushBlob("r", value)
+	c.pushBlob("other", []byte("elsewhere"))
+	for _, tc := range []struct {
+		name, path string
+		hdr        map[string]string
+		status     int
+	}{
+		{"whole", "/v2/r/blobs/" + d, nil, http.StatusOK},
+		{"range", "/v2/r/blobs/" + d, map[string]string{"Range": "bytes=10-19"}, http.StatusPartialContent},
+		{"if-none-match", "/v2/r/blobs/" + d, map[string]string{"If-None-Match": `"` + d + `"`}, http.StatusNotModified},
+		{"empty range", "/v2/r/blobs/" + d, map[string]string{"Range": "bytes=-0"}, http.StatusRequestedRangeNotSatisfiable},
+		{"other repository", "/v2/other/blobs/" + d, nil, http.StatusNotFound},
+	} {
+		get, _ := c.do("GET", tc.path, tc.hdr, nil)
+		head, body := c.do("HEAD", tc.path, tc.hdr, nil)
+		if get.StatusCode != tc.status || head.StatusCode != tc.status || len(body) != 0 {
+			t.Errorf("%s: GET = %d, HEAD = %d with %d bytes; want %d and no body", tc.name, get.StatusCode, head.StatusCode, len(body), tc.status)
+			continue
+		}
+		get.Header.Del("Date")
+		head.Header.Del("Date")
+		if fmt.Sprint(get.Header) != fmt.Sprint(head.Header) {
+			t.Errorf("%s: HEAD headers\n%v\nwant the GET's\n%v", tc.name, head.Header, get.Header)
+		}
+	}
+}
