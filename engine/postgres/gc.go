@@ -92,17 +92,17 @@ AND NOT EXISTS (SELECT 1 FROM {schema}.blob_edges e WHERE e.child = b.key)
 AND NOT EXISTS (SELECT 1 FROM {schema}.gc_referenced(ARRAY[b.key]))
 RETURNING key, size`)
 
-	// sqlReapPins deletes up to $2 expired pins, skipping those a put or
-	// renewal holds, so a reap never waits on (or deadlocks with) a
+	// sqlReap deletes up to $2 expired pins and up to $2 expired refs,
+	// answering how many of each, skipping the rows a put, a renewal or a
+	// ref's writer holds, so a reap never waits on (or deadlocks with) a
 	// writer; they are reaped next time.
-	sqlReapPins = declare("sqlReapPins", `DELETE FROM {schema}.pins WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`)
-	sqlCountExpiredPins = declare("sqlCountExpiredPins", `SELECT count(*) FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now())`)
-	// sqlReapRefs deletes up to $2 expired refs, skipping those a writer
-	// holds.
-	sqlReapRefs = declare("sqlReapRefs", `DELETE FROM {schema}.refs WHERE name = ANY (ARRAY(
-	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED))`)
-	sqlCountExpiredRefs = declare("sqlCountExpiredRefs", `SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now())`)
+	sqlReap = declare("sqlReap", `WITH p AS (DELETE FROM {schema}.pins WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1),
+r AS (DELETE FROM {schema}.refs WHERE name = ANY (ARRAY(
+	SELECT name FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()) LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)
+SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM r)`)
+	sqlCountExpired = declare("sqlCountExpired", `SELECT (SELECT count(*) FROM {schema}.pins WHERE expiry <= coalesce($1::timestamptz, now())),
+(SELECT count(*) FROM {schema}.refs WHERE expiry <= coalesce($1::timestamptz, now()))`)
 	// sqlDeclared reports whether anything beyond pins ever declared
 	// liveness (migration 14's triggers record edges and sources; a ref's
 	// Set records it in its own statement, migration 15).
@@ -476,40 +476,31 @@ func (g *gcMech) onLease(ctx context.Context, lease gc.Lease, fn func(q querier)
 	return fn(g.e.pool)
 }
 
-// Reap deletes expired pins and refs in statements of at most reapBatch
-// rows each.
+// Reap deletes expired pins and refs, up to reapBatch of each in one
+// statement, until a statement finds fewer of both.
 func (g *gcMech) Reap(ctx context.Context, p gc.NowParams) (gc.Reaped, error) {
 	var r gc.Reaped
 	if err := g.e.check(ctx); err != nil {
 		return r, err
 	}
-	for _, step := range []struct {
-		reap, count string
-		n           *int64
-	}{{g.e.sql(sqlReapPins), g.e.sql(sqlCountExpiredPins), &r.Pins}, {g.e.sql(sqlReapRefs), g.e.sql(sqlCountExpiredRefs), &r.Refs}} {
-		if p.DryRun {
-			if err := listError(g.e.pool.QueryRow(ctx, step.count, nowArg(p.Now)).Scan(step.n)); err != nil {
-				return r, err
-			}
-			continue
+	if p.DryRun {
+		err := g.e.pool.QueryRow(ctx, g.e.sql(sqlCountExpired), nowArg(p.Now)).Scan(&r.Pins, &r.Refs)
+		return r, listError(err)
+	}
+	for {
+		var pins, refs int64
+		err := g.onLease(ctx, p.Lease, func(q querier) error {
+			return q.QueryRow(ctx, g.e.sql(sqlReap), nowArg(p.Now), reapBatch).Scan(&pins, &refs)
+		})
+		if err != nil {
+			return r, listError(err)
 		}
-		for {
-			var n int64
-			err := g.onLease(ctx, p.Lease, func(q querier) error {
-				tag, err := q.Exec(ctx, step.reap, nowArg(p.Now), reapBatch)
-				n = tag.RowsAffected()
-				return err
-			})
-			if err != nil {
-				return r, listError(err)
-			}
-			*step.n += n
-			if n < reapBatch {
-				break
-			}
+		r.Pins += pins
+		r.Refs += refs
+		if pins < reapBatch && refs < reapBatch {
+			return r, nil
 		}
 	}
-	return r, nil
 }
 
 // Declared implements gc.Backend.
