@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/internal/groupcommit"
@@ -18,9 +17,8 @@ import (
 )
 
 // PutSets are sent as one pipeline, one round trip: the put statement for
-// their blobs (sqlPutOne for one), then their Sets, all the batch's in name
-// order (sqlRefSetMany for a batch's distinct names without conditions,
-// else a Set's statement per ref), and a single Sync, so that the server
+// their blobs (sqlPutOne for one), then a Set's statement per ref, all the
+// batch's in name order, and a single Sync, so that the server
 // runs them in one implicit transaction, which an error in any statement
 // rolls back whole (docs/decisions/0055-put-with-refs.md). The put locks
 // the blob rows as puts do and holds the locks to the commit, so a ref's
@@ -148,19 +146,14 @@ func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
 		return strings.Compare(items[x.item].sets[x.set].Name, items[y.item].sets[y.set].Name)
 	})
 	stmt, args, _ := r.e.blobs.putStatement(puts)
-	many := r.setManyArgs(items, order)
 	created := map[string]bool{}
 	var failed *ref.SetParams
 	err := r.e.retryTransient(ctx, func() error {
 		b := &pgx.Batch{}
 		b.Queue(stmt, args...)
-		if many != nil {
-			b.Queue(r.e.sql(sqlRefSetMany), many...)
-		} else {
-			for _, o := range order {
-				stmt, args := r.setStatement(items[o.item].sets[o.set], true)
-				b.Queue(stmt, args...)
-			}
+		for _, o := range order {
+			stmt, args := r.setStatement(items[o.item].sets[o.set], true)
+			b.Queue(stmt, args...)
 		}
 		br := r.e.pool.SendBatch(ctx, b)
 		clear(created)
@@ -172,9 +165,6 @@ func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
 			}
 			if err := readCreated(res, created); err != nil {
 				return err
-			}
-			if many != nil {
-				return readSetRows(br, items, order)
 			}
 			for _, o := range order {
 				ps := items[o.item]
@@ -202,55 +192,3 @@ func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
 
 // at is a Set of a batch of PutSets: items[item].sets[set].
 type at struct{ item, set int }
-
-// setManyArgs returns sqlRefSetMany's arguments for the Sets of a batch of
-// more than one PutSet, in order (sorted by name), or nil to send a
-// statement per Set: for a batch of one, as a lone PutSet always was, or
-// when a Set has a condition or a name is Set twice.
-func (r *refs) setManyArgs(items []*putSet, order []at) []any {
-	if len(items) < 2 {
-		return nil
-	}
-	names := make([]string, len(order))
-	keys := make([]string, len(order))
-	annotations := make([][]byte, len(order))
-	ttls := make([]int64, len(order))
-	nows := make([]pgtype.Timestamptz, len(order))
-	weak := make([]bool, len(order))
-	for i, o := range order {
-		s := items[o.item].sets[o.set]
-		if s.Cond != ref.Always || i > 0 && names[i-1] == s.Name {
-			return nil
-		}
-		names[i], keys[i], annotations[i] = s.Name, s.Key.String(), s.Annotation
-		ttls[i], nows[i], weak[i] = s.TTL.Microseconds(), nowTimestamp(s.Now), s.Weak
-	}
-	return []any{names, keys, annotations, ttls, nows, weak, r.declared.Load()}
-}
-
-// readSetRows reads sqlRefSetMany's answer, a row per Set in order.
-func readSetRows(br pgx.BatchResults, items []*putSet, order []at) error {
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		if n == len(order) {
-			return fmt.Errorf("postgres: put with refs: more than %d rows", len(order))
-		}
-		o := order[n]
-		if err := rows.Scan(items[o.item].rows[o.set].dest()...); err != nil {
-			return err
-		}
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if n != len(order) {
-		return fmt.Errorf("postgres: put with refs: %d rows, want %d", n, len(order))
-	}
-	return nil
-}

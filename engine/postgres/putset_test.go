@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
 	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/ref"
@@ -70,9 +73,7 @@ func TestOverlappingPutSets(t *testing.T) {
 						own := fmt.Sprintf("ov/own-%d-%d", w, round)
 						sets := []ref.SetParams{{Name: own, Key: key}, {Name: "ov/~" + own, Key: key}}
 						// Half set only their own refs, so that batches of
-						// distinct names (one statement for their refs)
-						// meet batches naming one ref twice (a statement
-						// per ref).
+						// distinct names meet batches naming one ref twice.
 						shared := rand.Perm(nshared)[:2+rand.IntN(nshared-2)]
 						if rand.IntN(2) == 0 {
 							shared = nil
@@ -194,5 +195,79 @@ func TestPutSetRefusedInBatch(t *testing.T) {
 		if err != nil || gerr != nil || serr != nil {
 			t.Fatalf("PutSet %d: %v; its ref: %v, its blob: %v", i, err, gerr, serr)
 		}
+	}
+}
+
+// TestPutSetsDoNotDeadlock races unconditional PutSets of one to three
+// refs, shared names in random order, through two engines on one schema,
+// with plain Sets and Deletes of the same names, ref rows present and
+// absent in turn. Every writer takes the refs' rows in name order, so the
+// server never detects a deadlock: the engines log no retry.
+func TestPutSetsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		params string
+		via    func(testing.TB, *pgtest.DB) *pgtest.DB
+	}{
+		{"pool4", "&pool_max_conns=4", direct},
+		{"pgbouncer", "&pgbouncer=true&pool_max_conns=4", viaPgBouncer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := tc.via(t, pgtest.New(t))
+			var logs testkit.Buffer
+			cfg, err := postgres.ParseURL(db.StoreURL() + tc.params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			engines := []ref.Backend{openConfig(t, cfg).Refs(), openConfig(t, cfg).Refs()}
+			const nkeys, nnames, putters, plain, ops = 5, 6, 10, 4, 150
+			values := make([][]byte, nkeys)
+			for i := range values {
+				values[i] = fmt.Appendf(nil, "no deadlock %d", i)
+			}
+			name := func(i int) string { return fmt.Sprintf("dl/n%d", i) }
+			ctx := t.Context()
+			var wg sync.WaitGroup
+			for w := range putters + plain {
+				wg.Go(func() {
+					eng := engines[w%len(engines)]
+					for range ops {
+						v := values[rand.IntN(nkeys)]
+						key := blob.KeyOf(v)
+						if w >= putters {
+							// A plain writer: a Set (its blob may not be
+							// stored yet) or a Delete of one name.
+							n := name(rand.IntN(nnames))
+							var err error
+							if rand.IntN(2) == 0 {
+								_, err = eng.Set(ctx, ref.SetParams{Name: n, Key: key, Weak: true})
+							} else {
+								err = eng.Delete(ctx, ref.DeleteParams{Name: n})
+							}
+							if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+								t.Errorf("plain writer: %v", err)
+								return
+							}
+							continue
+						}
+						var sets []ref.SetParams
+						for _, i := range rand.Perm(nnames)[:1+rand.IntN(3)] {
+							sets = append(sets, ref.SetParams{Name: name(i), Key: key, TTL: time.Duration(rand.IntN(2)) * time.Minute})
+						}
+						if _, _, err := eng.PutSet(ctx, blob.PutParams{Key: key, Value: v, Owner: "test", TTL: time.Minute}, sets); err != nil {
+							t.Errorf("PutSet: %v", err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if got := logs.String(); strings.Contains(got, "retrying") {
+				t.Errorf("a statement was retried (a deadlock detected):\n%.2000s", got)
+			}
+		})
 	}
 }

@@ -88,41 +88,6 @@ SELECT CASE WHEN w.name IS NOT NULL OR NOT $8::boolean THEN EXISTS (SELECT FROM 
 	w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
 FROM (SELECT) AS one LEFT JOIN w ON true`)
 
-	// sqlRefSetMany is sqlRefSet, unconditional and refusing, for the
-	// refs of a batch of PutSets, their names distinct and sorted
-	// bytewise: $1 names, $2 keys, $3 annotations, $4 TTLs in µs, $5 nows,
-	// $6 weak, $7 sqlRefSet's. It locks the keys' blob rows (the batch's
-	// put holds them already), then the refs' rows in name order, as the
-	// batch's Sets one by one would, and answers as sqlRefSet does, a row
-	// per ref in the order given.
-	sqlRefSetMany = declare("sqlRefSetMany", `WITH u AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::timestamptz[], $6::boolean[]) WITH ORDINALITY AS u(n, k, a, d, t, weak, i)
-), b AS (
-	SELECT key FROM {schema}.blobs WHERE key IN (SELECT k FROM u) ORDER BY key COLLATE "C" FOR KEY SHARE
-), cur AS (
-	SELECT name, expiry FROM {schema}.refs WHERE name IN (SELECT n FROM u) AND (SELECT count(*) FROM b) >= 0
-	ORDER BY name COLLATE "C" FOR NO KEY UPDATE
-), w AS (
-	INSERT INTO {schema}.refs AS r (name, key, version, annotation, expiry, weak)
-	SELECT u.n, b.key, nextval('{schema}.ref_versions'), u.a,
-	       CASE WHEN u.d > 0 THEN coalesce(u.t, clock_timestamp()) + (u.d / 1000000) * interval '1 second' + (u.d % 1000000) * interval '1 microsecond' END,
-	       u.weak
-	FROM u JOIN b ON b.key = u.k
-	WHERE (SELECT count(*) FROM cur) >= 0
-	ORDER BY u.i
-	ON CONFLICT (name) DO UPDATE
-	SET key = excluded.key, version = nextval('{schema}.ref_versions'), annotation = excluded.annotation, expiry = excluded.expiry, weak = excluded.weak
-	RETURNING name, key, version, annotation, expiry, weak, xmax = 0 AS inserted
-), d AS (
-	INSERT INTO {schema}.gc_declared (id) SELECT true FROM w
-	WHERE NOT $7::boolean AND NOT EXISTS (SELECT FROM {schema}.gc_declared) LIMIT 1
-	ON CONFLICT DO NOTHING
-)
-SELECT CASE WHEN w.name IS NOT NULL THEN true ELSE ('stead: ref condition not met: ' || u.n)::int = 0 END,
-	w.name, w.key, w.version, w.annotation, w.expiry, w.weak,
-	coalesce(w.inserted OR cur.expiry <= coalesce(u.t, now()), false)
-FROM u LEFT JOIN w ON w.name = u.n LEFT JOIN cur ON cur.name = u.n ORDER BY u.i`)
-
 	sqlRefGet = declare("sqlRefGet", `SELECT name, key, version, annotation, expiry, weak FROM {schema}.refs
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`)
 
