@@ -19,6 +19,19 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
+// putSetPools are the engines' pools the PutSet races run on, two engines
+// sharing a schema: 4 connections each, one each, and 4 through PgBouncer
+// in transaction mode.
+var putSetPools = []struct {
+	name   string
+	params string
+	via    func(testing.TB, *pgtest.DB) *pgtest.DB
+}{
+	{"pool4", "&pool_max_conns=4", direct},
+	{"pool1", "&pool_max_conns=1", direct},
+	{"pgbouncer", "&pgbouncer=true&pool_max_conns=4", viaPgBouncer},
+}
+
 // TestOverlappingPutSets races many goroutines, through two engines on one
 // schema, each putting one of a round's few new blobs with unconditional
 // refs: shared names, given in a random order, and two of its own, first
@@ -32,15 +45,7 @@ import (
 // blobs stored); and every ref names a stored blob.
 func TestOverlappingPutSets(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		params string
-		via    func(testing.TB, *pgtest.DB) *pgtest.DB
-	}{
-		{"pool4", "&pool_max_conns=4", direct},
-		{"pool1", "&pool_max_conns=1", direct},
-		{"pgbouncer", "&pgbouncer=true&pool_max_conns=4", viaPgBouncer},
-	} {
+	for _, tc := range putSetPools {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := tc.via(t, pgtest.New(t))
@@ -205,14 +210,7 @@ func TestPutSetRefusedInBatch(t *testing.T) {
 // server never detects a deadlock: the engines log no retry.
 func TestPutSetsDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		params string
-		via    func(testing.TB, *pgtest.DB) *pgtest.DB
-	}{
-		{"pool4", "&pool_max_conns=4", direct},
-		{"pgbouncer", "&pgbouncer=true&pool_max_conns=4", viaPgBouncer},
-	} {
+	for _, tc := range putSetPools {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := tc.via(t, pgtest.New(t))
