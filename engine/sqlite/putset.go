@@ -16,9 +16,10 @@ import (
 
 // putSets group-commits PutSets: concurrent ones share a write
 // transaction, each applied in turn, one with a condition under a
-// savepoint, which a refused Set rolls back alone. They do not join the puts' group commit, whose
-// batches have no savepoints, nor the Sets', whose requests carry no
-// value: the writer runs one transaction at a time whichever commits it.
+// savepoint, which a refused Set rolls back alone. They do not join the
+// puts' group commit, whose batches have no savepoints, nor the Sets',
+// whose requests carry no value: the writer runs one transaction at a
+// time whichever commits it.
 type putSets struct {
 	e      *Engine
 	commit *groupcommit.Committer[*putSetReq]
