@@ -62,14 +62,10 @@ func (s *Store) Put(ctx context.Context, r io.Reader, opts PutOptions) (PutResul
 		return PutResult{}, fmt.Errorf("ref put: %w", err)
 	}
 	var refs []Ref
-	var setErr error // the commit's own error, not the blob put's
 	res, ran, err := s.blobs.PutVia(ctx, r, blob.PutOptions{Expect: opts.Expect}, func(ctx context.Context, p blob.PutParams) (created bool, err error) {
-		created, refs, setErr = s.putSet(ctx, p, sets)
-		return created, setErr
+		created, refs, err = s.putSet(ctx, p, sets)
+		return created, err
 	})
-	if setErr != nil {
-		err = setErr
-	}
 	if err != nil {
 		return PutResult{}, fmt.Errorf("ref put: %w", err)
 	}
