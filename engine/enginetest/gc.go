@@ -439,9 +439,11 @@ func gcSharedRow(t *testing.T, h Harness) {
 // gcGuard checks that a Pin guard renews its pin and that one whose pin
 // is removed under it is lost. The store's pins are on the bundle's clock:
 // the guard renews every TTL/3 in real time, but its deadlines are the
-// clock's, which moves only when the test moves it.
+// clock's, which moves only when the test moves it. The guard's own
+// deadline is real time, so the TTL is long enough for a renewal to
+// finish on a loaded machine: one that does not is lost, correctly.
 func gcGuard(t *testing.T, h Harness) {
-	const ttl = holdTTL
+	const ttl = 1500 * time.Millisecond
 	b := setupGC(t, h)
 	s := blob.NewStore(b.blobs, blob.Options{PinTTL: ttl, Now: b.clock.Now})
 	key := mustPut(t, s, testValue("guard", 10))
@@ -462,6 +464,11 @@ func gcGuard(t *testing.T, h Harness) {
 		b.clock.Advance(ttl / 3)
 		want := b.clock.Now().Add(ttl)
 		testkit.Until(t, "the guard to renew its pin", func() bool {
+			select {
+			case <-guard.Lost():
+				t.Fatalf("the guard was lost: %v", guard.Release(t.Context()))
+			default:
+			}
 			p := pins()
 			return len(p) == 1 && p[0].Expiry.Equal(want)
 		})
