@@ -113,7 +113,11 @@ SELECT k, coalesce($2::timestamptz, now()) FROM unnest($1::text[]) AS k
 WHERE EXISTS (SELECT FROM {schema}.blobs b WHERE b.key = k)
 ON CONFLICT (key) DO UPDATE SET visible_after = excluded.visible_after
 WHERE w.visible_after IS DISTINCT FROM excluded.visible_after`)
-	sqlStagePass  = declare("sqlStagePass", `SELECT last_key, started FROM {schema}.gc_pass`)
+	sqlStagePass = declare("sqlStagePass", `SELECT last_key, started FROM {schema}.gc_pass`)
+	// sqlStageRange stages one range of the pass (gc_stage_range,
+	// migration 18): its keys come from the key's index alone, the other
+	// tables are read only within the range, and a blob's row only for a
+	// key nothing else protects, so its cost follows lim, not the store.
 	sqlStageRange = declare("sqlStageRange", `SELECT covered, staged, last_covered
 FROM {schema}.gc_stage_range(@after, @lim, coalesce(@now::timestamptz, now()), @grace_us * interval '1 microsecond', @dry_run)`)
 
