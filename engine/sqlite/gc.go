@@ -27,9 +27,9 @@ const (
 	// is a chunk set, its pins' latest expiry (NULL: none), its refs'
 	// greatest liveness at ?2 (NULL: none; 0: expired or weak only; 1: a
 	// live strong ref), whether a parent references it, whether it
-	// references a child and whether it is in the window: one probe per
-	// table and key answers both what keeps it and whether a delete must
-	// visit that table.
+	// references a child and whether it is in the window: one probe of
+	// each index per key answers both what keeps the key and whether a
+	// delete must visit that table.
 	sqlArbRead = `SELECT j.key, b.rowid, b.size, b.object, b.chunks IS NOT NULL,
 	(SELECT max(expiry) FROM pins WHERE key = b.key),
 	(SELECT max(NOT weak AND (expiry IS NULL OR expiry > ?2)) FROM refs WHERE key = b.key),
