@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -17,19 +18,28 @@ import (
 
 // The garbage-collection statements. Times are Unix microseconds. Every
 // write runs on the single writer connection, so an arbitration (one write
-// transaction: read the blobs, their pins, the sources, then delete) never
-// interleaves with a put or a pin. A batch of keys is bound as one JSON
-// array, read with json_each.
+// transaction: read the blobs, their pins, refs and edges, and the
+// sources, then delete) never interleaves with a put or a pin. A batch of
+// keys is bound as one JSON array, read with json_each.
 const (
-	// sqlArbBlobs reads the stored ones of the keys: each with its size,
-	// its object (or NULL) and whether its value is a chunk set.
-	sqlArbBlobs = `SELECT key, size, object, chunks IS NOT NULL FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
-	// sqlArbKept answers the keys a live pin or strong ref, or a parent,
-	// keeps.
-	sqlArbKept = `SELECT key FROM pins WHERE key IN (SELECT value FROM json_each(?1)) AND expiry > ?2
-UNION SELECT key FROM refs WHERE key IN (SELECT value FROM json_each(?1)) AND NOT weak AND (expiry IS NULL OR expiry > ?2)
-UNION SELECT child FROM blob_edges WHERE child IN (SELECT value FROM json_each(?1))`
-	sqlArbDeleteBlobs   = `DELETE FROM blobs WHERE key IN (SELECT value FROM json_each(?1))`
+	// sqlArbRead reads, for each stored one of the keys ?1, its index in
+	// the array, its rowid, size and object (or NULL), whether its value
+	// is a chunk set, its pins' latest expiry (NULL: none), its refs'
+	// greatest liveness at ?2 (NULL: none; 0: expired or weak only; 1: a
+	// live strong ref), whether a parent references it, whether it
+	// references a child and whether it is in the window: one probe of
+	// each index per key answers both what keeps the key and whether a
+	// delete must visit that table.
+	sqlArbRead = `SELECT j.key, b.rowid, b.size, b.object, b.chunks IS NOT NULL,
+	(SELECT max(expiry) FROM pins WHERE key = b.key),
+	(SELECT max(NOT weak AND (expiry IS NULL OR expiry > ?2)) FROM refs WHERE key = b.key),
+	EXISTS (SELECT 1 FROM blob_edges WHERE child = b.key),
+	EXISTS (SELECT 1 FROM blob_edges WHERE parent = b.key),
+	EXISTS (SELECT 1 FROM gc_window WHERE key = b.key)
+FROM json_each(?1) AS j CROSS JOIN blobs AS b ON b.key = j.value`
+	// sqlArbDeleteBlobs deletes the blobs of the rowids ?1: a rowid names
+	// the row without a probe of the key index.
+	sqlArbDeleteBlobs   = `DELETE FROM blobs WHERE rowid IN (SELECT value FROM json_each(?1))`
 	sqlArbDeleteStage   = `DELETE FROM gc_window WHERE key IN (SELECT value FROM json_each(?1))`
 	sqlArbDeletePins    = `DELETE FROM pins WHERE key IN (SELECT value FROM json_each(?1))`
 	sqlArbDeleteRefs    = `DELETE FROM refs WHERE key IN (SELECT value FROM json_each(?1))` // expired or weak
@@ -94,11 +104,28 @@ func keyArray(keys []blob.Key) string {
 	return string(b)
 }
 
-// arbitrate decides keys in one write transaction.
+// rowidArray is rowids as the JSON array sqlArbDeleteBlobs reads.
+func rowidArray(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*8)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// arbitrate decides keys in one write transaction: one statement reads
+// what it needs of the keys (sqlArbRead), then one deletes the doomed
+// blobs and one each deletes their rows in the window, the pins, the refs
+// and the edges, skipped when none of the doomed keys has a row there.
 func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, dry bool) ([]blob.Verdict, error) {
 	if err := b.e.check(ctx); err != nil {
 		return nil, err
 	}
+	at := clock.OrNow(now).UnixMicro()
 	var verdicts []blob.Verdict
 	var objects []string
 	err := b.e.writeTx(ctx, func(tx *sql.Tx) error {
@@ -106,22 +133,13 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		if err := b.checkFuncSources(ctx, tx); err != nil {
 			return err
 		}
-		all := keyArray(keys)
-		stored, err := storedRows(ctx, tx, all)
+		stored, err := arbRows(ctx, tx, keys, at)
 		if err != nil {
 			return err
-		}
-		pinnedKeys, err := queryKeys(ctx, tx, sqlArbKept, all, clock.OrNow(now).UnixMicro())
-		if err != nil {
-			return err
-		}
-		pinned := map[blob.Key]bool{}
-		for _, k := range pinnedKeys {
-			pinned[k] = true
 		}
 		var ask []blob.Key
-		for _, k := range keys {
-			if _, ok := stored[k]; ok && !pinned[k] {
+		for i, k := range keys {
+			if row := &stored[i]; row.stored && !row.kept {
 				ask = append(ask, k)
 			}
 		}
@@ -131,28 +149,37 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 		}
 		verdicts = make([]blob.Verdict, len(keys))
 		var gone []blob.Key
-		chunked := false
+		var rowids []int64
+		var chunked, staged, pinned, named, parent bool
 		for i, k := range keys {
-			row, ok := stored[k]
+			row := &stored[i]
 			switch {
-			case !ok:
+			case !row.stored:
 				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Absent}
-			case pinned[k] || refs[k]:
+			case row.kept || refs[k]:
 				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Protected}
 			default:
 				verdicts[i] = blob.Verdict{Key: k, Outcome: blob.Deleted, Size: row.size}
 				gone = append(gone, k)
+				rowids = append(rowids, row.rowid)
 				if row.object != "" {
 					objects = append(objects, row.object)
 				}
 				chunked = chunked || row.chunked
+				staged = staged || row.staged
+				pinned = pinned || row.pins
+				named = named || row.refs
+				parent = parent || row.parent
 			}
 		}
 		if dry || len(gone) == 0 {
 			objects = nil
 			return nil
 		}
-		doomed := keyArray(gone)
+		var doomed string
+		if chunked || staged || pinned || named || parent {
+			doomed = keyArray(gone)
+		}
 		if chunked {
 			chunkObjects, err := queryNames(ctx, tx, sqlDoomedChunkObjects, doomed)
 			if err != nil {
@@ -160,8 +187,17 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 			}
 			objects = append(objects, chunkObjects...)
 		}
-		for _, q := range []string{sqlArbDeleteBlobs, sqlArbDeleteStage, sqlArbDeletePins, sqlArbDeleteRefs, sqlArbDeleteEdges} {
-			if _, err := tx.ExecContext(ctx, q, doomed); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlArbDeleteBlobs, rowidArray(rowids)); err != nil {
+			return err
+		}
+		for _, step := range []struct {
+			q    string
+			rows bool
+		}{{sqlArbDeleteStage, staged}, {sqlArbDeletePins, pinned}, {sqlArbDeleteRefs, named}, {sqlArbDeleteEdges, parent}} {
+			if !step.rows {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, step.q, doomed); err != nil {
 				return err
 			}
 		}
@@ -173,36 +209,48 @@ func (b *blobs) arbitrate(ctx context.Context, keys []blob.Key, now time.Time, d
 	return verdicts, err
 }
 
-// storedRow is what an arbitration reads of a stored blob.
-type storedRow struct {
+// arbRow is what an arbitration reads of one of its keys (sqlArbRead).
+type arbRow struct {
+	stored  bool
+	rowid   int64
 	size    int64
 	object  string // "" when the value is not one object
 	chunked bool   // the value is a chunk set
+	kept    bool   // a live pin, a live strong ref or a parent keeps it
+	pins    bool   // it has pins, live or not
+	refs    bool   // refs name it, live or not, strong or weak
+	parent  bool   // it references children
+	staged  bool   // it is in the window
 }
 
-// storedRows reads the stored ones of the keys in the JSON array all.
-func storedRows(ctx context.Context, q queryer, all string) (map[blob.Key]storedRow, error) {
-	rows, err := q.QueryContext(ctx, sqlArbBlobs, all)
+// arbRows reads keys' rows at now (Unix microseconds), one per key in
+// keys' order: stored false for a key not stored.
+func arbRows(ctx context.Context, q queryer, keys []blob.Key, now int64) ([]arbRow, error) {
+	rows, err := q.QueryContext(ctx, sqlArbRead, keyArray(keys), now)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	stored := map[blob.Key]storedRow{}
+	out := make([]arbRow, len(keys))
 	for rows.Next() {
-		var text string
-		var row storedRow
+		var i int64
+		var row arbRow
 		var object sql.NullString
-		if err := rows.Scan(&text, &row.size, &object, &row.chunked); err != nil {
+		var pin, ref sql.NullInt64
+		var child bool
+		if err := rows.Scan(&i, &row.rowid, &row.size, &object, &row.chunked, &pin, &ref, &child, &row.parent, &row.staged); err != nil {
 			return nil, err
 		}
-		key, err := blob.ParseKey(text)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: stored key: %w", err)
+		if i < 0 || i >= int64(len(out)) {
+			return nil, fmt.Errorf("sqlite: arbitration read key index %d of %d keys", i, len(keys))
 		}
+		row.stored = true
 		row.object = object.String
-		stored[key] = row
+		row.pins, row.refs = pin.Valid, ref.Valid
+		row.kept = (pin.Valid && pin.Int64 > now) || ref.Int64 == 1 || child
+		out[i] = row
 	}
-	return stored, rows.Err()
+	return out, rows.Err()
 }
 
 // queryKeys runs a query whose one column is a stored key.
