@@ -50,7 +50,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// The client is gone; whatever we write is lost.
 		writeError(w, wire.CodeUnavailable, "request cancelled")
 	case errors.As(err, &pre):
-		writeErrorStatus(w, http.StatusPreconditionFailed, wire.CodeConflict, publicMessage(err))
+		writeErrorBody(w, http.StatusPreconditionFailed, wire.Error{Error: publicMessage(err), Code: wire.CodeConflict, Ref: pre.ref})
 	default:
 		_, code, sentinel := wire.StatusOf(err)
 		switch {
@@ -122,17 +122,23 @@ func writeError(w http.ResponseWriter, code, msg string) {
 // writeErrorStatus is writeError at a status other than the code's: a
 // lost compare-and-swap on a record is 412 conflict, as If-Match asks.
 func writeErrorStatus(w http.ResponseWriter, status int, code, msg string) {
+	writeErrorBody(w, status, wire.Error{Error: msg, Code: code})
+}
+
+// writeErrorBody answers the error body e at status.
+func writeErrorBody(w http.ResponseWriter, status int, e wire.Error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	h.Set(wire.CodeHeader, code) // for HEAD, whose answers have no body
+	h.Set(wire.CodeHeader, e.Code) // for HEAD, whose answers have no body
 	h.Del("ETag")
 	h.Del("Content-Length")
 	if status == http.StatusServiceUnavailable {
 		h.Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(status)
-	w.Write(errorBody(msg, code))
+	b, _ := json.Marshal(e)
+	w.Write(append(b, '\n'))
 }
 
 func errorBody(msg, code string) []byte {
@@ -172,8 +178,12 @@ func refuse(code, format string, args ...any) error {
 }
 
 // preconditionFailed is a store's ErrConflict on a request conditioned
-// by If-Match or If-None-Match: 412.
-type preconditionFailed struct{ err error }
+// by If-Match or If-None-Match, or a PutSet's ref refused: 412, naming
+// the ref refused when ref is not "" (wire.Error).
+type preconditionFailed struct {
+	err error
+	ref string
+}
 
 func (e *preconditionFailed) Error() string { return e.err.Error() }
 func (e *preconditionFailed) Unwrap() error { return e.err }

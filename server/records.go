@@ -106,7 +106,7 @@ func (s *Server) saveRecord(w http.ResponseWriter, r *http.Request) {
 	stored, err := st.Save(r.Context(), rec)
 	if errors.Is(err, steaderr.ErrConflict) {
 		s.metrics.recordSave(false)
-		s.fail(w, r, &preconditionFailed{err})
+		s.fail(w, r, &preconditionFailed{err: err})
 		return
 	}
 	if err != nil {

@@ -39,7 +39,7 @@ func writeRef(w http.ResponseWriter, status int, r ref.Ref) {
 // failRef answers a ref call's error: a failed condition is 412.
 func (s *Server) failRef(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, steaderr.ErrConflict) {
-		err = &preconditionFailed{err}
+		err = &preconditionFailed{err: err}
 	}
 	s.fail(w, r, err)
 }

@@ -315,7 +315,12 @@ func errorOf(resp *http.Response) error {
 		body.Code = resp.Header.Get(wire.CodeHeader)
 		body.Error = ""
 	}
-	return wire.Err(resp.StatusCode, body)
+	err := wire.Err(resp.StatusCode, body)
+	if body.Ref != "" {
+		// As the engines name a refused ref (a PutSet's 412).
+		return fmt.Errorf("ref %.80q: %w", body.Ref, err)
+	}
+	return err
 }
 
 func query(kv ...string) url.Values {

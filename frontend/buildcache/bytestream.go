@@ -302,8 +302,9 @@ func (g *reapi) readZstd(stream bytestream.ByteStream_ReadServer, d *repb.Digest
 // durable upload as they arrive, so an interrupted Write is resumed
 // through any server over the same database by a Write whose first
 // write_offset is the committed size QueryWriteStatus answers, or
-// started over by one from 0 (beginUpload); another offset is
-// INVALID_ARGUMENT and leaves the upload as it was. Data past
+// started over by one from 0 (beginUpload; one of the whole blob in a
+// single message ends the upload once the blob is stored); another
+// offset is INVALID_ARGUMENT and leaves the upload as it was. Data past
 // the digest's size, or a finished upload of other content than the
 // digest, is INVALID_ARGUMENT and discards the upload. A compressed
 // upload holds the compressed bytes, decoded and verified once finished.
@@ -334,7 +335,8 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 		max = zstdBound(max)
 	}
 	if req.GetWriteOffset() == 0 && req.GetFinishWrite() {
-		// The whole blob in one message: no upload to resume.
+		// The whole blob in one message: no upload to resume, and any
+		// of the name is started over, so ended once the blob is in.
 		src := &writeSource{name: name, max: max, left: max}
 		if err := src.take(req); err != nil {
 			return err
@@ -345,6 +347,7 @@ func (g *reapi) Write(stream bytestream.ByteStream_WriteServer) error {
 		if err := g.c.putWritten(ctx, k, res, src); err != nil {
 			return g.grpcErr(err)
 		}
+		g.c.endStartedOver(ctx, id)
 		return stream.SendAndClose(&bytestream.WriteResponse{CommittedSize: int64(len(req.GetData()))})
 	}
 	if req.GetWriteOffset()+int64(len(req.GetData())) > max {
@@ -584,6 +587,24 @@ func (c *Cache) abortReplaced(ctx context.Context, old ref.Ref) {
 	if err != nil && !errors.Is(err, steaderr.ErrLost) {
 		c.log.Warn("build cache: aborting an upload started over", "ref", old.Name, "err", err)
 	}
+}
+
+// endStartedOver ends the upload named id, if there is one, once a Write
+// from offset 0 stored the whole blob in one message: that Write started
+// the upload over, as beginUpload does, so its bytes are not held until
+// its lease. With no such upload it costs one ref lookup. Failures are
+// logged, the blob being stored: an upload left is reaped with its lease.
+func (c *Cache) endStartedOver(ctx context.Context, id string) {
+	ctx = context.WithoutCancel(ctx)
+	old, err := c.st.Refs.Get(ctx, uploadRef(id))
+	if err != nil {
+		if !errors.Is(err, steaderr.ErrNotFound) {
+			c.log.Warn("build cache: looking up an upload started over", "err", err)
+		}
+		return
+	}
+	c.abortReplaced(ctx, old)
+	c.dropUpload(ctx, nil, old)
 }
 
 // dropUpload ends up, when not nil, and deletes rf, the ref naming it

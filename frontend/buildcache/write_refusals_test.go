@@ -3,8 +3,11 @@ package buildcache_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +15,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
+	"github.com/steadkit/stead/engine/enginetest/faultengine"
+	"github.com/steadkit/stead/engine/memory"
+	"github.com/steadkit/stead/frontend/buildcache"
 	"github.com/steadkit/stead/ref"
+	"github.com/steadkit/stead/steaderr"
 )
 
 // TestWriteUploadEndedUnderIt: a Write whose upload another Write of the
@@ -211,5 +219,92 @@ func TestUploadRefKeepsNoName(t *testing.T) {
 	w, _ = g.bs.Write(authed())
 	if resp, err := send(t, w, &bytestream.WriteRequest{ResourceName: bad, Data: other[:10]}, &bytestream.WriteRequest{WriteOffset: 10, Data: other[10:], FinishWrite: true}); err != nil || resp.GetCommittedSize() != int64(len(other)) {
 		t.Fatalf("Write from 0 over an unreadable record = %v, %v", resp, err)
+	}
+}
+
+// TestOneMessageWriteEndsUpload: a Write of the whole blob in one message
+// from offset 0 starts over any upload of its name, plain or compressed,
+// so that upload ends once the blob is stored: its ref is gone and its
+// bytes are released, not held until its lease.
+func TestOneMessageWriteEndsUpload(t *testing.T) {
+	g := newGRPCCache(t)
+	ctx := context.Background()
+	for i, c := range []struct {
+		what, blobs string
+		data        []byte
+		sent        func([]byte) []byte
+	}{
+		{"plain", "blobs", bytes.Repeat([]byte("one message "), 10_000), func(b []byte) []byte { return b }},
+		{"zstd", "compressed-blobs/zstd", bytes.Repeat([]byte("one zstd message "), 10_000), func(b []byte) []byte { return compress(t, b) }},
+	} {
+		name := "inst/uploads/o-" + strconv.Itoa(i) + "/" + c.blobs + "/" + hexOf(c.data) + "/" + strconv.Itoa(len(c.data))
+		sent := c.sent(c.data)
+		w, _ := g.bs.Write(authed())
+		if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: sent[:1000]}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("%s: Write closed unfinished = %v", c.what, err)
+		}
+		rf, err := g.st.Refs.Get(ctx, "cache/uploads/"+hexOf([]byte(name)))
+		if err != nil {
+			t.Fatalf("%s: the partial upload's ref: %v", c.what, err)
+		}
+		w, _ = g.bs.Write(authed())
+		if resp, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: sent, FinishWrite: true}); err != nil || resp.GetCommittedSize() != int64(len(sent)) {
+			t.Fatalf("%s: one-message Write = %v, %v", c.what, resp, err)
+		}
+		if _, err := g.st.Refs.Get(ctx, rf.Name); !errors.Is(err, steaderr.ErrNotFound) {
+			t.Errorf("%s: the upload's ref after a one-message Write: %v, want ErrNotFound", c.what, err)
+		}
+		if _, err := g.st.Blobs.ResumeUpload(ctx, string(rf.Annotation), blob.UploadOptions{Owner: "stead build cache"}); !errors.Is(err, steaderr.ErrLost) {
+			t.Errorf("%s: the upload after a one-message Write: %v, want ErrLost", c.what, err)
+		}
+		if got, err := readAll(t, g, &bytestream.ReadRequest{ResourceName: "blobs/" + hexOf(c.data) + "/" + strconv.Itoa(len(c.data))}); err != nil || !bytes.Equal(got, c.data) {
+			t.Fatalf("%s: Read = %d bytes, %v", c.what, len(got), err)
+		}
+	}
+}
+
+// opCount counts the engine calls of each op.
+type opCount struct {
+	mu sync.Mutex
+	n  map[faultengine.Op]int
+}
+
+func (c *opCount) Inject(op faultengine.Op) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[op]++
+	return nil
+}
+
+func (c *opCount) InjectAfter(faultengine.Op) error { return nil }
+
+func (c *opCount) take() map[faultengine.Op]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[faultengine.Op]int{}
+	return n
+}
+
+// TestOneMessageWriteLookupCost: ending an upload of its name costs a
+// one-message Write one ref lookup when there is none, and nothing else.
+func TestOneMessageWriteLookupCost(t *testing.T) {
+	ops := &opCount{n: map[faultengine.Op]int{}}
+	st, err := stead.New(context.Background(), faultengine.New(memory.New(), ops))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	g := grpcOver(t, st, buildcache.New(st, buildcache.Options{Logger: slog.New(slog.DiscardHandler)}))
+	data := []byte("a blob in one message")
+	name := "uploads/c-1/blobs/" + hexOf(data) + "/" + strconv.Itoa(len(data))
+	ops.take()
+	w, _ := g.bs.Write(context.Background())
+	if _, err := send(t, w, &bytestream.WriteRequest{ResourceName: name, Data: data, FinishWrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	n := ops.take()
+	if n[faultengine.RefGet] != 1 || n[faultengine.RefDelete] != 0 || n[faultengine.BlobAbortUpload] != 0 || n[faultengine.BlobUploadStatus] != 0 {
+		t.Errorf("a one-message Write with no upload of its name made %v; want one ref.Get and no upload or delete call", n)
 	}
 }

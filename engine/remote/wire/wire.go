@@ -17,10 +17,13 @@ import (
 	"github.com/steadkit/stead/steaderr"
 )
 
-// Error is the body of every error response.
+// Error is the body of every error response. Ref names the ref whose
+// condition a refused PutSet failed (its 412), which the server's message
+// names only in words the client drops (Err): the client names it again.
 type Error struct {
 	Error string `json:"error"`
 	Code  string `json:"code"`
+	Ref   string `json:"ref,omitempty"`
 }
 
 // MaxListLimit bounds one page of a list answer.

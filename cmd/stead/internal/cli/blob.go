@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -141,13 +142,16 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func getCommand(e *env) *cobra.Command {
 	var out, refName string
+	var touch time.Duration
 	cmd := &cobra.Command{
-		Use:   "get KEY|--ref NAME [-o FILE]",
+		Use:   "get KEY|--ref NAME [--touch D] [-o FILE]",
 		Short: "Write a blob's value to stdout or a file",
 		Long: `Write a blob's value to stdout or a file: the blob KEY, or with --ref
 the blob the live ref NAME points at, the ref and its blob read in one
 call, so the value is the one the ref named when it was read. An absent
-or expired ref, and a weak one whose blob was collected, is not found.`,
+or expired ref, and a weak one whose blob was collected, is not found.
+With --touch the read renews an expiring ref to expire D from now, when
+less than half of D is left, as ref get --touch does.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("ref") {
 				return exactArgs(0)(cmd, args)
@@ -156,12 +160,20 @@ or expired ref, and a weak one whose blob was collected, is not found.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if cmd.Flags().Changed("touch") {
+				if !cmd.Flags().Changed("ref") {
+					return usageError("--touch: only with --ref")
+				}
+				if err := ref.CheckTTL(touch); err != nil {
+					return usageError("--touch %v: want a positive duration such as 1h, at least 1µs", touch)
+				}
+			}
 			if cmd.Flags().Changed("ref") {
 				if err := ref.CheckName(refName); err != nil {
 					return fmt.Errorf("--ref: %w", err)
 				}
 				return e.withStore(ctx, func(st *stead.Store) error {
-					_, rd, err := st.Refs.Open(ctx, refName, 0)
+					_, rd, err := st.Refs.Open(ctx, refName, touch)
 					if err != nil {
 						return err
 					}
@@ -183,6 +195,7 @@ or expired ref, and a weak one whose blob was collected, is not found.`,
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
 	cmd.Flags().StringVar(&refName, "ref", "", "write the blob the ref NAME points at (no KEY)")
+	cmd.Flags().DurationVar(&touch, "touch", 0, "with --ref: renew an expiring ref to expire this long from now, when less than half of it is left")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/steadkit/stead"
 	"github.com/steadkit/stead/blob"
@@ -236,5 +237,50 @@ func TestPutRef(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGetRefTouch: get --ref --touch renews an expiring ref as it reads
+// it, keeping its version, on SQLite and over a server; get --ref alone
+// renews nothing.
+func TestGetRefTouch(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "remote"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			db := storeURL(t)
+			seed(t, db)
+			st := openStore(t, db)
+			k, err := blob.ParseKey(alpha)
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := st.Refs.Set(t.Context(), "cache/t", k, ref.SetOptions{TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := db
+			if kind == "remote" {
+				url = serve(t, db)
+			}
+			for _, c := range []struct {
+				args  []string
+				renew bool
+			}{
+				{[]string{"get", "--ref", "cache/t"}, false},
+				{[]string{"get", "--ref", "cache/t", "--touch", "1h"}, true},
+			} {
+				if code, out, errOut := run(t, t.Context(), append([]string{"--db", url}, c.args...)...); code != 0 || out != "alpha" {
+					t.Fatalf("%v = %d, %q, %q; want alpha", c.args, code, out, errOut)
+				}
+				r, err := st.Refs.Get(t.Context(), "cache/t")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if renewed := r.Expiry.After(set.Expiry.Add(30 * time.Minute)); renewed != c.renew || r.Version != set.Version {
+					t.Errorf("after %v the ref expires %v, version %d; set to expire %v, version %d; want renewed %v, the version kept", c.args, r.Expiry, r.Version, set.Expiry, set.Version, c.renew)
+				}
+			}
+		})
 	}
 }
