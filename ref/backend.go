@@ -63,7 +63,8 @@ type Backend interface {
 	// least one, at most MaxPutRefs, names distinct, each Key p.Key) as
 	// Set does, all in one commit, and returns created as Put reports it
 	// and the refs as stored, in sets' order. It is all or nothing: a set
-	// whose condition fails fails the call with steaderr.ErrConflict, and
+	// whose condition fails fails the call with a *RefusedError naming it,
+	// wrapping steaderr.ErrConflict, and
 	// neither blob nor pin nor any ref is stored (a blob stored already
 	// stays, unpinned by this call). An error otherwise means what Put's
 	// does: all of it committed or none.

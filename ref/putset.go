@@ -29,6 +29,18 @@ type PutOptions struct {
 	Refs []PutRef
 }
 
+// RefusedError is the error of a put whose ref's condition failed: it
+// names the ref and wraps why (an error wrapping steaderr.ErrConflict).
+// Find it with errors.As.
+type RefusedError struct {
+	Name string
+	Err  error
+}
+
+func (e *RefusedError) Error() string { return fmt.Sprintf("ref %.80q: %v", e.Name, e.Err) }
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
 // PutResult is what a Put stored.
 type PutResult struct {
 	Key blob.Key

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/steadkit/stead/blob"
@@ -66,8 +65,8 @@ func (s *Server) putSet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	created, got, err := s.refStore(refNow.Truncate(time.Microsecond)).PutSet(r.Context(), blob.PutParams{Key: key, Value: req.Value, Owner: owner, TTL: ttl, Now: now}, refs)
-	if errors.Is(err, steaderr.ErrConflict) {
-		s.fail(w, r, &preconditionFailed{err: err, ref: refusedRef(err, refs)})
+	if refused := (*ref.RefusedError)(nil); errors.As(err, &refused) {
+		s.fail(w, r, &preconditionFailed{err: err, ref: refused.Name})
 		return
 	}
 	if err != nil {
@@ -85,18 +84,4 @@ func (s *Server) putSet(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, out)
-}
-
-// refusedRef returns the name of the ref of refs whose condition failed,
-// err being the PutSet's ErrConflict, which names it as every engine does
-// ("ref NAME: "), or "" when err names none of them. Only a ref with a
-// condition can be refused.
-func refusedRef(err error, refs []ref.PutRef) string {
-	msg := err.Error()
-	for _, x := range refs {
-		if (x.IfAbsent || x.IfVersion != 0) && strings.Contains(msg, fmt.Sprintf("ref %.80q: ", x.Name)) {
-			return x.Name
-		}
-	}
-	return ""
 }

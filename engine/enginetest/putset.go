@@ -99,8 +99,8 @@ func readAllEqual(t *testing.T, rd *blob.Reader, want []byte) {
 	}
 }
 
-// putSetRefused: a ref whose condition fails fails the Put with
-// ErrConflict, and it stores neither the blob nor any ref; a blob stored
+// putSetRefused: a ref whose condition fails fails the Put with a
+// *ref.RefusedError naming it, wrapping ErrConflict, and it stores neither the blob nor any ref; a blob stored
 // already stays as it was.
 func putSetRefused(t *testing.T, h Harness) {
 	b := setup(t, h)
@@ -119,6 +119,9 @@ func putSetRefused(t *testing.T, h Harness) {
 			{Name: "ps/a-" + tc.name}, {Name: "ps/held", SetOptions: tc.cond}, {Name: "ps/z-" + tc.name},
 		}})
 		wantErr(t, err, steaderr.ErrConflict, tc.name+" Put")
+		if refused := (*ref.RefusedError)(nil); !errors.As(err, &refused) || refused.Name != "ps/held" {
+			t.Fatalf("%s: refused Put = %v, want a *ref.RefusedError naming ps/held", tc.name, err)
+		}
 		if _, err := b.blobs.Stat(ctx, blob.KeyOf(value)); !errors.Is(err, steaderr.ErrNotFound) {
 			t.Fatalf("%s: Stat after a refused Put: %v, want ErrNotFound", tc.name, err)
 		}

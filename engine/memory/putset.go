@@ -24,7 +24,7 @@ func (m refMech) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetPar
 	}
 	for _, s := range sets {
 		if err := b.setCond(s); err != nil {
-			return false, nil, fmt.Errorf("ref %.80q: %w", s.Name, err)
+			return false, nil, &ref.RefusedError{Name: s.Name, Err: err}
 		}
 	}
 	created, err := b.put(p)

@@ -182,7 +182,7 @@ func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
 	})
 	switch {
 	case err != nil && failed != nil && isRefused(err):
-		return fmt.Errorf("ref %.80q: %w", failed.Name, refConflict(*failed))
+		return &ref.RefusedError{Name: failed.Name, Err: refConflict(*failed)}
 	case err != nil:
 		return err
 	}

@@ -51,6 +51,7 @@ import (
 	"github.com/steadkit/stead/engine/remote/wire"
 	"github.com/steadkit/stead/lock"
 	"github.com/steadkit/stead/record"
+	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -317,8 +318,8 @@ func errorOf(resp *http.Response) error {
 	}
 	err := wire.Err(resp.StatusCode, body)
 	if body.Ref != "" {
-		// As the engines name a refused ref (a PutSet's 412).
-		return fmt.Errorf("ref %.80q: %w", body.Ref, err)
+		// A PutSet's 412 names its refused ref, as the engines do.
+		return &ref.RefusedError{Name: body.Ref, Err: err}
 	}
 	return err
 }

@@ -151,7 +151,7 @@ func putSetOne(ctx context.Context, s putSetStmts, q *putSetReq) (refused, err e
 			return nil, err
 		}
 		if refused := condRefused(p, live); refused != nil {
-			return fmt.Errorf("ref %.80q: %w", p.Name, refused), nil
+			return &ref.RefusedError{Name: p.Name, Err: refused}, nil
 		}
 		c[i] = checked{now, live.Valid}
 	}
