@@ -27,7 +27,8 @@ import (
 // and run again (the rerun may find the cancelled commit won: its Set then
 // writes again, not told Created); IfAbsent ones share one that never runs
 // a batch twice, since a second run would find the first's ref and answer
-// a conflict.
+// a conflict: an IfAbsent whose batch started runs to its end though its
+// caller's context ends.
 var (
 	// sqlRefLockKeys locks the blob rows of a batch of Sets' keys, FOR KEY
 	// SHARE as a Set does, in key order (as an arbitration locks them).
