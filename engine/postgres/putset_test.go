@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
@@ -346,4 +348,90 @@ func raceRefWriters(t *testing.T, db *pgtest.DB, params string, arbitrate bool) 
 		}
 	}
 	return logs.String()
+}
+
+// TestArbitrationLocksRefsInNameOrder holds the lock of ref "a", as a
+// writer of "a" then "b" (name order) would, while an arbitration deletes
+// the weak refs "b" and "a" (stored in that order) of a blob it collects,
+// and, once the arbitration waits, locks "b". The arbitration must have
+// waited for "a" before taking "b": no deadlock is detected, the writer
+// gets "b", and the arbitration then deletes the blob without a retry.
+func TestArbitrationLocksRefsInNameOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range putSetPools {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := tc.via(t, pgtest.New(t))
+			var logs testkit.Buffer
+			cfg, err := postgres.ParseURL(db.StoreURL() + tc.params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			e := openConfig(t, cfg)
+			ctx := t.Context()
+			value := []byte("arbitrated with its refs")
+			key := blob.KeyOf(value)
+			if _, _, err := e.Refs().PutSet(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"b", "a"} {
+				if _, err := e.Refs().Set(ctx, ref.SetParams{Name: n, Key: key, Weak: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refs := pgx.Identifier{db.Schema}.Sanitize() + ".refs"
+			writer := make(chan error, 1)
+			var once sync.Once
+			postgres.SetBeforeDelete(e, func([]blob.Key) {
+				once.Do(func() {
+					tx, err := db.Admin.Begin(ctx)
+					if err != nil {
+						writer <- err
+						return
+					}
+					if _, err := tx.Exec(ctx, "SELECT FROM "+refs+" WHERE name = 'a' FOR UPDATE"); err != nil {
+						tx.Rollback(ctx)
+						writer <- err
+						return
+					}
+					go func() {
+						defer tx.Rollback(ctx)
+						writer <- func() error {
+							// Once the arbitration waits for a lock.
+							for {
+								var waiting bool
+								err := db.Admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM%' || $1 || '%')`, refs).Scan(&waiting)
+								if err != nil || waiting {
+									if err != nil {
+										return err
+									}
+									break
+								}
+								time.Sleep(time.Millisecond)
+							}
+							if _, err := tx.Exec(ctx, "SELECT FROM "+refs+" WHERE name = 'b' FOR UPDATE"); err != nil {
+								return err
+							}
+							return tx.Commit(ctx)
+						}()
+					}()
+				})
+			})
+			vs, err := e.GC().Arbitrate(ctx, gc.ArbitrateParams{Keys: []blob.Key{key}, Now: time.Now().Add(time.Hour)})
+			if err != nil {
+				t.Fatalf("Arbitrate: %v", err)
+			}
+			if err := <-writer; err != nil {
+				t.Errorf("the writer locking a then b: %v", err)
+			}
+			if vs[0].Outcome != blob.Deleted {
+				t.Errorf("the arbitration's verdict = %+v, want deleted", vs[0])
+			}
+			if strings.Contains(logs.String(), "retrying") {
+				t.Errorf("a statement was retried (a deadlock detected):\n%.2000s", logs.String())
+			}
+		})
+	}
 }
