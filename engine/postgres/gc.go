@@ -64,10 +64,14 @@ UNION SELECT child FROM {schema}.blob_edges WHERE child = ANY ($1::text[])`)
 	// chunks (migration 9). It answers, for each blob deleted, the
 	// objects its rows named, to delete after the commit: its own, or its
 	// chunks' (read before the trigger runs; a published set's chunks
-	// never change).
+	// never change). It locks the refs in name order before deleting any,
+	// as every writer takes them (after the blob rows, as writers do too),
+	// so it never waits in a circle with a writer; no ref can come to name
+	// a locked blob meanwhile, since a Set shares the blob row's lock.
 	sqlArbDelete = declare("sqlArbDelete", `WITH w AS (DELETE FROM {schema}.gc_window WHERE key = ANY ($1::text[])),
 p AS (DELETE FROM {schema}.pins WHERE key = ANY ($1::text[])),
-r AS (DELETE FROM {schema}.refs WHERE key = ANY ($1::text[])),
+r AS (DELETE FROM {schema}.refs WHERE key = ANY ($1::text[]) AND name = ANY (ARRAY(
+	SELECT name FROM {schema}.refs WHERE key = ANY ($1::text[]) ORDER BY name FOR UPDATE))),
 e AS (DELETE FROM {schema}.blob_edges WHERE parent = ANY ($1::text[]))
 DELETE FROM {schema}.blobs AS b WHERE key = ANY ($1::text[])
 RETURNING CASE

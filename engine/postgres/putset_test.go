@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/steadkit/stead/blob"
 	"github.com/steadkit/stead/engine/enginetest/testkit"
 	"github.com/steadkit/stead/engine/postgres"
+	"github.com/steadkit/stead/gc"
 	"github.com/steadkit/stead/internal/testing/pgtest"
 	"github.com/steadkit/stead/ref"
 	"github.com/steadkit/stead/steaderr"
@@ -205,10 +208,155 @@ func TestPutSetRefusedInBatch(t *testing.T) {
 
 // TestPutSetsDoNotDeadlock races unconditional PutSets of one to three
 // refs, shared names in random order, through two engines on one schema,
-// with plain Sets and Deletes of the same names, ref rows present and
-// absent in turn. Every writer takes the refs' rows in name order, so the
-// server never detects a deadlock: the engines log no retry.
+// with plain Sets (which share group commits: unconditional or IfAbsent,
+// weak or strong) and Deletes of the same names, ref rows present and
+// absent in turn. Every writer takes the blob rows before the refs' rows,
+// and those in name order, so the server never detects a deadlock: the
+// engines log no retry.
 func TestPutSetsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range putSetPools {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if logs := raceRefWriters(t, tc.via(t, pgtest.New(t)), tc.params, false); strings.Contains(logs, "retrying") {
+				t.Errorf("a statement was retried (a deadlock detected):\n%.2000s", logs)
+			}
+		})
+	}
+}
+
+// TestRefWritersRacingArbitration runs TestPutSetsDoNotDeadlock's writers
+// beside an arbitration of every key, judged an hour on, that collects the
+// blobs only weak or expiring refs name, with those refs. No writer fails
+// but with ErrNotFound (a Set whose blob was collected), and no ref is left
+// naming a blob not stored, and no statement is retried: the arbitration
+// takes the rows it deletes in the writers' order, so no deadlock is
+// detected.
+func TestRefWritersRacingArbitration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range putSetPools {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if logs := raceRefWriters(t, tc.via(t, pgtest.New(t)), tc.params, true); strings.Contains(logs, "retrying") {
+				t.Errorf("a statement was retried (a deadlock detected):\n%.2000s", logs)
+			}
+		})
+	}
+}
+
+// raceRefWriters runs the writers of TestPutSetsDoNotDeadlock on db, and
+// with arbitrate an arbitration beside them, checks that every ref then
+// names a stored blob, and returns what the engines logged.
+func raceRefWriters(t *testing.T, db *pgtest.DB, params string, arbitrate bool) string {
+	t.Helper()
+	var logs testkit.Buffer
+	cfg, err := postgres.ParseURL(db.StoreURL() + params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	first := openConfig(t, cfg)
+	engines := []ref.Backend{first.Refs(), openConfig(t, cfg).Refs()}
+	const nkeys, nnames, putters, plain, ops = 5, 6, 10, 8, 150
+	values := make([][]byte, nkeys)
+	keys := make([]blob.Key, nkeys)
+	for i := range values {
+		values[i] = fmt.Appendf(nil, "no deadlock %d", i)
+		keys[i] = blob.KeyOf(values[i])
+	}
+	name := func(i int) string { return fmt.Sprintf("dl/n%d", i) }
+	ctx := t.Context()
+	stop := make(chan struct{})
+	arbitrated := make(chan int, 1)
+	if arbitrate {
+		go func() {
+			n := 0
+			defer func() { arbitrated <- n }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := first.GC().Arbitrate(ctx, gc.ArbitrateParams{Keys: keys, Now: time.Now().Add(time.Hour)}); err != nil {
+					t.Errorf("Arbitrate: %v", err)
+					return
+				}
+				n++
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	for w := range putters + plain {
+		wg.Go(func() {
+			eng := engines[w%len(engines)]
+			for range ops {
+				v := values[rand.IntN(nkeys)]
+				key := blob.KeyOf(v)
+				if w >= putters {
+					// A plain writer: a Set (its blob may not be stored
+					// yet) or a Delete of one name.
+					n := name(rand.IntN(nnames))
+					var err error
+					if rand.IntN(2) == 0 {
+						cond := ref.Always
+						if rand.IntN(3) == 0 {
+							cond = ref.IfAbsent
+						}
+						_, err = eng.Set(ctx, ref.SetParams{Name: n, Key: key, Weak: rand.IntN(4) != 0, Cond: cond})
+						if cond == ref.IfAbsent && errors.Is(err, steaderr.ErrConflict) {
+							err = nil
+						}
+					} else {
+						err = eng.Delete(ctx, ref.DeleteParams{Name: n})
+					}
+					if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
+						t.Errorf("plain writer: %v", err)
+						return
+					}
+					continue
+				}
+				var sets []ref.SetParams
+				for _, i := range rand.Perm(nnames)[:1+rand.IntN(3)] {
+					sets = append(sets, ref.SetParams{Name: name(i), Key: key, TTL: time.Duration(rand.IntN(2)) * time.Minute})
+				}
+				if _, _, err := eng.PutSet(ctx, blob.PutParams{Key: key, Value: v, Owner: "test", TTL: time.Minute}, sets); err != nil {
+					t.Errorf("PutSet: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if arbitrate {
+		if n := <-arbitrated; n == 0 {
+			t.Error("no arbitration ran")
+		}
+	}
+	var listed []ref.Ref
+	err = engines[0].List(ctx, ref.ListParams{Prefix: "dl/", Limit: 1 << 20}, func(r ref.Ref) bool {
+		listed = append(listed, r)
+		return true
+	})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	for _, r := range listed {
+		if _, err := first.Blobs().Stat(ctx, r.Key); err != nil {
+			t.Errorf("ref %q names %s, and Stat: %v", r.Name, r.Key, err)
+		}
+	}
+	return logs.String()
+}
+
+// TestArbitrationLocksRefsInNameOrder holds the lock of ref "a", as a
+// writer of "a" then "b" (name order) would, while an arbitration deletes
+// the weak refs "b" and "a" (stored in that order) of a blob it collects,
+// and, once the arbitration waits, locks "b". The arbitration must have
+// waited for "a" before taking "b": no deadlock is detected, the writer
+// gets "b", and the arbitration then deletes the blob without a retry.
+func TestArbitrationLocksRefsInNameOrder(t *testing.T) {
 	t.Parallel()
 	for _, tc := range putSetPools {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,51 +368,69 @@ func TestPutSetsDoNotDeadlock(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			engines := []ref.Backend{openConfig(t, cfg).Refs(), openConfig(t, cfg).Refs()}
-			const nkeys, nnames, putters, plain, ops = 5, 6, 10, 4, 150
-			values := make([][]byte, nkeys)
-			for i := range values {
-				values[i] = fmt.Appendf(nil, "no deadlock %d", i)
-			}
-			name := func(i int) string { return fmt.Sprintf("dl/n%d", i) }
+			e := openConfig(t, cfg)
 			ctx := t.Context()
-			var wg sync.WaitGroup
-			for w := range putters + plain {
-				wg.Go(func() {
-					eng := engines[w%len(engines)]
-					for range ops {
-						v := values[rand.IntN(nkeys)]
-						key := blob.KeyOf(v)
-						if w >= putters {
-							// A plain writer: a Set (its blob may not be
-							// stored yet) or a Delete of one name.
-							n := name(rand.IntN(nnames))
-							var err error
-							if rand.IntN(2) == 0 {
-								_, err = eng.Set(ctx, ref.SetParams{Name: n, Key: key, Weak: true})
-							} else {
-								err = eng.Delete(ctx, ref.DeleteParams{Name: n})
-							}
-							if err != nil && !errors.Is(err, steaderr.ErrNotFound) {
-								t.Errorf("plain writer: %v", err)
-								return
-							}
-							continue
-						}
-						var sets []ref.SetParams
-						for _, i := range rand.Perm(nnames)[:1+rand.IntN(3)] {
-							sets = append(sets, ref.SetParams{Name: name(i), Key: key, TTL: time.Duration(rand.IntN(2)) * time.Minute})
-						}
-						if _, _, err := eng.PutSet(ctx, blob.PutParams{Key: key, Value: v, Owner: "test", TTL: time.Minute}, sets); err != nil {
-							t.Errorf("PutSet: %v", err)
-							return
-						}
-					}
-				})
+			value := []byte("arbitrated with its refs")
+			key := blob.KeyOf(value)
+			if _, _, err := e.Refs().PutSet(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}, nil); err != nil {
+				t.Fatal(err)
 			}
-			wg.Wait()
-			if got := logs.String(); strings.Contains(got, "retrying") {
-				t.Errorf("a statement was retried (a deadlock detected):\n%.2000s", got)
+			for _, n := range []string{"b", "a"} {
+				if _, err := e.Refs().Set(ctx, ref.SetParams{Name: n, Key: key, Weak: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refs := pgx.Identifier{db.Schema}.Sanitize() + ".refs"
+			writer := make(chan error, 1)
+			var once sync.Once
+			postgres.SetBeforeDelete(e, func([]blob.Key) {
+				once.Do(func() {
+					tx, err := db.Admin.Begin(ctx)
+					if err != nil {
+						writer <- err
+						return
+					}
+					if _, err := tx.Exec(ctx, "SELECT FROM "+refs+" WHERE name = 'a' FOR UPDATE"); err != nil {
+						tx.Rollback(ctx)
+						writer <- err
+						return
+					}
+					go func() {
+						defer tx.Rollback(ctx)
+						writer <- func() error {
+							// Once the arbitration waits for a lock.
+							for {
+								var waiting bool
+								err := db.Admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM%' || $1 || '%')`, refs).Scan(&waiting)
+								if err != nil || waiting {
+									if err != nil {
+										return err
+									}
+									break
+								}
+								time.Sleep(time.Millisecond)
+							}
+							if _, err := tx.Exec(ctx, "SELECT FROM "+refs+" WHERE name = 'b' FOR UPDATE"); err != nil {
+								return err
+							}
+							return tx.Commit(ctx)
+						}()
+					}()
+				})
+			})
+			vs, err := e.GC().Arbitrate(ctx, gc.ArbitrateParams{Keys: []blob.Key{key}, Now: time.Now().Add(time.Hour)})
+			if err != nil {
+				t.Fatalf("Arbitrate: %v", err)
+			}
+			if err := <-writer; err != nil {
+				t.Errorf("the writer locking a then b: %v", err)
+			}
+			if vs[0].Outcome != blob.Deleted {
+				t.Errorf("the arbitration's verdict = %+v, want deleted", vs[0])
+			}
+			if strings.Contains(logs.String(), "retrying") {
+				t.Errorf("a statement was retried (a deadlock detected):\n%.2000s", logs.String())
 			}
 		})
 	}

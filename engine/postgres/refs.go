@@ -145,6 +145,9 @@ type refs struct {
 	declared atomic.Bool
 	// commit is the group commit of PutSets without conditions.
 	commit *groupcommit.Committer[*putSet]
+	// sets and createSets are the group commits of Sets without a
+	// condition and of IfAbsent ones (setbatch.go).
+	sets, createSets *groupcommit.Committer[*setItem]
 	// batchAll makes conditional PutSets join the group commit too (tests
 	// only: a refusal in a batch).
 	batchAll atomic.Bool
@@ -153,6 +156,8 @@ type refs struct {
 func (r *refs) init(e *Engine) {
 	r.e = e
 	r.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, r.flushPutSets)
+	r.sets = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, r.flushSets)
+	r.createSets = groupcommit.NewOnce(putFlushers, maxBatchPuts, maxBatchBytes, r.flushSets)
 }
 
 // Refs implements engine.Engine.
@@ -179,15 +184,22 @@ func (rr *refRow) ref() (ref.Ref, error) {
 	return ref.Ref{Name: rr.name.String, Key: k, Version: rr.version.Int64, Annotation: rr.annotation, Expiry: rr.expiry.Time, Weak: rr.weak.Bool}, nil
 }
 
+// Set runs a compare-and-swap alone; other Sets share group commits
+// (setbatch.go), a Set alone costing its lone statement.
 func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	stmt, args := r.setStatement(p, false)
 	var sr setRow
-	err := r.e.retryTransient(ctx, func() error {
-		return r.e.pool.QueryRow(ctx, stmt, args...).Scan(sr.dest()...)
-	})
+	var err error
+	if p.Cond == ref.IfVersion {
+		stmt, args := r.setStatement(p, false)
+		err = r.e.retryTransient(ctx, func() error {
+			return r.e.pool.QueryRow(ctx, stmt, args...).Scan(sr.dest()...)
+		})
+	} else {
+		sr, err = r.set(ctx, p)
+	}
 	if err != nil {
 		return ref.Ref{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -181,5 +182,101 @@ func TestRefDeleteOfDeleted(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, steaderr.ErrNotFound) {
 		t.Errorf("Delete of a ref deleted meanwhile = %v, want ErrNotFound", err)
+	}
+}
+
+// TestSetsShareCommits races Sets through an engine of one connection, so
+// that they share group commits: a Set whose blob is not stored fails
+// alone with ErrNotFound, an IfAbsent of a live name alone with
+// ErrConflict, both writing nothing; every other commits (IfAbsent ones
+// told Created), versions of one name distinct, the last committed
+// holding the greatest; and fewer transactions than Sets wrote the refs.
+func TestSetsShareCommits(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	e := open(t, db, "&pool_max_conns=1")
+	ctx := t.Context()
+	stored := []byte("sets share commits")
+	key := blob.KeyOf(stored)
+	if _, err := e.Blobs().Put(ctx, blob.PutParams{Key: key, Value: stored, Owner: "test", TTL: time.Hour}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	held, err := e.Refs().Set(ctx, ref.SetParams{Name: "sb/held", Key: key})
+	if err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	const workers, each = 32, 4
+	type outcome struct {
+		i   int
+		r   ref.Ref
+		err error
+	}
+	outcomes := make([]outcome, workers*each)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			<-start
+			for j := range each {
+				i := w*each + j
+				p := ref.SetParams{Name: fmt.Sprintf("sb/own-%d", i), Key: key}
+				switch i % 4 {
+				case 0:
+					p.Key = blob.KeyOf(fmt.Appendf(nil, "not stored %d", i))
+				case 1:
+					p.Name, p.Cond = "sb/held", ref.IfAbsent
+				case 2:
+					p.Cond = ref.IfAbsent
+				case 3:
+					p.Name, p.Weak = "sb/shared", i%8 == 3
+				}
+				r, err := e.Refs().Set(ctx, p)
+				outcomes[i] = outcome{i, r, err}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	var sharedMax int64
+	versions := map[int64]bool{}
+	for _, o := range outcomes {
+		name := fmt.Sprintf("sb/own-%d", o.i)
+		switch o.i % 4 {
+		case 0:
+			_, gerr := e.Refs().Get(ctx, ref.GetParams{Name: name})
+			if !errors.Is(o.err, steaderr.ErrNotFound) || !errors.Is(gerr, steaderr.ErrNotFound) {
+				t.Errorf("Set %d of a blob not stored: %v, and Get: %v; want ErrNotFound, nothing written", o.i, o.err, gerr)
+			}
+			continue
+		case 1:
+			if !errors.Is(o.err, steaderr.ErrConflict) {
+				t.Errorf("IfAbsent Set %d of a live name: %v, want ErrConflict", o.i, o.err)
+			}
+			continue
+		case 2:
+			if o.err != nil || !o.r.Created || o.r.Name != name {
+				t.Errorf("IfAbsent Set %d: %+v, %v; want %q created", o.i, o.r, o.err, name)
+			}
+		case 3:
+			if o.err != nil || o.r.Name != "sb/shared" {
+				t.Errorf("Set %d: %+v, %v", o.i, o.r, o.err)
+			}
+			sharedMax = max(sharedMax, o.r.Version)
+		}
+		if versions[o.r.Version] {
+			t.Errorf("Set %d: version %d told twice", o.i, o.r.Version)
+		}
+		versions[o.r.Version] = true
+	}
+	if got, err := e.Refs().Get(ctx, ref.GetParams{Name: "sb/held"}); err != nil || got.Version != held.Version {
+		t.Errorf("held ref after refused IfAbsent Sets: %+v, %v; want version %d", got, err, held.Version)
+	}
+	if got, err := e.Refs().Get(ctx, ref.GetParams{Name: "sb/shared"}); err != nil || got.Version != sharedMax {
+		t.Errorf("shared ref: %+v, %v; want the greatest version told, %d", got, err, sharedMax)
+	}
+	var sets, txs int
+	err = db.Admin.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), count(DISTINCT xmin::text) FROM %s.refs WHERE name LIKE 'sb/own-%%'`, pgx.Identifier{db.Schema}.Sanitize())).Scan(&sets, &txs)
+	if err != nil || sets != workers*each/4 || txs >= sets {
+		t.Errorf("own refs: %d written in %d transactions, %v; want %d in fewer", sets, txs, err, workers*each/4)
 	}
 }
