@@ -110,7 +110,7 @@ var apiVersion = []string{"registry/2.0"}[:1:1]
 
 // ServeHTTP serves a request under Prefix.
 func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header()["Docker-Distribution-Api-Version"] = apiVersion // canonical: no allocation
+	w.Header()["Docker-Distribution-Api-Version"] = apiVersion // the canonical key: nothing to canonicalize
 	p, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	if ok && p == "token" {
 		g.serveToken(w, r)
