@@ -120,21 +120,28 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// consoleRoutes registers the console's pages on mux.
-func (s *Server) consoleRoutes(mux *http.ServeMux) {
+// consoleRoutes registers the console's pages on mux and returns their
+// patterns.
+func (s *Server) consoleRoutes(mux *http.ServeMux) []string {
+	var patterns []string
+	handle := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, h)
+		patterns = append(patterns, pattern)
+	}
 	static, _ := fs.Sub(consoleFiles, "console/static")
-	mux.Handle("GET /ui/static/", s.consoleAuth(http.StripPrefix("/ui/static/", http.FileServerFS(static)).ServeHTTP))
-	mux.Handle("GET /ui/{$}", s.consoleAuth(s.uiHome))
-	mux.Handle("GET /ui/refs", s.consoleAuth(s.uiRefs))
-	mux.Handle("GET /ui/repository", s.consoleAuth(s.uiRepository))
-	mux.Handle("GET /ui/keys/{key}", s.consoleAuth(s.uiKey))
-	mux.Handle("GET /ui/gc", s.consoleAuth(s.uiGC))
-	mux.Handle("GET /ui/retention", s.consoleAuth(s.uiRetention))
-	mux.Handle("GET /ui/records", s.consoleAuth(s.uiRecords))
-	mux.Handle("GET /ui/locks", s.consoleAuth(s.uiLocks))
-	mux.Handle("GET /ui/", s.consoleAuth(func(w http.ResponseWriter, r *http.Request) {
+	handle("GET /ui/static/", s.consoleAuth(http.StripPrefix("/ui/static/", http.FileServerFS(static)).ServeHTTP))
+	handle("GET /ui/{$}", s.consoleAuth(s.uiHome))
+	handle("GET /ui/refs", s.consoleAuth(s.uiRefs))
+	handle("GET /ui/repository", s.consoleAuth(s.uiRepository))
+	handle("GET /ui/keys/{key}", s.consoleAuth(s.uiKey))
+	handle("GET /ui/gc", s.consoleAuth(s.uiGC))
+	handle("GET /ui/retention", s.consoleAuth(s.uiRetention))
+	handle("GET /ui/records", s.consoleAuth(s.uiRecords))
+	handle("GET /ui/locks", s.consoleAuth(s.uiLocks))
+	handle("GET /ui/", s.consoleAuth(func(w http.ResponseWriter, r *http.Request) {
 		s.uiError(w, http.StatusNotFound, "no such page")
 	}))
+	return patterns
 }
 
 // consoleAuth checks the console's caller as /v1's GETs are checked; an

@@ -19,38 +19,60 @@ import (
 // the errors net/http would answer in plain text.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	_, pattern := s.mux.Handler(r) // the route label; ServeHTTP sets the path values
 	rw := &responseWriter{ResponseWriter: w, status: http.StatusOK}
 	rc := http.NewResponseController(rw)
 	// Streams and long polls move these deadlines as they progress.
 	_ = rc.SetReadDeadline(start.Add(s.opts.RequestTimeout))
 	_ = rc.SetWriteDeadline(start.Add(s.opts.RequestTimeout))
-	if pattern == "" {
-		pattern = "unmatched"
-	}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	rw.dbTimer = time.AfterFunc(s.dbTimeout(), func() { cancel(errDatabaseTimeout) })
 	defer rw.dbTimer.Stop()
-	r = r.WithContext(ctx)
-	if r.Body != nil && r.ContentLength != 0 {
-		rw.body = &trackedBody{ReadCloser: r.Body}
-		r.Body = rw.body
+	p := r.URL.EscapedPath()
+	clean := p == cleanPath(p)
+	var m Mount
+	direct := false
+	if clean {
+		m, direct = s.directMount(p)
 	}
+	// The route label: the mount's prefix, else the pattern the mux
+	// routes to (its ServeHTTP sets r.Pattern and the path values).
+	pattern := ""
 	s.metrics.inFlight.Inc()
 	defer func() {
+		if pattern == "" {
+			pattern = r.Pattern
+		}
+		if pattern == "" {
+			pattern = "unmatched"
+		}
 		s.metrics.inFlight.Dec()
 		s.metrics.observe(pattern, rw.status, time.Since(start))
 		if s.opts.AccessLog != nil {
 			s.logAccess(r, pattern, rw, time.Since(start))
 		}
 	}()
-	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+	if direct {
+		// One copy of the request for the server's context and the
+		// caller's both.
+		ctx = s.callerContext(rw, r, ctx)
+	}
+	r = r.WithContext(ctx)
+	if r.Body != nil && r.ContentLength != 0 {
+		rw.body = &trackedBody{ReadCloser: r.Body}
+		r.Body = rw.body
+	}
+	switch {
+	case !clean:
+		_, pattern = s.mux.Handler(r)
 		// net/http would redirect to the clean path with an HTML body.
 		writeError(rw, wire.CodeNotFoundRoute, "no such route")
-		return
+	case direct:
+		pattern, r.Pattern = m.Prefix, m.Prefix
+		s.serveMount(m, rw, r)
+	default:
+		s.mux.ServeHTTP(rw, r)
 	}
-	s.mux.ServeHTTP(rw, r)
 }
 
 // noteCaller records c's name on w for the access log.

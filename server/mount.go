@@ -72,27 +72,39 @@ type Repository struct {
 // finish within RequestTimeout.
 func (s *Server) mount(m Mount) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if rw, ok := w.(*responseWriter); ok {
-			rw.raw = true
-		}
-		c, err := s.access.Authenticate(r)
-		noteCaller(w, c)
-		r = r.WithContext(s.access.NewContext(r.Context(), c, err))
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			s.stream(w)
-		}
-		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-			release, ok := s.uploadSlot(w, r)
-			if !ok {
-				return
-			}
-			defer release()
-			body := s.newBodyReader(w, r)
-			defer body.done()
-			r.Body = bodyCloser{body, r.Body}
-		}
-		m.Handler.ServeHTTP(w, r)
+		r = r.WithContext(s.callerContext(w, r, r.Context()))
+		s.serveMount(m, w, r)
 	}
+}
+
+// callerContext is ctx carrying r's caller as the server's authority
+// authenticates it (access.NewContext), noted on w for the access log.
+func (s *Server) callerContext(w http.ResponseWriter, r *http.Request, ctx context.Context) context.Context {
+	c, err := s.access.Authenticate(r)
+	noteCaller(w, c)
+	return s.access.NewContext(ctx, c, err)
+}
+
+// serveMount serves r, whose context carries its caller
+// (callerContext), by m as mount describes.
+func (s *Server) serveMount(m Mount, w http.ResponseWriter, r *http.Request) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.raw = true
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		s.stream(w)
+	}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		release, ok := s.uploadSlot(w, r)
+		if !ok {
+			return
+		}
+		defer release()
+		body := s.newBodyReader(w, r)
+		defer body.done()
+		r.Body = bodyCloser{body, r.Body}
+	}
+	m.Handler.ServeHTTP(w, r)
 }
 
 type bodyCloser struct {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strings"
 )
 
 // route is one registered pattern.
@@ -100,15 +101,70 @@ func (s *Server) table() []route {
 
 func (s *Server) routes() {
 	s.mux = http.NewServeMux()
+	var patterns []string
 	for _, r := range s.table() {
 		h := r.handler
 		if !r.public {
 			h = s.auth(r.pattern, h)
 		}
 		s.mux.Handle(r.pattern, h)
+		patterns = append(patterns, r.pattern)
 	}
 	for _, m := range s.opts.Mounts {
 		s.mux.Handle(m.Prefix, s.mount(m))
+		patterns = append(patterns, m.Prefix)
 	}
-	s.consoleRoutes(s.mux)
+	patterns = append(patterns, s.consoleRoutes(s.mux)...)
+	s.direct = directMounts(s.opts.Mounts, patterns)
+}
+
+// directMounts are the mounts whose every request the mux would route to
+// them, so that ServeHTTP may send a request whose escaped path begins
+// with the prefix straight there: a plain path prefix ending in a slash
+// under which no other pattern (of patterns, the mounts' included) could
+// match. The others, and requests whose path reaches a mount only once
+// unescaped, go through the mux.
+func directMounts(mounts []Mount, patterns []string) []Mount {
+	var out []Mount
+	for _, m := range mounts {
+		p := m.Prefix
+		if !strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/") || strings.ContainsAny(p, " {}%") {
+			continue
+		}
+		shadowed := false
+		for _, q := range patterns {
+			if q == p {
+				continue // the mount itself
+			}
+			if _, path, ok := strings.Cut(q, " "); ok {
+				q = path
+			}
+			if !strings.HasPrefix(q, "/") {
+				shadowed = true // a host's pattern
+				break
+			}
+			lit, _, wild := strings.Cut(q, "{")
+			// A pattern under p is more specific than p; one with a
+			// wildcard before p ends may match paths under p.
+			if strings.HasPrefix(lit, p) || wild && strings.HasPrefix(p, lit) {
+				shadowed = true
+				break
+			}
+		}
+		if !shadowed {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// directMount is the mount of directMounts whose prefix begins the
+// escaped path p, if any.
+func (s *Server) directMount(p string) (Mount, bool) {
+	for _, m := range s.direct {
+		if strings.HasPrefix(p, m.Prefix) {
+			return m, true
+		}
+	}
+	return Mount{}, false
 }

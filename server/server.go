@@ -149,6 +149,8 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	mux     *http.ServeMux
+	// direct are the mounts ServeHTTP serves without the mux (directMounts).
+	direct  []Mount
 	metrics *metrics
 	gather  prometheus.Gatherer
 	access  *access.Authority

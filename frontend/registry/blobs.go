@@ -64,11 +64,16 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 			return err
 		}
 	}
+	// rt.item is d's text, the only form parseDigest takes. The header
+	// keys are canonical already, and the values one allocation: the
+	// digest is the ETag within its quotes.
+	etag := `"` + rt.item + `"`
+	digests := []string{etag[1 : len(etag)-1], etag}
 	h := w.Header()
-	h.Set("Docker-Content-Digest", d.String())
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("ETag", `"`+d.String()+`"`)
-	h.Set("Cache-Control", "max-age=31536000")
+	h["Docker-Content-Digest"] = digests[0:1:1]
+	h["Content-Type"] = octetStream
+	h["Etag"] = digests[1:2:2]
+	h["Cache-Control"] = blobCacheControl
 	var content httprange.Content = rd
 	if r.Method == http.MethodHead {
 		content = httprange.NewSizeOnly(rd.Size())
@@ -88,6 +93,13 @@ func (g *Registry) getBlob(w http.ResponseWriter, r *http.Request, rt route) err
 	}
 	return nil
 }
+
+// Header values every blob answer shares. Nothing writes into a header's
+// values (Header.Add appends to a copy, their capacity being their length).
+var (
+	octetStream      = []string{"application/octet-stream"}[:1:1]
+	blobCacheControl = []string{"max-age=31536000"}[:1:1]
+)
 
 // keepPending makes sure repo's pending ref keeps d for at least half of
 // PendingTTL, renewing or setting it; ErrNotFound means d was collected.

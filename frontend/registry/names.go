@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"encoding/hex"
 	"regexp"
 	"strings"
 
@@ -51,17 +52,36 @@ func tagPrefix(repo string) string   { return "oci/" + repo + "/_tags/" }
 
 // manifestRef links a manifest to its repository and keeps it, tagged or
 // not, until it is deleted.
-func manifestRef(repo string, d blob.Key) string { return manifestPrefix(repo) + d.String() }
+func manifestRef(repo string, d blob.Key) string { return keyedRef(repo, "/_manifests/", d) }
 func manifestPrefix(repo string) string          { return "oci/" + repo + "/_manifests/" }
 
 // blobRef links a blob to its repository: a weak ref to it, so it says the
 // repository holds the blob without keeping it alive, and goes with the
 // blob when a sweep collects it.
-func blobRef(repo string, d blob.Key) string { return "oci/" + repo + "/_blobs/" + d.String() }
+func blobRef(repo string, d blob.Key) string { return keyedRef(repo, "/_blobs/", d) }
 
 // pendingRef keeps a pushed blob alive, with an expiry, until a manifest
 // that references it is pushed.
-func pendingRef(repo string, d blob.Key) string { return "oci/" + repo + "/_pending/" + d.String() }
+func pendingRef(repo string, d blob.Key) string { return keyedRef(repo, "/_pending/", d) }
+
+// keyedRef is "oci/" + repo + infix + d.String(), built in one allocation.
+func keyedRef(repo, infix string, d blob.Key) string {
+	const keyPrefix = "sha256:"
+	if d.IsZero() {
+		return RefPrefix + repo + infix // as d.String() is ""
+	}
+	var b strings.Builder
+	b.Grow(len(RefPrefix) + len(repo) + len(infix) + blob.KeyLen)
+	b.WriteString(RefPrefix)
+	b.WriteString(repo)
+	b.WriteString(infix)
+	b.WriteString(keyPrefix)
+	digest := d.Digest()
+	var hexed [2 * len(digest)]byte
+	hex.Encode(hexed[:], digest[:])
+	b.Write(hexed[:])
+	return b.String()
+}
 
 // referrerRef links the manifest d to its subject's referrers list.
 func referrerRef(repo string, subject, d blob.Key) string {

@@ -104,9 +104,13 @@ func New(st *stead.Store, opts Options) *Registry {
 	return &Registry{st: st, opts: opts, log: opts.Logger}
 }
 
+// apiVersion is the Docker-Distribution-API-Version of every answer,
+// shared: nothing writes into a header's values.
+var apiVersion = []string{"registry/2.0"}[:1:1]
+
 // ServeHTTP serves a request under Prefix.
 func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+	w.Header()["Docker-Distribution-Api-Version"] = apiVersion // the canonical key: nothing to canonicalize
 	p, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	if ok && p == "token" {
 		g.serveToken(w, r)

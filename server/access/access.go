@@ -146,6 +146,11 @@ type Authority struct {
 	// noIdentity: neither a token nor users are configured, so the
 	// default rules grant anyone everything.
 	noIdentity bool
+	// anonymous is the caller of every request without credentials, and
+	// anonymousValue its NewContext value: a Caller never changes once
+	// made, so one serves them all.
+	anonymous      *Caller
+	anonymousValue any
 }
 
 // New returns an Authority for cfg, reading its files; an error names the
@@ -185,6 +190,8 @@ func New(cfg Config) (*Authority, error) {
 		return nil, err
 	}
 	a.noIdentity = cfg.Token == "" && cfg.Htpasswd == ""
+	a.anonymous = &Caller{kind: anonymous, a: a}
+	a.anonymousValue = ctxValue{a, a.anonymous, nil}
 	if a.rules, err = openRules(cfg.Access, a.noIdentity, cfg.Logger); err != nil {
 		return nil, err
 	}
@@ -246,7 +253,7 @@ func (c *Caller) Name() string { return c.name }
 func (a *Authority) Authenticate(r *http.Request) (*Caller, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return &Caller{kind: anonymous, a: a}, nil
+		return a.anonymous, nil
 	}
 	return a.credentials(h, a.clientOf(r))
 }
@@ -384,7 +391,7 @@ func (c *Caller) allowed(typ, name string) actionSet {
 // May reports whether c may do action on typ/name: the rules grant it
 // and, for a caller with a token, the token's scopes hold it.
 func (c *Caller) May(typ, name, action string) bool {
-	if !c.allowed(typ, name).has(action) {
+	if !c.a.rules.current().grants(c, typ, name, action) {
 		return false
 	}
 	if !c.scoped {
@@ -409,6 +416,9 @@ type ctxValue struct {
 // NewContext returns ctx carrying a's Authenticate answer for its
 // request, for Check, Identified and FromContext to read.
 func (a *Authority) NewContext(ctx context.Context, c *Caller, err error) context.Context {
+	if c != nil && c == a.anonymous && err == nil {
+		return context.WithValue(ctx, ctxKey{}, a.anonymousValue)
+	}
 	return context.WithValue(ctx, ctxKey{}, ctxValue{a, c, err})
 }
 

@@ -253,6 +253,46 @@ func (rs *rules) allowed(c *Caller, typ, name string) actionSet {
 	return s
 }
 
+// grants reports whether allowed(c, typ, name) has action, without
+// building the set.
+func (rs *rules) grants(c *Caller, typ, name, action string) bool {
+	if typ == Registry && name == "catalog" && action == "*" && (c.kind != anonymous || c.a.Open()) {
+		return true
+	}
+	for _, r := range rs.rules {
+		if !rs.applies(r, c) {
+			continue
+		}
+		switch typ {
+		case Repository:
+			if !r.registry.has(action) {
+				continue
+			}
+			for _, p := range r.repositories {
+				if matchRepo(p, name) {
+					return true
+				}
+			}
+		case Area:
+			switch name {
+			case "v1":
+				if r.v1.has(action) {
+					return true
+				}
+			case "cache":
+				if r.cache.has(action) {
+					return true
+				}
+			case "metrics":
+				if r.metrics && action == Read {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // prefixes returns the beginnings of the names of typ (Repository) that
 // the rules naming c may grant action on: every such name starts with one
 // of them. They are sorted, none the beginning of another; [""] is every
