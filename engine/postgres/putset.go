@@ -23,8 +23,9 @@ import (
 // rolls back whole (docs/decisions/0055-put-with-refs.md). The put locks
 // the blob rows as puts do and holds the locks to the commit, so a ref's
 // statement finds its blob stored and no arbitration interleaves; blob
-// rows are locked in key order, then refs in name order, so concurrent
-// batches never deadlock each other. A Set whose condition fails must
+// rows are locked in key order, then refs in name order, then, last,
+// gc_declared's row while the store has not declared (sqlDeclareRefs), so
+// concurrent batches never deadlock each other. A Set whose condition fails must
 // fail the transaction: its statement is sent refusing (setStatement), so
 // that it fails with invalid_text_representation carrying refusedMark. A
 // PutSet with a conditional Set runs alone, so its refusal rolls back no
@@ -146,14 +147,22 @@ func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
 		return strings.Compare(items[x.item].sets[x.set].Name, items[y.item].sets[y.set].Name)
 	})
 	stmt, args, _ := r.e.blobs.putStatement(puts)
+	names := make([]string, len(order))
+	for i, o := range order {
+		names[i] = items[o.item].sets[o.set].Name
+	}
+	declare, declareArgs := r.declareStatement(names)
 	created := map[string]bool{}
 	var failed *ref.SetParams
 	err := r.e.retryTransient(ctx, func() error {
 		b := &pgx.Batch{}
 		b.Queue(stmt, args...)
 		for _, o := range order {
-			stmt, args := r.setStatement(items[o.item].sets[o.set], true)
+			stmt, args := r.setStatement(items[o.item].sets[o.set], true, false)
 			b.Queue(stmt, args...)
+		}
+		if declare != "" {
+			b.Queue(declare, declareArgs...)
 		}
 		br := r.e.pool.SendBatch(ctx, b)
 		clear(created)
@@ -172,6 +181,10 @@ func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
 					failed = &ps.sets[o.set]
 					return err
 				}
+			}
+			if declare != "" {
+				_, err := br.Exec()
+				return err
 			}
 			return nil
 		}()

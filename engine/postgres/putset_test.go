@@ -435,3 +435,76 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM%' || $1 || '%')`, re
 		})
 	}
 }
+
+// TestDeclarationTakenLast: while the store has not declared liveness, a
+// PutSet of two refs records the declaration after both refs' rows, as
+// every writer takes gc_declared's row last, so a writer holding the second
+// ref and then declaring does not deadlock with it.
+func TestDeclarationTakenLast(t *testing.T) {
+	t.Parallel()
+	for _, tc := range putSetPools {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := tc.via(t, pgtest.New(t))
+			ctx := t.Context()
+			schema := pgx.Identifier{db.Schema}.Sanitize()
+			value := []byte("declared last")
+			key := blob.KeyOf(value)
+			first := open(t, db, tc.params)
+			if _, _, err := first.Refs().PutSet(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute}, []ref.SetParams{{Name: "n2", Key: key}}); err != nil {
+				t.Fatal(err)
+			}
+			// A store that has not declared: its record gone, an engine that
+			// never saw it.
+			if _, err := db.Admin.Exec(ctx, "DELETE FROM "+schema+".gc_declared"); err != nil {
+				t.Fatal(err)
+			}
+			var logs testkit.Buffer
+			cfg, err := postgres.ParseURL(db.StoreURL() + tc.params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			e := openConfig(t, cfg)
+
+			tx, err := db.Admin.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, "SELECT FROM "+schema+".refs WHERE name = 'n2' FOR UPDATE"); err != nil {
+				t.Fatal(err)
+			}
+			put := make(chan error, 1)
+			go func() {
+				_, _, err := e.Refs().PutSet(ctx, blob.PutParams{Key: key, Value: value, Owner: "test", TTL: time.Minute},
+					[]ref.SetParams{{Name: "n1", Key: key}, {Name: "n2", Key: key}})
+				put <- err
+			}()
+			testkit.Until(t, "the PutSet to wait for n2's row", func() bool {
+				var waiting bool
+				err := db.Admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '.refs%')`, schema).Scan(&waiting)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return waiting
+			})
+			if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".gc_declared (id) VALUES (true) ON CONFLICT DO NOTHING"); err != nil {
+				t.Fatalf("the writer holding n2, declaring: %v", err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-put; err != nil {
+				t.Fatalf("PutSet: %v", err)
+			}
+			if strings.Contains(logs.String(), "retrying") {
+				t.Errorf("a statement was retried (a deadlock detected):\n%.2000s", logs.String())
+			}
+			if d, err := e.GC().Declared(ctx); err != nil || !d {
+				t.Errorf("Declared = %v, %v; want true", d, err)
+			}
+		})
+	}
+}

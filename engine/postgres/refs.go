@@ -88,6 +88,15 @@ SELECT CASE WHEN w.name IS NOT NULL OR NOT $8::boolean THEN EXISTS (SELECT FROM 
 	w.name, w.key, w.version, w.annotation, w.expiry, w.weak, false
 FROM (SELECT) AS one LEFT JOIN w ON true`)
 
+	// sqlDeclareRefs records, once, that the store declared liveness when
+	// a ref of the names $1 exists: sent last by a transaction of several
+	// Sets (refs.declareStatement), after every ref row it locks, as every
+	// transaction takes gc_declared's row last. A ref that exists was set
+	// by a transaction that declared, so the record is never wrong.
+	sqlDeclareRefs = declare("sqlDeclareRefs", `INSERT INTO {schema}.gc_declared (id)
+SELECT true WHERE NOT EXISTS (SELECT FROM {schema}.gc_declared) AND EXISTS (SELECT FROM {schema}.refs WHERE name = ANY ($1::text[]))
+ON CONFLICT DO NOTHING`)
+
 	sqlRefGet = declare("sqlRefGet", `SELECT name, key, version, annotation, expiry, weak FROM {schema}.refs
 WHERE name = $1 AND (expiry IS NULL OR expiry > coalesce($2::timestamptz, now()))`)
 
@@ -193,7 +202,7 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	var sr setRow
 	var err error
 	if p.Cond == ref.IfVersion {
-		stmt, args := r.setStatement(p, false)
+		stmt, args := r.setStatement(p, false, true)
 		err = r.e.retryTransient(ctx, func() error {
 			return r.e.pool.QueryRow(ctx, stmt, args...).Scan(sr.dest()...)
 		})
@@ -208,12 +217,25 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 
 // setStatement returns the statement of the Set p and its arguments:
 // sqlRefSwap's for a compare-and-swap, else sqlRefSet's; with refuse, one
-// that fails its transaction when it writes no ref.
-func (r *refs) setStatement(p ref.SetParams, refuse bool) (string, []any) {
+// that fails its transaction when it writes no ref. A Set among others in
+// one transaction (not alone) leaves the store's declaration to the
+// transaction's last statement (declareStatement), so that no
+// transaction takes gc_declared's row between two refs' rows.
+func (r *refs) setStatement(p ref.SetParams, refuse, alone bool) (string, []any) {
 	if p.Cond == ref.IfVersion {
 		return r.e.sql(sqlRefSwap), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), p.Version, p.Weak, refuse}
 	}
-	return r.e.sql(sqlRefSet), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), r.declared.Load(), p.Weak, refuse}
+	return r.e.sql(sqlRefSet), []any{p.Name, p.Key.String(), p.Annotation, p.TTL.Microseconds(), nowArg(p.Now), int64(p.Cond), !alone || r.declared.Load(), p.Weak, refuse}
+}
+
+// declareStatement returns, for a transaction of several Sets of names,
+// the statement to send after them that records the store's declaration
+// (sqlDeclareRefs), or "" once this engine saw it recorded.
+func (r *refs) declareStatement(names []string) (string, []any) {
+	if r.declared.Load() {
+		return "", nil
+	}
+	return r.e.sql(sqlDeclareRefs), []any{names}
 }
 
 // setRow scans what a Set's statement answers.

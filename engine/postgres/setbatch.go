@@ -15,20 +15,21 @@ import (
 // Sets without a version condition share group commits
 // (docs/decisions/0055-put-with-refs.md): a batch is one pipeline with one
 // Sync, so one round trip and one implicit transaction. It first locks
-// every blob row its Sets name, FOR KEY SHARE in key order (sqlRefLockKeys),
-// then runs each Set's own sqlRefSet, all the batch's in name order, not
-// refusing: a Set whose blob is not stored, or whose name is live for an
-// IfAbsent, answers so and writes nothing, failing neither the transaction
-// nor the batch's other Sets. Blob rows before any ref row, then refs by
-// name, as PutSets take them: a batch holds no ref row while it waits for
-// an arbitration's blob lock, and batches never wait on each other in a
-// circle. A batch of one is the lone statement in autocommit. Unconditional
-// Sets share a committer whose batches a caller's cancellation may cancel
-// and run again (the rerun may find the cancelled commit won: its Set then
-// writes again, not told Created); IfAbsent ones share one that never runs
-// a batch twice, since a second run would find the first's ref and answer
-// a conflict: an IfAbsent whose batch started runs to its end though its
-// caller's context ends.
+// every blob row its Sets name, FOR KEY SHARE in key order
+// (sqlRefLockKeys), then runs each Set's own sqlRefSet, all the batch's in
+// name order, not refusing: a Set whose blob is not stored, or whose name
+// is live for an IfAbsent, answers so and writes nothing, failing neither
+// the transaction nor the batch's other Sets; the batch's last statement
+// records the store's declaration (sqlDeclareRefs). Blob rows before any
+// ref row, then refs by name, then gc_declared's, as PutSets take them: a
+// batch holds no ref row while it waits for an arbitration's blob lock,
+// and batches never wait on each other in a circle. A batch of one is the
+// lone statement in autocommit. Unconditional Sets share a committer whose
+// batches a caller's cancellation may cancel and run again (the rerun may
+// find the cancelled commit won: its Set then writes again, not told
+// Created); IfAbsent ones share one that never runs a batch twice, since a
+// second run would find the first's ref and answer a conflict: an IfAbsent
+// whose batch started runs to its end though its caller's context ends.
 var (
 	// sqlRefLockKeys locks the blob rows of a batch of Sets' keys, FOR KEY
 	// SHARE as a Set does, in key order (as an arbitration locks them).
@@ -71,7 +72,7 @@ func (r *refs) flushSets(ctx context.Context, batch []*groupcommit.Request[*setI
 // one's row; one item is its lone statement.
 func (r *refs) runSets(ctx context.Context, items []*setItem) error {
 	if len(items) == 1 {
-		stmt, args := r.setStatement(items[0].p, false)
+		stmt, args := r.setStatement(items[0].p, false, true)
 		return r.e.retryTransient(ctx, func() error {
 			return r.e.pool.QueryRow(ctx, stmt, args...).Scan(items[0].row.dest()...)
 		})
@@ -87,12 +88,20 @@ func (r *refs) runSets(ctx context.Context, items []*setItem) error {
 	slices.SortStableFunc(order, func(x, y int) int { return strings.Compare(items[x].p.Name, items[y].p.Name) })
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
+	names := make([]string, len(items))
+	for i, it := range items {
+		names[i] = it.p.Name
+	}
+	declare, declareArgs := r.declareStatement(names)
 	return r.e.retryTransient(ctx, func() error {
 		b := &pgx.Batch{}
 		b.Queue(r.e.sql(sqlRefLockKeys), keys)
 		for _, i := range order {
-			stmt, args := r.setStatement(items[i].p, false)
+			stmt, args := r.setStatement(items[i].p, false, false)
 			b.Queue(stmt, args...)
+		}
+		if declare != "" {
+			b.Queue(declare, declareArgs...)
 		}
 		br := r.e.pool.SendBatch(ctx, b)
 		err := func() error {
@@ -103,6 +112,10 @@ func (r *refs) runSets(ctx context.Context, items []*setItem) error {
 				if err := br.QueryRow().Scan(items[i].row.dest()...); err != nil {
 					return err
 				}
+			}
+			if declare != "" {
+				_, err := br.Exec()
+				return err
 			}
 			return nil
 		}()
