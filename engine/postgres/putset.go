@@ -110,22 +110,24 @@ func (r *refs) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetParam
 	return ps.put.Created, out, nil
 }
 
-// flushPutSets commits a batch of unconditional PutSets. A batch of one
-// fails with its own error; a larger one that fails (short of its context
-// ending) hands each PutSet errAlone.
-func (r *refs) flushPutSets(ctx context.Context, batch []*groupcommit.Request[*putSet]) error {
-	items := make([]*putSet, len(batch))
-	for i, req := range batch {
-		items[i] = req.Item
+// flushAlone returns the flush of a group commit that commits a batch
+// with run: a batch of one fails with its own error; a larger one that
+// fails (short of its context ending) hands each item errAlone.
+func flushAlone[T groupcommit.Item](run func(context.Context, []T) error) func(context.Context, []*groupcommit.Request[T]) error {
+	return func(ctx context.Context, batch []*groupcommit.Request[T]) error {
+		items := make([]T, len(batch))
+		for i, req := range batch {
+			items[i] = req.Item
+		}
+		err := run(ctx, items)
+		if err == nil || len(batch) == 1 || ctx.Err() != nil {
+			return err
+		}
+		for _, req := range batch {
+			req.Err = errAlone
+		}
+		return nil
 	}
-	err := r.runPutSets(ctx, items)
-	if err == nil || len(batch) == 1 || ctx.Err() != nil {
-		return err
-	}
-	for _, req := range batch {
-		req.Err = errAlone
-	}
-	return nil
 }
 
 // runPutSets commits items in one pipeline and one transaction, or none

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/steadkit/stead/engine/internal/groupcommit"
 	"github.com/steadkit/stead/ref"
 )
 
@@ -49,24 +48,6 @@ func (s *setItem) Size() int { return len(s.p.Name) + len(s.p.Annotation) }
 // BatchKey implements groupcommit.Item: Sets of one name may share a
 // batch, applied in batch order.
 func (s *setItem) BatchKey() string { return "" }
-
-// flushSets commits a batch of Sets. A batch of one fails with its own
-// error; a larger one that fails (short of its context ending) hands each
-// Set errAlone.
-func (r *refs) flushSets(ctx context.Context, batch []*groupcommit.Request[*setItem]) error {
-	items := make([]*setItem, len(batch))
-	for i, req := range batch {
-		items[i] = req.Item
-	}
-	err := r.runSets(ctx, items)
-	if err == nil || len(batch) == 1 || ctx.Err() != nil {
-		return err
-	}
-	for _, req := range batch {
-		req.Err = errAlone
-	}
-	return nil
-}
 
 // runSets commits items in one transaction, or none of them, filling each
 // one's row; one item is its lone statement.
