@@ -244,17 +244,25 @@ func TestRefWritersRacingArbitration(t *testing.T) {
 	}
 }
 
+// loggedConfig is db's configuration with params, its engine logging to
+// the buffer returned, debug lines too (a deadlock's retry).
+func loggedConfig(t *testing.T, db *pgtest.DB, params string) (*testkit.Buffer, postgres.Config) {
+	t.Helper()
+	cfg, err := postgres.ParseURL(db.StoreURL() + params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testkit.Buffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return logs, cfg
+}
+
 // raceRefWriters runs the writers of TestPutSetsDoNotDeadlock on db, and
 // with arbitrate an arbitration beside them, checks that every ref then
 // names a stored blob, and returns what the engines logged.
 func raceRefWriters(t *testing.T, db *pgtest.DB, params string, arbitrate bool) string {
 	t.Helper()
-	var logs testkit.Buffer
-	cfg, err := postgres.ParseURL(db.StoreURL() + params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logs, cfg := loggedConfig(t, db, params)
 	first := openConfig(t, cfg)
 	engines := []ref.Backend{first.Refs(), openConfig(t, cfg).Refs()}
 	const nkeys, nnames, putters, plain, ops = 5, 6, 10, 8, 150
@@ -335,7 +343,7 @@ func raceRefWriters(t *testing.T, db *pgtest.DB, params string, arbitrate bool) 
 		}
 	}
 	var listed []ref.Ref
-	err = engines[0].List(ctx, ref.ListParams{Prefix: "dl/", Limit: 1 << 20}, func(r ref.Ref) bool {
+	err := engines[0].List(ctx, ref.ListParams{Prefix: "dl/", Limit: 1 << 20}, func(r ref.Ref) bool {
 		listed = append(listed, r)
 		return true
 	})
@@ -362,12 +370,7 @@ func TestArbitrationLocksRefsInNameOrder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := tc.via(t, pgtest.New(t))
-			var logs testkit.Buffer
-			cfg, err := postgres.ParseURL(db.StoreURL() + tc.params)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			logs, cfg := loggedConfig(t, db, tc.params)
 			e := openConfig(t, cfg)
 			ctx := t.Context()
 			value := []byte("arbitrated with its refs")
@@ -459,12 +462,7 @@ func TestDeclarationTakenLast(t *testing.T) {
 			if _, err := db.Admin.Exec(ctx, "DELETE FROM "+schema+".gc_declared"); err != nil {
 				t.Fatal(err)
 			}
-			var logs testkit.Buffer
-			cfg, err := postgres.ParseURL(db.StoreURL() + tc.params)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			logs, cfg := loggedConfig(t, db, tc.params)
 			e := openConfig(t, cfg)
 
 			tx, err := db.Admin.Begin(ctx)
