@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 
+	"github.com/steadkit/stead/engine/internal/groupcommit"
 	"github.com/steadkit/stead/steaderr"
 )
 
@@ -62,5 +63,39 @@ func TestInterpretError(t *testing.T) {
 		if msg := got.Error(); tt.want == nil && msg[:len("postgres: ")] != "postgres: " {
 			t.Errorf("%s: %q lacks the engine prefix", tt.name, msg)
 		}
+	}
+}
+
+// TestFlushAloneOnce: a batch run once is handed errAlone, to be run again
+// one item at a time, only when the server failed it (so rolled it back);
+// a batch whose outcome is unknown fails each item with its error.
+func TestFlushAloneOnce(t *testing.T) {
+	lost := fmt.Errorf("reading the commit: %w", io.ErrUnexpectedEOF)
+	refused := &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+	for _, tc := range []struct {
+		name string
+		once bool
+		err  error
+		want error
+	}{
+		{"server failed, once", true, refused, errAlone},
+		{"outcome unknown, once", true, lost, lost},
+		{"server failed", false, refused, errAlone},
+		{"outcome unknown", false, lost, errAlone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flush := flushAlone(func(context.Context, []*setItem) error { return tc.err }, tc.once)
+			batch := []*groupcommit.Request[*setItem]{{Item: &setItem{}}, {Item: &setItem{}}}
+			err := flush(t.Context(), batch)
+			for i, req := range batch {
+				got := req.Err
+				if got == nil {
+					got = err // the batch's own error, every item's
+				}
+				if !errors.Is(got, tc.want) {
+					t.Errorf("item %d: %v, want %v", i, got, tc.want)
+				}
+			}
+		})
 	}
 }

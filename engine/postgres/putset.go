@@ -112,15 +112,20 @@ func (r *refs) PutSet(ctx context.Context, p blob.PutParams, sets []ref.SetParam
 
 // flushAlone returns the flush of a group commit that commits a batch
 // with run: a batch of one fails with its own error; a larger one that
-// fails (short of its context ending) hands each item errAlone.
-func flushAlone[T groupcommit.Item](run func(context.Context, []T) error) func(context.Context, []*groupcommit.Request[T]) error {
+// fails (short of its context ending) hands each item errAlone. With
+// once, only a batch the server failed, so rolled back, is handed
+// errAlone; one whose outcome is unknown (the connection failed) fails
+// each item with its error, since a rerun could find the batch's own
+// writes and answer them as another's (an IfAbsent's conflict).
+func flushAlone[T groupcommit.Item](run func(context.Context, []T) error, once bool) func(context.Context, []*groupcommit.Request[T]) error {
 	return func(ctx context.Context, batch []*groupcommit.Request[T]) error {
 		items := make([]T, len(batch))
 		for i, req := range batch {
 			items[i] = req.Item
 		}
 		err := run(ctx, items)
-		if err == nil || len(batch) == 1 || ctx.Err() != nil {
+		var pgErr *pgconn.PgError
+		if err == nil || len(batch) == 1 || ctx.Err() != nil || once && !errors.As(err, &pgErr) {
 			return err
 		}
 		for _, req := range batch {

@@ -164,9 +164,9 @@ type refs struct {
 
 func (r *refs) init(e *Engine) {
 	r.e = e
-	r.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, flushAlone(r.runPutSets))
-	r.sets = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, flushAlone(r.runSets))
-	r.createSets = groupcommit.NewOnce(putFlushers, maxBatchPuts, maxBatchBytes, flushAlone(r.runSets))
+	r.commit = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, flushAlone(r.runPutSets, false))
+	r.sets = groupcommit.New(putFlushers, maxBatchPuts, maxBatchBytes, flushAlone(r.runSets, false))
+	r.createSets = groupcommit.NewOnce(putFlushers, maxBatchPuts, maxBatchBytes, flushAlone(r.runSets, true))
 }
 
 // Refs implements engine.Engine.
