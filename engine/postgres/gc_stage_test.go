@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -169,5 +170,114 @@ func TestStageRangeReadsCandidateRowsOnly(t *testing.T) {
 	if fetched+seqRead > int64(left) {
 		t.Errorf("the range of %d keys read %d blob rows (%d by index, %d sequentially), want at most the %d no source names",
 			lim, fetched+seqRead, fetched, seqRead, left)
+	}
+}
+
+// TestStageRangePinHandedOver: a key whose inline pin is handed to a pins
+// row (the new owner pins, then the old one's pin is cleared, each
+// committed) while a staging call runs is pinned at every instant, so
+// the call does not stage it. The call is held between its statements
+// by a lock on the source table it reads.
+func TestStageRangePinHandedOver(t *testing.T) {
+	t.Parallel()
+	const fn = "gc_stage_range"
+	ctx := context.Background()
+	db := pgtest.New(t)
+	e := open(t, db, "")
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s := pgxIdent(db.Schema)
+	at := time.Now().Truncate(time.Microsecond)
+	k := fmt.Sprintf("sha256:%064x", 1)
+	exec(`CREATE TABLE ` + s + `.app_refs (key text PRIMARY KEY)`)
+	exec(`INSERT INTO `+s+`.gc_sources (schema_name, table_name, column_name) VALUES ($1, 'app_refs', 'key')`, db.Schema)
+	exec(`INSERT INTO `+s+`.blobs (key, size, value, pin_owner, pin_expiry) VALUES ($1, 1, '\x00', 'a', $2)`, k, at.Add(24*time.Hour))
+
+	// The lock holder: the staging call's source read waits on it.
+	lock, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close(context.Background()) })
+	ltx, err := lock.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ltx.Exec(ctx, `LOCK TABLE `+s+`.app_refs IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	stager, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stager.Close(context.Background()) })
+	var pid int
+	if err := stager.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		staged int64
+		err    error
+	}
+	done := make(chan res, 1)
+	go func() {
+		var r res
+		r.err = stager.QueryRow(ctx, `SELECT staged FROM `+s+`.`+fn+`('', 100, $1, interval '1 hour', false)`, at).Scan(&r.staged)
+		done <- r
+	}()
+	// Wait until the call waits on the lock: its first statement ran.
+	for {
+		var waiting bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The handover, each step committed: owner b pins, then owner a
+	// unpins. The key is pinned at every instant.
+	exec(`INSERT INTO `+s+`.pins (key, owner, expiry) VALUES ($1, 'b', $2)`, k, at.Add(24*time.Hour))
+	exec(`UPDATE `+s+`.blobs SET pin_owner = NULL, pin_expiry = NULL WHERE key = $1`, k)
+	if err := ltx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var inWindow bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+s+`.gc_window WHERE key = $1)`, k).Scan(&inWindow); err != nil {
+		t.Fatal(err)
+	}
+	if r.staged != 0 || inWindow {
+		t.Errorf("%s staged %d (in window: %v) a key pinned at every instant of the call", fn, r.staged, inWindow)
+	}
+	// Whatever was staged, the arbitration past the grace keeps it.
+	lease, ok, err := e.GC().AcquireSweep(ctx, "review")
+	if err != nil || !ok {
+		t.Fatalf("AcquireSweep = %v, %v", ok, err)
+	}
+	t.Cleanup(func() { lease.Release(context.Background()) })
+	bk, err := blob.ParseKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.GC().Arbitrate(ctx, gc.ArbitrateParams{Keys: []blob.Key{bk}, Now: at.Add(2 * time.Hour), Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v) != 1 || v[0].Outcome != blob.Protected {
+		t.Errorf("arbitration past the grace: %+v, want Protected", v)
 	}
 }

@@ -37,9 +37,12 @@ BEGIN
     cand := ARRAY(SELECT c FROM unnest(cand) AS c EXCEPT SELECT g.k FROM gc_referenced(cand) AS g);
     -- The inline pins of what is left, a probe of the key's index and a
     -- row read a key (a subquery per key, never a scan of blobs); a blob
-    -- deleted meanwhile is no candidate either.
+    -- deleted meanwhile is no candidate either. Its pins rows are read
+    -- again in the same statement, so a pin handed from the blob's row to
+    -- a pins row after the first statement is seen on one side.
     cand := ARRAY(SELECT c FROM unnest(cand) AS c
-        WHERE (SELECT coalesce(b.pin_expiry <= at, true) FROM blobs b WHERE b.key = c));
+        WHERE (SELECT coalesce(b.pin_expiry <= at, true) FROM blobs b WHERE b.key = c)
+          AND NOT EXISTS (SELECT FROM pins p WHERE p.key = c AND p.expiry > at));
     staged := cardinality(cand);
     IF dry THEN
         RETURN;
