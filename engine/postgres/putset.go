@@ -139,53 +139,75 @@ func flushAlone[T groupcommit.Item](run func(context.Context, []T) error, once b
 // of them, filling each one's rows and Created. A refused Set fails it
 // with the Set's conflict.
 func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
-	var order []at
+	var sets []txSet
 	puts := make([]*groupcommit.Request[*groupcommit.Put], len(items))
 	for i, ps := range items {
 		puts[i] = &groupcommit.Request[*groupcommit.Put]{Item: &ps.put}
 		for j := range ps.sets {
-			order = append(order, at{i, j})
+			sets = append(sets, txSet{&ps.sets[j], &ps.rows[j]})
 		}
 	}
-	// Refs are locked in name order, as every PutSet locks them, so that
-	// two naming the same refs do not deadlock; one name Set by several
-	// PutSets is Set in batch order.
-	slices.SortStableFunc(order, func(x, y at) int {
-		return strings.Compare(items[x.item].sets[x.set].Name, items[y.item].sets[y.set].Name)
-	})
 	stmt, args, _ := r.e.blobs.putStatement(puts)
-	names := make([]string, len(order))
-	for i, o := range order {
-		names[i] = items[o.item].sets[o.set].Name
+	created := map[string]bool{}
+	failed, err := r.sendSets(ctx, stmt, args, func(br pgx.BatchResults) error {
+		clear(created)
+		res, err := br.Query()
+		if err != nil {
+			return err
+		}
+		return readCreated(res, created)
+	}, sets, true)
+	switch {
+	case err != nil && failed != nil && isRefused(err):
+		return &ref.RefusedError{Name: failed.Name, Err: refConflict(*failed)}
+	case err != nil:
+		return err
+	}
+	tellCreated(puts, created)
+	return nil
+}
+
+// txSet is one Set of a transaction of several, and the row its
+// statement answers.
+type txSet struct {
+	p   *ref.SetParams
+	row *setRow
+}
+
+// sendSets commits, in one pipeline and one implicit transaction, first
+// (the statement that locks the Sets' blob rows: a batch's put, or
+// sqlRefLockKeys), whose results readFirst reads, then sets' statements
+// in name order (one name Set twice in sets' order), then, while the
+// store has not declared liveness, its declaration: blob rows, ref rows by
+// name, gc_declared's row, the one order every transaction takes them in,
+// so that none waits on another in a circle. With refuse a Set that
+// writes no ref fails the transaction; failed is then that Set.
+func (r *refs) sendSets(ctx context.Context, first string, firstArgs []any, readFirst func(pgx.BatchResults) error, sets []txSet, refuse bool) (failed *ref.SetParams, err error) {
+	slices.SortStableFunc(sets, func(x, y txSet) int { return strings.Compare(x.p.Name, y.p.Name) })
+	names := make([]string, len(sets))
+	for i, s := range sets {
+		names[i] = s.p.Name
 	}
 	declare, declareArgs := r.declareStatement(names)
-	created := map[string]bool{}
-	var failed *ref.SetParams
-	err := r.e.retryTransient(ctx, func() error {
+	err = r.e.retryTransient(ctx, func() error {
+		failed = nil
 		b := &pgx.Batch{}
-		b.Queue(stmt, args...)
-		for _, o := range order {
-			stmt, args := r.setStatement(items[o.item].sets[o.set], true, false)
+		b.Queue(first, firstArgs...)
+		for _, s := range sets {
+			stmt, args := r.setStatement(*s.p, refuse, false)
 			b.Queue(stmt, args...)
 		}
 		if declare != "" {
 			b.Queue(declare, declareArgs...)
 		}
 		br := r.e.pool.SendBatch(ctx, b)
-		clear(created)
-		failed = nil
 		err := func() error {
-			res, err := br.Query()
-			if err != nil {
+			if err := readFirst(br); err != nil {
 				return err
 			}
-			if err := readCreated(res, created); err != nil {
-				return err
-			}
-			for _, o := range order {
-				ps := items[o.item]
-				if err := br.QueryRow().Scan(ps.rows[o.set].dest()...); err != nil {
-					failed = &ps.sets[o.set]
+			for _, s := range sets {
+				if err := br.QueryRow().Scan(s.row.dest()...); err != nil {
+					failed = s.p
 					return err
 				}
 			}
@@ -200,15 +222,5 @@ func (r *refs) runPutSets(ctx context.Context, items []*putSet) error {
 		}
 		return err
 	})
-	switch {
-	case err != nil && failed != nil && isRefused(err):
-		return &ref.RefusedError{Name: failed.Name, Err: refConflict(*failed)}
-	case err != nil:
-		return err
-	}
-	tellCreated(puts, created)
-	return nil
+	return failed, err
 }
-
-// at is a Set of a batch of PutSets: items[item].sets[set].
-type at struct{ item, set int }

@@ -199,16 +199,7 @@ func (r *refs) Set(ctx context.Context, p ref.SetParams) (ref.Ref, error) {
 	if err := r.e.check(ctx); err != nil {
 		return ref.Ref{}, err
 	}
-	var sr setRow
-	var err error
-	if p.Cond == ref.IfVersion {
-		stmt, args := r.setStatement(p, false, true)
-		err = r.e.retryTransient(ctx, func() error {
-			return r.e.pool.QueryRow(ctx, stmt, args...).Scan(sr.dest()...)
-		})
-	} else {
-		sr, err = r.set(ctx, p)
-	}
+	sr, err := r.set(ctx, p)
 	if err != nil {
 		return ref.Ref{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,64 +57,33 @@ func (r *refs) runSets(ctx context.Context, items []*setItem) error {
 			return r.e.pool.QueryRow(ctx, stmt, args...).Scan(items[0].row.dest()...)
 		})
 	}
-	order := make([]int, len(items))
+	sets := make([]txSet, len(items))
 	keys := make([]string, len(items))
 	for i, it := range items {
-		order[i] = i
+		sets[i] = txSet{&it.p, &it.row}
 		keys[i] = it.p.Key.String()
 	}
-	// Refs in name order, as every batch takes them; one name Set twice
-	// is Set in batch order.
-	slices.SortStableFunc(order, func(x, y int) int { return strings.Compare(items[x].p.Name, items[y].p.Name) })
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	names := make([]string, len(items))
-	for i, it := range items {
-		names[i] = it.p.Name
-	}
-	declare, declareArgs := r.declareStatement(names)
-	return r.e.retryTransient(ctx, func() error {
-		b := &pgx.Batch{}
-		b.Queue(r.e.sql(sqlRefLockKeys), keys)
-		for _, i := range order {
-			stmt, args := r.setStatement(items[i].p, false, false)
-			b.Queue(stmt, args...)
-		}
-		if declare != "" {
-			b.Queue(declare, declareArgs...)
-		}
-		br := r.e.pool.SendBatch(ctx, b)
-		err := func() error {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-			for _, i := range order {
-				if err := br.QueryRow().Scan(items[i].row.dest()...); err != nil {
-					return err
-				}
-			}
-			if declare != "" {
-				_, err := br.Exec()
-				return err
-			}
-			return nil
-		}()
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+	_, err := r.sendSets(ctx, r.e.sql(sqlRefLockKeys), []any{keys}, func(br pgx.BatchResults) error {
+		_, err := br.Exec()
 		return err
-	})
+	}, sets, false)
+	return err
 }
 
-// set runs the Set p through its group commit: IfAbsent ones through the
-// committer that never runs a batch twice.
+// set runs the Set p and answers its statement's row: a compare-and-swap
+// alone, others through their group commit (IfAbsent ones through the
+// committer that never runs a batch twice).
 func (r *refs) set(ctx context.Context, p ref.SetParams) (setRow, error) {
 	it := &setItem{p: p}
-	c := r.sets
-	if p.Cond == ref.IfAbsent {
-		c = r.createSets
+	err := errAlone
+	switch p.Cond {
+	case ref.Always:
+		err = r.sets.Put(ctx, it)
+	case ref.IfAbsent:
+		err = r.createSets.Put(ctx, it)
 	}
-	err := c.Put(ctx, it)
 	if errors.Is(err, errAlone) {
 		err = r.runSets(ctx, []*setItem{it})
 	}
