@@ -137,12 +137,12 @@ func writeErrorBody(w http.ResponseWriter, status int, e wire.Error) {
 		h.Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(status)
-	b, _ := json.Marshal(e)
-	w.Write(append(b, '\n'))
+	w.Write(errorBody(e))
 }
 
-func errorBody(msg, code string) []byte {
-	b, _ := json.Marshal(wire.Error{Error: msg, Code: code})
+// errorBody is e as an error response's body.
+func errorBody(e wire.Error) []byte {
+	b, _ := json.Marshal(e)
 	return append(b, '\n')
 }
 

@@ -202,7 +202,7 @@ func (w *responseWriter) WriteHeader(status int) {
 		case http.StatusPreconditionFailed:
 			code = wire.CodeConflict
 		}
-		b := errorBody(http.StatusText(status), code)
+		b := errorBody(wire.Error{Error: http.StatusText(status), Code: code})
 		h.Set("Content-Type", "application/json")
 		h.Set(wire.CodeHeader, code)
 		h.Del("X-Content-Type-Options")
