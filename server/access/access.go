@@ -382,12 +382,6 @@ func (a *Authority) exists(name string) (kind, bool) {
 	return anonymous, false
 }
 
-// allowed is the set of actions the rules in force grant c on the
-// resource typ/name, before its token's scopes.
-func (c *Caller) allowed(typ, name string) actionSet {
-	return c.a.rules.current().allowed(c, typ, name)
-}
-
 // May reports whether c may do action on typ/name: the rules grant it
 // and, for a caller with a token, the token's scopes hold it.
 func (c *Caller) May(typ, name, action string) bool {
@@ -463,7 +457,7 @@ func Check(ctx context.Context, typ, name, action string) error {
 // A context without a caller is not restricted.
 func Listed(ctx context.Context, typ, name, action string) bool {
 	c, err, ok := FromContext(ctx)
-	return !ok || (err == nil && c.allowed(typ, name).has(action))
+	return !ok || (err == nil && c.a.rules.current().grants(c, typ, name, action))
 }
 
 // ListPrefixes returns the beginnings of the names of typ a listing may

@@ -213,48 +213,9 @@ func (rs *rules) applies(r rule, c *Caller) bool {
 	return false
 }
 
-// allowed is the union of what the rules that name c grant it on
-// typ/name.
-func (rs *rules) allowed(c *Caller, typ, name string) actionSet {
-	s := actionSet{}
-	for _, r := range rs.rules {
-		if !rs.applies(r, c) {
-			continue
-		}
-		switch typ {
-		case Repository:
-			for _, p := range r.repositories {
-				if matchRepo(p, name) {
-					for a := range r.registry {
-						s[a] = true
-					}
-				}
-			}
-		case Area:
-			switch name {
-			case "v1":
-				for a := range r.v1 {
-					s[a] = true
-				}
-			case "cache":
-				for a := range r.cache {
-					s[a] = true
-				}
-			case "metrics":
-				if r.metrics {
-					s[Read] = true
-				}
-			}
-		}
-	}
-	if typ == Registry && name == "catalog" && (c.kind != anonymous || c.a.Open()) {
-		s["*"] = true
-	}
-	return s
-}
-
-// grants reports whether allowed(c, typ, name) has action, without
-// building the set.
+// grants reports whether the rules naming c grant action on typ/name;
+// the registry's catalog ("*") is every identified caller's, and every
+// caller's when the authority is open.
 func (rs *rules) grants(c *Caller, typ, name, action string) bool {
 	if typ == Registry && name == "catalog" && action == "*" && (c.kind != anonymous || c.a.Open()) {
 		return true

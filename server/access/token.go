@@ -157,11 +157,11 @@ func (a *Authority) fingerprint(k kind, name string) string {
 // grants what was not asked.
 func (c *Caller) grant(requested []Scope) []Scope {
 	var out []Scope
+	rules := c.a.rules.current()
 	for _, s := range requested {
-		allowed := c.allowed(s.Type, s.Name)
 		var acts []string
 		for _, act := range s.Actions {
-			if allowed.has(act) && !slices.Contains(acts, act) {
+			if rules.grants(c, s.Type, s.Name, act) && !slices.Contains(acts, act) {
 				acts = append(acts, act)
 			}
 		}
