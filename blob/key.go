@@ -60,13 +60,19 @@ func unhex(c byte) (byte, bool) {
 // String returns the text form, "sha256:" and 64 lowercase hex digits; the
 // zero Key prints as "".
 func (k Key) String() string {
-	if k.IsZero() {
-		return ""
-	}
 	var buf [KeyLen]byte
-	copy(buf[:], keyPrefix)
-	hex.Encode(buf[len(keyPrefix):], k.digest[:])
-	return string(buf[:])
+	b, _ := k.AppendText(buf[:0])
+	return string(b)
+}
+
+// AppendText implements encoding.TextAppender: b with the text form
+// appended (nothing for the zero Key).
+func (k Key) AppendText(b []byte) ([]byte, error) {
+	if k.IsZero() {
+		return b, nil
+	}
+	b = append(b, keyPrefix...)
+	return hex.AppendEncode(b, k.digest[:]), nil
 }
 
 // Digest returns the raw SHA-256 digest.
@@ -88,7 +94,7 @@ func (k Key) Compare(o Key) int {
 func (k Key) IsZero() bool { return !k.valid }
 
 // MarshalText implements encoding.TextMarshaler.
-func (k Key) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+func (k Key) MarshalText() ([]byte, error) { return k.AppendText(make([]byte, 0, KeyLen)) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseKey's rules.
 func (k *Key) UnmarshalText(text []byte) error {

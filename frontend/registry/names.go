@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"encoding/hex"
 	"regexp"
 	"strings"
 
@@ -66,20 +65,14 @@ func pendingRef(repo string, d blob.Key) string { return keyedRef(repo, "/_pendi
 
 // keyedRef is "oci/" + repo + infix + d.String(), built in one allocation.
 func keyedRef(repo, infix string, d blob.Key) string {
-	const keyPrefix = "sha256:"
-	if d.IsZero() {
-		return RefPrefix + repo + infix // as d.String() is ""
-	}
+	var text [blob.KeyLen]byte
+	key, _ := d.AppendText(text[:0])
 	var b strings.Builder
-	b.Grow(len(RefPrefix) + len(repo) + len(infix) + blob.KeyLen)
+	b.Grow(len(RefPrefix) + len(repo) + len(infix) + len(key))
 	b.WriteString(RefPrefix)
 	b.WriteString(repo)
 	b.WriteString(infix)
-	b.WriteString(keyPrefix)
-	digest := d.Digest()
-	var hexed [2 * len(digest)]byte
-	hex.Encode(hexed[:], digest[:])
-	b.Write(hexed[:])
+	b.Write(key)
 	return b.String()
 }
 
